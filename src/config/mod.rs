@@ -1,0 +1,294 @@
+//! Kafka-named configuration: topic-level LogConfig with the broker keys that default it, and the
+//! `server.properties` file format. Bad values are errors that name the key.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("invalid value {value:?} for configuration {key}: {reason}")]
+    InvalidValue {
+        key: String,
+        value: String,
+        reason: String,
+    },
+    #[error("cannot read {path}: {reason}")]
+    Unreadable { path: String, reason: String },
+}
+
+fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::InvalidValue {
+        key: key.to_string(),
+        value: value.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// `message.timestamp.type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimestampType {
+    CreateTime,
+    LogAppendTime,
+}
+
+/// Per-partition log settings (Kafka's `LogConfig`), with Kafka's defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    pub segment_bytes: u64,
+    pub segment_ms: i64,
+    pub segment_jitter_ms: i64,
+    pub segment_index_bytes: u64,
+    pub index_interval_bytes: u64,
+    /// -1 means unlimited.
+    pub retention_ms: i64,
+    /// -1 means unlimited. Applies per partition.
+    pub retention_bytes: i64,
+    pub flush_messages: i64,
+    pub flush_ms: i64,
+    pub file_delete_delay_ms: i64,
+    pub message_timestamp_type: TimestampType,
+    pub max_message_bytes: u64,
+    pub min_insync_replicas: i32,
+    pub cleanup_policy: String,
+    pub compression_type: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1024 * 1024 * 1024,
+            segment_ms: 7 * 24 * 3600 * 1000,
+            segment_jitter_ms: 0,
+            segment_index_bytes: 10 * 1024 * 1024,
+            index_interval_bytes: 4096,
+            retention_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: -1,
+            flush_messages: i64::MAX,
+            flush_ms: i64::MAX,
+            file_delete_delay_ms: 60_000,
+            message_timestamp_type: TimestampType::CreateTime,
+            max_message_bytes: 1024 * 1024 + 12,
+            min_insync_replicas: 1,
+            cleanup_policy: "delete".into(),
+            compression_type: "producer".into(),
+        }
+    }
+}
+
+/// Topic config keys with the broker key that sets their default (Kafka's `TopicConfigSynonyms`).
+pub const TOPIC_CONFIG_SYNONYMS: &[(&str, &str)] = &[
+    ("segment.bytes", "log.segment.bytes"),
+    ("segment.ms", "log.roll.ms"),
+    ("segment.jitter.ms", "log.roll.jitter.ms"),
+    ("segment.index.bytes", "log.index.size.max.bytes"),
+    ("index.interval.bytes", "log.index.interval.bytes"),
+    ("retention.ms", "log.retention.ms"),
+    ("retention.bytes", "log.retention.bytes"),
+    ("flush.messages", "log.flush.interval.messages"),
+    ("flush.ms", "log.flush.interval.ms"),
+    ("file.delete.delay.ms", "log.segment.delete.delay.ms"),
+    ("message.timestamp.type", "log.message.timestamp.type"),
+    ("max.message.bytes", "message.max.bytes"),
+    ("min.insync.replicas", "min.insync.replicas"),
+    ("cleanup.policy", "log.cleanup.policy"),
+    ("compression.type", "compression.type"),
+];
+
+fn parse_i64(key: &str, v: &str, min: i64) -> Result<i64, ConfigError> {
+    let n: i64 = v
+        .trim()
+        .parse()
+        .map_err(|_| invalid(key, v, "not a whole number"))?;
+    if n < min {
+        return Err(invalid(key, v, format!("must be at least {min}")));
+    }
+    Ok(n)
+}
+
+impl LogConfig {
+    /// Sets one topic-level key. Unknown keys are reported as `Ok(false)`.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<bool, ConfigError> {
+        let v = value;
+        match key {
+            "segment.bytes" => self.segment_bytes = parse_i64(key, v, 14)? as u64,
+            "segment.ms" => self.segment_ms = parse_i64(key, v, 1)?,
+            "segment.jitter.ms" => self.segment_jitter_ms = parse_i64(key, v, 0)?,
+            "segment.index.bytes" => self.segment_index_bytes = parse_i64(key, v, 4)? as u64,
+            "index.interval.bytes" => self.index_interval_bytes = parse_i64(key, v, 0)? as u64,
+            "retention.ms" => self.retention_ms = parse_i64(key, v, -1)?,
+            "retention.bytes" => self.retention_bytes = parse_i64(key, v, -1)?,
+            "flush.messages" => self.flush_messages = parse_i64(key, v, 1)?,
+            "flush.ms" => self.flush_ms = parse_i64(key, v, 0)?,
+            "file.delete.delay.ms" => self.file_delete_delay_ms = parse_i64(key, v, 0)?,
+            "max.message.bytes" => self.max_message_bytes = parse_i64(key, v, 0)? as u64,
+            "min.insync.replicas" => self.min_insync_replicas = parse_i64(key, v, 1)? as i32,
+            "message.timestamp.type" => {
+                self.message_timestamp_type = match v.trim() {
+                    "CreateTime" => TimestampType::CreateTime,
+                    "LogAppendTime" => TimestampType::LogAppendTime,
+                    _ => return Err(invalid(key, v, "must be CreateTime or LogAppendTime")),
+                }
+            }
+            "cleanup.policy" => {
+                for p in v.split(',') {
+                    if !matches!(p.trim(), "delete" | "compact") {
+                        return Err(invalid(key, v, "must be delete, compact or both"));
+                    }
+                }
+                self.cleanup_policy = v.trim().to_string();
+            }
+            "compression.type" => {
+                if !matches!(
+                    v.trim(),
+                    "producer" | "uncompressed" | "gzip" | "snappy" | "lz4" | "zstd"
+                ) {
+                    return Err(invalid(
+                        key,
+                        v,
+                        "must be producer, uncompressed, gzip, snappy, lz4 or zstd",
+                    ));
+                }
+                self.compression_type = v.trim().to_string();
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Topic defaults from broker properties, honouring Kafka's `.hours`/`.minutes` variants.
+    pub fn from_broker_props(props: &BTreeMap<String, String>) -> Result<LogConfig, ConfigError> {
+        let mut c = LogConfig::default();
+        // Coarse units first, so that the finer key wins when both are set, as in Kafka.
+        for (coarse, mult, topic_key) in [
+            ("log.roll.hours", 3_600_000i64, "segment.ms"),
+            ("log.retention.hours", 3_600_000, "retention.ms"),
+            ("log.retention.minutes", 60_000, "retention.ms"),
+            ("log.roll.jitter.hours", 3_600_000, "segment.jitter.ms"),
+        ] {
+            if let Some(v) = props.get(coarse) {
+                let n = parse_i64(coarse, v, -1)?;
+                let ms = if n < 0 { -1 } else { n.saturating_mul(mult) };
+                c.set(topic_key, &ms.to_string())?;
+            }
+        }
+        for (topic_key, broker_key) in TOPIC_CONFIG_SYNONYMS {
+            if let Some(v) = props.get(*broker_key) {
+                c.set(topic_key, v).map_err(|e| match e {
+                    ConfigError::InvalidValue { value, reason, .. } => ConfigError::InvalidValue {
+                        key: broker_key.to_string(),
+                        value,
+                        reason,
+                    },
+                    other => other,
+                })?;
+            }
+        }
+        Ok(c)
+    }
+
+    /// This config overridden by topic-level keys; unknown keys are returned for a warning.
+    pub fn with_overrides<'a>(
+        &self,
+        overrides: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<(LogConfig, Vec<String>), ConfigError> {
+        let mut c = self.clone();
+        let mut unknown = Vec::new();
+        for (k, v) in overrides {
+            if !c.set(k, v)? {
+                unknown.push(k.to_string());
+            }
+        }
+        Ok((c, unknown))
+    }
+}
+
+/// Parses Java-properties text as Kafka's server.properties uses it: `key=value` or `key: value`
+/// lines, `#`/`!` comments, blank lines. Continuation lines end with a backslash.
+pub fn parse_properties(text: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut pending = String::new();
+    for raw in text.lines() {
+        let line = raw.trim_start();
+        if pending.is_empty() && (line.is_empty() || line.starts_with('#') || line.starts_with('!'))
+        {
+            continue;
+        }
+        if let Some(stripped) = line.strip_suffix('\\') {
+            pending.push_str(stripped);
+            continue;
+        }
+        pending.push_str(line);
+        let entry = std::mem::take(&mut pending);
+        let split = entry.find(['=', ':']).unwrap_or(entry.len());
+        let key = entry[..split].trim().to_string();
+        let value = entry.get(split + 1..).unwrap_or("").trim().to_string();
+        if !key.is_empty() {
+            out.insert(key, value);
+        }
+    }
+    out
+}
+
+/// Reads a properties file.
+pub fn load_properties(path: &Path) -> Result<BTreeMap<String, String>, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Unreadable {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    Ok(parse_properties(&text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_kafkas() {
+        let c = LogConfig::default();
+        assert_eq!(c.segment_bytes, 1_073_741_824);
+        assert_eq!(c.segment_index_bytes, 10_485_760);
+        assert_eq!(c.index_interval_bytes, 4096);
+        assert_eq!(c.retention_ms, 604_800_000);
+        assert_eq!(c.retention_bytes, -1);
+        assert_eq!(c.max_message_bytes, 1_048_588);
+    }
+
+    #[test]
+    fn broker_keys_default_topic_configs() {
+        let props = parse_properties(
+            "# comment\nlog.segment.bytes=1048576\nlog.retention.hours = 1\nlog.message.timestamp.type: LogAppendTime\n",
+        );
+        let c = LogConfig::from_broker_props(&props).unwrap();
+        assert_eq!(c.segment_bytes, 1_048_576);
+        assert_eq!(c.retention_ms, 3_600_000);
+        assert_eq!(c.message_timestamp_type, TimestampType::LogAppendTime);
+    }
+
+    #[test]
+    fn finer_retention_unit_wins() {
+        let props = parse_properties("log.retention.hours=1\nlog.retention.ms=5000\n");
+        assert_eq!(
+            LogConfig::from_broker_props(&props).unwrap().retention_ms,
+            5000
+        );
+    }
+
+    #[test]
+    fn bad_value_names_the_broker_key() {
+        let props = parse_properties("log.segment.bytes=lots\n");
+        let e = LogConfig::from_broker_props(&props).unwrap_err();
+        assert!(e.to_string().contains("log.segment.bytes"), "{e}");
+    }
+
+    #[test]
+    fn topic_overrides_report_unknown_keys() {
+        let (c, unknown) = LogConfig::default()
+            .with_overrides([("retention.bytes", "100"), ("no.such.key", "1")])
+            .unwrap();
+        assert_eq!(c.retention_bytes, 100);
+        assert_eq!(unknown, vec!["no.such.key".to_string()]);
+        assert!(LogConfig::default()
+            .with_overrides([("segment.bytes", "10")])
+            .is_err());
+    }
+}

@@ -1,0 +1,7 @@
+//! evenkeel: Kafka-compatible streaming for Kubernetes.
+//! The library holds every role; `src/main.rs` is only the CLI edge.
+
+pub mod config;
+pub mod perf;
+pub mod storage;
+pub mod tools;

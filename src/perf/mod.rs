@@ -1,0 +1,3 @@
+//! `evenkeel perf`: load generators and micro-benchmarks that print figures, never assert them.
+
+pub mod storage;

@@ -1,0 +1,168 @@
+//! `evenkeel perf storage`: append and read throughput of the partition log on this machine's
+//! disk, printed beside `dd`'s sequential write figures from the same directory.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use crate::config::LogConfig;
+use crate::storage::batch::build_batch;
+use crate::storage::{LoadParams, Log, StorageError, TopicPartition};
+
+#[derive(Debug, Clone)]
+pub struct StoragePerfOptions {
+    /// Directory for the test logs (removed afterwards).
+    pub dir: PathBuf,
+    /// Bytes to append per run.
+    pub total_bytes: u64,
+    pub record_size: usize,
+    pub batch_bytes: usize,
+    /// fsync after this many appended bytes in the durable run.
+    pub fsync_every_bytes: u64,
+}
+
+/// One measured figure.
+#[derive(Debug, Clone)]
+pub struct Figure {
+    pub name: String,
+    pub bytes: u64,
+    pub seconds: f64,
+}
+
+impl Figure {
+    pub fn mb_per_s(&self) -> f64 {
+        self.bytes as f64 / 1e6 / self.seconds.max(1e-9)
+    }
+}
+
+fn fresh_log(dir: &Path, name: &str) -> Result<Log, StorageError> {
+    let d = dir.join(format!("{name}-0"));
+    let _ = std::fs::remove_dir_all(&d);
+    Log::open(
+        &d,
+        TopicPartition::new(name, 0),
+        LogConfig::default(),
+        LoadParams::default(),
+    )
+}
+
+fn append_run(
+    opts: &StoragePerfOptions,
+    name: &str,
+    fsync_every: Option<u64>,
+) -> Result<(Figure, Log), StorageError> {
+    let value = vec![b'x'; opts.record_size];
+    let per_batch = (opts.batch_bytes / opts.record_size).max(1);
+    let records: Vec<crate::storage::batch::KeyValue<'_>> = (0..per_batch)
+        .map(|_| (None, Some(value.as_slice())))
+        .collect();
+    let mut template = build_batch(&records, 1_700_000_000_000);
+    let mut log = fresh_log(&opts.dir, name)?;
+    let start = Instant::now();
+    let (mut written, mut since_sync) = (0u64, 0u64);
+    while written < opts.total_bytes {
+        log.append_as_leader(&mut template, 0)?;
+        written += template.len() as u64;
+        since_sync += template.len() as u64;
+        if let Some(every) = fsync_every {
+            if since_sync >= every {
+                log.flush()?;
+                since_sync = 0;
+            }
+        }
+    }
+    if fsync_every.is_some() {
+        log.flush()?;
+    }
+    let fig = Figure {
+        name: name.into(),
+        bytes: written,
+        seconds: start.elapsed().as_secs_f64(),
+    };
+    Ok((fig, log))
+}
+
+fn read_run(log: &Log) -> Result<Figure, StorageError> {
+    let start = Instant::now();
+    let mut offset = log.log_start_offset();
+    let mut bytes = 0u64;
+    while offset < log.log_end_offset() {
+        let data = log.read(offset, 1024 * 1024, None, true)?;
+        if data.is_empty() {
+            break;
+        }
+        let mut pos = 0;
+        while let Some((base, len)) = crate::storage::batch::peek_offset_and_size(&data[pos..]) {
+            let h = crate::storage::batch::BatchHeader::parse(&data[pos..])?;
+            offset = h.next_offset();
+            let _ = base;
+            pos += 12 + len as usize;
+        }
+        bytes += data.len() as u64;
+    }
+    Ok(Figure {
+        name: "read (1 MiB fetches, page cache)".into(),
+        bytes,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// Runs `dd` writing `bytes` to `dir` with the given extra flag; `None` when dd is missing.
+fn dd(dir: &Path, bytes: u64, flag: &str, name: &str) -> Option<Figure> {
+    let target = dir.join("dd.bench");
+    let count = (bytes / (1024 * 1024)).max(1);
+    let start = Instant::now();
+    let status = std::process::Command::new("dd")
+        .arg("if=/dev/zero")
+        .arg(format!("of={}", target.display()))
+        .arg("bs=1M")
+        .arg(format!("count={count}"))
+        .arg(flag)
+        .stderr(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .ok()?;
+    let seconds = start.elapsed().as_secs_f64();
+    let _ = std::fs::remove_file(&target);
+    status.success().then(|| Figure {
+        name: name.into(),
+        bytes: count * 1024 * 1024,
+        seconds,
+    })
+}
+
+/// Runs every measurement and returns the figures in print order.
+pub fn run(opts: &StoragePerfOptions) -> Result<Vec<Figure>, StorageError> {
+    std::fs::create_dir_all(&opts.dir).map_err(StorageError::io(&opts.dir))?;
+    let mut out = Vec::new();
+    let (mut fig, log) = append_run(opts, "perf-nofsync", None)?;
+    fig.name = format!(
+        "append {} B records in {} B batches, no fsync",
+        opts.record_size, opts.batch_bytes
+    );
+    out.push(fig);
+    out.push(read_run(&log)?);
+    drop(log);
+    let _ = std::fs::remove_dir_all(opts.dir.join("perf-nofsync-0"));
+    let (mut fig, log) = append_run(opts, "perf-fsync", Some(opts.fsync_every_bytes))?;
+    fig.name = format!("append, fsync every {} B", opts.fsync_every_bytes);
+    out.push(fig);
+    drop(log);
+    let _ = std::fs::remove_dir_all(opts.dir.join("perf-fsync-0"));
+    if let Some(f) = dd(
+        &opts.dir,
+        opts.total_bytes,
+        "conv=fdatasync",
+        "dd bs=1M conv=fdatasync (one sync at the end)",
+    ) {
+        out.push(f);
+    }
+    if let Some(f) = dd(
+        &opts.dir,
+        opts.total_bytes,
+        "oflag=dsync",
+        "dd bs=1M oflag=dsync (sync every 1 MiB)",
+    ) {
+        out.push(f);
+    }
+    Ok(out)
+}

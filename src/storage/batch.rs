@@ -1,0 +1,555 @@
+//! The v2 record batch as bytes: its 61-byte header, validation of client batches, and the
+//! in-place edits the broker makes (base offset, leader epoch, LogAppendTime with a new CRC).
+
+use super::error::StorageError;
+
+/// Size of the v2 batch header (`RECORD_BATCH_OVERHEAD` in Kafka).
+pub const BATCH_HEADER_SIZE: usize = 61;
+/// Bytes before the batch length field ends: base offset (8) + batch length (4).
+pub const LOG_OVERHEAD: usize = 12;
+
+const BASE_OFFSET: usize = 0;
+const LENGTH: usize = 8;
+const PARTITION_LEADER_EPOCH: usize = 12;
+const MAGIC: usize = 16;
+const CRC: usize = 17;
+const ATTRIBUTES: usize = 21;
+const LAST_OFFSET_DELTA: usize = 23;
+const BASE_TIMESTAMP: usize = 27;
+const MAX_TIMESTAMP: usize = 35;
+const PRODUCER_ID: usize = 43;
+const PRODUCER_EPOCH: usize = 51;
+const BASE_SEQUENCE: usize = 53;
+const RECORDS_COUNT: usize = 57;
+
+const COMPRESSION_MASK: i16 = 0x07;
+const TIMESTAMP_TYPE_MASK: i16 = 0x08;
+const TRANSACTIONAL_MASK: i16 = 0x10;
+const CONTROL_MASK: i16 = 0x20;
+
+/// Compression codec named as `kafka-dump-log` prints it.
+pub fn compression_name(codec: u8) -> &'static str {
+    match codec {
+        0 => "none",
+        1 => "gzip",
+        2 => "snappy",
+        3 => "lz4",
+        4 => "zstd",
+        _ => "unknown",
+    }
+}
+
+/// The decoded fixed header of one v2 record batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub base_offset: i64,
+    /// Length of the batch after the length field.
+    pub batch_length: i32,
+    pub partition_leader_epoch: i32,
+    pub magic: i8,
+    pub crc: u32,
+    pub attributes: i16,
+    pub last_offset_delta: i32,
+    pub base_timestamp: i64,
+    pub max_timestamp: i64,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+    pub records_count: i32,
+}
+
+fn i16_at(b: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes([b[at], b[at + 1]])
+}
+fn i32_at(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+fn i64_at(b: &[u8], at: usize) -> i64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    i64::from_be_bytes(a)
+}
+
+impl BatchHeader {
+    /// Decodes the header from the first 61 bytes of `b`. Checks nothing but the size.
+    pub fn parse(b: &[u8]) -> Result<BatchHeader, StorageError> {
+        if b.len() < BATCH_HEADER_SIZE {
+            return Err(StorageError::CorruptRecord(format!(
+                "record batch header needs {BATCH_HEADER_SIZE} bytes, {} available",
+                b.len()
+            )));
+        }
+        Ok(BatchHeader {
+            base_offset: i64_at(b, BASE_OFFSET),
+            batch_length: i32_at(b, LENGTH),
+            partition_leader_epoch: i32_at(b, PARTITION_LEADER_EPOCH),
+            magic: b[MAGIC] as i8,
+            crc: i32_at(b, CRC) as u32,
+            attributes: i16_at(b, ATTRIBUTES),
+            last_offset_delta: i32_at(b, LAST_OFFSET_DELTA),
+            base_timestamp: i64_at(b, BASE_TIMESTAMP),
+            max_timestamp: i64_at(b, MAX_TIMESTAMP),
+            producer_id: i64_at(b, PRODUCER_ID),
+            producer_epoch: i16_at(b, PRODUCER_EPOCH),
+            base_sequence: i32_at(b, BASE_SEQUENCE),
+            records_count: i32_at(b, RECORDS_COUNT),
+        })
+    }
+
+    /// Whole size of the batch on disk, header included.
+    pub fn size(&self) -> usize {
+        LOG_OVERHEAD + self.batch_length.max(0) as usize
+    }
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset + self.last_offset_delta as i64
+    }
+    pub fn next_offset(&self) -> i64 {
+        self.last_offset() + 1
+    }
+    pub fn compression(&self) -> u8 {
+        (self.attributes & COMPRESSION_MASK) as u8
+    }
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes & TIMESTAMP_TYPE_MASK != 0
+    }
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & TRANSACTIONAL_MASK != 0
+    }
+    pub fn is_control(&self) -> bool {
+        self.attributes & CONTROL_MASK != 0
+    }
+    pub fn has_producer_id(&self) -> bool {
+        self.producer_id >= 0
+    }
+}
+
+/// CRC32C over attributes to the end of the batch, as the v2 format defines it.
+pub fn compute_crc(batch: &[u8]) -> u32 {
+    crc32c::crc32c(&batch[ATTRIBUTES..])
+}
+
+/// Reads only the offset and length prefix of the batch at the start of `b` (12 bytes), returning
+/// `(base_offset, whole size)`, or `None` when fewer than 12 bytes remain.
+pub fn peek_offset_and_size(b: &[u8]) -> Option<(i64, i32)> {
+    if b.len() < LOG_OVERHEAD {
+        return None;
+    }
+    Some((i64_at(b, BASE_OFFSET), i32_at(b, LENGTH)))
+}
+
+/// Facts about one validated batch, in the order the batches appear.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchInfo {
+    /// Byte position of the batch inside the validated buffer.
+    pub position: usize,
+    pub header: BatchHeader,
+}
+
+/// Checks one complete batch occupying exactly `b`: length, magic, CRC, count and offset deltas.
+/// Corruption (length, CRC) maps to CORRUPT_MESSAGE; a well-formed batch that breaks the
+/// rules (magic, count, deltas) maps to INVALID_RECORD, as in Kafka's LogValidator.
+pub fn validate_batch(b: &[u8]) -> Result<BatchHeader, StorageError> {
+    let h = BatchHeader::parse(b)?;
+    if h.magic != 2 {
+        return Err(StorageError::InvalidRecord(format!(
+            "record batch magic {} is not supported; only magic 2 is",
+            h.magic
+        )));
+    }
+    if (h.batch_length as i64) < (BATCH_HEADER_SIZE - LOG_OVERHEAD) as i64 || h.size() != b.len() {
+        return Err(StorageError::CorruptRecord(format!(
+            "record batch length {} does not match its {} bytes",
+            h.batch_length,
+            b.len()
+        )));
+    }
+    let crc = compute_crc(b);
+    if crc != h.crc {
+        return Err(StorageError::CorruptRecord(format!(
+            "record batch is corrupt (stored crc = {}, computed crc = {crc})",
+            h.crc
+        )));
+    }
+    if h.records_count <= 0 {
+        return Err(StorageError::InvalidRecord(format!(
+            "invalid reported count {} for record batch",
+            h.records_count
+        )));
+    }
+    if h.last_offset_delta < 0 || h.last_offset_delta as i64 + 1 != h.records_count as i64 {
+        return Err(StorageError::InvalidRecord(format!(
+            "inconsistent batch offset range: last offset delta {} for {} records",
+            h.last_offset_delta, h.records_count
+        )));
+    }
+    if h.compression() > 4 {
+        return Err(StorageError::InvalidRecord(format!(
+            "unknown compression codec {}",
+            h.compression()
+        )));
+    }
+    if h.compression() == 0 {
+        validate_uncompressed_records(&b[BATCH_HEADER_SIZE..], h.records_count)?;
+    }
+    Ok(h)
+}
+
+/// Splits a buffer of one or more batches and validates each; the batches must fill it exactly.
+pub fn validate_batches(b: &[u8]) -> Result<Vec<BatchInfo>, StorageError> {
+    let mut out = Vec::with_capacity(1);
+    let mut pos = 0;
+    while pos < b.len() {
+        let rest = &b[pos..];
+        let Some((_, len)) = peek_offset_and_size(rest) else {
+            return Err(StorageError::CorruptRecord(format!(
+                "{} trailing bytes are too few for a record batch",
+                rest.len()
+            )));
+        };
+        let size = LOG_OVERHEAD as i64 + len as i64;
+        if len < (BATCH_HEADER_SIZE - LOG_OVERHEAD) as i32 || size > rest.len() as i64 {
+            return Err(StorageError::CorruptRecord(format!(
+                "record batch size {size} at position {pos} does not fit the {} remaining bytes",
+                rest.len()
+            )));
+        }
+        let size = size as usize;
+        let header = validate_batch(&rest[..size])?;
+        out.push(BatchInfo {
+            position: pos,
+            header,
+        });
+        pos += size;
+    }
+    if out.is_empty() {
+        return Err(StorageError::InvalidRecord("no record batches".into()));
+    }
+    Ok(out)
+}
+
+/// Walks the records of an uncompressed batch and checks each record's offset delta is its
+/// index (Kafka: "Invalid offset ... expected ...") and that the records fill the batch.
+fn validate_uncompressed_records(mut b: &[u8], count: i32) -> Result<(), StorageError> {
+    for expected in 0..count {
+        let rec = Record::parse(&mut b).ok_or_else(|| {
+            StorageError::CorruptRecord(format!("record {expected} of the batch is malformed"))
+        })?;
+        if rec.offset_delta != expected {
+            return Err(StorageError::InvalidRecord(format!(
+                "record has offset delta {} where {expected} was expected",
+                rec.offset_delta
+            )));
+        }
+    }
+    if !b.is_empty() {
+        return Err(StorageError::CorruptRecord(format!(
+            "{} bytes follow the last record of the batch",
+            b.len()
+        )));
+    }
+    Ok(())
+}
+
+/// One record of an uncompressed batch, borrowed from the batch bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record<'a> {
+    pub attributes: i8,
+    pub timestamp_delta: i64,
+    pub offset_delta: i32,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub headers: Vec<(&'a [u8], Option<&'a [u8]>)>,
+}
+
+fn read_varlong(b: &mut &[u8]) -> Option<i64> {
+    let mut raw: u64 = 0;
+    for i in 0..10 {
+        let (&byte, rest) = b.split_first()?;
+        *b = rest;
+        raw |= ((byte & 0x7f) as u64) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some(((raw >> 1) as i64) ^ -((raw & 1) as i64));
+        }
+    }
+    None
+}
+
+fn read_varint(b: &mut &[u8]) -> Option<i32> {
+    let v = read_varlong(b)?;
+    i32::try_from(v).ok()
+}
+
+fn read_bytes<'a>(b: &mut &'a [u8]) -> Option<Option<&'a [u8]>> {
+    let len = read_varint(b)?;
+    if len < 0 {
+        return Some(None);
+    }
+    let len = len as usize;
+    if b.len() < len {
+        return None;
+    }
+    let (v, rest) = b.split_at(len);
+    *b = rest;
+    Some(Some(v))
+}
+
+impl<'a> Record<'a> {
+    /// Parses one length-prefixed record and advances `b` past it; `None` when malformed.
+    pub fn parse(b: &mut &'a [u8]) -> Option<Record<'a>> {
+        let len = read_varint(b)?;
+        if len < 0 || b.len() < len as usize {
+            return None;
+        }
+        let (mut body, rest) = b.split_at(len as usize);
+        *b = rest;
+        let (&attributes, r) = body.split_first()?;
+        body = r;
+        let timestamp_delta = read_varlong(&mut body)?;
+        let offset_delta = read_varint(&mut body)?;
+        let key = read_bytes(&mut body)?;
+        let value = read_bytes(&mut body)?;
+        let n_headers = read_varint(&mut body)?;
+        if n_headers < 0 {
+            return None;
+        }
+        let mut headers = Vec::new();
+        for _ in 0..n_headers {
+            let k = read_bytes(&mut body)??;
+            let v = read_bytes(&mut body)?;
+            headers.push((k, v));
+        }
+        if !body.is_empty() {
+            return None;
+        }
+        Some(Record {
+            attributes: attributes as i8,
+            timestamp_delta,
+            offset_delta,
+            key,
+            value,
+            headers,
+        })
+    }
+}
+
+/// Iterates the records of an uncompressed batch (the whole batch, header included).
+pub fn uncompressed_records(batch: &[u8]) -> impl Iterator<Item = Record<'_>> {
+    let mut rest = batch.get(BATCH_HEADER_SIZE..).unwrap_or(&[]);
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            None
+        } else {
+            Record::parse(&mut rest)
+        }
+    })
+}
+
+/// `(offset, timestamp)` of every record in a whole batch, decompressing when needed. Records of
+/// a LogAppendTime batch all carry the batch's max timestamp, as Kafka reports them.
+pub fn record_offsets_and_timestamps(batch: &[u8]) -> Result<Vec<(i64, i64)>, StorageError> {
+    let h = BatchHeader::parse(batch)?;
+    let mut out = Vec::with_capacity(h.records_count.max(0) as usize);
+    if h.compression() == 0 {
+        for r in uncompressed_records(batch) {
+            out.push((
+                h.base_offset + r.offset_delta as i64,
+                h.base_timestamp + r.timestamp_delta,
+            ));
+        }
+    } else {
+        let mut bytes = bytes::Bytes::copy_from_slice(batch);
+        let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut bytes)
+            .map_err(|e| StorageError::CorruptRecord(format!("cannot decode batch: {e}")))?;
+        for r in set.records {
+            out.push((r.offset, r.timestamp));
+        }
+    }
+    if h.is_log_append_time() {
+        for r in out.iter_mut() {
+            r.1 = h.max_timestamp;
+        }
+    }
+    Ok(out)
+}
+
+/// Writes the broker-assigned base offset into a batch (not covered by the CRC).
+pub fn set_base_offset(batch: &mut [u8], base_offset: i64) {
+    batch[BASE_OFFSET..BASE_OFFSET + 8].copy_from_slice(&base_offset.to_be_bytes());
+}
+
+/// Writes the partition leader epoch into a batch (not covered by the CRC).
+pub fn set_partition_leader_epoch(batch: &mut [u8], epoch: i32) {
+    batch[PARTITION_LEADER_EPOCH..PARTITION_LEADER_EPOCH + 4].copy_from_slice(&epoch.to_be_bytes());
+}
+
+/// Marks a batch LogAppendTime with `now_ms` as its max timestamp and recomputes the CRC,
+/// as Kafka's `DefaultRecordBatch.setMaxTimestamp` does.
+pub fn set_log_append_time(batch: &mut [u8], now_ms: i64) {
+    let attributes = i16_at(batch, ATTRIBUTES) | TIMESTAMP_TYPE_MASK;
+    batch[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+    batch[MAX_TIMESTAMP..MAX_TIMESTAMP + 8].copy_from_slice(&now_ms.to_be_bytes());
+    let crc = compute_crc(batch);
+    batch[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// A record to build: optional key and optional value.
+pub type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
+/// Builds an uncompressed v2 batch of `(key, value)` records with base offset 0 and every
+/// record at `timestamp_ms`. Used by tests, `evenkeel perf storage` and internal writers.
+pub fn build_batch(records: &[KeyValue<'_>], timestamp_ms: i64) -> Vec<u8> {
+    fn put_varlong(out: &mut Vec<u8>, v: i64) {
+        let mut z = ((v << 1) ^ (v >> 63)) as u64;
+        while z >= 0x80 {
+            out.push((z as u8) | 0x80);
+            z >>= 7;
+        }
+        out.push(z as u8);
+    }
+    fn put_bytes(out: &mut Vec<u8>, v: Option<&[u8]>) {
+        match v {
+            None => put_varlong(out, -1),
+            Some(v) => {
+                put_varlong(out, v.len() as i64);
+                out.extend_from_slice(v);
+            }
+        }
+    }
+    let mut out = vec![0u8; BATCH_HEADER_SIZE];
+    let mut body = Vec::new();
+    for (i, (k, v)) in records.iter().enumerate() {
+        body.clear();
+        body.push(0); // attributes
+        put_varlong(&mut body, 0); // timestamp delta
+        put_varlong(&mut body, i as i64); // offset delta
+        put_bytes(&mut body, *k);
+        put_bytes(&mut body, *v);
+        put_varlong(&mut body, 0); // headers
+        put_varlong(&mut out, body.len() as i64);
+        out.extend_from_slice(&body);
+    }
+    let len = (out.len() - LOG_OVERHEAD) as i32;
+    out[LENGTH..LENGTH + 4].copy_from_slice(&len.to_be_bytes());
+    out[PARTITION_LEADER_EPOCH..PARTITION_LEADER_EPOCH + 4].copy_from_slice(&(-1i32).to_be_bytes());
+    out[MAGIC] = 2;
+    let last_delta = records.len() as i32 - 1;
+    out[LAST_OFFSET_DELTA..LAST_OFFSET_DELTA + 4].copy_from_slice(&last_delta.to_be_bytes());
+    out[BASE_TIMESTAMP..BASE_TIMESTAMP + 8].copy_from_slice(&timestamp_ms.to_be_bytes());
+    out[MAX_TIMESTAMP..MAX_TIMESTAMP + 8].copy_from_slice(&timestamp_ms.to_be_bytes());
+    out[PRODUCER_ID..PRODUCER_ID + 8].copy_from_slice(&(-1i64).to_be_bytes());
+    out[PRODUCER_EPOCH..PRODUCER_EPOCH + 2].copy_from_slice(&(-1i16).to_be_bytes());
+    out[BASE_SEQUENCE..BASE_SEQUENCE + 4].copy_from_slice(&(-1i32).to_be_bytes());
+    out[RECORDS_COUNT..RECORDS_COUNT + 4].copy_from_slice(&(records.len() as i32).to_be_bytes());
+    let crc = compute_crc(&out);
+    out[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<u8> {
+        build_batch(
+            &[
+                (Some(b"k1".as_slice()), Some(b"v1".as_slice())),
+                (None, Some(b"v2".as_slice())),
+            ],
+            1_700_000_000_000,
+        )
+    }
+
+    #[test]
+    fn built_batch_validates_and_parses() {
+        let b = sample();
+        let h = validate_batch(&b).unwrap();
+        assert_eq!(h.records_count, 2);
+        assert_eq!(h.last_offset_delta, 1);
+        assert_eq!(h.size(), b.len());
+        let recs: Vec<_> = uncompressed_records(&b).collect();
+        assert_eq!(recs.len(), 2);
+        assert_eq!(recs[0].key, Some(b"k1".as_slice()));
+        assert_eq!(recs[1].key, None);
+        assert_eq!(recs[1].value, Some(b"v2".as_slice()));
+    }
+
+    #[test]
+    fn kafka_protocol_decodes_our_batches() {
+        let b = sample();
+        let mut bytes = bytes::Bytes::from(b);
+        let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut bytes).unwrap();
+        assert_eq!(set.records.len(), 2);
+        assert_eq!(set.records[1].offset, 1);
+    }
+
+    #[test]
+    fn wrong_crc_is_corrupt_message() {
+        let mut b = sample();
+        let last = b.len() - 1;
+        b[last] ^= 0xff;
+        let e = validate_batches(&b).unwrap_err();
+        assert!(matches!(e, StorageError::CorruptRecord(_)), "{e:?}");
+        assert_eq!(e.kafka_error_code(), 2);
+    }
+
+    #[test]
+    fn wrong_length_is_corrupt_message() {
+        let mut b = sample();
+        b[LENGTH + 3] = b[LENGTH + 3].wrapping_add(5);
+        assert_eq!(validate_batches(&b).unwrap_err().kafka_error_code(), 2);
+        let short = &sample()[..40];
+        assert_eq!(validate_batches(short).unwrap_err().kafka_error_code(), 2);
+    }
+
+    #[test]
+    fn magic_other_than_two_is_invalid_record() {
+        let mut b = sample();
+        b[MAGIC] = 1;
+        assert_eq!(validate_batches(&b).unwrap_err().kafka_error_code(), 87);
+    }
+
+    #[test]
+    fn empty_batch_is_invalid_record() {
+        let b = build_batch(&[], 0);
+        assert_eq!(validate_batches(&b).unwrap_err().kafka_error_code(), 87);
+    }
+
+    #[test]
+    fn wrong_offset_delta_is_invalid_record() {
+        // Re-encode with the second record claiming delta 5 and a fresh CRC.
+        let mut b = sample();
+        let recs: Vec<_> = uncompressed_records(&b).collect();
+        assert_eq!(recs[1].offset_delta, 1);
+        // Position of the second record's offset-delta byte: header + first record + len + attr + ts.
+        let first_len = {
+            let mut s = &b[BATCH_HEADER_SIZE..];
+            let before = s.len();
+            Record::parse(&mut s).unwrap();
+            before - s.len()
+        };
+        let at = BATCH_HEADER_SIZE + first_len + 1 + 1 + 1;
+        assert_eq!(b[at], 2); // zigzag(1)
+        b[at] = 10; // zigzag(5)
+        let crc = compute_crc(&b);
+        b[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        assert_eq!(validate_batches(&b).unwrap_err().kafka_error_code(), 87);
+    }
+
+    #[test]
+    fn log_append_time_rewrites_crc() {
+        let mut b = sample();
+        set_log_append_time(&mut b, 42);
+        let h = validate_batch(&b).unwrap();
+        assert!(h.is_log_append_time());
+        assert_eq!(h.max_timestamp, 42);
+    }
+
+    #[test]
+    fn two_batches_in_one_buffer() {
+        let mut b = sample();
+        b.extend(sample());
+        let infos = validate_batches(&b).unwrap();
+        assert_eq!(infos.len(), 2);
+        assert_eq!(infos[1].position, b.len() / 2);
+    }
+}

@@ -1,0 +1,67 @@
+//! Typed errors of the storage engine and the Kafka error code each one maps to on the wire.
+//! Callers in the broker turn these into response codes; the CLI turns them into one line.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// The bytes are damaged: wrong CRC, wrong length, torn batch (CORRUPT_MESSAGE).
+    #[error("corrupt record: {0}")]
+    CorruptRecord(String),
+    /// The batch is well formed but breaks a rule: magic, count, offsets (INVALID_RECORD).
+    #[error("invalid record: {0}")]
+    InvalidRecord(String),
+    /// A fetch, truncation or DeleteRecords offset outside the log (OFFSET_OUT_OF_RANGE).
+    #[error("offset {offset} is out of range [{log_start_offset}, {log_end_offset}]")]
+    OffsetOutOfRange {
+        offset: i64,
+        log_start_offset: i64,
+        log_end_offset: i64,
+    },
+    /// A batch larger than `max.message.bytes` (MESSAGE_TOO_LARGE).
+    #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
+    RecordTooLarge { size: usize, max: usize },
+    /// A follower append whose offsets do not continue the log.
+    #[error("unexpected append offset: {0}")]
+    UnexpectedAppendOffset(String),
+    /// An index file failed its sanity check; the segment will be rebuilt.
+    #[error("corrupt index {path}: {reason}")]
+    CorruptIndex { path: PathBuf, reason: String },
+    /// A checkpoint or metadata file that cannot be parsed.
+    #[error("malformed file {path}: {reason}")]
+    MalformedFile { path: PathBuf, reason: String },
+    /// The log directory is locked by another process.
+    #[error("log directory {0} is in use by another process")]
+    DirectoryLocked(PathBuf),
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl StorageError {
+    /// Kafka's error code for this error (see `org.apache.kafka.common.protocol.Errors`).
+    pub fn kafka_error_code(&self) -> i16 {
+        match self {
+            StorageError::CorruptRecord(_) => 2,
+            StorageError::InvalidRecord(_) => 87,
+            StorageError::OffsetOutOfRange { .. } => 1,
+            StorageError::RecordTooLarge { .. } => 10,
+            StorageError::UnexpectedAppendOffset(_) => 2,
+            // KAFKA_STORAGE_ERROR
+            StorageError::CorruptIndex { .. }
+            | StorageError::MalformedFile { .. }
+            | StorageError::DirectoryLocked(_)
+            | StorageError::Io { .. } => 56,
+        }
+    }
+
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> StorageError {
+        let path = path.into();
+        move |source| StorageError::Io { path, source }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, StorageError>;

@@ -1,0 +1,452 @@
+//! LogManager: every partition log under one `log.dirs` directory. Owns the directory lock,
+//! the root checkpoints, the clean-shutdown marker, and the background flush/retention/delete work.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::checkpoint::{
+    sync_dir, write_atomic, KafkaUuid, OffsetCheckpointFile, TopicPartition, CLEAN_SHUTDOWN_MARKER,
+    LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT,
+};
+use super::error::{Result, StorageError};
+use super::log::{now_ms, LoadParams, Log};
+use crate::config::LogConfig;
+
+/// Shared handle to one partition's log.
+pub type LogRef = Arc<Mutex<Log>>;
+
+/// Broker-level storage settings (Kafka names in the comments).
+#[derive(Debug, Clone)]
+pub struct LogManagerConfig {
+    /// `log.dirs` (one directory for now).
+    pub log_dir: PathBuf,
+    /// Topic defaults from the broker's `log.*` keys.
+    pub default_config: LogConfig,
+    /// Per-topic overrides known at start (from the metadata log).
+    pub topic_configs: BTreeMap<String, LogConfig>,
+    /// `log.retention.check.interval.ms`
+    pub retention_check_interval_ms: i64,
+    /// `log.flush.offset.checkpoint.interval.ms`
+    pub recovery_checkpoint_interval_ms: i64,
+    /// `log.flush.start.offset.checkpoint.interval.ms`
+    pub start_offset_checkpoint_interval_ms: i64,
+    /// How often the background thread looks for due work.
+    pub tick_ms: u64,
+}
+
+impl LogManagerConfig {
+    pub fn new(log_dir: impl Into<PathBuf>, default_config: LogConfig) -> Self {
+        LogManagerConfig {
+            log_dir: log_dir.into(),
+            default_config,
+            topic_configs: BTreeMap::new(),
+            retention_check_interval_ms: 300_000,
+            recovery_checkpoint_interval_ms: 60_000,
+            start_offset_checkpoint_interval_ms: 60_000,
+            tick_ms: 200,
+        }
+    }
+}
+
+pub struct LogManager {
+    config: LogManagerConfig,
+    logs: RwLock<BTreeMap<TopicPartition, LogRef>>,
+    had_clean_shutdown: bool,
+    /// Partition directories renamed `-delete`, removed once due.
+    doomed_dirs: Mutex<Vec<(i64, PathBuf)>>,
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    background: Mutex<Option<JoinHandle<()>>>,
+    closed: AtomicBool,
+    _lock: File,
+}
+
+fn is_partition_dir_name(name: &str) -> bool {
+    !(name.ends_with("-delete") || name.ends_with("-future") || name.ends_with("-stray"))
+}
+
+impl LogManager {
+    /// Locks the directory, loads every partition log (recovering after an unclean shutdown)
+    /// and removes the clean-shutdown marker so that a crash from now on is detected.
+    pub fn open(config: LogManagerConfig) -> Result<Arc<LogManager>> {
+        let dir = config.log_dir.clone();
+        std::fs::create_dir_all(&dir).map_err(StorageError::io(&dir))?;
+        let lock_path = dir.join(".lock");
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(StorageError::io(&lock_path))?;
+        if lock.try_lock().is_err() {
+            return Err(StorageError::DirectoryLocked(dir));
+        }
+        let marker = dir.join(CLEAN_SHUTDOWN_MARKER);
+        let had_clean_shutdown = marker.exists();
+        let recovery = OffsetCheckpointFile::new(dir.join(RECOVERY_POINT_CHECKPOINT)).read()?;
+        let starts = OffsetCheckpointFile::new(dir.join(LOG_START_OFFSET_CHECKPOINT)).read()?;
+        let hws = OffsetCheckpointFile::new(dir.join(REPLICATION_OFFSET_CHECKPOINT)).read()?;
+
+        let mut logs = BTreeMap::new();
+        let mut doomed = Vec::new();
+        let entries = std::fs::read_dir(&dir).map_err(StorageError::io(&dir))?;
+        for entry in entries {
+            let entry = entry.map_err(StorageError::io(&dir))?;
+            if !entry.path().is_dir() {
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy().to_string();
+            if name.ends_with("-delete") {
+                doomed.push((0, entry.path()));
+                continue;
+            }
+            if !is_partition_dir_name(&name) {
+                continue;
+            }
+            let Some(tp) = TopicPartition::from_dir_name(&name) else {
+                tracing::warn!(dir = %entry.path().display(), "skipping a directory that is not a partition");
+                continue;
+            };
+            let params = LoadParams {
+                recovery_point: recovery.get(&tp).copied().unwrap_or(0),
+                log_start_offset: starts.get(&tp).copied().unwrap_or(0),
+                high_watermark: hws.get(&tp).copied(),
+                had_clean_shutdown,
+            };
+            let cfg = config
+                .topic_configs
+                .get(&tp.topic)
+                .cloned()
+                .unwrap_or_else(|| config.default_config.clone());
+            let log = Log::open(&entry.path(), tp.clone(), cfg, params)?;
+            logs.insert(tp, Arc::new(Mutex::new(log)));
+        }
+        if had_clean_shutdown {
+            std::fs::remove_file(&marker).map_err(StorageError::io(&marker))?;
+            sync_dir(&dir)?;
+        }
+        tracing::info!(dir = %dir.display(), logs = logs.len(), clean = had_clean_shutdown, "loaded logs");
+        let mgr = Arc::new(LogManager {
+            config,
+            logs: RwLock::new(logs),
+            had_clean_shutdown,
+            doomed_dirs: Mutex::new(doomed),
+            stop: Arc::new((Mutex::new(false), Condvar::new())),
+            background: Mutex::new(None),
+            closed: AtomicBool::new(false),
+            _lock: lock,
+        });
+        // Write the checkpoints at once so that they describe the logs as loaded.
+        mgr.checkpoint_all()?;
+        Ok(mgr)
+    }
+
+    pub fn log_dir(&self) -> &Path {
+        &self.config.log_dir
+    }
+    pub fn had_clean_shutdown(&self) -> bool {
+        self.had_clean_shutdown
+    }
+    pub fn default_config(&self) -> &LogConfig {
+        &self.config.default_config
+    }
+
+    pub fn get_log(&self, tp: &TopicPartition) -> Option<LogRef> {
+        self.logs.read().ok()?.get(tp).cloned()
+    }
+
+    pub fn all_logs(&self) -> Vec<(TopicPartition, LogRef)> {
+        self.logs
+            .read()
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    /// The log for `tp`, created empty (with `partition.metadata`) when it does not exist yet.
+    pub fn get_or_create_log(
+        &self,
+        tp: &TopicPartition,
+        topic_id: Option<KafkaUuid>,
+        config: Option<LogConfig>,
+    ) -> Result<LogRef> {
+        if let Some(l) = self.get_log(tp) {
+            return Ok(l);
+        }
+        let mut logs = self
+            .logs
+            .write()
+            .map_err(|_| poisoned(&self.config.log_dir))?;
+        if let Some(l) = logs.get(tp) {
+            return Ok(l.clone());
+        }
+        let dir = self.config.log_dir.join(tp.dir_name());
+        let cfg = config.unwrap_or_else(|| self.config.default_config.clone());
+        let mut log = Log::open(&dir, tp.clone(), cfg, LoadParams::default())?;
+        if let Some(id) = topic_id {
+            log.set_topic_id(id)?;
+        }
+        sync_dir(&self.config.log_dir)?;
+        let log = Arc::new(Mutex::new(log));
+        logs.insert(tp.clone(), log.clone());
+        Ok(log)
+    }
+
+    /// Removes a partition: its directory is renamed `<topic>-<partition>.<id>-delete` at once
+    /// and removed after `file.delete.delay.ms`.
+    pub fn delete_log(&self, tp: &TopicPartition) -> Result<bool> {
+        let removed = self
+            .logs
+            .write()
+            .map_err(|_| poisoned(&self.config.log_dir))?
+            .remove(tp);
+        let Some(log) = removed else {
+            return Ok(false);
+        };
+        let mut log = log.lock().map_err(|_| poisoned(&self.config.log_dir))?;
+        let from = log.dir().to_path_buf();
+        let delay = log.config().file_delete_delay_ms;
+        log.delete_due_files(i64::MAX)?;
+        let to = self.config.log_dir.join(format!(
+            "{}.{}-delete",
+            tp.dir_name(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::rename(&from, &to).map_err(StorageError::io(&from))?;
+        sync_dir(&self.config.log_dir)?;
+        if let Ok(mut d) = self.doomed_dirs.lock() {
+            d.push((now_ms() + delay, to));
+        }
+        self.delete_due_dirs(now_ms());
+        Ok(true)
+    }
+
+    fn delete_due_dirs(&self, now: i64) {
+        let Ok(mut d) = self.doomed_dirs.lock() else {
+            return;
+        };
+        d.retain(|(due, path)| {
+            if *due > now {
+                return true;
+            }
+            if let Err(e) = std::fs::remove_dir_all(path) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(dir = %path.display(), error = %e, "cannot remove a deleted partition directory");
+                    return true;
+                }
+            }
+            false
+        });
+    }
+
+    fn collect(
+        &self,
+        f: impl Fn(&Log) -> i64,
+        filter: impl Fn(&Log) -> bool,
+    ) -> BTreeMap<TopicPartition, i64> {
+        let mut out = BTreeMap::new();
+        for (tp, log) in self.all_logs() {
+            if let Ok(l) = log.lock() {
+                if filter(&l) {
+                    out.insert(tp, f(&l));
+                }
+            }
+        }
+        out
+    }
+
+    /// Writes `recovery-point-offset-checkpoint`.
+    pub fn checkpoint_recovery_points(&self) -> Result<()> {
+        let m = self.collect(Log::recovery_point, |_| true);
+        OffsetCheckpointFile::new(self.config.log_dir.join(RECOVERY_POINT_CHECKPOINT)).write(&m)
+    }
+
+    /// Writes `log-start-offset-checkpoint` for logs whose start moved past their first segment.
+    pub fn checkpoint_log_start_offsets(&self) -> Result<()> {
+        let m = self.collect(Log::log_start_offset, |l| {
+            l.segments()
+                .next()
+                .is_some_and(|s| l.log_start_offset() > s.base_offset())
+        });
+        OffsetCheckpointFile::new(self.config.log_dir.join(LOG_START_OFFSET_CHECKPOINT)).write(&m)
+    }
+
+    /// Writes `replication-offset-checkpoint` (high watermarks).
+    pub fn checkpoint_high_watermarks(&self) -> Result<()> {
+        let m = self.collect(Log::high_watermark, |_| true);
+        OffsetCheckpointFile::new(self.config.log_dir.join(REPLICATION_OFFSET_CHECKPOINT)).write(&m)
+    }
+
+    pub fn checkpoint_all(&self) -> Result<()> {
+        self.checkpoint_recovery_points()?;
+        self.checkpoint_log_start_offsets()?;
+        self.checkpoint_high_watermarks()
+    }
+
+    /// fsyncs logs whose `flush.ms` is due or that rolled, without holding a log's lock while
+    /// the disk works, then advances their recovery points.
+    pub fn flush_dirty_logs(&self, now: i64) -> Result<()> {
+        for (_, log) in self.all_logs() {
+            let work = {
+                let Ok(mut l) = log.lock() else { continue };
+                let roll = l.take_roll_flush();
+                if l.flush_due(now) {
+                    Some(l.unflushed_handles(l.log_end_offset()))
+                } else {
+                    roll.map(|upto| l.unflushed_handles(upto))
+                }
+            };
+            if let Some((handles, upto)) = work {
+                for h in &handles {
+                    h.sync()?;
+                }
+                if let Ok(mut l) = log.lock() {
+                    l.mark_flushed(upto);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies retention to every log and removes files whose deletion delay has passed.
+    pub fn cleanup_logs(&self, now: i64) -> Result<usize> {
+        let mut deleted = 0;
+        for (_, log) in self.all_logs() {
+            let Ok(mut l) = log.lock() else { continue };
+            deleted += l.delete_old_segments(now)?;
+            l.delete_due_files(now)?;
+        }
+        self.delete_due_dirs(now);
+        if deleted > 0 {
+            self.checkpoint_log_start_offsets()?;
+        }
+        Ok(deleted)
+    }
+
+    /// Starts the background thread: flushes, retention, checkpoints and delayed deletes.
+    pub fn start_background(self: &Arc<Self>) {
+        let me = Arc::downgrade(self);
+        let stop = self.stop.clone();
+        let tick = Duration::from_millis(self.config.tick_ms.max(1));
+        let handle = std::thread::Builder::new()
+            .name("log-manager".into())
+            .spawn(move || {
+                let (mut last_retention, mut last_recovery, mut last_start) =
+                    (now_ms(), now_ms(), now_ms());
+                loop {
+                    {
+                        let (m, cv) = &*stop;
+                        let Ok(guard) = m.lock() else { return };
+                        let Ok((guard, _)) = cv.wait_timeout(guard, tick) else {
+                            return;
+                        };
+                        if *guard {
+                            return;
+                        }
+                    }
+                    let Some(mgr) = me.upgrade() else { return };
+                    let now = now_ms();
+                    if let Err(e) = mgr.flush_dirty_logs(now) {
+                        tracing::error!(error = %e, "log flush failed");
+                    }
+                    let c = &mgr.config;
+                    if now - last_retention >= c.retention_check_interval_ms {
+                        last_retention = now;
+                        if let Err(e) = mgr.cleanup_logs(now) {
+                            tracing::error!(error = %e, "retention failed");
+                        }
+                    } else {
+                        mgr.delete_pending_files(now);
+                    }
+                    if now - last_recovery >= c.recovery_checkpoint_interval_ms {
+                        last_recovery = now;
+                        if let Err(e) = mgr
+                            .checkpoint_recovery_points()
+                            .and_then(|_| mgr.checkpoint_high_watermarks())
+                        {
+                            tracing::error!(error = %e, "recovery point checkpoint failed");
+                        }
+                    }
+                    if now - last_start >= c.start_offset_checkpoint_interval_ms {
+                        last_start = now;
+                        if let Err(e) = mgr.checkpoint_log_start_offsets() {
+                            tracing::error!(error = %e, "log start offset checkpoint failed");
+                        }
+                    }
+                }
+            });
+        match handle {
+            Ok(h) => {
+                if let Ok(mut b) = self.background.lock() {
+                    *b = Some(h);
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "cannot start the log manager thread"),
+        }
+    }
+
+    fn delete_pending_files(&self, now: i64) {
+        for (_, log) in self.all_logs() {
+            if let Ok(mut l) = log.lock() {
+                if l.has_pending_deletes() {
+                    if let Err(e) = l.delete_due_files(now) {
+                        tracing::warn!(error = %e, "cannot remove a deleted segment");
+                    }
+                }
+            }
+        }
+        self.delete_due_dirs(now);
+    }
+
+    /// Clean shutdown: stops background work, flushes and closes every log, writes the
+    /// checkpoints and then the clean-shutdown marker. Safe to call twice.
+    pub fn shutdown(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        {
+            let (m, cv) = &*self.stop;
+            if let Ok(mut g) = m.lock() {
+                *g = true;
+            }
+            cv.notify_all();
+        }
+        if let Some(h) = self.background.lock().ok().and_then(|mut b| b.take()) {
+            let _ = h.join();
+        }
+        for (tp, log) in self.all_logs() {
+            let mut l = log.lock().map_err(|_| poisoned(&self.config.log_dir))?;
+            l.close().inspect_err(|e| {
+                tracing::error!(partition = %tp, error = %e, "closing a log failed");
+            })?;
+        }
+        self.delete_due_dirs(i64::MAX);
+        self.checkpoint_all()?;
+        write_atomic(
+            &self.config.log_dir.join(CLEAN_SHUTDOWN_MARKER),
+            br#"{"version":0,"broker_epoch":-1}"#,
+        )?;
+        tracing::info!(dir = %self.config.log_dir.display(), "log manager shut down cleanly");
+        Ok(())
+    }
+}
+
+impl Drop for LogManager {
+    fn drop(&mut self) {
+        let (m, cv) = &*self.stop;
+        if let Ok(mut g) = m.lock() {
+            *g = true;
+        }
+        cv.notify_all();
+    }
+}
+
+fn poisoned(dir: &Path) -> StorageError {
+    StorageError::Io {
+        path: dir.to_path_buf(),
+        source: std::io::Error::other("a log lock was poisoned by a panic"),
+    }
+}

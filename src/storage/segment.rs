@@ -1,0 +1,556 @@
+//! LogSegment: one `.log` file of record batches with its `.index` and `.timeindex`, named by
+//! its base offset. Owns appends, reads by offset or timestamp, recovery, truncation and rolling tests.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::batch::{self, BatchHeader, BATCH_HEADER_SIZE, LOG_OVERHEAD};
+use super::error::{Result, StorageError};
+use super::index::{OffsetIndex, TimeIndex};
+
+pub const LOG_SUFFIX: &str = ".log";
+pub const INDEX_SUFFIX: &str = ".index";
+pub const TIME_INDEX_SUFFIX: &str = ".timeindex";
+pub const DELETED_SUFFIX: &str = ".deleted";
+
+/// `<20-digit base offset><suffix>`, Kafka's file naming.
+pub fn file_name(base_offset: i64, suffix: &str) -> String {
+    format!("{base_offset:020}{suffix}")
+}
+
+/// Per-segment settings taken from the topic's LogConfig.
+#[derive(Debug, Clone, Copy)]
+pub struct SegmentConfig {
+    pub index_interval_bytes: u64,
+    pub max_index_size: u64,
+}
+
+/// What `should_roll` needs to know about the pending append.
+#[derive(Debug, Clone, Copy)]
+pub struct RollParams {
+    pub max_segment_ms: i64,
+    pub roll_jitter_ms: i64,
+    pub max_segment_bytes: u64,
+    pub max_timestamp_in_messages: i64,
+    pub max_offset_in_messages: i64,
+    pub messages_size: u64,
+    pub now_ms: i64,
+}
+
+/// A record found by timestamp: its timestamp, offset and the batch's leader epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampAndOffset {
+    pub timestamp: i64,
+    pub offset: i64,
+    pub leader_epoch: Option<i32>,
+}
+
+pub struct LogSegment {
+    base_offset: i64,
+    log_path: PathBuf,
+    log: Arc<File>,
+    size: u64,
+    offset_index: OffsetIndex,
+    time_index: TimeIndex,
+    config: SegmentConfig,
+    bytes_since_last_index_entry: u64,
+    max_timestamp_so_far: i64,
+    offset_of_max_timestamp_so_far: i64,
+    rolling_based_timestamp: Option<i64>,
+    created_ms: i64,
+    next_offset: i64,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl LogSegment {
+    /// Creates a fresh segment, replacing stale files of the same name (Kafka does the same on roll).
+    pub fn create(dir: &Path, base_offset: i64, config: SegmentConfig) -> Result<LogSegment> {
+        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            let p = dir.join(file_name(base_offset, suffix));
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StorageError::io(&p)(e)),
+            }
+        }
+        let log_path = dir.join(file_name(base_offset, LOG_SUFFIX));
+        let log = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&log_path)
+            .map_err(StorageError::io(&log_path))?;
+        Self::assemble(dir, base_offset, config, log_path, log)
+    }
+
+    /// Opens an existing segment. Indexes are taken as they are; call `sanity_check` or `recover`.
+    pub fn open(dir: &Path, base_offset: i64, config: SegmentConfig) -> Result<LogSegment> {
+        let log_path = dir.join(file_name(base_offset, LOG_SUFFIX));
+        let log = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&log_path)
+            .map_err(StorageError::io(&log_path))?;
+        let mut seg = Self::assemble(dir, base_offset, config, log_path, log)?;
+        seg.load_tail_state()?;
+        Ok(seg)
+    }
+
+    fn assemble(
+        dir: &Path,
+        base_offset: i64,
+        config: SegmentConfig,
+        log_path: PathBuf,
+        log: File,
+    ) -> Result<LogSegment> {
+        let size = log.metadata().map_err(StorageError::io(&log_path))?.len();
+        let offset_index = OffsetIndex::open(
+            &dir.join(file_name(base_offset, INDEX_SUFFIX)),
+            base_offset,
+            config.max_index_size,
+        )?;
+        let time_index = TimeIndex::open(
+            &dir.join(file_name(base_offset, TIME_INDEX_SUFFIX)),
+            base_offset,
+            config.max_index_size,
+        )?;
+        Ok(LogSegment {
+            base_offset,
+            log_path,
+            log: Arc::new(log),
+            size,
+            offset_index,
+            time_index,
+            config,
+            bytes_since_last_index_entry: 0,
+            max_timestamp_so_far: -1,
+            offset_of_max_timestamp_so_far: base_offset,
+            rolling_based_timestamp: None,
+            created_ms: now_ms(),
+            next_offset: base_offset,
+        })
+    }
+
+    /// Reads the header of the batch at `position`, or `None` at the end or on a torn header.
+    fn header_at(&self, position: u64) -> Result<Option<BatchHeader>> {
+        if position + BATCH_HEADER_SIZE as u64 > self.size {
+            return Ok(None);
+        }
+        let mut buf = [0u8; BATCH_HEADER_SIZE];
+        self.log
+            .read_exact_at(&mut buf, position)
+            .map_err(StorageError::io(&self.log_path))?;
+        let h = BatchHeader::parse(&buf)?;
+        if h.batch_length < (BATCH_HEADER_SIZE - LOG_OVERHEAD) as i32
+            || position + h.size() as u64 > self.size
+        {
+            return Ok(None);
+        }
+        Ok(Some(h))
+    }
+
+    /// Restores next offset and max timestamp from the index tails and the batches after them
+    /// (Kafka's `readNextOffset` and `loadLargestTimestamp`).
+    fn load_tail_state(&mut self) -> Result<()> {
+        let last = self.offset_index.last_entry();
+        let mut pos = last.position as u64;
+        let mut next = self.base_offset;
+        let last_time = self.time_index.last_entry();
+        self.max_timestamp_so_far = last_time.timestamp;
+        self.offset_of_max_timestamp_so_far = last_time.offset;
+        while let Some(h) = self.header_at(pos)? {
+            next = h.next_offset();
+            if h.max_timestamp > self.max_timestamp_so_far {
+                self.max_timestamp_so_far = h.max_timestamp;
+                self.offset_of_max_timestamp_so_far = h.last_offset();
+            }
+            pos += h.size() as u64;
+        }
+        self.next_offset = next;
+        if let Some(h) = self.header_at(0)? {
+            self.rolling_based_timestamp = Some(h.max_timestamp);
+        }
+        Ok(())
+    }
+
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+    /// Offset after the last batch, or the base offset when the segment is empty.
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+    pub fn max_timestamp_so_far(&self) -> i64 {
+        self.max_timestamp_so_far
+    }
+    pub fn offset_index(&self) -> &OffsetIndex {
+        &self.offset_index
+    }
+    pub fn time_index(&self) -> &TimeIndex {
+        &self.time_index
+    }
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    /// Largest timestamp for retention: the max record timestamp, else the file's mtime.
+    pub fn largest_timestamp(&self) -> i64 {
+        if self.max_timestamp_so_far >= 0 {
+            return self.max_timestamp_so_far;
+        }
+        std::fs::metadata(&self.log_path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0)
+    }
+
+    fn can_convert_to_relative_offset(&self, offset: i64) -> bool {
+        let rel = offset - self.base_offset;
+        (0..=i32::MAX as i64).contains(&rel)
+    }
+
+    /// Kafka's `LogSegment.shouldRoll`: full by size, old by time, a full index, or an offset
+    /// that no longer fits a relative u32.
+    pub fn should_roll(&self, p: &RollParams) -> bool {
+        let waited = match self.rolling_based_timestamp {
+            Some(t) if t >= 0 => p.max_timestamp_in_messages - t,
+            _ => p.now_ms - self.created_ms,
+        };
+        let reached_roll_ms = waited > p.max_segment_ms - p.roll_jitter_ms;
+        (self.size > 0
+            && (self.size > p.max_segment_bytes.saturating_sub(p.messages_size) || reached_roll_ms))
+            || self.offset_index.is_full()
+            || self.time_index.is_full()
+            || !self.can_convert_to_relative_offset(p.max_offset_in_messages)
+    }
+
+    fn index_batch(&mut self, h: &BatchHeader, position: u64) -> Result<()> {
+        if h.max_timestamp > self.max_timestamp_so_far {
+            self.max_timestamp_so_far = h.max_timestamp;
+            self.offset_of_max_timestamp_so_far = h.last_offset();
+        }
+        if self.bytes_since_last_index_entry > self.config.index_interval_bytes {
+            self.offset_index.append(h.last_offset(), position as u32)?;
+            self.time_index.maybe_append(
+                self.max_timestamp_so_far,
+                self.offset_of_max_timestamp_so_far,
+                false,
+            )?;
+            self.bytes_since_last_index_entry = 0;
+        }
+        self.bytes_since_last_index_entry += h.size() as u64;
+        self.next_offset = h.next_offset();
+        Ok(())
+    }
+
+    /// Appends batches whose offsets are already assigned. They are written as given.
+    pub fn append(&mut self, batches: &[u8]) -> Result<()> {
+        if batches.is_empty() {
+            return Ok(());
+        }
+        let start = self.size;
+        self.log
+            .write_all_at(batches, start)
+            .map_err(StorageError::io(&self.log_path))?;
+        self.size += batches.len() as u64;
+        let mut pos = 0usize;
+        while pos < batches.len() {
+            let h = BatchHeader::parse(&batches[pos..])?;
+            if self.rolling_based_timestamp.is_none() {
+                self.rolling_based_timestamp = Some(h.max_timestamp);
+            }
+            self.index_batch(&h, start + pos as u64)?;
+            pos += h.size();
+        }
+        Ok(())
+    }
+
+    /// Position and header of the first batch whose last offset is ≥ `offset`.
+    pub fn translate_offset(&self, offset: i64) -> Result<Option<(u64, BatchHeader)>> {
+        let mut pos = self.offset_index.lookup(offset).position as u64;
+        while let Some(h) = self.header_at(pos)? {
+            if h.last_offset() >= offset {
+                return Ok(Some((pos, h)));
+            }
+            pos += h.size() as u64;
+        }
+        Ok(None)
+    }
+
+    /// Whole batches from the one containing `start_offset`: at most `max_bytes` unless the first
+    /// batch alone is larger and `min_one_batch` is set, and only batches ending below `max_offset`.
+    pub fn read(
+        &self,
+        start_offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_batch: bool,
+    ) -> Result<Option<Vec<u8>>> {
+        let Some((start, first)) = self.translate_offset(start_offset)? else {
+            return Ok(None);
+        };
+        if first.last_offset() >= max_offset {
+            return Ok(Some(Vec::new()));
+        }
+        let available = (self.size - start) as usize;
+        let want = if first.size() > max_bytes {
+            if !min_one_batch {
+                return Ok(Some(Vec::new()));
+            }
+            first.size()
+        } else {
+            max_bytes.min(available)
+        };
+        let mut buf = vec![0u8; want];
+        self.log
+            .read_exact_at(&mut buf, start)
+            .map_err(StorageError::io(&self.log_path))?;
+        let mut end = 0usize;
+        while let Some((base, len)) = batch::peek_offset_and_size(&buf[end..]) {
+            let size = LOG_OVERHEAD + len.max(0) as usize;
+            if end + size > buf.len() || len < (BATCH_HEADER_SIZE - LOG_OVERHEAD) as i32 {
+                break;
+            }
+            let h = BatchHeader::parse(&buf[end..])?;
+            if h.last_offset() >= max_offset || base < first.base_offset {
+                break;
+            }
+            end += size;
+        }
+        buf.truncate(end);
+        Ok(Some(buf))
+    }
+
+    /// First record with timestamp ≥ `target` and offset ≥ `starting_offset` in this segment.
+    pub fn find_offset_by_timestamp(
+        &self,
+        target: i64,
+        starting_offset: i64,
+    ) -> Result<Option<TimestampAndOffset>> {
+        let from = self.time_index.lookup(target).offset.max(starting_offset);
+        let mut pos = self.offset_index.lookup(from).position as u64;
+        while let Some(h) = self.header_at(pos)? {
+            if h.max_timestamp >= target && h.last_offset() >= starting_offset {
+                let bytes = self.read_batch(pos, &h)?;
+                for (offset, ts) in batch::record_offsets_and_timestamps(&bytes)? {
+                    if ts >= target && offset >= starting_offset {
+                        return Ok(Some(TimestampAndOffset {
+                            timestamp: ts,
+                            offset,
+                            leader_epoch: (h.partition_leader_epoch >= 0)
+                                .then_some(h.partition_leader_epoch),
+                        }));
+                    }
+                }
+            }
+            pos += h.size() as u64;
+        }
+        Ok(None)
+    }
+
+    /// The record holding this segment's max timestamp (KIP-734's MAX_TIMESTAMP answer).
+    pub fn max_timestamp_record(&self) -> Result<Option<TimestampAndOffset>> {
+        if self.max_timestamp_so_far < 0 {
+            return Ok(None);
+        }
+        let Some((pos, h)) = self.translate_offset(self.offset_of_max_timestamp_so_far)? else {
+            return Ok(None);
+        };
+        let bytes = self.read_batch(pos, &h)?;
+        let found = batch::record_offsets_and_timestamps(&bytes)?
+            .into_iter()
+            .find(|(_, ts)| *ts == h.max_timestamp)
+            .map(|(offset, ts)| TimestampAndOffset {
+                timestamp: ts,
+                offset,
+                leader_epoch: (h.partition_leader_epoch >= 0).then_some(h.partition_leader_epoch),
+            });
+        Ok(found)
+    }
+
+    fn read_batch(&self, pos: u64, h: &BatchHeader) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; h.size()];
+        self.log
+            .read_exact_at(&mut buf, pos)
+            .map_err(StorageError::io(&self.log_path))?;
+        Ok(buf)
+    }
+
+    /// Re-reads every batch, validating it whole, and rebuilds both indexes. Truncates the file
+    /// at the first invalid or torn batch and returns the number of bytes cut.
+    pub fn recover(&mut self) -> Result<u64> {
+        self.offset_index.reset();
+        self.time_index.reset();
+        self.offset_index.resize(self.config.max_index_size)?;
+        self.time_index.resize(self.config.max_index_size)?;
+        self.bytes_since_last_index_entry = 0;
+        self.max_timestamp_so_far = -1;
+        self.offset_of_max_timestamp_so_far = self.base_offset;
+        self.rolling_based_timestamp = None;
+        self.next_offset = self.base_offset;
+        let mut pos = 0u64;
+        let mut buf = Vec::new();
+        let mut expected_min = self.base_offset;
+        while let Some(h) = self.header_at(pos)? {
+            buf.resize(h.size(), 0);
+            self.log
+                .read_exact_at(&mut buf, pos)
+                .map_err(StorageError::io(&self.log_path))?;
+            if let Err(e) = batch::validate_batch(&buf) {
+                tracing::warn!(segment = %self.log_path.display(), position = pos, error = %e,
+                    "found an invalid batch during recovery; truncating here");
+                break;
+            }
+            if h.base_offset < expected_min || !self.can_convert_to_relative_offset(h.last_offset())
+            {
+                tracing::warn!(segment = %self.log_path.display(), position = pos,
+                    base_offset = h.base_offset, "batch offset out of order; truncating here");
+                break;
+            }
+            if self.offset_index.is_full() || self.time_index.is_full() {
+                break;
+            }
+            if self.rolling_based_timestamp.is_none() {
+                self.rolling_based_timestamp = Some(h.max_timestamp);
+            }
+            self.index_batch(&h, pos)?;
+            expected_min = h.next_offset();
+            pos += h.size() as u64;
+        }
+        let truncated = self.size - pos;
+        if truncated > 0 {
+            self.log
+                .set_len(pos)
+                .map_err(StorageError::io(&self.log_path))?;
+            self.size = pos;
+        }
+        Ok(truncated)
+    }
+
+    /// Cuts the segment at the batch containing `offset` and drops index entries from it on.
+    /// Returns the bytes removed.
+    pub fn truncate_to(&mut self, offset: i64) -> Result<u64> {
+        let Some((pos, _)) = self.translate_offset(offset)? else {
+            return Ok(0);
+        };
+        self.offset_index.truncate_to(offset);
+        self.time_index.truncate_to(offset);
+        let removed = self.size - pos;
+        self.log
+            .set_len(pos)
+            .map_err(StorageError::io(&self.log_path))?;
+        self.size = pos;
+        // Recompute the tail state from what is left; the data after the last index entry is small.
+        self.bytes_since_last_index_entry = 0;
+        self.next_offset = self.base_offset;
+        self.rolling_based_timestamp = None;
+        self.load_tail_state()?;
+        if self.size == 0 {
+            self.created_ms = now_ms();
+        }
+        Ok(removed)
+    }
+
+    /// Kafka's checks before trusting indexes after a clean shutdown.
+    pub fn sanity_check(&self) -> Result<()> {
+        self.offset_index.sanity_check(self.size)?;
+        self.time_index.sanity_check(self.next_offset)
+    }
+
+    /// Grows both indexes back to the preallocated size (for the active segment after a load).
+    pub fn resize_indexes(&mut self, size: u64) -> Result<()> {
+        self.offset_index.resize(size)?;
+        self.time_index.resize(size)
+    }
+
+    /// Called when a newer segment takes over: records the final time entry and trims indexes.
+    pub fn on_become_inactive(&mut self) -> Result<()> {
+        if self.max_timestamp_so_far >= 0 {
+            self.time_index.maybe_append(
+                self.max_timestamp_so_far,
+                self.offset_of_max_timestamp_so_far,
+                true,
+            )?;
+        }
+        self.offset_index.trim_to_valid_size()?;
+        self.time_index.trim_to_valid_size()
+    }
+
+    /// Handles to fsync, so that a flush can run without holding the log's lock.
+    pub fn flush_handles(&self) -> FlushHandles {
+        FlushHandles {
+            files: vec![
+                (self.log_path.clone(), self.log.clone()),
+                (
+                    self.offset_index.path().to_path_buf(),
+                    self.offset_index.file_handle(),
+                ),
+                (
+                    self.time_index.path().to_path_buf(),
+                    self.time_index.file_handle(),
+                ),
+            ],
+        }
+    }
+
+    pub fn flush(&self) -> Result<()> {
+        self.offset_index.flush()?;
+        self.time_index.flush()?;
+        self.flush_handles().sync()
+    }
+
+    /// Trims the indexes to their entries, as Kafka does on close, so a reopen sees exact sizes.
+    pub fn close(&mut self) -> Result<()> {
+        self.offset_index.trim_to_valid_size()?;
+        self.time_index.trim_to_valid_size()?;
+        self.flush()
+    }
+
+    /// Renames the segment's files with a `.deleted` suffix and returns the new paths.
+    pub fn rename_to_deleted(&self) -> Result<Vec<PathBuf>> {
+        let mut out = Vec::new();
+        for p in [
+            self.log_path.clone(),
+            self.offset_index.path().to_path_buf(),
+            self.time_index.path().to_path_buf(),
+        ] {
+            let mut name = p.clone().into_os_string();
+            name.push(DELETED_SUFFIX);
+            let to = PathBuf::from(name);
+            match std::fs::rename(&p, &to) {
+                Ok(()) => out.push(to),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StorageError::io(&p)(e)),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Open file handles of one segment, to be fsynced outside the log lock.
+pub struct FlushHandles {
+    files: Vec<(PathBuf, Arc<File>)>,
+}
+
+impl FlushHandles {
+    pub fn sync(&self) -> Result<()> {
+        for (path, f) in &self.files {
+            f.sync_data().map_err(StorageError::io(path))?;
+        }
+        Ok(())
+    }
+}
