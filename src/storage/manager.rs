@@ -450,3 +450,183 @@ fn poisoned(dir: &Path) -> StorageError {
         source: std::io::Error::other("a log lock was poisoned by a panic"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::batch::build_batch;
+
+    fn config(dir: &Path) -> LogManagerConfig {
+        LogManagerConfig::new(
+            dir,
+            LogConfig {
+                segment_bytes: 4096,
+                file_delete_delay_ms: 0,
+                ..LogConfig::default()
+            },
+        )
+    }
+
+    fn append(log: &LogRef, n: usize) {
+        let v = vec![b'x'; 900];
+        for _ in 0..n {
+            let mut b = build_batch(&[(None, Some(v.as_slice()))], 1);
+            log.lock().unwrap().append_as_leader(&mut b, 0).unwrap();
+        }
+    }
+
+    #[test]
+    fn checkpoints_survive_a_clean_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let tp = TopicPartition::new("orders", 2);
+        let id = KafkaUuid::random();
+        {
+            let mgr = LogManager::open(config(dir.path())).unwrap();
+            assert!(!mgr.had_clean_shutdown());
+            let log = mgr.get_or_create_log(&tp, Some(id), None).unwrap();
+            append(&log, 20);
+            {
+                let mut l = log.lock().unwrap();
+                l.update_high_watermark(20);
+                l.delete_records_before(9).unwrap();
+            }
+            mgr.shutdown().unwrap();
+        }
+        let root = |f: &str| std::fs::read_to_string(dir.path().join(f)).unwrap();
+        assert_eq!(root(RECOVERY_POINT_CHECKPOINT), "0\n1\norders 2 20\n");
+        assert_eq!(root(LOG_START_OFFSET_CHECKPOINT), "0\n1\norders 2 9\n");
+        assert_eq!(root(REPLICATION_OFFSET_CHECKPOINT), "0\n1\norders 2 20\n");
+        assert!(dir.path().join(CLEAN_SHUTDOWN_MARKER).exists());
+
+        let mgr = LogManager::open(config(dir.path())).unwrap();
+        assert!(mgr.had_clean_shutdown());
+        assert!(!dir.path().join(CLEAN_SHUTDOWN_MARKER).exists());
+        let log = mgr.get_log(&tp).unwrap();
+        let l = log.lock().unwrap();
+        assert_eq!(l.log_end_offset(), 20);
+        assert_eq!(l.log_start_offset(), 9);
+        assert_eq!(l.high_watermark(), 20);
+        assert_eq!(l.recovery_point(), 20);
+        assert_eq!(l.topic_id(), Some(id));
+    }
+
+    #[test]
+    fn a_second_manager_on_the_same_dir_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let _a = LogManager::open(config(dir.path())).unwrap();
+        let e = LogManager::open(config(dir.path())).err().unwrap();
+        assert!(matches!(e, StorageError::DirectoryLocked(_)), "{e}");
+    }
+
+    #[test]
+    fn leftover_files_of_interrupted_operations_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let tp = TopicPartition::new("t", 0);
+        {
+            let mgr = LogManager::open(config(dir.path())).unwrap();
+            append(&mgr.get_or_create_log(&tp, None, None).unwrap(), 3);
+            mgr.shutdown().unwrap();
+        }
+        let pdir = dir.path().join("t-0");
+        for f in [
+            "00000000000000000000.log.deleted",
+            "00000000000000000000.index.swap",
+            "00000000000000000000.log.cleaned",
+            "00000000000000000099.index",
+        ] {
+            std::fs::write(pdir.join(f), b"junk").unwrap();
+        }
+        std::fs::create_dir(
+            dir.path()
+                .join("t-1.0123456789abcdef0123456789abcdef-delete"),
+        )
+        .unwrap();
+        let mgr = LogManager::open(config(dir.path())).unwrap();
+        let mut names: Vec<String> = std::fs::read_dir(&pdir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            vec![
+                "00000000000000000000.index",
+                "00000000000000000000.log",
+                "00000000000000000000.timeindex",
+                "leader-epoch-checkpoint",
+            ]
+        );
+        assert_eq!(
+            mgr.get_log(&tp).unwrap().lock().unwrap().log_end_offset(),
+            3
+        );
+        mgr.cleanup_logs(now_ms()).unwrap();
+        assert!(!dir
+            .path()
+            .join("t-1.0123456789abcdef0123456789abcdef-delete")
+            .exists());
+    }
+
+    #[test]
+    fn deleting_a_log_renames_then_removes_its_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let mgr = LogManager::open(config(dir.path())).unwrap();
+        let tp = TopicPartition::new("gone", 0);
+        append(
+            &mgr.get_or_create_log(&tp, Some(KafkaUuid::random()), None)
+                .unwrap(),
+            2,
+        );
+        assert!(mgr.delete_log(&tp).unwrap());
+        assert!(!dir.path().join("gone-0").exists());
+        assert!(mgr.get_log(&tp).is_none());
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().is_dir())
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        // Re-creating starts again at offset 0 with a new topic id.
+        let id = KafkaUuid::random();
+        let log = mgr.get_or_create_log(&tp, Some(id), None).unwrap();
+        assert_eq!(log.lock().unwrap().log_end_offset(), 0);
+        assert_eq!(log.lock().unwrap().topic_id(), Some(id));
+    }
+
+    #[test]
+    fn background_thread_applies_flush_ms_and_roll_flushes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = config(dir.path());
+        c.default_config.flush_ms = 0;
+        c.tick_ms = 10;
+        let mgr = LogManager::open(c).unwrap();
+        mgr.start_background();
+        let log = mgr
+            .get_or_create_log(&TopicPartition::new("f", 0), None, None)
+            .unwrap();
+        append(&log, 10);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while log.lock().unwrap().recovery_point() < 10 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "recovery point did not advance"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        mgr.shutdown().unwrap();
+    }
+
+    #[test]
+    fn flush_messages_flushes_on_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = config(dir.path());
+        c.default_config.flush_messages = 3;
+        let mgr = LogManager::open(c).unwrap();
+        let log = mgr
+            .get_or_create_log(&TopicPartition::new("f", 0), None, None)
+            .unwrap();
+        append(&log, 2);
+        assert_eq!(log.lock().unwrap().recovery_point(), 0);
+        append(&log, 1);
+        assert_eq!(log.lock().unwrap().recovery_point(), 3);
+    }
+}

@@ -1,0 +1,146 @@
+//! Seed 002's experiment: with `segment.bytes` = 1 MiB, 4,000 × 1 KiB records make four segments
+//! named by their base offsets, with trimmed indexes on the closed ones and a preallocated
+//! 10 MiB index on the active one. Then Kafka's root files, and `evenkeel dump-log` on the result.
+
+use std::path::Path;
+use std::process::Command;
+
+use evenkeel::config::LogConfig;
+use evenkeel::storage::batch::{build_batch, KeyValue};
+use evenkeel::storage::{KafkaUuid, LogManager, LogManagerConfig, TopicPartition};
+
+fn file_len(p: &Path) -> u64 {
+    std::fs::metadata(p).unwrap().len()
+}
+
+#[test]
+fn four_thousand_1kib_records_with_1mib_segments_make_four_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig {
+        segment_bytes: 1024 * 1024,
+        ..LogConfig::default()
+    };
+    let mgr = LogManager::open(LogManagerConfig::new(dir.path(), cfg)).unwrap();
+    let tp = TopicPartition::new("seg-demo", 0);
+    let log = mgr
+        .get_or_create_log(&tp, Some(KafkaUuid::random()), None)
+        .unwrap();
+    // kafka-producer-perf-test with the default batch.size packs 15 records of 1 KiB per batch.
+    let value = vec![b'r'; 1024];
+    let mut sent = 0;
+    while sent < 4000 {
+        let n = 15.min(4000 - sent);
+        let recs: Vec<KeyValue<'_>> = (0..n).map(|_| (None, Some(value.as_slice()))).collect();
+        let mut b = build_batch(&recs, 1_787_577_612_677 + sent as i64);
+        log.lock().unwrap().append_as_leader(&mut b, 0).unwrap();
+        sent += n;
+    }
+    let pdir = dir.path().join("seg-demo-0");
+    let (bases, last_offsets): (Vec<i64>, Vec<i64>) = {
+        let l = log.lock().unwrap();
+        assert_eq!(l.log_end_offset(), 4000);
+        l.segments()
+            .map(|s| (s.base_offset(), s.next_offset() - 1))
+            .unzip()
+    };
+    assert_eq!(bases.len(), 4, "segments start at {bases:?}");
+    assert_eq!(bases[0], 0);
+    for w in 0..3 {
+        // Each segment starts right after the previous one ends.
+        assert_eq!(bases[w + 1], last_offsets[w] + 1);
+    }
+    for (i, base) in bases.iter().enumerate() {
+        let name = |suffix: &str| pdir.join(format!("{base:020}{suffix}"));
+        let log_len = file_len(&name(".log"));
+        assert!(log_len <= 1024 * 1024, "segment {base} is {log_len} bytes");
+        let index = file_len(&name(".index"));
+        let timeindex = file_len(&name(".timeindex"));
+        if i < 3 {
+            assert!(
+                log_len > 1000 * 1024,
+                "closed segment {base} is only {log_len} bytes"
+            );
+            // Trimmed to their entries: one per ~16 KiB batch after the first.
+            assert!(
+                index > 0 && index < 4096 && index % 8 == 0,
+                "{base}.index is {index}"
+            );
+            assert!(timeindex > 0 && timeindex < 4096 && timeindex % 12 == 0);
+        } else {
+            assert_eq!(index, 10_485_760);
+            assert_eq!(timeindex, 10_485_756);
+        }
+    }
+    assert_eq!(
+        std::fs::read_to_string(pdir.join("leader-epoch-checkpoint")).unwrap(),
+        "0\n1\n0 0\n"
+    );
+    assert_eq!(file_len(&pdir.join("partition.metadata")), 43);
+    mgr.shutdown().unwrap();
+    for f in [
+        "recovery-point-offset-checkpoint",
+        "log-start-offset-checkpoint",
+        "replication-offset-checkpoint",
+        ".kafka_cleanshutdown",
+    ] {
+        assert!(dir.path().join(f).exists(), "{f} missing");
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("recovery-point-offset-checkpoint")).unwrap(),
+        "0\n1\nseg-demo 0 4000\n"
+    );
+
+    // dump-log reads the files through the real binary.
+    let seg2 = pdir.join(format!("{:020}.log", bases[1]));
+    let out = Command::new(env!("CARGO_BIN_EXE_evenkeel"))
+        .args(["dump-log", "--files"])
+        .arg(&seg2)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains(&format!("Log starting offset: {}", bases[1])),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("baseOffset: {} lastOffset:", bases[1])),
+        "{text}"
+    );
+    assert!(text.contains("magic: 2 compresscodec: none"));
+    assert!(!text.contains("isvalid: false"));
+    let idx = pdir.join(format!("{:020}.index", bases[0]));
+    let out = Command::new(env!("CARGO_BIN_EXE_evenkeel"))
+        .args(["dump-log", "--files"])
+        .arg(&idx)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("offset: ")).count() as u64,
+        file_len(&idx) / 8
+    );
+}
+
+#[test]
+fn dump_log_of_a_missing_file_fails_with_one_line() {
+    let out = Command::new(env!("CARGO_BIN_EXE_evenkeel"))
+        .args([
+            "dump-log",
+            "--files",
+            "/nonexistent/00000000000000000000.log",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("/nonexistent/00000000000000000000.log"),
+        "{err}"
+    );
+}
