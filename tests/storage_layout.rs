@@ -62,10 +62,10 @@ fn four_thousand_1kib_records_with_1mib_segments_make_four_segments() {
             );
             // Trimmed to their entries: one per ~16 KiB batch after the first.
             assert!(
-                index > 0 && index < 4096 && index % 8 == 0,
+                index > 0 && index < 4096 && index.is_multiple_of(8),
                 "{base}.index is {index}"
             );
-            assert!(timeindex > 0 && timeindex < 4096 && timeindex % 12 == 0);
+            assert!(timeindex > 0 && timeindex < 4096 && timeindex.is_multiple_of(12));
         } else {
             assert_eq!(index, 10_485_760);
             assert_eq!(timeindex, 10_485_756);
