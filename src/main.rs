@@ -51,6 +51,9 @@ enum PerfCommand {
         record_size: usize,
         #[arg(long, default_value_t = 16384)]
         batch_bytes: usize,
+        /// Runs per measurement; the median is printed with the range.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
     },
 }
 
@@ -96,6 +99,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     mib,
                     record_size,
                     batch_bytes,
+                    runs,
                 },
         } => {
             let opts = evenkeel::perf::storage::StoragePerfOptions {
@@ -105,16 +109,26 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 batch_bytes,
                 fsync_every_bytes: 1024 * 1024,
             };
-            eprintln!("measuring in {} ({mib} MiB per run) ...", dir.display());
-            let figures = evenkeel::perf::storage::run(&opts)?;
+            eprintln!(
+                "measuring in {} ({mib} MiB per run, {runs} runs each, sync before each) ...",
+                dir.display()
+            );
+            let report = evenkeel::perf::storage::run(&opts, runs)?;
             let _ = std::fs::remove_dir(&dir);
-            for f in &figures {
+            println!(
+                "{:<52} {:>12}   {}",
+                "measurement", "median MB/s", "range MB/s"
+            );
+            for r in &report.rows {
                 println!(
-                    "{:<58} {:>10.1} MB/s  ({} bytes in {:.3} s)",
-                    f.name,
-                    f.mb_per_s(),
-                    f.bytes,
-                    f.seconds
+                    "{:<52} {:>12.1}   {:.1} .. {:.1}",
+                    r.name, r.median_mb_s, r.min_mb_s, r.max_mb_s
+                );
+            }
+            if let Some(ratio) = report.fsync_vs_dd_ratio {
+                println!(
+                    "append with fsync every 1 MiB / dd conv=fdatasync, same round (median): {:.0} %",
+                    100.0 * ratio
                 );
             }
             Ok(())

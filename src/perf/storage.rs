@@ -130,39 +130,95 @@ fn dd(dir: &Path, bytes: u64, flag: &str, name: &str) -> Option<Figure> {
     })
 }
 
-/// Runs every measurement and returns the figures in print order.
-pub fn run(opts: &StoragePerfOptions) -> Result<Vec<Figure>, StorageError> {
+/// Writes dirty pages back so that each run starts from the same page-cache state.
+fn settle() {
+    let _ = std::process::Command::new("sync").status();
+}
+
+/// One printed row: the median figure and the range over the runs.
+pub struct Row {
+    pub name: String,
+    pub median_mb_s: f64,
+    pub min_mb_s: f64,
+    pub max_mb_s: f64,
+}
+
+fn row(name: String, figs: &[Figure]) -> Option<Row> {
+    let mut v: Vec<f64> = figs.iter().map(Figure::mb_per_s).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some(Row {
+        name,
+        median_mb_s: v[v.len() / 2],
+        min_mb_s: v[0],
+        max_mb_s: v[v.len() - 1],
+    })
+}
+
+/// What `run` measured: rows in print order, and the median over rounds of
+/// (our append with fsync every 1 MiB) / (dd conv=fdatasync) from the same round.
+pub struct Report {
+    pub rows: Vec<Row>,
+    pub fsync_vs_dd_ratio: Option<f64>,
+}
+
+/// Runs `runs` rounds. Each round measures everything once, back to back, so that the shared
+/// disk's drift affects our figures and dd's alike; ratios are taken within a round.
+pub fn run(opts: &StoragePerfOptions, runs: usize) -> Result<Report, StorageError> {
     std::fs::create_dir_all(&opts.dir).map_err(StorageError::io(&opts.dir))?;
-    let mut out = Vec::new();
-    let (mut fig, log) = append_run(opts, "perf-nofsync", None)?;
-    fig.name = format!(
-        "append {} B records in {} B batches, no fsync",
-        opts.record_size, opts.batch_bytes
-    );
-    out.push(fig);
-    out.push(read_run(&log)?);
-    drop(log);
-    let _ = std::fs::remove_dir_all(opts.dir.join("perf-nofsync-0"));
-    let (mut fig, log) = append_run(opts, "perf-fsync", Some(opts.fsync_every_bytes))?;
-    fig.name = format!("append, fsync every {} B", opts.fsync_every_bytes);
-    out.push(fig);
-    drop(log);
-    let _ = std::fs::remove_dir_all(opts.dir.join("perf-fsync-0"));
-    if let Some(f) = dd(
-        &opts.dir,
-        opts.total_bytes,
-        "conv=fdatasync",
-        "dd bs=1M conv=fdatasync (one sync at the end)",
-    ) {
-        out.push(f);
+    let (mut plain, mut reads, mut synced, mut dd_end, mut dd_each) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut ratios = Vec::new();
+    for _ in 0..runs.max(1) {
+        settle();
+        let (fig, log) = append_run(opts, "perf-nofsync", None)?;
+        plain.push(fig);
+        reads.push(read_run(&log)?);
+        drop(log);
+        let _ = std::fs::remove_dir_all(opts.dir.join("perf-nofsync-0"));
+        settle();
+        let (fig, log) = append_run(opts, "perf-fsync", Some(opts.fsync_every_bytes))?;
+        drop(log);
+        let _ = std::fs::remove_dir_all(opts.dir.join("perf-fsync-0"));
+        let ours = fig.mb_per_s();
+        synced.push(fig);
+        settle();
+        if let Some(f) = dd(&opts.dir, opts.total_bytes, "conv=fdatasync", "") {
+            ratios.push(ours / f.mb_per_s());
+            dd_end.push(f);
+        }
+        settle();
+        if let Some(f) = dd(&opts.dir, opts.total_bytes, "oflag=dsync", "") {
+            dd_each.push(f);
+        }
     }
-    if let Some(f) = dd(
-        &opts.dir,
-        opts.total_bytes,
-        "oflag=dsync",
-        "dd bs=1M oflag=dsync (sync every 1 MiB)",
-    ) {
-        out.push(f);
-    }
-    Ok(out)
+    let rows = [
+        row(
+            format!(
+                "append {} B records in {} B batches, no fsync",
+                opts.record_size, opts.batch_bytes
+            ),
+            &plain,
+        ),
+        row("read (1 MiB fetches, from the page cache)".into(), &reads),
+        row(
+            format!("append, fsync every {} B", opts.fsync_every_bytes),
+            &synced,
+        ),
+        row("dd bs=1M conv=fdatasync".into(), &dd_end),
+        row(
+            "dd bs=1M oflag=dsync (a sync per 1 MiB write)".into(),
+            &dd_each,
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    ratios.sort_by(f64::total_cmp);
+    Ok(Report {
+        rows,
+        fsync_vs_dd_ratio: ratios.get(ratios.len() / 2).copied(),
+    })
 }

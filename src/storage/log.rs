@@ -443,6 +443,10 @@ impl Log {
             return Ok(());
         }
         active.on_become_inactive()?;
+        // The closed segment's indexes were never fsynced while it was active (recovery rebuilds
+        // the active segment). Until the roll flush syncs them, recovery must rebuild it again.
+        let old_base = active.base_offset();
+        self.recovery_point = self.recovery_point.min(old_base);
         let seg = LogSegment::create(&self.dir, new_base, seg_cfg)?;
         self.segments.insert(new_base, seg);
         tracing::debug!(partition = %self.tp, base_offset = new_base, "rolled a new segment");
@@ -697,11 +701,18 @@ impl Log {
             .next_back()
             .map(|(b, _)| *b)
             .unwrap_or(i64::MIN);
+        let active_base = self.active().base_offset();
         let handles = self
             .segments
             .range(first..)
             .filter(|(b, _)| **b < upto || upto == self.log_end_offset)
-            .map(|(_, s)| s.flush_handles())
+            .map(|(b, s)| {
+                if *b == active_base {
+                    s.log_flush_handle()
+                } else {
+                    s.flush_handles()
+                }
+            })
             .collect();
         (handles, upto)
     }
