@@ -115,10 +115,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             );
             let report = evenkeel::perf::storage::run(&opts, runs)?;
             let _ = std::fs::remove_dir(&dir);
-            println!(
-                "{:<52} {:>12}   {}",
-                "measurement", "median MB/s", "range MB/s"
-            );
+            println!("{:<52} {:>12}   range MB/s", "measurement", "median MB/s");
             for r in &report.rows {
                 println!(
                     "{:<52} {:>12.1}   {:.1} .. {:.1}",
