@@ -2,6 +2,7 @@
 //! The library holds every role; `src/main.rs` is only the CLI edge.
 
 pub mod config;
+pub mod controller;
 pub mod perf;
 pub mod storage;
 pub mod tools;

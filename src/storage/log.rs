@@ -76,7 +76,8 @@ pub struct Log {
     roll_flush_upto: Option<i64>,
 }
 
-pub(crate) fn now_ms() -> i64 {
+/// Wall-clock milliseconds since the epoch, as Kafka timestamps count them.
+pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
