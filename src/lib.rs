@@ -1,8 +1,10 @@
 //! evenkeel: Kafka-compatible streaming for Kubernetes.
 //! The library holds every role; `src/main.rs` is only the CLI edge.
 
+pub mod broker;
 pub mod config;
 pub mod controller;
 pub mod perf;
+pub mod protocol;
 pub mod storage;
 pub mod tools;

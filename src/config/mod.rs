@@ -75,6 +75,8 @@ impl Default for LogConfig {
     }
 }
 
+pub mod broker;
+
 /// Topic config keys with the broker key that sets their default (Kafka's `TopicConfigSynonyms`).
 pub const TOPIC_CONFIG_SYNONYMS: &[(&str, &str)] = &[
     ("segment.bytes", "log.segment.bytes"),
@@ -199,6 +201,51 @@ impl LogConfig {
             }
         }
         Ok((c, unknown))
+    }
+}
+
+/// Kafka's `ConfigDef.Type` ids, as DescribeConfigs reports them.
+pub const CONFIG_TYPE_BOOLEAN: i8 = 1;
+pub const CONFIG_TYPE_STRING: i8 = 2;
+pub const CONFIG_TYPE_INT: i8 = 3;
+pub const CONFIG_TYPE_LONG: i8 = 5;
+pub const CONFIG_TYPE_LIST: i8 = 7;
+
+impl LogConfig {
+    /// The value of a topic-level key as Kafka prints it, with its `ConfigDef.Type`.
+    pub fn value_of(&self, key: &str) -> Option<(String, i8)> {
+        let v = match key {
+            "segment.bytes" => (self.segment_bytes.to_string(), CONFIG_TYPE_INT),
+            "segment.ms" => (self.segment_ms.to_string(), CONFIG_TYPE_LONG),
+            "segment.jitter.ms" => (self.segment_jitter_ms.to_string(), CONFIG_TYPE_LONG),
+            "segment.index.bytes" => (self.segment_index_bytes.to_string(), CONFIG_TYPE_INT),
+            "index.interval.bytes" => (self.index_interval_bytes.to_string(), CONFIG_TYPE_INT),
+            "retention.ms" => (self.retention_ms.to_string(), CONFIG_TYPE_LONG),
+            "retention.bytes" => (self.retention_bytes.to_string(), CONFIG_TYPE_LONG),
+            "flush.messages" => (self.flush_messages.to_string(), CONFIG_TYPE_LONG),
+            "flush.ms" => (self.flush_ms.to_string(), CONFIG_TYPE_LONG),
+            "file.delete.delay.ms" => (self.file_delete_delay_ms.to_string(), CONFIG_TYPE_LONG),
+            "message.timestamp.type" => (
+                match self.message_timestamp_type {
+                    TimestampType::CreateTime => "CreateTime".to_string(),
+                    TimestampType::LogAppendTime => "LogAppendTime".to_string(),
+                },
+                CONFIG_TYPE_STRING,
+            ),
+            "max.message.bytes" => (self.max_message_bytes.to_string(), CONFIG_TYPE_INT),
+            "min.insync.replicas" => (self.min_insync_replicas.to_string(), CONFIG_TYPE_INT),
+            "cleanup.policy" => (self.cleanup_policy.clone(), CONFIG_TYPE_LIST),
+            "compression.type" => (self.compression_type.clone(), CONFIG_TYPE_STRING),
+            _ => return None,
+        };
+        Some(v)
+    }
+
+    /// Every topic-level key evenkeel knows, in Kafka's order of listing (alphabetical).
+    pub fn topic_keys() -> Vec<&'static str> {
+        let mut keys: Vec<&str> = TOPIC_CONFIG_SYNONYMS.iter().map(|(t, _)| *t).collect();
+        keys.sort_unstable();
+        keys
     }
 }
 

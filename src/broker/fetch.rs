@@ -1,0 +1,222 @@
+//! Fetch (with `fetch.min.bytes` / `fetch.max.wait.ms` through DelayedFetch, per-partition and
+//! per-response byte limits) and ListOffsets.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_request::FetchTopic;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::{
+    FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::metadata::from_uuid;
+use super::purgatory::DelayedOperation;
+use super::Broker;
+use crate::protocol::errors;
+use crate::storage::log::{
+    EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP,
+};
+use crate::storage::TopicPartition;
+
+/// What one read pass found.
+struct Pass {
+    topics: Vec<FetchableTopicResponse>,
+    bytes: i64,
+    errors: bool,
+    /// High watermark seen per partition, to detect data that arrives before watching begins.
+    seen: Vec<(TopicPartition, i64)>,
+}
+
+fn topic_name(broker: &Broker, t: &FetchTopic) -> String {
+    if t.topic.0.is_empty() {
+        broker
+            .controller
+            .image()
+            .topic_by_id(&from_uuid(&t.topic_id))
+            .map(|t| t.name.clone())
+            .unwrap_or_default()
+    } else {
+        t.topic.0.to_string()
+    }
+}
+
+fn read_pass(broker: &Broker, topics: &[FetchTopic], max_bytes: i64) -> Pass {
+    let mut pass = Pass {
+        topics: Vec::with_capacity(topics.len()),
+        bytes: 0,
+        errors: false,
+        seen: Vec::new(),
+    };
+    for t in topics {
+        let name = topic_name(broker, t);
+        let mut parts = Vec::with_capacity(t.partitions.len());
+        for fp in &t.partitions {
+            let tp = TopicPartition::new(name.clone(), fp.partition);
+            let base = PartitionData::default()
+                .with_partition_index(fp.partition)
+                .with_high_watermark(-1)
+                .with_last_stable_offset(-1)
+                .with_log_start_offset(-1);
+            let Some(p) = broker.replicas.get(&tp) else {
+                pass.errors = true;
+                let code = if name.is_empty() {
+                    errors::UNKNOWN_TOPIC_ID
+                } else {
+                    errors::UNKNOWN_TOPIC_OR_PARTITION
+                };
+                parts.push(base.with_error_code(code).with_records(Some(Bytes::new())));
+                continue;
+            };
+            let budget = (max_bytes - pass.bytes).max(0);
+            let limit = (fp.partition_max_bytes.max(0) as i64).min(budget) as usize;
+            // Like Kafka, the first partition with data may exceed the limits by one batch.
+            let min_one = pass.bytes == 0;
+            match broker.replicas.read(&p, fp.fetch_offset, limit, min_one) {
+                Ok(r) => {
+                    pass.bytes += r.records.len() as i64;
+                    pass.seen.push((tp, r.high_watermark));
+                    parts.push(
+                        base.with_high_watermark(r.high_watermark)
+                            .with_last_stable_offset(r.high_watermark)
+                            .with_log_start_offset(r.log_start_offset)
+                            .with_records(Some(Bytes::from(r.records))),
+                    );
+                }
+                Err(e) => {
+                    pass.errors = true;
+                    let (hw, start) = p
+                        .log
+                        .lock()
+                        .map(|l| (l.high_watermark(), l.log_start_offset()))
+                        .unwrap_or((-1, -1));
+                    parts.push(
+                        base.with_error_code(e.code)
+                            .with_high_watermark(hw)
+                            .with_last_stable_offset(hw)
+                            .with_log_start_offset(start)
+                            .with_records(Some(Bytes::new())),
+                    );
+                }
+            }
+        }
+        pass.topics.push(
+            FetchableTopicResponse::default()
+                .with_topic(TopicName(StrBytes::from_string(name)))
+                .with_topic_id(t.topic_id)
+                .with_partitions(parts),
+        );
+    }
+    pass
+}
+
+/// A fetch either answers at once or parks in the purgatory and answers later.
+pub enum FetchOutcome {
+    Now(FetchResponse),
+    Later(std::pin::Pin<Box<dyn std::future::Future<Output = FetchResponse> + Send>>),
+}
+
+fn response(pass: Pass) -> FetchResponse {
+    FetchResponse::default()
+        .with_session_id(0)
+        .with_responses(pass.topics)
+}
+
+/// Reads once; when fewer than `fetch.min.bytes` are there, parks a DelayedFetch watching every
+/// partition and returns the wait as a future, so the request handler is free at once. The
+/// response is assembled by the woken request itself, never by the appending thread.
+pub fn fetch(broker: &Arc<Broker>, _version: i16, req: FetchRequest) -> FetchOutcome {
+    let max_bytes = if req.max_bytes <= 0 {
+        i64::MAX
+    } else {
+        req.max_bytes as i64
+    };
+    let min_bytes = req.min_bytes.max(0) as i64;
+    let first = read_pass(broker, &req.topics, max_bytes);
+    if first.bytes >= min_bytes || first.errors || req.max_wait_ms <= 0 || req.topics.is_empty() {
+        return FetchOutcome::Now(response(first));
+    }
+    let op = DelayedOperation::fetch(min_bytes, first.bytes);
+    let purg = &broker.replicas.fetch_purgatory;
+    purg.watch(&op, first.seen.iter().map(|(tp, _)| tp.clone()));
+    // Data that arrived between the read and the watch: complete now and read again.
+    for (tp, hw) in &first.seen {
+        if let Some(p) = broker.replicas.get(tp) {
+            if broker.replicas.high_watermark(&p) > *hw {
+                op.force_complete();
+                break;
+            }
+        }
+    }
+    let broker = broker.clone();
+    let wait = Duration::from_millis(req.max_wait_ms as u64);
+    FetchOutcome::Later(Box::pin(async move {
+        op.wait(wait).await;
+        response(read_pass(&broker, &req.topics, max_bytes))
+    }))
+}
+
+pub fn list_offsets(broker: &Arc<Broker>, req: ListOffsetsRequest) -> ListOffsetsResponse {
+    let read_committed = req.isolation_level == 1;
+    let _ = read_committed; // No transactions: the last stable offset is the high watermark.
+    let mut topics = Vec::new();
+    for t in req.topics {
+        let name = t.name.0.to_string();
+        let mut parts = Vec::new();
+        for lp in t.partitions {
+            let tp = TopicPartition::new(name.clone(), lp.partition_index);
+            let base = ListOffsetsPartitionResponse::default()
+                .with_partition_index(lp.partition_index)
+                .with_timestamp(-1)
+                .with_offset(-1)
+                .with_leader_epoch(-1);
+            let Some(p) = broker.replicas.get(&tp) else {
+                parts.push(base.with_error_code(errors::UNKNOWN_TOPIC_OR_PARTITION));
+                continue;
+            };
+            let Ok(l) = p.log.lock() else {
+                parts.push(base.with_error_code(errors::KAFKA_STORAGE_ERROR));
+                continue;
+            };
+            let hw = l.high_watermark();
+            let found = match lp.timestamp {
+                LATEST_TIMESTAMP => Ok(Some(crate::storage::TimestampAndOffset {
+                    timestamp: -1,
+                    offset: hw,
+                    leader_epoch: l.epoch_cache().epoch_for_offset(hw.max(1) - 1),
+                })),
+                EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP | MAX_TIMESTAMP => {
+                    l.fetch_offset_by_timestamp(lp.timestamp)
+                }
+                ts if ts >= 0 => l.fetch_offset_by_timestamp(ts),
+                // Tiered storage (-5) and unknown special values: nothing to report.
+                _ => Ok(None),
+            };
+            drop(l);
+            let special = matches!(
+                lp.timestamp,
+                LATEST_TIMESTAMP | EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP
+            );
+            parts.push(match found {
+                // Only committed records (below the high watermark) are answered.
+                Ok(Some(f)) if special || f.offset < hw => base
+                    .with_timestamp(f.timestamp)
+                    .with_offset(f.offset)
+                    .with_leader_epoch(f.leader_epoch.unwrap_or(-1)),
+                Ok(_) => base,
+                Err(e) => base.with_error_code(e.kafka_error_code()),
+            });
+        }
+        topics.push(
+            ListOffsetsTopicResponse::default()
+                .with_name(TopicName(StrBytes::from_string(name)))
+                .with_partitions(parts),
+        );
+    }
+    ListOffsetsResponse::default().with_topics(topics)
+}

@@ -1,0 +1,293 @@
+//! The broker: listeners, request channel, handlers per API family, ReplicaManager and the
+//! purgatory. It joins storage, protocol and controller; nothing else reaches into it.
+
+pub mod admin;
+pub mod fetch;
+pub mod metadata;
+pub mod produce;
+pub mod purgatory;
+pub mod replica_manager;
+pub mod server;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, RequestHeader};
+use kafka_protocol::protocol::{Encodable, HeaderVersion, StrBytes};
+
+use crate::config::broker::BrokerConfig;
+use crate::controller::Controller;
+use crate::protocol::{self, api_versions, errors, FrameError};
+use crate::storage::{LogManager, LogManagerConfig, MetaProperties, StorageError};
+use replica_manager::ReplicaManager;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("{0}")]
+    Storage(#[from] StorageError),
+    #[error("metadata: {0}")]
+    Controller(#[from] crate::controller::ControllerError),
+    #[error("{0} is not formatted: run `evenkeel format` first (or use `evenkeel dev`)")]
+    NotFormatted(String),
+    #[error("{dir} belongs to node {found}, but node.id is {expected}")]
+    NodeIdMismatch {
+        dir: String,
+        found: i32,
+        expected: i32,
+    },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Where clients are told to connect.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub host: String,
+    pub port: i32,
+}
+
+/// One broker node: the shared state every request handler sees.
+pub struct Broker {
+    pub config: BrokerConfig,
+    pub cluster_id: String,
+    pub logs: Arc<LogManager>,
+    pub controller: Controller,
+    pub replicas: ReplicaManager,
+    endpoint: std::sync::RwLock<Endpoint>,
+}
+
+/// Writes `meta.properties` into an empty log directory (Kafka's `kafka-storage format`).
+pub fn format_log_dir(
+    dir: &std::path::Path,
+    cluster_id: &str,
+    node_id: i32,
+) -> Result<MetaProperties, BrokerError> {
+    std::fs::create_dir_all(dir).map_err(|e| StorageError::Io {
+        path: dir.to_path_buf(),
+        source: e,
+    })?;
+    if let Some(existing) = MetaProperties::read(dir)? {
+        return Ok(existing);
+    }
+    let meta = MetaProperties {
+        cluster_id: cluster_id.to_string(),
+        node_id,
+        directory_id: crate::storage::KafkaUuid::random(),
+    };
+    meta.write(dir)?;
+    Ok(meta)
+}
+
+/// A new random cluster id, as `kafka-storage random-uuid` prints one.
+pub fn random_cluster_id() -> String {
+    crate::storage::KafkaUuid::random().to_string()
+}
+
+impl Broker {
+    /// Loads the log directory and the metadata log, and brings the partitions in line.
+    pub fn open(config: BrokerConfig) -> Result<Arc<Broker>, BrokerError> {
+        let meta = MetaProperties::read(&config.log_dir)?
+            .ok_or_else(|| BrokerError::NotFormatted(config.log_dir.display().to_string()))?;
+        if meta.node_id != config.node_id {
+            return Err(BrokerError::NodeIdMismatch {
+                dir: config.log_dir.display().to_string(),
+                found: meta.node_id,
+                expected: config.node_id,
+            });
+        }
+        let mut lmc = LogManagerConfig::new(&config.log_dir, config.log.clone());
+        lmc.retention_check_interval_ms = config.log_retention_check_interval_ms;
+        lmc.recovery_checkpoint_interval_ms = config.log_flush_offset_checkpoint_interval_ms;
+        lmc.start_offset_checkpoint_interval_ms =
+            config.log_flush_start_offset_checkpoint_interval_ms;
+        let logs = LogManager::open(lmc)?;
+        let controller = Controller::open(&logs, config.node_id)?;
+        let replicas = ReplicaManager::new(config.node_id, logs.clone());
+        replicas.apply_image(&controller.image(), &config.log)?;
+        logs.start_background();
+        let adv = &config.advertised_listeners[0];
+        let endpoint = Endpoint {
+            host: if adv.host.is_empty() {
+                "localhost".into()
+            } else {
+                adv.host.clone()
+            },
+            port: adv.port as i32,
+        };
+        Ok(Arc::new(Broker {
+            cluster_id: meta.cluster_id,
+            config,
+            logs,
+            controller,
+            replicas,
+            endpoint: std::sync::RwLock::new(endpoint),
+        }))
+    }
+
+    pub fn node_id(&self) -> i32 {
+        self.config.node_id
+    }
+
+    pub fn endpoint(&self) -> Endpoint {
+        self.endpoint
+            .read()
+            .map(|e| e.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Sets the advertised port once the listener is bound (for port 0).
+    pub fn set_advertised_port(&self, port: u16) {
+        if let Ok(mut e) = self.endpoint.write() {
+            if e.port == 0 {
+                e.port = port as i32;
+            }
+        }
+    }
+
+    /// Re-applies the metadata image to the hosted partitions after a change.
+    pub fn refresh_partitions(&self) -> Result<(), StorageError> {
+        self.replicas
+            .apply_image(&self.controller.image(), &self.config.log)
+    }
+
+    /// Flushes everything and writes the clean-shutdown marker.
+    pub fn shutdown(&self) -> Result<(), StorageError> {
+        self.logs.shutdown()
+    }
+
+    /// Handles one request frame. `Reply::Now(None)` means no response (acks=0); `Reply::Later`
+    /// is a request parked in the purgatory. An error closes the connection, as Kafka does for
+    /// unknown APIs, unsupported versions and malformed requests.
+    pub fn handle(self: &Arc<Self>, mut frame: Bytes) -> Result<Reply, FrameError> {
+        let raw = protocol::peek_header(&frame)?;
+        let key =
+            ApiKey::try_from(raw.api_key).map_err(|_| FrameError::UnknownApiKey(raw.api_key))?;
+        if key == ApiKey::ApiVersions && !api_versions::is_served(key, raw.api_version) {
+            // A too-new ApiVersions gets a v0 answer with UNSUPPORTED_VERSION and our ranges.
+            let body = api_versions::response(errors::UNSUPPORTED_VERSION);
+            return encode(protocol::encode_response_with_header_version(
+                0,
+                0,
+                raw.correlation_id,
+                &body,
+            ));
+        }
+        if !api_versions::is_served(key, raw.api_version) {
+            return Err(FrameError::UnsupportedVersion {
+                key,
+                version: raw.api_version,
+            });
+        }
+        let (_, header) = protocol::decode_header(&mut frame)?;
+        let v = header.request_api_version;
+        let cid = header.correlation_id;
+        match key {
+            ApiKey::ApiVersions => {
+                let _req: ApiVersionsRequest = protocol::decode_body(&mut frame, v)?;
+                respond(v, cid, &api_versions::response(errors::NONE))
+            }
+            ApiKey::Metadata => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                respond(v, cid, &metadata::metadata(self, v, req))
+            }
+            ApiKey::DescribeCluster => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                respond(v, cid, &metadata::describe_cluster(self, req))
+            }
+            ApiKey::Produce => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                match produce::produce(self, v, req) {
+                    produce::ProduceOutcome::Now(Some(resp)) => respond(v, cid, &resp),
+                    produce::ProduceOutcome::Now(None) => Ok(Reply::Now(None)),
+                    produce::ProduceOutcome::Later(fut) => Ok(Reply::Later(Box::pin(async move {
+                        respond(v, cid, &fut.await)
+                    }))),
+                }
+            }
+            ApiKey::Fetch => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                match fetch::fetch(self, v, req) {
+                    fetch::FetchOutcome::Now(resp) => respond(v, cid, &resp),
+                    fetch::FetchOutcome::Later(fut) => Ok(Reply::Later(Box::pin(async move {
+                        respond(v, cid, &fut.await)
+                    }))),
+                }
+            }
+            ApiKey::ListOffsets => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                respond(v, cid, &fetch::list_offsets(self, req))
+            }
+            ApiKey::CreateTopics => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                respond(v, cid, &admin::create_topics(self, v, req))
+            }
+            ApiKey::DeleteTopics => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                respond(v, cid, &admin::delete_topics(self, req))
+            }
+            ApiKey::CreatePartitions => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                respond(v, cid, &admin::create_partitions(self, req))
+            }
+            ApiKey::DeleteRecords => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                respond(v, cid, &admin::delete_records(self, req))
+            }
+            ApiKey::DescribeConfigs => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                respond(v, cid, &admin::describe_configs(self, v, req))
+            }
+            ApiKey::AlterConfigs => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                respond(v, cid, &admin::alter_configs(self, req))
+            }
+            ApiKey::IncrementalAlterConfigs => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                respond(v, cid, &admin::incremental_alter_configs(self, req))
+            }
+            other => Err(FrameError::UnsupportedVersion {
+                key: other,
+                version: v,
+            }),
+        }
+    }
+}
+
+/// A future answering a parked request.
+pub type ReplyFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Reply, FrameError>> + Send>>;
+
+/// What a request handler produced.
+pub enum Reply {
+    /// The response frame, or nothing (acks=0).
+    Now(Option<Bytes>),
+    /// The request waits in the purgatory; the future yields the response.
+    Later(ReplyFuture),
+}
+
+fn encode(r: anyhow::Result<Bytes>) -> Result<Reply, FrameError> {
+    r.map(|b| Reply::Now(Some(b)))
+        .map_err(|e| FrameError::Malformed(format!("cannot encode the response: {e:#}")))
+}
+
+fn respond<R: Encodable + HeaderVersion>(
+    version: i16,
+    correlation_id: i32,
+    body: &R,
+) -> Result<Reply, FrameError> {
+    encode(protocol::encode_response(version, correlation_id, body))
+}
+
+/// `Some(message)` as the wire's nullable string.
+pub(crate) fn msg(s: impl Into<String>) -> Option<StrBytes> {
+    Some(StrBytes::from_string(s.into()))
+}
+
+/// The request header's client id, for logs.
+pub fn client_id(h: &RequestHeader) -> &str {
+    h.client_id.as_deref().unwrap_or("")
+}

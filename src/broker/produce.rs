@@ -1,0 +1,139 @@
+//! Produce: validation and append per partition, acks 0 / 1 / -1; acks=-1 waits in the
+//! purgatory (DelayedProduce) until the high watermark covers the batch or the timeout passes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+
+use super::purgatory::DelayedOperation;
+use super::{msg, Broker};
+use crate::protocol::errors;
+use crate::storage::TopicPartition;
+
+fn partition_error(index: i32, code: i16, message: Option<String>) -> PartitionProduceResponse {
+    PartitionProduceResponse::default()
+        .with_index(index)
+        .with_error_code(code)
+        .with_base_offset(-1)
+        .with_log_append_time_ms(-1)
+        .with_log_start_offset(-1)
+        .with_error_message(message.and_then(msg))
+}
+
+/// A produce answers at once, not at all (acks=0), or after its DelayedProduce completes.
+pub enum ProduceOutcome {
+    Now(Option<ProduceResponse>),
+    Later(std::pin::Pin<Box<dyn std::future::Future<Output = ProduceResponse> + Send>>),
+}
+
+pub fn produce(broker: &Arc<Broker>, _version: i16, req: ProduceRequest) -> ProduceOutcome {
+    let acks = req.acks;
+    let valid_acks = matches!(acks, -1..=1);
+    let mut responses = Vec::with_capacity(req.topic_data.len());
+    // (topic index, partition index, tp, offset the high watermark must reach)
+    let mut waiting: Vec<(usize, usize, TopicPartition, i64)> = Vec::new();
+    let image = broker.controller.image();
+    for (ti, topic) in req.topic_data.into_iter().enumerate() {
+        let name = if topic.name.0.is_empty() {
+            image
+                .topic_by_id(&super::metadata::from_uuid(&topic.topic_id))
+                .map(|t| t.name.clone())
+                .unwrap_or_default()
+        } else {
+            topic.name.0.to_string()
+        };
+        let mut parts = Vec::with_capacity(topic.partition_data.len());
+        for (pi, pd) in topic.partition_data.into_iter().enumerate() {
+            if !valid_acks {
+                parts.push(partition_error(
+                    pd.index,
+                    errors::INVALID_REQUIRED_ACKS,
+                    None,
+                ));
+                continue;
+            }
+            let tp = TopicPartition::new(name.clone(), pd.index);
+            let Some(partition) = broker.replicas.get(&tp) else {
+                parts.push(partition_error(
+                    pd.index,
+                    errors::UNKNOWN_TOPIC_OR_PARTITION,
+                    None,
+                ));
+                continue;
+            };
+            let Some(records) = pd.records else {
+                parts.push(partition_error(
+                    pd.index,
+                    errors::CORRUPT_MESSAGE,
+                    Some("the request holds no record set".into()),
+                ));
+                continue;
+            };
+            let mut buf = records.to_vec();
+            match broker.replicas.append(&partition, &mut buf) {
+                Ok(info) => {
+                    if acks == -1 {
+                        waiting.push((ti, pi, tp, info.last_offset + 1));
+                    }
+                    parts.push(
+                        PartitionProduceResponse::default()
+                            .with_index(pd.index)
+                            .with_base_offset(info.first_offset)
+                            .with_log_append_time_ms(info.log_append_time)
+                            .with_log_start_offset(info.log_start_offset),
+                    );
+                }
+                Err(e) => {
+                    tracing::debug!(partition = %tp, error = %e.message, "produce refused");
+                    parts.push(partition_error(pd.index, e.code, Some(e.message)));
+                }
+            }
+        }
+        responses.push(
+            TopicProduceResponse::default()
+                .with_name(kafka_protocol::messages::TopicName(
+                    kafka_protocol::protocol::StrBytes::from_string(name),
+                ))
+                .with_topic_id(topic.topic_id)
+                .with_partition_responses(parts),
+        );
+    }
+    if acks == 0 {
+        return ProduceOutcome::Now(None);
+    }
+    if waiting.is_empty() {
+        return ProduceOutcome::Now(Some(ProduceResponse::default().with_responses(responses)));
+    }
+    let op = DelayedOperation::produce(waiting.iter().map(|(_, _, tp, o)| (tp.clone(), *o)));
+    let purg = &broker.replicas.produce_purgatory;
+    purg.watch(&op, waiting.iter().map(|(_, _, tp, _)| tp.clone()));
+    // The high watermark may already be there (always, while the ISR is this node alone).
+    for (_, _, tp, _) in &waiting {
+        if let Some(p) = broker.replicas.get(tp) {
+            purg.on_high_watermark(tp, broker.replicas.high_watermark(&p));
+        }
+    }
+    if op.is_completed() {
+        return ProduceOutcome::Now(Some(ProduceResponse::default().with_responses(responses)));
+    }
+    let broker = broker.clone();
+    let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
+    ProduceOutcome::Later(Box::pin(async move {
+        let mut responses = responses;
+        if !op.wait(timeout).await {
+            for (ti, pi, tp, required) in &waiting {
+                let reached = broker
+                    .replicas
+                    .get(tp)
+                    .map(|p| broker.replicas.high_watermark(&p) >= *required)
+                    .unwrap_or(false);
+                if !reached {
+                    responses[*ti].partition_responses[*pi].error_code = errors::REQUEST_TIMED_OUT;
+                }
+            }
+        }
+        ProduceResponse::default().with_responses(responses)
+    }))
+}

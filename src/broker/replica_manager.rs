@@ -1,0 +1,202 @@
+//! ReplicaManager: the partitions this broker hosts, kept in step with the metadata image;
+//! appends (advancing the high watermark, notifying the purgatory) and reads for fetches.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use super::purgatory::Purgatory;
+use crate::config::LogConfig;
+use crate::controller::image::MetadataImage;
+use crate::controller::is_internal_topic;
+use crate::storage::log::AppendInfo;
+use crate::storage::{KafkaUuid, LogManager, LogRef, StorageError, TopicPartition};
+
+/// One hosted partition.
+pub struct Partition {
+    pub tp: TopicPartition,
+    pub topic_id: KafkaUuid,
+    pub leader_epoch: i32,
+    pub log: LogRef,
+}
+
+/// What a read found: whole batches and the partition's offsets at the time.
+#[derive(Debug, Default)]
+pub struct ReadResult {
+    pub records: Vec<u8>,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+}
+
+/// A failed partition operation: Kafka error code and message.
+#[derive(Debug, Clone)]
+pub struct PartitionError {
+    pub code: i16,
+    pub message: String,
+}
+
+impl From<StorageError> for PartitionError {
+    fn from(e: StorageError) -> Self {
+        PartitionError {
+            code: e.kafka_error_code(),
+            message: e.to_string(),
+        }
+    }
+}
+
+fn lock_err() -> PartitionError {
+    PartitionError {
+        code: crate::protocol::errors::KAFKA_STORAGE_ERROR,
+        message: "partition lock poisoned".into(),
+    }
+}
+
+pub struct ReplicaManager {
+    node_id: i32,
+    logs: Arc<LogManager>,
+    partitions: RwLock<HashMap<TopicPartition, Arc<Partition>>>,
+    pub fetch_purgatory: Purgatory,
+    pub produce_purgatory: Purgatory,
+}
+
+impl ReplicaManager {
+    pub fn new(node_id: i32, logs: Arc<LogManager>) -> Self {
+        ReplicaManager {
+            node_id,
+            logs,
+            partitions: RwLock::new(HashMap::new()),
+            fetch_purgatory: Purgatory::default(),
+            produce_purgatory: Purgatory::default(),
+        }
+    }
+
+    pub fn get(&self, tp: &TopicPartition) -> Option<Arc<Partition>> {
+        self.partitions.read().ok()?.get(tp).cloned()
+    }
+
+    pub fn partitions(&self) -> Vec<Arc<Partition>> {
+        self.partitions
+            .read()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Makes the hosted partitions match `image`: creates logs for new partitions (and for a
+    /// topic re-created under the same name), applies topic configs, deletes removed partitions.
+    pub fn apply_image(
+        &self,
+        image: &MetadataImage,
+        defaults: &LogConfig,
+    ) -> Result<(), StorageError> {
+        let mut wanted: HashMap<TopicPartition, (KafkaUuid, i32, LogConfig)> = HashMap::new();
+        for t in image.topics() {
+            if is_internal_topic(&t.name) {
+                continue;
+            }
+            let overrides = image.topic_configs(&t.name);
+            let cfg = defaults
+                .with_overrides(overrides.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                .map(|(c, _)| c)
+                .unwrap_or_else(|_| defaults.clone());
+            for (p, img) in &t.partitions {
+                if img.replicas.contains(&self.node_id) {
+                    wanted.insert(
+                        TopicPartition::new(&t.name, *p),
+                        (t.id, img.leader_epoch, cfg.clone()),
+                    );
+                }
+            }
+        }
+        let mut parts = self
+            .partitions
+            .write()
+            .map_err(|_| StorageError::DirectoryLocked(self.logs.log_dir().to_path_buf()))?;
+        // Removed partitions, and logs on disk that the image no longer names.
+        let stale: Vec<TopicPartition> = self
+            .logs
+            .all_logs()
+            .into_iter()
+            .map(|(tp, _)| tp)
+            .filter(|tp| !is_internal_topic(&tp.topic) && !wanted.contains_key(tp))
+            .collect();
+        for tp in stale {
+            parts.remove(&tp);
+            self.logs.delete_log(&tp)?;
+        }
+        for (tp, (id, epoch, cfg)) in wanted {
+            if let Some(existing) = self.logs.get_log(&tp) {
+                let same_topic = existing
+                    .lock()
+                    .map(|l| l.topic_id().is_none_or(|old| old == id))
+                    .unwrap_or(false);
+                if !same_topic {
+                    parts.remove(&tp);
+                    self.logs.delete_log(&tp)?;
+                }
+            }
+            let log = self
+                .logs
+                .get_or_create_log(&tp, Some(id), Some(cfg.clone()))?;
+            {
+                let mut l = log.lock().map_err(|_| {
+                    StorageError::DirectoryLocked(self.logs.log_dir().to_path_buf())
+                })?;
+                l.update_config(cfg);
+                l.set_topic_id(id)?;
+                if l.epoch_cache().latest_epoch().is_none_or(|e| e < epoch) {
+                    let leo = l.log_end_offset();
+                    l.epoch_cache_mut().assign(epoch, leo)?;
+                }
+                // A single node is the whole ISR: everything it has is committed.
+                let leo = l.log_end_offset();
+                l.update_high_watermark(leo);
+            }
+            parts.insert(
+                tp.clone(),
+                Arc::new(Partition {
+                    tp,
+                    topic_id: id,
+                    leader_epoch: epoch,
+                    log,
+                }),
+            );
+        }
+        Ok(())
+    }
+
+    /// Appends client batches as leader; the high watermark follows (the ISR is this node).
+    pub fn append(&self, p: &Partition, records: &mut [u8]) -> Result<AppendInfo, PartitionError> {
+        let (info, hw) = {
+            let mut l = p.log.lock().map_err(|_| lock_err())?;
+            let info = l.append_as_leader(records, p.leader_epoch)?;
+            let hw = l.update_high_watermark(info.last_offset + 1);
+            (info, hw)
+        };
+        self.fetch_purgatory.on_bytes(&p.tp, records.len() as i64);
+        self.produce_purgatory.on_high_watermark(&p.tp, hw);
+        Ok(info)
+    }
+
+    /// Reads whole batches from `offset`, up to the high watermark for consumers.
+    pub fn read(
+        &self,
+        p: &Partition,
+        offset: i64,
+        max_bytes: usize,
+        min_one_batch: bool,
+    ) -> Result<ReadResult, PartitionError> {
+        let l = p.log.lock().map_err(|_| lock_err())?;
+        let hw = l.high_watermark();
+        let records = l.read(offset, max_bytes, Some(hw), min_one_batch)?;
+        Ok(ReadResult {
+            records,
+            high_watermark: hw,
+            log_start_offset: l.log_start_offset(),
+            log_end_offset: l.log_end_offset(),
+        })
+    }
+
+    pub fn high_watermark(&self, p: &Partition) -> i64 {
+        p.log.lock().map(|l| l.high_watermark()).unwrap_or(-1)
+    }
+}

@@ -1,0 +1,266 @@
+//! Broker configuration (`server.properties` + `--override k=v`) with Kafka's names and defaults.
+//! Unknown keys are reported for a warning; a bad value is an error naming its key.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use super::{ConfigError, LogConfig};
+
+/// One `NAME://host:port` listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listener {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub node_id: i32,
+    pub listeners: Vec<Listener>,
+    pub advertised_listeners: Vec<Listener>,
+    pub log_dir: PathBuf,
+    pub num_io_threads: usize,
+    pub queued_max_requests: usize,
+    pub socket_request_max_bytes: usize,
+    pub auto_create_topics_enable: bool,
+    pub num_partitions: i32,
+    pub default_replication_factor: i16,
+    pub log_retention_check_interval_ms: i64,
+    pub log_flush_offset_checkpoint_interval_ms: i64,
+    pub log_flush_start_offset_checkpoint_interval_ms: i64,
+    /// Where `/metrics`, `/healthz` and `/readyz` listen (`evenkeel.metrics.address`).
+    pub metrics_address: SocketAddr,
+    pub log: LogConfig,
+    /// The properties as given, for DescribeConfigs.
+    pub raw: BTreeMap<String, String>,
+}
+
+/// Keys this broker reads, plus Kafka keys that are accepted without effect on a single node.
+const KNOWN: &[&str] = &[
+    "node.id",
+    "broker.id",
+    "listeners",
+    "advertised.listeners",
+    "log.dirs",
+    "log.dir",
+    "num.io.threads",
+    "queued.max.requests",
+    "socket.request.max.bytes",
+    "auto.create.topics.enable",
+    "num.partitions",
+    "default.replication.factor",
+    "log.retention.check.interval.ms",
+    "log.flush.offset.checkpoint.interval.ms",
+    "log.flush.start.offset.checkpoint.interval.ms",
+    "evenkeel.metrics.address",
+    "log.roll.hours",
+    "log.retention.hours",
+    "log.retention.minutes",
+    "log.roll.jitter.hours",
+    // Accepted for compatibility with Kafka's sample server.properties.
+    "process.roles",
+    "controller.quorum.voters",
+    "controller.quorum.bootstrap.servers",
+    "controller.listener.names",
+    "listener.security.protocol.map",
+    "inter.broker.listener.name",
+    "num.network.threads",
+    "num.recovery.threads.per.data.dir",
+    "socket.send.buffer.bytes",
+    "socket.receive.buffer.bytes",
+    "offsets.topic.replication.factor",
+    "share.coordinator.state.topic.replication.factor",
+    "share.coordinator.state.topic.min.isr",
+    "transaction.state.log.replication.factor",
+    "transaction.state.log.min.isr",
+    "group.initial.rebalance.delay.ms",
+];
+
+fn bad(key: &str, value: &str, reason: &str) -> ConfigError {
+    ConfigError::InvalidValue {
+        key: key.into(),
+        value: value.into(),
+        reason: reason.into(),
+    }
+}
+
+fn parse<T: std::str::FromStr>(
+    props: &BTreeMap<String, String>,
+    key: &str,
+    default: T,
+) -> Result<T, ConfigError> {
+    match props.get(key) {
+        None => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| bad(key, v, "not a valid value")),
+    }
+}
+
+/// Parses `PLAINTEXT://host:port,NAME://:port`.
+pub fn parse_listeners(key: &str, value: &str) -> Result<Vec<Listener>, ConfigError> {
+    let mut out = Vec::new();
+    for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, rest) = item
+            .split_once("://")
+            .ok_or_else(|| bad(key, value, "expected NAME://host:port"))?;
+        let (host, port) = rest
+            .rsplit_once(':')
+            .ok_or_else(|| bad(key, value, "expected NAME://host:port"))?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| bad(key, value, "port is not a number from 0 to 65535"))?;
+        out.push(Listener {
+            name: name.to_string(),
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string(),
+            port,
+        });
+    }
+    if out.is_empty() {
+        return Err(bad(key, value, "no listener given"));
+    }
+    Ok(out)
+}
+
+impl BrokerConfig {
+    /// Builds the config; returns it with the keys that are not known, for a warning.
+    pub fn from_props(
+        props: &BTreeMap<String, String>,
+    ) -> Result<(BrokerConfig, Vec<String>), ConfigError> {
+        let log = LogConfig::from_broker_props(props)?;
+        let topic_synonyms: Vec<&str> = super::TOPIC_CONFIG_SYNONYMS
+            .iter()
+            .map(|(_, b)| *b)
+            .collect();
+        let unknown = props
+            .keys()
+            .filter(|k| !KNOWN.contains(&k.as_str()) && !topic_synonyms.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        let node_id = match props.get("node.id").or_else(|| props.get("broker.id")) {
+            Some(v) => v
+                .trim()
+                .parse::<i32>()
+                .ok()
+                .filter(|n| *n >= 0)
+                .ok_or_else(|| bad("node.id", v, "must be a non-negative integer"))?,
+            None => {
+                return Err(ConfigError::InvalidValue {
+                    key: "node.id".into(),
+                    value: String::new(),
+                    reason: "is required".into(),
+                })
+            }
+        };
+        let listeners = parse_listeners(
+            "listeners",
+            props
+                .get("listeners")
+                .map(String::as_str)
+                .unwrap_or("PLAINTEXT://:9092"),
+        )?;
+        let advertised_listeners = match props.get("advertised.listeners") {
+            Some(v) => parse_listeners("advertised.listeners", v)?,
+            None => listeners.clone(),
+        };
+        let log_dir = props
+            .get("log.dirs")
+            .or_else(|| props.get("log.dir"))
+            .map(|v| v.split(',').next().unwrap_or("").trim().to_string())
+            .unwrap_or_else(|| "/tmp/kraft-combined-logs".into());
+        if log_dir.is_empty() {
+            return Err(bad("log.dirs", "", "must name a directory"));
+        }
+        let metrics = props
+            .get("evenkeel.metrics.address")
+            .map(String::as_str)
+            .unwrap_or("0.0.0.0:9404");
+        let metrics_address = metrics
+            .parse()
+            .map_err(|_| bad("evenkeel.metrics.address", metrics, "expected host:port"))?;
+        let c = BrokerConfig {
+            node_id,
+            listeners,
+            advertised_listeners,
+            log_dir: PathBuf::from(log_dir),
+            num_io_threads: parse(props, "num.io.threads", 8usize)?.max(1),
+            queued_max_requests: parse(props, "queued.max.requests", 500usize)?.max(1),
+            socket_request_max_bytes: parse(props, "socket.request.max.bytes", 104_857_600usize)?,
+            auto_create_topics_enable: parse(props, "auto.create.topics.enable", true)?,
+            num_partitions: parse(props, "num.partitions", 1i32)?,
+            default_replication_factor: parse(props, "default.replication.factor", 1i16)?,
+            log_retention_check_interval_ms: parse(
+                props,
+                "log.retention.check.interval.ms",
+                300_000i64,
+            )?,
+            log_flush_offset_checkpoint_interval_ms: parse(
+                props,
+                "log.flush.offset.checkpoint.interval.ms",
+                60_000i64,
+            )?,
+            log_flush_start_offset_checkpoint_interval_ms: parse(
+                props,
+                "log.flush.start.offset.checkpoint.interval.ms",
+                60_000i64,
+            )?,
+            metrics_address,
+            log,
+            raw: props.clone(),
+        };
+        if c.num_partitions < 1 {
+            return Err(bad(
+                "num.partitions",
+                &c.num_partitions.to_string(),
+                "must be at least 1",
+            ));
+        }
+        Ok((c, unknown))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_properties;
+
+    #[test]
+    fn a_kafka_sample_server_properties_parses() {
+        let p = parse_properties(
+            "process.roles=broker,controller\nnode.id=1\nlisteners=PLAINTEXT://:9092,CONTROLLER://:9093\n\
+             advertised.listeners=PLAINTEXT://localhost:9092\nlog.dirs=/tmp/kraft-combined-logs\n\
+             num.partitions=3\nlog.segment.bytes=1073741824\nsomething.else=1\n",
+        );
+        let (c, unknown) = BrokerConfig::from_props(&p).unwrap();
+        assert_eq!(c.node_id, 1);
+        assert_eq!(c.listeners.len(), 2);
+        assert_eq!(c.advertised_listeners[0].host, "localhost");
+        assert_eq!(c.num_partitions, 3);
+        assert_eq!(c.queued_max_requests, 500);
+        assert_eq!(c.socket_request_max_bytes, 104_857_600);
+        assert_eq!(unknown, vec!["something.else".to_string()]);
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let p = parse_properties("node.id=1\nnum.io.threads=many\n");
+        let e = BrokerConfig::from_props(&p).unwrap_err().to_string();
+        assert!(e.contains("num.io.threads"), "{e}");
+        let p = parse_properties("listeners=PLAINTEXT://:99999\nnode.id=1\n");
+        assert!(BrokerConfig::from_props(&p)
+            .unwrap_err()
+            .to_string()
+            .contains("listeners"));
+        let p = parse_properties("listeners=PLAINTEXT://:9092\n");
+        assert!(BrokerConfig::from_props(&p)
+            .unwrap_err()
+            .to_string()
+            .contains("node.id"));
+    }
+}
