@@ -3,6 +3,7 @@
 
 pub mod api_versions;
 pub mod errors;
+pub mod murmur2;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};

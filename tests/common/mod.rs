@@ -105,3 +105,74 @@ impl Drop for BrokerProcess {
         self.kill();
     }
 }
+
+/// A bare Kafka protocol connection for requests no client library sends.
+pub mod raw {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Duration;
+
+    use bytes::{Bytes, BytesMut};
+    use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+    use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+    pub fn connect(bootstrap: &str) -> TcpStream {
+        let s = TcpStream::connect(bootstrap).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    }
+
+    /// Writes one request frame.
+    pub fn send<R: Encodable>(
+        s: &mut TcpStream,
+        key: ApiKey,
+        version: i16,
+        correlation_id: i32,
+        body: &R,
+    ) {
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("raw-test")));
+        let hv = key.request_header_version(version);
+        let mut buf = BytesMut::new();
+        header.encode(&mut buf, hv).unwrap();
+        body.encode(&mut buf, version).unwrap();
+        let mut frame = (buf.len() as i32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&buf);
+        s.write_all(&frame).unwrap();
+    }
+
+    /// Reads one response frame; `None` when the broker closed the connection.
+    pub fn read_frame(s: &mut TcpStream) -> Option<Bytes> {
+        let mut size = [0u8; 4];
+        if s.read_exact(&mut size).is_err() {
+            return None;
+        }
+        let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
+        s.read_exact(&mut frame).ok()?;
+        Some(Bytes::from(frame))
+    }
+
+    /// Sends a request and decodes the response body.
+    pub fn call<Req: Encodable, Resp: Decodable>(
+        s: &mut TcpStream,
+        key: ApiKey,
+        version: i16,
+        body: &Req,
+    ) -> Resp {
+        send(s, key, version, 7, body);
+        let mut frame = read_frame(s).expect("a response");
+        let header =
+            ResponseHeader::decode(&mut frame, key.response_header_version(version)).unwrap();
+        assert_eq!(header.correlation_id, 7);
+        Resp::decode(&mut frame, version).unwrap()
+    }
+
+    /// True when the broker has closed the connection.
+    pub fn is_closed(s: &mut TcpStream) -> bool {
+        let mut b = [0u8; 1];
+        matches!(s.read(&mut b), Ok(0) | Err(_))
+    }
+}
