@@ -67,7 +67,7 @@ mod tests {
             murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8"),
             -58897971
         );
-        assert_eq!(murmur2(&[b'a', b'b', b'c']), 479470107);
+        assert_eq!(murmur2(&[0x61u8, 0x62, 0x63]), 479470107);
     }
 
     #[test]
