@@ -5,6 +5,7 @@ pub mod admin;
 pub mod fetch;
 pub mod metadata;
 pub mod produce;
+pub mod producer_state;
 pub mod purgatory;
 pub mod replica_manager;
 pub mod server;
@@ -58,6 +59,8 @@ pub struct Broker {
     pub controller: Controller,
     pub replicas: ReplicaManager,
     endpoint: std::sync::RwLock<Endpoint>,
+    /// Producer ids this broker may hand out (a block reserved in the metadata log).
+    producer_ids: std::sync::Mutex<std::ops::Range<i64>>,
 }
 
 /// Writes `meta.properties` into an empty log directory (Kafka's `kafka-storage format`).
@@ -125,6 +128,7 @@ impl Broker {
             controller,
             replicas,
             endpoint: std::sync::RwLock::new(endpoint),
+            producer_ids: std::sync::Mutex::new(0..0),
         }))
     }
 
@@ -148,6 +152,17 @@ impl Broker {
         }
     }
 
+    /// The next producer id, reserving a new block of 1,000 in the metadata log when needed.
+    pub fn next_producer_id(&self) -> Result<i64, crate::controller::ControllerError> {
+        let mut ids = self.producer_ids.lock().unwrap_or_else(|p| p.into_inner());
+        if ids.is_empty() {
+            *ids = self.controller.allocate_producer_ids(1000)?;
+        }
+        let id = ids.start;
+        ids.start += 1;
+        Ok(id)
+    }
+
     /// Re-applies the metadata image to the hosted partitions after a change.
     pub fn refresh_partitions(&self) -> Result<(), StorageError> {
         self.replicas
@@ -156,6 +171,7 @@ impl Broker {
 
     /// Flushes everything and writes the clean-shutdown marker.
     pub fn shutdown(&self) -> Result<(), StorageError> {
+        self.replicas.snapshot_producer_state();
         self.logs.shutdown()
     }
 
@@ -232,6 +248,10 @@ impl Broker {
             ApiKey::CreatePartitions => {
                 let req = protocol::decode_body(&mut frame, v)?;
                 respond(v, cid, &admin::create_partitions(self, req))
+            }
+            ApiKey::InitProducerId => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                respond(v, cid, &produce::init_producer_id(self, req))
             }
             ApiKey::DeleteRecords => {
                 let req = protocol::decode_body(&mut frame, v)?;

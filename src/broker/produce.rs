@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
-use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::messages::{
+    InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
+};
 
 use super::purgatory::DelayedOperation;
 use super::{msg, Broker};
@@ -136,4 +138,34 @@ pub fn produce(broker: &Arc<Broker>, _version: i16, req: ProduceRequest) -> Prod
         }
         ProduceResponse::default().with_responses(responses)
     }))
+}
+
+/// InitProducerId for idempotent producers: a fresh id at epoch 0, or (v3+, KIP-360) the same
+/// id with its epoch bumped when the producer presents the id and epoch it had. Transactional
+/// ids are refused until transactions are implemented.
+pub fn init_producer_id(
+    broker: &Arc<Broker>,
+    req: InitProducerIdRequest,
+) -> InitProducerIdResponse {
+    let resp = InitProducerIdResponse::default()
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    if req.transactional_id.is_some() {
+        return resp.with_error_code(errors::INVALID_REQUEST);
+    }
+    if req.producer_id.0 >= 0 && req.producer_epoch >= 0 {
+        if req.producer_epoch < i16::MAX - 1 {
+            return resp
+                .with_producer_id(req.producer_id)
+                .with_producer_epoch(req.producer_epoch + 1);
+        }
+        // Epoch exhausted: a new id, as Kafka does.
+    }
+    match broker.next_producer_id() {
+        Ok(id) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(0),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot allocate producer ids");
+            resp.with_error_code(errors::KAFKA_STORAGE_ERROR)
+        }
+    }
 }

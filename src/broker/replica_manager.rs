@@ -2,12 +2,14 @@
 //! appends (advancing the high watermark, notifying the purgatory) and reads for fetches.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
+use super::producer_state::{ProducerStateManager, SequenceCheck};
 use super::purgatory::Purgatory;
 use crate::config::LogConfig;
 use crate::controller::image::MetadataImage;
 use crate::controller::is_internal_topic;
+use crate::storage::batch::{self, BatchHeader, LOG_OVERHEAD};
 use crate::storage::log::AppendInfo;
 use crate::storage::{KafkaUuid, LogManager, LogRef, StorageError, TopicPartition};
 
@@ -17,6 +19,8 @@ pub struct Partition {
     pub topic_id: KafkaUuid,
     pub leader_epoch: i32,
     pub log: LogRef,
+    /// Idempotent-producer state; always locked after `log`.
+    pub producers: Mutex<ProducerStateManager>,
 }
 
 /// What a read found: whole batches and the partition's offsets at the time.
@@ -151,6 +155,15 @@ impl ReplicaManager {
                 let leo = l.log_end_offset();
                 l.update_high_watermark(leo);
             }
+            if parts.contains_key(&tp) {
+                continue;
+            }
+            let producers = {
+                let l = log.lock().map_err(|_| {
+                    StorageError::DirectoryLocked(self.logs.log_dir().to_path_buf())
+                })?;
+                ProducerStateManager::load(&l)?
+            };
             parts.insert(
                 tp.clone(),
                 Arc::new(Partition {
@@ -158,6 +171,7 @@ impl ReplicaManager {
                     topic_id: id,
                     leader_epoch: epoch,
                     log,
+                    producers: Mutex::new(producers),
                 }),
             );
         }
@@ -165,10 +179,45 @@ impl ReplicaManager {
     }
 
     /// Appends client batches as leader; the high watermark follows (the ISR is this node).
+    /// Idempotent batches are checked first: a duplicate is answered with the offsets it
+    /// already has and nothing is written; a sequence gap or stale epoch is refused.
     pub fn append(&self, p: &Partition, records: &mut [u8]) -> Result<AppendInfo, PartitionError> {
         let (info, hw) = {
             let mut l = p.log.lock().map_err(|_| lock_err())?;
+            let mut psm = p.producers.lock().map_err(|_| lock_err())?;
+            for h in headers(records) {
+                match psm.check(&h) {
+                    Ok(SequenceCheck::Append) => {}
+                    Ok(SequenceCheck::Duplicate(m)) => {
+                        return Ok(AppendInfo {
+                            first_offset: m.first_offset,
+                            last_offset: m.last_offset,
+                            max_timestamp: m.timestamp,
+                            log_append_time: -1,
+                            num_messages: 0,
+                            valid_bytes: 0,
+                            log_start_offset: l.log_start_offset(),
+                        });
+                    }
+                    Err(e) => {
+                        return Err(PartitionError {
+                            code: e.code,
+                            message: e.message,
+                        })
+                    }
+                }
+            }
+            let active_before = l.segments().last().map(|s| s.base_offset());
             let info = l.append_as_leader(records, p.leader_epoch)?;
+            if l.segments().last().map(|s| s.base_offset()) != active_before {
+                // A roll: snapshot the producer state as of the new segment's base, as Kafka does.
+                if let Err(e) = psm.take_snapshot(info.first_offset) {
+                    tracing::warn!(partition = %p.tp, error = %e, "cannot write a producer snapshot");
+                }
+            }
+            for h in headers(records) {
+                psm.record(&h);
+            }
             let hw = l.update_high_watermark(info.last_offset + 1);
             (info, hw)
         };
@@ -196,7 +245,41 @@ impl ReplicaManager {
         })
     }
 
+    /// Writes a producer snapshot at each partition's log end (clean shutdown).
+    pub fn snapshot_producer_state(&self) {
+        for p in self.partitions() {
+            let (Ok(l), Ok(psm)) = (p.log.lock(), p.producers.lock()) else {
+                continue;
+            };
+            if let Err(e) = psm
+                .take_snapshot(l.log_end_offset())
+                .and_then(|_| psm.delete_snapshots_before(l.log_start_offset()))
+            {
+                tracing::warn!(partition = %p.tp, error = %e, "cannot write a producer snapshot");
+            }
+        }
+    }
+
     pub fn high_watermark(&self, p: &Partition) -> i64 {
         p.log.lock().map(|l| l.high_watermark()).unwrap_or(-1)
     }
+}
+
+/// Headers of the batches in a produce request's records, without validation (the append
+/// validates); stops at the first batch that does not fit.
+fn headers(records: &[u8]) -> Vec<BatchHeader> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while let Some((_, len)) = batch::peek_offset_and_size(&records[pos..]) {
+        let size = LOG_OVERHEAD as i64 + len as i64;
+        if len < 0 || pos as i64 + size > records.len() as i64 {
+            break;
+        }
+        match BatchHeader::parse(&records[pos..]) {
+            Ok(h) => out.push(h),
+            Err(_) => break,
+        }
+        pos += size as usize;
+    }
+    out
 }

@@ -30,6 +30,8 @@ pub struct MetadataImage {
     broker_configs: BTreeMap<String, String>,
     /// Offset of the last record applied, or -1.
     pub last_offset: i64,
+    /// The first producer id not yet handed out.
+    pub next_producer_id: i64,
 }
 
 impl MetadataImage {
@@ -107,6 +109,11 @@ impl MetadataImage {
                         map.remove(name);
                     }
                 }
+            }
+            MetadataRecord::ProducerIds {
+                next_producer_id, ..
+            } => {
+                self.next_producer_id = self.next_producer_id.max(*next_producer_id);
             }
             MetadataRecord::RemoveTopic { topic_id } => {
                 if let Some(name) = self.names_by_id.remove(topic_id) {

@@ -401,6 +401,24 @@ impl Controller {
     }
 }
 
+impl Controller {
+    /// Hands out a block of `count` producer ids, recorded in the metadata log so that no id
+    /// is ever given twice, across restarts too (Kafka's ProducerIdsRecord, blocks of 1000).
+    pub fn allocate_producer_ids(
+        &self,
+        count: i64,
+    ) -> Result<std::ops::Range<i64>, ControllerError> {
+        let _w = self.lock_writes();
+        let start = self.image().next_producer_id;
+        self.commit(vec![MetadataRecord::ProducerIds {
+            broker_id: self.node_id,
+            broker_epoch: 0,
+            next_producer_id: start + count,
+        }])?;
+        Ok(start..start + count)
+    }
+}
+
 /// Topic config overrides must be known keys with valid values.
 pub fn validate_topic_configs(
     configs: &BTreeMap<String, String>,
@@ -466,6 +484,16 @@ mod tests {
         assert_eq!(img.topic_configs("orders")["retention.ms"], "1000");
         assert!(img.topic("gone").is_none());
         assert!(dir.path().join("__cluster_metadata-0").is_dir());
+        let a = c.allocate_producer_ids(1000).unwrap();
+        let b = c.allocate_producer_ids(1000).unwrap();
+        assert_eq!((a.start, b.start), (0, 1000));
+        drop(c);
+        logs.shutdown().unwrap();
+        drop(logs);
+        let logs =
+            LogManager::open(LogManagerConfig::new(dir.path(), LogConfig::default())).unwrap();
+        let c = Controller::open(&logs, 1).unwrap();
+        assert_eq!(c.allocate_producer_ids(10).unwrap().start, 2000);
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub const TOPIC_RECORD: u32 = 2;
 pub const PARTITION_RECORD: u32 = 3;
 pub const CONFIG_RECORD: u32 = 4;
 pub const REMOVE_TOPIC_RECORD: u32 = 9;
+pub const PRODUCER_IDS_RECORD: u32 = 15;
 /// `ConfigResource.Type` ids.
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;
@@ -36,6 +37,12 @@ pub enum MetadataRecord {
     },
     RemoveTopic {
         topic_id: KafkaUuid,
+    },
+    /// A block of producer ids was handed out; ids from `next_producer_id` on are free.
+    ProducerIds {
+        broker_id: i32,
+        broker_epoch: i64,
+        next_producer_id: i64,
     },
 }
 
@@ -95,6 +102,12 @@ impl<'a> Reader<'a> {
     }
     fn i8(&mut self, what: &str) -> Result<i8, RecordDecodeError> {
         Ok(self.take(1, what)?[0] as i8)
+    }
+    fn i64(&mut self, what: &str) -> Result<i64, RecordDecodeError> {
+        let b = self.take(8, what)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(i64::from_be_bytes(a))
     }
     fn i32(&mut self, what: &str) -> Result<i32, RecordDecodeError> {
         let b = self.take(4, what)?;
@@ -185,6 +198,17 @@ impl MetadataRecord {
                 put_uvarint(&mut out, 0);
                 out.extend_from_slice(&topic_id.0);
             }
+            MetadataRecord::ProducerIds {
+                broker_id,
+                broker_epoch,
+                next_producer_id,
+            } => {
+                put_uvarint(&mut out, PRODUCER_IDS_RECORD as u64);
+                put_uvarint(&mut out, 0);
+                out.extend_from_slice(&broker_id.to_be_bytes());
+                out.extend_from_slice(&broker_epoch.to_be_bytes());
+                out.extend_from_slice(&next_producer_id.to_be_bytes());
+            }
         }
         put_uvarint(&mut out, 0); // no tagged fields
         out
@@ -234,6 +258,11 @@ impl MetadataRecord {
             REMOVE_TOPIC_RECORD => MetadataRecord::RemoveTopic {
                 topic_id: r.uuid("topic id")?,
             },
+            PRODUCER_IDS_RECORD => MetadataRecord::ProducerIds {
+                broker_id: r.i32("broker id")?,
+                broker_epoch: r.i64("broker epoch")?,
+                next_producer_id: r.i64("next producer id")?,
+            },
             _ => return Ok(None),
         };
         r.tagged_fields()?;
@@ -275,6 +304,11 @@ mod tests {
                 value: None,
             },
             MetadataRecord::RemoveTopic { topic_id: id },
+            MetadataRecord::ProducerIds {
+                broker_id: 1,
+                broker_epoch: 7,
+                next_producer_id: 2000,
+            },
         ];
         for r in recs {
             assert_eq!(MetadataRecord::decode(&r.encode()).unwrap(), Some(r));

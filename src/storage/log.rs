@@ -492,6 +492,25 @@ impl Log {
         Ok(Vec::new())
     }
 
+    /// Calls `f` with the header of every batch from the one holding `offset` to the log end,
+    /// reading headers only (for rebuilding producer state).
+    pub fn for_each_batch_header(
+        &self,
+        offset: i64,
+        mut f: impl FnMut(&BatchHeader),
+    ) -> Result<()> {
+        let first = self
+            .segments
+            .range(..=offset)
+            .next_back()
+            .map(|(b, _)| *b)
+            .unwrap_or(i64::MIN);
+        for (_, seg) in self.segments.range(first..) {
+            seg.for_each_batch_header(offset.max(seg.base_offset()), &mut f)?;
+        }
+        Ok(())
+    }
+
     /// ListOffsets for one timestamp, special values included. `None` when no record qualifies.
     pub fn fetch_offset_by_timestamp(&self, timestamp: i64) -> Result<Option<TimestampAndOffset>> {
         match timestamp {

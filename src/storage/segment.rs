@@ -279,6 +279,22 @@ impl LogSegment {
         Ok(())
     }
 
+    /// Calls `f` with the header of every batch from the one holding `offset` (headers only).
+    pub fn for_each_batch_header(
+        &self,
+        offset: i64,
+        mut f: impl FnMut(&BatchHeader),
+    ) -> Result<()> {
+        let Some((mut pos, _)) = self.translate_offset(offset)? else {
+            return Ok(());
+        };
+        while let Some(h) = self.header_at(pos)? {
+            f(&h);
+            pos += h.size() as u64;
+        }
+        Ok(())
+    }
+
     /// Position and header of the first batch whose last offset is ≥ `offset`.
     pub fn translate_offset(&self, offset: i64) -> Result<Option<(u64, BatchHeader)>> {
         let mut pos = self.offset_index.lookup(offset).position as u64;

@@ -25,8 +25,13 @@ impl BrokerProcess {
 
     /// `evenkeel dev --port 0` on an existing data dir (for restarts).
     pub fn start_in(data: &Path, overrides: &[&str]) -> BrokerProcess {
+        Self::start_on(data, 0, overrides)
+    }
+
+    /// `evenkeel dev --port PORT` on a data dir (a fixed port lets clients reconnect after a restart).
+    pub fn start_on(data: &Path, port: u16, overrides: &[&str]) -> BrokerProcess {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_evenkeel"));
-        cmd.args(["dev", "--port", "0", "--data"])
+        cmd.args(["dev", "--port", &port.to_string(), "--data"])
             .arg(data)
             .args(["--override", "evenkeel.metrics.address=127.0.0.1:0"]);
         for o in overrides {
@@ -91,6 +96,15 @@ impl BrokerProcess {
     pub fn take_tempdir(&mut self) -> Option<tempfile::TempDir> {
         self._tmp.take()
     }
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn unsafe_sigterm(pid: u32) {
@@ -174,5 +188,89 @@ pub mod raw {
     pub fn is_closed(s: &mut TcpStream) -> bool {
         let mut b = [0u8; 1];
         matches!(s.read(&mut b), Ok(0) | Err(_))
+    }
+}
+
+/// A loopback TCP proxy in front of a broker that, now and then, swallows a response frame and
+/// cuts the connection, so clients must retry requests the broker has already carried out.
+pub mod lossy_proxy {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    pub struct Proxy {
+        pub port: u16,
+        pub dropped: Arc<AtomicU64>,
+        stop: Arc<AtomicBool>,
+    }
+
+    impl Drop for Proxy {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Listens on `port` and forwards to `127.0.0.1:target`; every `drop_every`-th response
+    /// frame is dropped and both sides of that connection are closed.
+    pub fn start(port: u16, target: u16, drop_every: u64) -> Proxy {
+        let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+        let dropped = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let counter = Arc::new(AtomicU64::new(0));
+        let (d, s) = (dropped.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if s.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                // Requests: copied as they come.
+                std::thread::spawn(move || {
+                    let (mut from, mut to) = (c2, s2);
+                    let _ = std::io::copy(&mut from, &mut to);
+                    let _ = to.shutdown(Shutdown::Both);
+                });
+                let (d, counter) = (d.clone(), counter.clone());
+                // Responses: frame by frame, some swallowed.
+                std::thread::spawn(move || {
+                    let (mut from, mut to) = (server, client);
+                    loop {
+                        let mut size = [0u8; 4];
+                        if from.read_exact(&mut size).is_err() {
+                            break;
+                        }
+                        let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
+                        if from.read_exact(&mut frame).is_err() {
+                            break;
+                        }
+                        let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                        // Keep the first few responses (ApiVersions, Metadata) so clients get going.
+                        if n > 5 && n % drop_every == 0 {
+                            d.fetch_add(1, Ordering::SeqCst);
+                            break;
+                        }
+                        if to
+                            .write_all(&size)
+                            .and_then(|_| to.write_all(&frame))
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                    let _ = from.shutdown(Shutdown::Both);
+                    let _ = to.shutdown(Shutdown::Both);
+                });
+            }
+        });
+        Proxy {
+            port,
+            dropped,
+            stop,
+        }
     }
 }
