@@ -4,6 +4,7 @@
 pub mod broker;
 pub mod config;
 pub mod controller;
+pub mod metrics;
 pub mod perf;
 pub mod protocol;
 pub mod storage;

@@ -167,6 +167,7 @@ fn serve(config: evenkeel::config::broker::BrokerConfig, banner: bool) -> anyhow
             println!();
             println!("  bootstrap servers:  {bootstrap}");
             println!("  data:               {}", broker.config.log_dir.display());
+            println!("  metrics:            http://{}/metrics", server.metrics_addr);
             println!();
             println!("  try:");
             println!("    kcat -b {bootstrap} -L");

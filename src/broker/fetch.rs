@@ -121,7 +121,21 @@ pub enum FetchOutcome {
     Later(std::pin::Pin<Box<dyn std::future::Future<Output = FetchResponse> + Send>>),
 }
 
-fn response(pass: Pass) -> FetchResponse {
+fn response(broker: &Broker, pass: Pass) -> FetchResponse {
+    for t in &pass.topics {
+        let bytes: usize = t
+            .partitions
+            .iter()
+            .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+            .sum();
+        if bytes > 0 {
+            broker
+                .metrics
+                .bytes_out
+                .with_label_values(&[t.topic.0.as_str()])
+                .inc_by(bytes as u64);
+        }
+    }
     FetchResponse::default()
         .with_session_id(0)
         .with_responses(pass.topics)
@@ -139,7 +153,7 @@ pub fn fetch(broker: &Arc<Broker>, _version: i16, req: FetchRequest) -> FetchOut
     let min_bytes = req.min_bytes.max(0) as i64;
     let first = read_pass(broker, &req.topics, max_bytes);
     if first.bytes >= min_bytes || first.errors || req.max_wait_ms <= 0 || req.topics.is_empty() {
-        return FetchOutcome::Now(response(first));
+        return FetchOutcome::Now(response(broker, first));
     }
     let op = DelayedOperation::fetch(min_bytes, first.bytes);
     let purg = &broker.replicas.fetch_purgatory;
@@ -157,7 +171,8 @@ pub fn fetch(broker: &Arc<Broker>, _version: i16, req: FetchRequest) -> FetchOut
     let wait = Duration::from_millis(req.max_wait_ms as u64);
     FetchOutcome::Later(Box::pin(async move {
         op.wait(wait).await;
-        response(read_pass(&broker, &req.topics, max_bytes))
+        let pass = read_pass(&broker, &req.topics, max_bytes);
+        response(&broker, pass)
     }))
 }
 

@@ -59,6 +59,7 @@ pub struct Broker {
     pub controller: Controller,
     pub replicas: ReplicaManager,
     endpoint: std::sync::RwLock<Endpoint>,
+    pub metrics: Arc<crate::metrics::BrokerMetrics>,
     /// Producer ids this broker may hand out (a block reserved in the metadata log).
     producer_ids: std::sync::Mutex<std::ops::Range<i64>>,
 }
@@ -129,6 +130,7 @@ impl Broker {
             replicas,
             endpoint: std::sync::RwLock::new(endpoint),
             producer_ids: std::sync::Mutex::new(0..0),
+            metrics: Arc::new(crate::metrics::BrokerMetrics::new()),
         }))
     }
 
@@ -178,10 +180,21 @@ impl Broker {
     /// Handles one request frame. `Reply::Now(None)` means no response (acks=0); `Reply::Later`
     /// is a request parked in the purgatory. An error closes the connection, as Kafka does for
     /// unknown APIs, unsupported versions and malformed requests.
-    pub fn handle(self: &Arc<Self>, mut frame: Bytes) -> Result<Reply, FrameError> {
+    pub fn handle(self: &Arc<Self>, frame: Bytes) -> Handled {
+        let mut label = "Unknown";
+        let reply = self.dispatch(frame, &mut label);
+        Handled { label, reply }
+    }
+
+    fn dispatch(
+        self: &Arc<Self>,
+        mut frame: Bytes,
+        label: &mut &'static str,
+    ) -> Result<Reply, FrameError> {
         let raw = protocol::peek_header(&frame)?;
         let key =
             ApiKey::try_from(raw.api_key).map_err(|_| FrameError::UnknownApiKey(raw.api_key))?;
+        *label = request_name(key);
         if key == ApiKey::ApiVersions && !api_versions::is_served(key, raw.api_version) {
             // A too-new ApiVersions gets a v0 answer with UNSUPPORTED_VERSION and our ranges.
             let body = api_versions::response(errors::UNSUPPORTED_VERSION);
@@ -225,7 +238,11 @@ impl Broker {
                 }
             }
             ApiKey::Fetch => {
-                let req = protocol::decode_body(&mut frame, v)?;
+                let req: kafka_protocol::messages::FetchRequest =
+                    protocol::decode_body(&mut frame, v)?;
+                if req.replica_id.0 >= 0 || req.replica_state.replica_id.0 >= 0 {
+                    *label = "FetchFollower";
+                }
                 match fetch::fetch(self, v, req) {
                     fetch::FetchOutcome::Now(resp) => respond(v, cid, &resp),
                     fetch::FetchOutcome::Later(fut) => Ok(Reply::Later(Box::pin(async move {
@@ -274,6 +291,33 @@ impl Broker {
                 version: v,
             }),
         }
+    }
+}
+
+/// A handled request: Kafka's request name for metrics, and the reply.
+pub struct Handled {
+    pub label: &'static str,
+    pub reply: Result<Reply, FrameError>,
+}
+
+/// Kafka's name for a request type in request metrics (Fetch is split by the caller).
+fn request_name(key: ApiKey) -> &'static str {
+    match key {
+        ApiKey::Produce => "Produce",
+        ApiKey::Fetch => "FetchConsumer",
+        ApiKey::ListOffsets => "ListOffsets",
+        ApiKey::Metadata => "Metadata",
+        ApiKey::ApiVersions => "ApiVersions",
+        ApiKey::CreateTopics => "CreateTopics",
+        ApiKey::DeleteTopics => "DeleteTopics",
+        ApiKey::DeleteRecords => "DeleteRecords",
+        ApiKey::InitProducerId => "InitProducerId",
+        ApiKey::DescribeConfigs => "DescribeConfigs",
+        ApiKey::AlterConfigs => "AlterConfigs",
+        ApiKey::CreatePartitions => "CreatePartitions",
+        ApiKey::IncrementalAlterConfigs => "IncrementalAlterConfigs",
+        ApiKey::DescribeCluster => "DescribeCluster",
+        _ => "Other",
     }
 }
 

@@ -76,6 +76,13 @@ pub fn produce(broker: &Arc<Broker>, _version: i16, req: ProduceRequest) -> Prod
             let mut buf = records.to_vec();
             match broker.replicas.append(&partition, &mut buf) {
                 Ok(info) => {
+                    let m = &broker.metrics;
+                    m.bytes_in
+                        .with_label_values(&[&name])
+                        .inc_by(info.valid_bytes as u64);
+                    m.messages_in
+                        .with_label_values(&[&name])
+                        .inc_by(info.num_messages.max(0) as u64);
                     if acks == -1 {
                         waiting.push((ti, pi, tp, info.last_offset + 1));
                     }
@@ -153,13 +160,11 @@ pub fn init_producer_id(
     if req.transactional_id.is_some() {
         return resp.with_error_code(errors::INVALID_REQUEST);
     }
-    if req.producer_id.0 >= 0 && req.producer_epoch >= 0 {
-        if req.producer_epoch < i16::MAX - 1 {
-            return resp
-                .with_producer_id(req.producer_id)
-                .with_producer_epoch(req.producer_epoch + 1);
-        }
-        // Epoch exhausted: a new id, as Kafka does.
+    // A known producer with an epoch left to bump keeps its id; otherwise a new id, as Kafka does.
+    if req.producer_id.0 >= 0 && (0..i16::MAX - 1).contains(&req.producer_epoch) {
+        return resp
+            .with_producer_id(req.producer_id)
+            .with_producer_epoch(req.producer_epoch + 1);
     }
     match broker.next_producer_id() {
         Ok(id) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(0),

@@ -1,10 +1,11 @@
-//! The network side: listeners, framing with `socket.request.max.bytes`, one request in flight
-//! per connection (responses stay in order, as Kafka's muted channels keep them), a bounded
-//! request queue (`queued.max.requests`) and `num.io.threads` request handlers.
+//! The network side: listeners on their own runtime of `num.network.threads` threads, framing
+//! with `socket.request.max.bytes`, one request in flight per connection (responses stay in
+//! order, as Kafka's muted channels keep them), a bounded request queue (`queued.max.requests`)
+//! drained by `num.io.threads` request handlers, per-request timings and the metrics endpoint.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -12,6 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch};
 
 use super::{Broker, Reply};
+use crate::metrics::RequestTimes;
 use crate::protocol::FrameError;
 
 /// One request on its way to a handler.
@@ -19,20 +21,36 @@ struct Job {
     frame: Bytes,
     /// When the request's first bytes arrived (seed 003: measure from here, not from dequeue).
     arrived: Instant,
-    respond: oneshot::Sender<Result<Option<Bytes>, FrameError>>,
+    respond: oneshot::Sender<Answer>,
+}
+
+/// A handler's answer with what the connection needs for the request metrics.
+struct Answer {
+    label: &'static str,
+    reply: Result<Option<Bytes>, FrameError>,
+    times: RequestTimes,
 }
 
 /// A running broker's network side.
 pub struct Server {
     pub addrs: Vec<SocketAddr>,
+    pub metrics_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    network: Option<tokio::runtime::Runtime>,
 }
 
 impl Server {
-    /// Binds every listener and starts accepting. Port 0 binds an ephemeral port, which is then
-    /// advertised.
+    /// Binds every listener and the metrics endpoint and starts serving. Port 0 binds an
+    /// ephemeral port, which is then advertised.
     pub async fn start(broker: Arc<Broker>) -> Result<Server, super::BrokerError> {
+        let bind_err = |addr: String| move |source| super::BrokerError::Bind { addr, source };
+        let network = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(broker.config.num_network_threads)
+            .thread_name("evenkeel-network")
+            .enable_all()
+            .build()
+            .map_err(bind_err("network runtime".into()))?;
         let (shutdown, stop) = watch::channel(false);
         let (tx, rx) = async_channel::bounded::<Job>(broker.config.queued_max_requests);
         let mut tasks = Vec::new();
@@ -49,68 +67,141 @@ impl Server {
                 &l.host
             };
             let addr = format!("{host}:{}", l.port);
-            let listener =
-                TcpListener::bind(&addr)
-                    .await
-                    .map_err(|source| super::BrokerError::Bind {
-                        addr: addr.clone(),
-                        source,
-                    })?;
-            let local = listener
-                .local_addr()
-                .map_err(|source| super::BrokerError::Bind {
-                    addr: addr.clone(),
-                    source,
-                })?;
+            let std_listener =
+                std::net::TcpListener::bind(&addr).map_err(bind_err(addr.clone()))?;
+            std_listener
+                .set_nonblocking(true)
+                .map_err(bind_err(addr.clone()))?;
+            let local = std_listener.local_addr().map_err(bind_err(addr.clone()))?;
             if addrs.is_empty() {
                 broker.set_advertised_port(local.port());
             }
             addrs.push(local);
             tracing::info!(listener = %l.name, address = %local, "listening");
-            tasks.push(tokio::spawn(accept_loop(
-                listener,
-                broker.clone(),
-                tx.clone(),
-                stop.clone(),
-            )));
+            let (broker, tx, stop) = (broker.clone(), tx.clone(), stop.clone());
+            tasks.push(network.spawn(async move {
+                match TcpListener::from_std(std_listener) {
+                    Ok(listener) => accept_loop(listener, broker, tx, stop).await,
+                    Err(e) => tracing::error!(error = %e, "cannot register the listener"),
+                }
+            }));
         }
+        let refresh = refresh_hook(broker.clone(), tx.clone(), network.handle().clone());
+        let (metrics_addr, metrics_task) = crate::metrics::serve(
+            broker.config.metrics_address,
+            broker.metrics.clone(),
+            refresh,
+        )
+        .await
+        .map_err(bind_err(broker.config.metrics_address.to_string()))?;
+        tracing::info!(address = %metrics_addr, "metrics on /metrics, /healthz, /readyz");
+        tasks.push(metrics_task);
+        broker.metrics.set_ready(true);
         Ok(Server {
             addrs,
+            metrics_addr,
             shutdown,
             tasks,
+            network: Some(network),
         })
     }
 
     /// Stops accepting and closes every connection.
-    pub async fn stop(self) {
+    pub async fn stop(mut self) {
         let _ = self.shutdown.send(true);
-        for t in self.tasks {
+        for t in self.tasks.drain(..) {
             t.abort();
             let _ = t.await;
+        }
+        if let Some(rt) = self.network.take() {
+            rt.shutdown_background();
         }
     }
 }
 
+/// Refreshes the gauges that describe state, at scrape time.
+fn refresh_hook(
+    broker: Arc<Broker>,
+    queue: async_channel::Sender<Job>,
+    network: tokio::runtime::Handle,
+) -> Arc<dyn Fn() + Send + Sync> {
+    Arc::new(move || {
+        let m = &broker.metrics;
+        m.request_queue_size.set(queue.len() as i64);
+        let rt = network.metrics();
+        let busy: u64 = (0..rt.num_workers())
+            .map(|w| rt.worker_total_busy_duration(w).as_nanos() as u64)
+            .sum();
+        m.network_idle
+            .set(m.network_meter.idle_fraction(rt.num_workers(), Some(busy)));
+        m.handler_idle.set(
+            m.handler_meter
+                .idle_fraction(broker.config.num_io_threads, None),
+        );
+        m.purgatory_size
+            .with_label_values(&["Fetch"])
+            .set(broker.replicas.fetch_purgatory.size() as f64);
+        m.purgatory_size
+            .with_label_values(&["Produce"])
+            .set(broker.replicas.produce_purgatory.size() as f64);
+        let parts = broker.replicas.partitions();
+        m.partition_count.set(parts.len() as i64);
+        m.leader_count.set(parts.len() as i64);
+        m.under_replicated.set(0);
+        m.log_size.reset();
+        for p in parts {
+            if let Ok(l) = p.log.lock() {
+                m.log_size
+                    .with_label_values(&[p.tp.topic.as_str(), &p.tp.partition.to_string()])
+                    .set(l.size() as f64);
+            }
+        }
+    })
+}
+
 async fn handler(id: usize, broker: Arc<Broker>, rx: async_channel::Receiver<Job>) {
     while let Ok(job) = rx.recv().await {
-        let _queued_for = job.arrived.elapsed();
-        match broker.handle(job.frame) {
+        let dequeued = Instant::now();
+        let handled = broker.handle(job.frame);
+        let local = dequeued.elapsed();
+        broker.metrics.handler_meter.add_busy(local);
+        let mut times = RequestTimes {
+            queue: dequeued.duration_since(job.arrived),
+            local,
+            ..Default::default()
+        };
+        let label = handled.label;
+        match handled.reply {
             Ok(Reply::Now(r)) => {
-                let _ = job.respond.send(Ok(r));
+                let _ = job.respond.send(Answer {
+                    label,
+                    reply: Ok(r),
+                    times,
+                });
             }
             Ok(Reply::Later(fut)) => {
                 // Parked: the handler is free at once; the purgatory wakes the future.
                 tokio::spawn(async move {
-                    let r = match fut.await {
+                    let parked = Instant::now();
+                    let reply = match fut.await {
                         Ok(Reply::Now(r)) => Ok(r),
                         Ok(Reply::Later(_)) => Ok(None),
                         Err(e) => Err(e),
                     };
-                    let _ = job.respond.send(r);
+                    times.remote = parked.elapsed();
+                    let _ = job.respond.send(Answer {
+                        label,
+                        reply,
+                        times,
+                    });
                 });
             }
             Err(e) => {
-                let _ = job.respond.send(Err(e));
+                let _ = job.respond.send(Answer {
+                    label,
+                    reply: Err(e),
+                    times,
+                });
             }
         }
     }
@@ -129,18 +220,16 @@ async fn accept_loop(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
-                    let max = broker.config.socket_request_max_bytes;
-                    let queue = queue.clone();
-                    let stop = stop.clone();
+                    let (broker, queue, stop) = (broker.clone(), queue.clone(), stop.clone());
                     tokio::spawn(async move {
-                        if let Err(reason) = connection(stream, max, queue, stop).await {
+                        if let Err(reason) = connection(stream, broker, queue, stop).await {
                             tracing::info!(%peer, %reason, "closing connection");
                         }
                     });
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             }
         }
@@ -150,10 +239,11 @@ async fn accept_loop(
 /// Serves one connection until the peer closes it, a frame is bad, or the broker stops.
 async fn connection(
     mut stream: TcpStream,
-    max_request_bytes: usize,
+    broker: Arc<Broker>,
     queue: async_channel::Sender<Job>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), String> {
+    let max_request_bytes = broker.config.socket_request_max_bytes;
     loop {
         let mut size = [0u8; 4];
         tokio::select! {
@@ -176,6 +266,9 @@ async fn connection(
             .read_exact(&mut frame)
             .await
             .map_err(|e| format!("read failed mid-request: {e}"))?;
+        let version = crate::protocol::peek_header(&frame)
+            .map(|h| h.api_version)
+            .unwrap_or(-1);
         let (tx, rx) = oneshot::channel();
         queue
             .send(Job {
@@ -185,14 +278,22 @@ async fn connection(
             })
             .await
             .map_err(|_| "the broker is shutting down".to_string())?;
-        match rx.await {
-            Ok(Ok(Some(resp))) => stream
-                .write_all(&resp)
-                .await
-                .map_err(|e| format!("write failed: {e}"))?,
-            Ok(Ok(None)) => {}
-            Ok(Err(e)) => return Err(e.to_string()),
-            Err(_) => return Err("the request was dropped".into()),
+        let answer = rx
+            .await
+            .map_err(|_| "the request was dropped".to_string())?;
+        let mut times = answer.times;
+        match answer.reply {
+            Ok(Some(resp)) => {
+                let t = Instant::now();
+                stream
+                    .write_all(&resp)
+                    .await
+                    .map_err(|e| format!("write failed: {e}"))?;
+                times.send = t.elapsed();
+            }
+            Ok(None) => {}
+            Err(e) => return Err(e.to_string()),
         }
+        broker.metrics.observe(answer.label, version, times);
     }
 }

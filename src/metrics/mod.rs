@@ -1,0 +1,367 @@
+//! Broker metrics under Strimzi's JMX-exporter names, and the `/metrics`, `/healthz` and
+//! `/readyz` endpoints (axum). Gauges that describe state are refreshed at scrape time.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use prometheus::{
+    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
+};
+
+/// Millisecond buckets for request timings, from sub-millisecond to minutes (seed 003's
+/// 30–240 s stalls must land in a bucket of their own).
+const TIME_BUCKETS_MS: &[f64] = &[
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0,
+    10000.0, 30000.0, 60000.0, 120000.0, 240000.0,
+];
+
+/// Where one request's time went, in Kafka's terms.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestTimes {
+    /// From the first bytes arriving to a handler taking the request (includes time the
+    /// connection waited for room in a full queue).
+    pub queue: Duration,
+    /// Handler work.
+    pub local: Duration,
+    /// Waiting in the purgatory.
+    pub remote: Duration,
+    /// Writing the response.
+    pub send: Duration,
+}
+
+/// Busy time of a pool of workers, turned into an idle fraction over each scrape interval.
+pub struct IdleMeter {
+    busy_ns: AtomicU64,
+    last: Mutex<(Instant, u64)>,
+}
+
+impl Default for IdleMeter {
+    fn default() -> Self {
+        IdleMeter {
+            busy_ns: AtomicU64::new(0),
+            last: Mutex::new((Instant::now(), 0)),
+        }
+    }
+}
+
+impl IdleMeter {
+    pub fn add_busy(&self, d: Duration) {
+        self.busy_ns
+            .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// Idle fraction of `workers` since the previous call, given their total busy time
+    /// (`None` uses the time recorded with `add_busy`).
+    pub fn idle_fraction(&self, workers: usize, total_busy_ns: Option<u64>) -> f64 {
+        let busy_now = total_busy_ns.unwrap_or_else(|| self.busy_ns.load(Ordering::Relaxed));
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let elapsed = last.0.elapsed().as_nanos() as f64 * workers.max(1) as f64;
+        let busy = busy_now.saturating_sub(last.1) as f64;
+        *last = (Instant::now(), busy_now);
+        if elapsed <= 0.0 {
+            return 1.0;
+        }
+        (1.0 - busy / elapsed).clamp(0.0, 1.0)
+    }
+}
+
+pub struct BrokerMetrics {
+    pub registry: Registry,
+    pub requests: IntCounterVec,
+    pub total_time: HistogramVec,
+    pub queue_time: HistogramVec,
+    pub local_time: HistogramVec,
+    pub remote_time: HistogramVec,
+    pub send_time: HistogramVec,
+    pub bytes_in: IntCounterVec,
+    pub bytes_out: IntCounterVec,
+    pub messages_in: IntCounterVec,
+    pub network_idle: Gauge,
+    pub handler_idle: Gauge,
+    pub request_queue_size: IntGauge,
+    pub purgatory_size: GaugeVec,
+    pub leader_count: IntGauge,
+    pub partition_count: IntGauge,
+    pub under_replicated: IntGauge,
+    pub log_size: GaugeVec,
+    pub handler_meter: IdleMeter,
+    pub network_meter: IdleMeter,
+    ready: AtomicBool,
+}
+
+fn histogram(registry: &Registry, name: &str, help: &str) -> HistogramVec {
+    let h = HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(TIME_BUCKETS_MS.to_vec()),
+        &["request"],
+    )
+    .expect("valid histogram");
+    registry
+        .register(Box::new(h.clone()))
+        .expect("unique metric");
+    h
+}
+
+fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid counter");
+    registry
+        .register(Box::new(c.clone()))
+        .expect("unique metric");
+    c
+}
+
+fn gauge(registry: &Registry, name: &str, help: &str) -> Gauge {
+    let g = Gauge::new(name, help).expect("valid gauge");
+    registry
+        .register(Box::new(g.clone()))
+        .expect("unique metric");
+    g
+}
+
+fn int_gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
+    let g = IntGauge::new(name, help).expect("valid gauge");
+    registry
+        .register(Box::new(g.clone()))
+        .expect("unique metric");
+    g
+}
+
+fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+    let g = GaugeVec::new(Opts::new(name, help), labels).expect("valid gauge");
+    registry
+        .register(Box::new(g.clone()))
+        .expect("unique metric");
+    g
+}
+
+impl Default for BrokerMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl BrokerMetrics {
+    pub fn new() -> BrokerMetrics {
+        let r = Registry::new();
+        BrokerMetrics {
+            requests: counter(
+                &r,
+                "kafka_network_requestmetrics_requests_total",
+                "Requests received, by API and version",
+                &["request", "version"],
+            ),
+            total_time: histogram(
+                &r,
+                "kafka_network_requestmetrics_totaltimems",
+                "Time from a request's first bytes to its response written, ms",
+            ),
+            queue_time: histogram(
+                &r,
+                "kafka_network_requestmetrics_requestqueuetimems",
+                "Time from a request's first bytes to a handler taking it, ms",
+            ),
+            local_time: histogram(
+                &r,
+                "kafka_network_requestmetrics_localtimems",
+                "Time a handler worked on the request, ms",
+            ),
+            remote_time: histogram(
+                &r,
+                "kafka_network_requestmetrics_remotetimems",
+                "Time the request waited in the purgatory, ms",
+            ),
+            send_time: histogram(
+                &r,
+                "kafka_network_requestmetrics_responsesendtimems",
+                "Time to write the response, ms",
+            ),
+            bytes_in: counter(
+                &r,
+                "kafka_server_brokertopicmetrics_bytesin_total",
+                "Bytes appended, by topic",
+                &["topic"],
+            ),
+            bytes_out: counter(
+                &r,
+                "kafka_server_brokertopicmetrics_bytesout_total",
+                "Bytes fetched, by topic",
+                &["topic"],
+            ),
+            messages_in: counter(
+                &r,
+                "kafka_server_brokertopicmetrics_messagesin_total",
+                "Records appended, by topic",
+                &["topic"],
+            ),
+            network_idle: gauge(
+                &r,
+                "kafka_network_socketserver_networkprocessoravgidle_percent",
+                "Fraction of time the network threads were idle since the last scrape (0..1)",
+            ),
+            handler_idle: gauge(
+                &r,
+                "kafka_server_kafkarequesthandlerpool_requesthandleravgidle_percent",
+                "Fraction of time the request handlers were idle since the last scrape (0..1)",
+            ),
+            request_queue_size: int_gauge(
+                &r,
+                "kafka_network_requestchannel_requestqueuesize",
+                "Requests waiting for a handler",
+            ),
+            purgatory_size: gauge_vec(
+                &r,
+                "kafka_server_delayedoperationpurgatory_purgatorysize",
+                "Watch entries in the purgatory",
+                &["delayedOperation"],
+            ),
+            leader_count: int_gauge(
+                &r,
+                "kafka_server_replicamanager_leadercount",
+                "Partitions this broker leads",
+            ),
+            partition_count: int_gauge(
+                &r,
+                "kafka_server_replicamanager_partitioncount",
+                "Partitions on this broker",
+            ),
+            under_replicated: int_gauge(
+                &r,
+                "kafka_server_replicamanager_underreplicatedpartitions",
+                "Led partitions whose ISR is smaller than their replica set",
+            ),
+            log_size: gauge_vec(
+                &r,
+                "kafka_log_log_size",
+                "Bytes in a partition's log",
+                &["topic", "partition"],
+            ),
+            registry: r,
+            handler_meter: IdleMeter::default(),
+            network_meter: IdleMeter::default(),
+            ready: AtomicBool::new(false),
+        }
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::SeqCst);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst)
+    }
+
+    /// Records one finished request.
+    pub fn observe(&self, request: &str, version: i16, t: RequestTimes) {
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        self.requests
+            .with_label_values(&[request, &version.to_string()])
+            .inc();
+        self.queue_time
+            .with_label_values(&[request])
+            .observe(ms(t.queue));
+        self.local_time
+            .with_label_values(&[request])
+            .observe(ms(t.local));
+        self.remote_time
+            .with_label_values(&[request])
+            .observe(ms(t.remote));
+        self.send_time
+            .with_label_values(&[request])
+            .observe(ms(t.send));
+        self.total_time
+            .with_label_values(&[request])
+            .observe(ms(t.queue + t.local + t.remote + t.send));
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// Serves `/metrics` (after calling `refresh`), `/healthz` and `/readyz` until the task is dropped.
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: Arc<BrokerMetrics>,
+    refresh: Arc<dyn Fn() + Send + Sync>,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    use axum::http::StatusCode;
+    use axum::routing::get;
+    let m1 = metrics.clone();
+    let m2 = metrics.clone();
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let m = m1.clone();
+                let refresh = refresh.clone();
+                async move {
+                    refresh();
+                    ([("content-type", "text/plain; version=0.0.4")], m.render())
+                }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let m = m2.clone();
+                async move {
+                    if m.is_ready() {
+                        (StatusCode::OK, "ready\n")
+                    } else {
+                        (StatusCode::SERVICE_UNAVAILABLE, "starting\n")
+                    }
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "metrics server stopped");
+        }
+    });
+    Ok((local, task))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_strimzi() {
+        let m = BrokerMetrics::new();
+        m.observe("Produce", 9, RequestTimes::default());
+        m.bytes_in.with_label_values(&["t"]).inc_by(10);
+        m.purgatory_size.with_label_values(&["Fetch"]).set(3.0);
+        let text = m.render();
+        for name in [
+            "kafka_network_requestmetrics_requests_total{request=\"Produce\",version=\"9\"} 1",
+            "kafka_network_requestmetrics_totaltimems_bucket{request=\"Produce\"",
+            "kafka_network_requestmetrics_localtimems_count{request=\"Produce\"} 1",
+            "kafka_server_brokertopicmetrics_bytesin_total{topic=\"t\"} 10",
+            "kafka_server_delayedoperationpurgatory_purgatorysize{delayedOperation=\"Fetch\"} 3",
+            "kafka_network_socketserver_networkprocessoravgidle_percent",
+            "kafka_server_kafkarequesthandlerpool_requesthandleravgidle_percent",
+            "kafka_network_requestchannel_requestqueuesize",
+        ] {
+            assert!(text.contains(name), "missing {name}");
+        }
+    }
+
+    #[test]
+    fn idle_fraction_follows_busy_time() {
+        let meter = IdleMeter::default();
+        std::thread::sleep(Duration::from_millis(40));
+        meter.add_busy(Duration::from_millis(30));
+        let idle = meter.idle_fraction(1, None);
+        assert!(idle > 0.05 && idle < 0.5, "{idle}");
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(meter.idle_fraction(1, None) > 0.9);
+    }
+}
