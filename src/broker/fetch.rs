@@ -235,3 +235,52 @@ pub fn list_offsets(broker: &Arc<Broker>, req: ListOffsetsRequest) -> ListOffset
     }
     ListOffsetsResponse::default().with_topics(topics)
 }
+
+/// OffsetForLeaderEpoch: where `leader_epoch` ended in this log (Kafka's `endOffsetForEpoch`),
+/// after checking the caller's view of the current leader epoch.
+pub fn offset_for_leader_epoch(
+    broker: &Arc<Broker>,
+    req: kafka_protocol::messages::OffsetForLeaderEpochRequest,
+) -> kafka_protocol::messages::OffsetForLeaderEpochResponse {
+    use kafka_protocol::messages::offset_for_leader_epoch_response::{
+        EpochEndOffset, OffsetForLeaderTopicResult,
+    };
+    let mut topics = Vec::new();
+    for t in req.topics {
+        let name = t.topic.0.to_string();
+        let mut parts = Vec::new();
+        for p in t.partitions {
+            let base = EpochEndOffset::default()
+                .with_partition(p.partition)
+                .with_leader_epoch(-1)
+                .with_end_offset(-1);
+            let tp = TopicPartition::new(name.clone(), p.partition);
+            let Some(part) = broker.replicas.get(&tp) else {
+                parts.push(base.with_error_code(errors::UNKNOWN_TOPIC_OR_PARTITION));
+                continue;
+            };
+            if p.current_leader_epoch >= 0 && p.current_leader_epoch < part.leader_epoch {
+                parts.push(base.with_error_code(errors::FENCED_LEADER_EPOCH));
+                continue;
+            }
+            if p.current_leader_epoch > part.leader_epoch {
+                parts.push(base.with_error_code(errors::UNKNOWN_LEADER_EPOCH));
+                continue;
+            }
+            let Ok(l) = part.log.lock() else {
+                parts.push(base.with_error_code(errors::KAFKA_STORAGE_ERROR));
+                continue;
+            };
+            let (epoch, end) = l
+                .epoch_cache()
+                .end_offset_for(p.leader_epoch, l.log_end_offset());
+            parts.push(base.with_leader_epoch(epoch).with_end_offset(end));
+        }
+        topics.push(
+            OffsetForLeaderTopicResult::default()
+                .with_topic(TopicName(StrBytes::from_string(name)))
+                .with_partitions(parts),
+        );
+    }
+    kafka_protocol::messages::OffsetForLeaderEpochResponse::default().with_topics(topics)
+}

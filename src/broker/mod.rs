@@ -266,6 +266,10 @@ impl Broker {
                 let req = protocol::decode_body(&mut frame, v)?;
                 respond(v, cid, &admin::create_partitions(self, req))
             }
+            ApiKey::OffsetForLeaderEpoch => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                respond(v, cid, &fetch::offset_for_leader_epoch(self, req))
+            }
             ApiKey::InitProducerId => {
                 let req = protocol::decode_body(&mut frame, v)?;
                 respond(v, cid, &produce::init_producer_id(self, req))
@@ -312,6 +316,7 @@ fn request_name(key: ApiKey) -> &'static str {
         ApiKey::DeleteTopics => "DeleteTopics",
         ApiKey::DeleteRecords => "DeleteRecords",
         ApiKey::InitProducerId => "InitProducerId",
+        ApiKey::OffsetForLeaderEpoch => "OffsetForLeaderEpoch",
         ApiKey::DescribeConfigs => "DescribeConfigs",
         ApiKey::AlterConfigs => "AlterConfigs",
         ApiKey::CreatePartitions => "CreatePartitions",

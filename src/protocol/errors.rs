@@ -29,4 +29,6 @@ pub const KAFKA_STORAGE_ERROR: i16 = 56;
 pub const INVALID_RECORD: i16 = 87;
 pub const UNKNOWN_PRODUCER_ID: i16 = 59;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
+pub const FENCED_LEADER_EPOCH: i16 = 74;
+pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
 pub const INCONSISTENT_TOPIC_ID: i16 = 103;
