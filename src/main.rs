@@ -68,8 +68,72 @@ enum Command {
     },
 }
 
+fn parse_props(items: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+    items
+        .iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                .ok_or_else(|| anyhow::anyhow!("{kv:?} is not key=value"))
+        })
+        .collect()
+}
+
 #[derive(Subcommand)]
 enum PerfCommand {
+    /// Produce load through librdkafka, printed like kafka-producer-perf-test.
+    Produce {
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        bootstrap: String,
+        #[arg(long, default_value = "perf")]
+        topic: String,
+        /// Partitions, if the topic has to be created.
+        #[arg(long, default_value_t = 6)]
+        partitions: i32,
+        #[arg(long, default_value_t = 1_000_000)]
+        num_records: u64,
+        #[arg(long, default_value_t = 1024)]
+        record_size: usize,
+        /// Records per second; -1 for as fast as possible.
+        #[arg(long, default_value_t = -1.0, allow_hyphen_values = true)]
+        throughput: f64,
+        /// Producer properties, e.g. acks=1 linger.ms=5 batch.size=65536.
+        #[arg(long = "producer-props", num_args = 1..)]
+        producer_props: Vec<String>,
+    },
+    /// Read a topic from the beginning through librdkafka, printed like kafka-consumer-perf-test.
+    Consume {
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        bootstrap: String,
+        #[arg(long, default_value = "perf")]
+        topic: String,
+        #[arg(long, default_value_t = 1_000_000)]
+        messages: u64,
+        #[arg(long = "consumer-props", num_args = 1..)]
+        consumer_props: Vec<String>,
+    },
+    /// Seed 003 in small: produce p99 with and without consumers fetching every partition of
+    /// a wide topic in one request (fetch.min.bytes 1 MiB, max wait 500 ms).
+    WideFetch {
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        bootstrap: String,
+        /// The broker's metrics address (host:port) for the handler idle figure.
+        #[arg(long, default_value = "127.0.0.1:9404")]
+        metrics: String,
+        #[arg(long, default_value = "wide")]
+        topic: String,
+        #[arg(long, default_value_t = 1000)]
+        partitions: i32,
+        #[arg(long, default_value_t = 4)]
+        fetchers: usize,
+        /// Records per second from the producer, spread over all partitions.
+        #[arg(long, default_value_t = 2000.0)]
+        rate: f64,
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+        #[arg(long, default_value_t = 512)]
+        record_size: usize,
+    },
     /// Append and read throughput of the partition log, beside dd's figures.
     Storage {
         /// Directory for the benchmark files (on the disk to measure).
@@ -302,6 +366,163 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     100.0 * ratio
                 );
             }
+            Ok(())
+        }
+        Command::Perf {
+            what:
+                PerfCommand::Produce {
+                    bootstrap,
+                    topic,
+                    partitions,
+                    num_records,
+                    record_size,
+                    throughput,
+                    producer_props,
+                },
+        } => {
+            use evenkeel::perf::kafka;
+            let rt = tokio::runtime::Runtime::new()?;
+            rt.block_on(kafka::ensure_topic(&bootstrap, &topic, partitions))?;
+            let o = kafka::ProduceOptions {
+                bootstrap,
+                topic,
+                partitions,
+                num_records,
+                record_size,
+                throughput,
+                props: parse_props(&producer_props)?,
+                round_robin: None,
+            };
+            let report = kafka::produce(&o, &mut |line| println!("{line}"))?;
+            println!("{report}");
+            if report.failed > 0 {
+                anyhow::bail!("{} records failed", report.failed);
+            }
+            Ok(())
+        }
+        Command::Perf {
+            what:
+                PerfCommand::Consume {
+                    bootstrap,
+                    topic,
+                    messages,
+                    consumer_props,
+                },
+        } => {
+            use evenkeel::perf::kafka;
+            let o = kafka::ConsumeOptions {
+                bootstrap,
+                topic,
+                messages,
+                timeout: std::time::Duration::from_secs(10),
+                props: parse_props(&consumer_props)?,
+            };
+            let (n, bytes, secs) = kafka::consume(&o)?;
+            let mb = bytes as f64 / 1048576.0;
+            println!("data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, seconds");
+            println!(
+                "{mb:.4}, {:.4}, {n}, {:.4}, {secs:.3}",
+                mb / secs,
+                n as f64 / secs
+            );
+            Ok(())
+        }
+        Command::Perf {
+            what:
+                PerfCommand::WideFetch {
+                    bootstrap,
+                    metrics,
+                    topic,
+                    partitions,
+                    fetchers,
+                    rate,
+                    seconds,
+                    record_size,
+                },
+        } => {
+            use evenkeel::perf::kafka;
+            use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+            use std::sync::Arc;
+            let rt = tokio::runtime::Runtime::new()?;
+            rt.block_on(kafka::ensure_topic(&bootstrap, &topic, partitions))?;
+            let o = kafka::WideFetchOptions {
+                bootstrap: bootstrap.clone(),
+                topic: topic.clone(),
+                partitions,
+                fetchers,
+                rate,
+                seconds,
+                record_size,
+            };
+            let produce = kafka::ProduceOptions {
+                bootstrap,
+                topic,
+                partitions,
+                num_records: (rate * seconds as f64) as u64,
+                record_size,
+                throughput: rate,
+                props: vec![
+                    ("acks".into(), "1".into()),
+                    ("linger.ms".into(), "0".into()),
+                ],
+                round_robin: Some(partitions),
+            };
+            eprintln!("warming up (metadata, connections) ...");
+            let warm = kafka::ProduceOptions {
+                num_records: (rate * 3.0) as u64,
+                ..produce.clone()
+            };
+            kafka::produce(&warm, &mut |_| {})?;
+            eprintln!("phase 1: producing {rate} records/s over {partitions} partitions, no wide fetchers ...");
+            let idle = "kafka_server_kafkarequesthandlerpool_requesthandleravgidle_percent";
+            let net_idle = "kafka_network_socketserver_networkprocessoravgidle_percent";
+            let series = "kafka_network_requestmetrics_totaltimems_bucket{request=\"Produce\"";
+            let _ = kafka::scrape_metric(&metrics, idle);
+            let b0 = kafka::scrape_buckets(&metrics, series);
+            let base = kafka::produce(&produce, &mut |_| {})?;
+            let base_idle = kafka::scrape_metric(&metrics, idle);
+            let b1 = kafka::scrape_buckets(&metrics, series);
+            println!("without wide fetchers: {base}");
+            eprintln!("phase 2: the same with {fetchers} consumers fetching all {partitions} partitions per request ...");
+            let stop = Arc::new(AtomicBool::new(false));
+            let fetched = Arc::new(AtomicU64::new(0));
+            let handles = kafka::start_wide_fetchers(&o, stop.clone(), fetched.clone())?;
+            std::thread::sleep(std::time::Duration::from_secs(3));
+            let _ = kafka::scrape_metric(&metrics, idle);
+            let _ = kafka::scrape_metric(&metrics, net_idle);
+            let w0 = kafka::scrape_buckets(&metrics, series);
+            let wide = kafka::produce(&produce, &mut |_| {})?;
+            let wide_idle = kafka::scrape_metric(&metrics, idle);
+            let w1 = kafka::scrape_buckets(&metrics, series);
+            let wide_net_idle = kafka::scrape_metric(&metrics, net_idle);
+            stop.store(true, Ordering::Relaxed);
+            for h in handles {
+                let _ = h.join();
+            }
+            println!("with {fetchers} wide fetchers:  {wide}");
+            println!(
+                "records fetched by the wide fetchers: {}",
+                fetched.load(Ordering::Relaxed)
+            );
+            let show = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.3}"));
+            println!(
+                "request handler idle: {} without, {} with wide fetchers; network idle with: {}",
+                show(base_idle),
+                show(wide_idle),
+                show(wide_net_idle)
+            );
+            let bound = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("<= {v} ms"));
+            println!(
+                "broker-side Produce TotalTimeMs p99: {} without, {} with wide fetchers",
+                bound(kafka::bucket_quantile(&b0, &b1, 0.99)),
+                bound(kafka::bucket_quantile(&w0, &w1, 0.99))
+            );
+            println!(
+                "client-side produce p99: {:.1} ms without, {:.1} ms with -> ratio {:.2} (target <= 1.5)",
+                base.p99_ms,
+                wide.p99_ms,
+                wide.p99_ms / base.p99_ms.max(0.001)
+            );
             Ok(())
         }
     }

@@ -59,6 +59,8 @@ pub struct ReplicaManager {
     node_id: i32,
     logs: Arc<LogManager>,
     partitions: RwLock<HashMap<TopicPartition, Arc<Partition>>>,
+    /// Serialises `apply_image`.
+    apply_lock: Mutex<()>,
     pub fetch_purgatory: Purgatory,
     pub produce_purgatory: Purgatory,
 }
@@ -69,6 +71,7 @@ impl ReplicaManager {
             node_id,
             logs,
             partitions: RwLock::new(HashMap::new()),
+            apply_lock: Mutex::new(()),
             fetch_purgatory: Purgatory::default(),
             produce_purgatory: Purgatory::default(),
         }
@@ -111,10 +114,15 @@ impl ReplicaManager {
                 }
             }
         }
-        let mut parts = self
+        // One change at a time; readers keep the partition map until the new one is ready, so
+        // creating a thousand logs (fsyncs) never stalls produce or fetch.
+        let _applying = self.apply_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let current: HashMap<TopicPartition, Arc<Partition>> = self
             .partitions
-            .write()
-            .map_err(|_| StorageError::DirectoryLocked(self.logs.log_dir().to_path_buf()))?;
+            .read()
+            .map(|m| m.clone())
+            .unwrap_or_default();
+        let lock_err = || StorageError::DirectoryLocked(self.logs.log_dir().to_path_buf());
         // Removed partitions, and logs on disk that the image no longer names.
         let stale: Vec<TopicPartition> = self
             .logs
@@ -123,28 +131,32 @@ impl ReplicaManager {
             .map(|(tp, _)| tp)
             .filter(|tp| !is_internal_topic(&tp.topic) && !wanted.contains_key(tp))
             .collect();
-        for tp in stale {
-            parts.remove(&tp);
-            self.logs.delete_log(&tp)?;
-        }
+        let mut next: HashMap<TopicPartition, Arc<Partition>> = HashMap::new();
         for (tp, (id, epoch, cfg)) in wanted {
+            if let Some(p) = current.get(&tp) {
+                if p.topic_id == id {
+                    if let Ok(mut l) = p.log.lock() {
+                        l.update_config(cfg);
+                    }
+                    next.insert(tp, p.clone());
+                    continue;
+                }
+            }
             if let Some(existing) = self.logs.get_log(&tp) {
                 let same_topic = existing
                     .lock()
                     .map(|l| l.topic_id().is_none_or(|old| old == id))
                     .unwrap_or(false);
                 if !same_topic {
-                    parts.remove(&tp);
+                    // Re-created under the same name: the old log goes, offsets restart at 0.
                     self.logs.delete_log(&tp)?;
                 }
             }
             let log = self
                 .logs
                 .get_or_create_log(&tp, Some(id), Some(cfg.clone()))?;
-            {
-                let mut l = log.lock().map_err(|_| {
-                    StorageError::DirectoryLocked(self.logs.log_dir().to_path_buf())
-                })?;
+            let producers = {
+                let mut l = log.lock().map_err(|_| lock_err())?;
                 l.update_config(cfg);
                 l.set_topic_id(id)?;
                 if l.epoch_cache().latest_epoch().is_none_or(|e| e < epoch) {
@@ -154,17 +166,9 @@ impl ReplicaManager {
                 // A single node is the whole ISR: everything it has is committed.
                 let leo = l.log_end_offset();
                 l.update_high_watermark(leo);
-            }
-            if parts.contains_key(&tp) {
-                continue;
-            }
-            let producers = {
-                let l = log.lock().map_err(|_| {
-                    StorageError::DirectoryLocked(self.logs.log_dir().to_path_buf())
-                })?;
                 ProducerStateManager::load(&l)?
             };
-            parts.insert(
+            next.insert(
                 tp.clone(),
                 Arc::new(Partition {
                     tp,
@@ -174,6 +178,10 @@ impl ReplicaManager {
                     producers: Mutex::new(producers),
                 }),
             );
+        }
+        *self.partitions.write().map_err(|_| lock_err())? = next;
+        for tp in stale {
+            self.logs.delete_log(&tp)?;
         }
         Ok(())
     }

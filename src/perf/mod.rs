@@ -1,3 +1,4 @@
 //! `evenkeel perf`: load generators and micro-benchmarks that print figures, never assert them.
 
+pub mod kafka;
 pub mod storage;
