@@ -10,7 +10,8 @@ use memmap2::MmapMut;
 use super::error::{Result, StorageError};
 
 /// A file of fixed-size big-endian entries whose key is an offset relative to the segment's base.
-struct IndexFile {
+/// OffsetIndex and TimeIndex dereference to it for what they share.
+pub struct IndexFile {
     path: PathBuf,
     file: Arc<File>,
     mmap: MmapMut,
@@ -57,8 +58,27 @@ impl IndexFile {
         self.mmap.len() / self.entry_size
     }
 
-    fn is_full(&self) -> bool {
+    /// Entries written.
+    pub fn entries(&self) -> usize {
+        self.entries
+    }
+
+    pub fn is_full(&self) -> bool {
         self.entries >= self.max_entries()
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Drops every entry (before a rebuild).
+    pub fn reset(&mut self) {
+        self.entries = 0;
+    }
+
+    /// The open file, for an fsync outside the log lock.
+    pub fn file_handle(&self) -> Arc<File> {
+        self.file.clone()
     }
 
     fn entry(&self, n: usize) -> &[u8] {
@@ -88,7 +108,8 @@ impl IndexFile {
         Some(lo)
     }
 
-    fn resize(&mut self, new_len: u64) -> Result<()> {
+    /// Grows (preallocates) or shrinks the file; entries beyond the new end are dropped.
+    pub fn resize(&mut self, new_len: u64) -> Result<()> {
         let new_len = round_down(new_len, self.entry_size);
         if new_len == self.mmap.len() as u64 {
             return Ok(());
@@ -104,11 +125,12 @@ impl IndexFile {
         Ok(())
     }
 
-    fn trim_to_valid_size(&mut self) -> Result<()> {
+    /// Shrinks the file to its entries (when the segment stops being active).
+    pub fn trim_to_valid_size(&mut self) -> Result<()> {
         self.resize((self.entries * self.entry_size) as u64)
     }
 
-    fn flush(&self) -> Result<()> {
+    pub fn flush(&self) -> Result<()> {
         self.mmap.flush().map_err(StorageError::io(&self.path))
     }
 
@@ -123,7 +145,8 @@ impl IndexFile {
         }
     }
 
-    fn file_len(&self) -> u64 {
+    /// Bytes in the file (preallocated or trimmed).
+    pub fn file_len(&self) -> u64 {
         self.mmap.len() as u64
     }
 }
@@ -134,6 +157,19 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
 
 /// Maps an offset to the file position of a batch at or before it: (relative offset u32, position u32).
 pub struct OffsetIndex(IndexFile);
+
+impl std::ops::Deref for OffsetIndex {
+    type Target = IndexFile;
+    fn deref(&self) -> &IndexFile {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for OffsetIndex {
+    fn deref_mut(&mut self) -> &mut IndexFile {
+        &mut self.0
+    }
+}
 
 /// One offset index entry: an absolute offset and the position of a batch ending at it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,19 +196,6 @@ impl OffsetIndex {
             offset: self.0.base_offset + u32_at(e, 0) as i64,
             position: u32_at(e, 4),
         }
-    }
-
-    pub fn entries(&self) -> usize {
-        self.0.entries
-    }
-    pub fn is_full(&self) -> bool {
-        self.0.is_full()
-    }
-    pub fn path(&self) -> &Path {
-        &self.0.path
-    }
-    pub fn file_len(&self) -> u64 {
-        self.0.file_len()
     }
 
     pub fn last_entry(&self) -> OffsetPosition {
@@ -230,23 +253,6 @@ impl OffsetIndex {
         self.0.entries = keep;
     }
 
-    pub fn reset(&mut self) {
-        self.0.entries = 0;
-    }
-
-    pub fn resize(&mut self, len: u64) -> Result<()> {
-        self.0.resize(len)
-    }
-    pub fn trim_to_valid_size(&mut self) -> Result<()> {
-        self.0.trim_to_valid_size()
-    }
-    pub fn flush(&self) -> Result<()> {
-        self.0.flush()
-    }
-    pub fn file_handle(&self) -> Arc<File> {
-        self.0.file.clone()
-    }
-
     /// Kafka's checks: whole entries, entries not below the base offset, growing offsets at the
     /// tail, and positions within the log file.
     pub fn sanity_check(&self, log_size: u64) -> Result<()> {
@@ -281,6 +287,19 @@ impl OffsetIndex {
 
 /// Maps a timestamp to the offset of the first batch at or after it: (timestamp i64, relative offset u32).
 pub struct TimeIndex(IndexFile);
+
+impl std::ops::Deref for TimeIndex {
+    type Target = IndexFile;
+    fn deref(&self) -> &IndexFile {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for TimeIndex {
+    fn deref_mut(&mut self) -> &mut IndexFile {
+        &mut self.0
+    }
+}
 
 /// One time index entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -317,18 +336,6 @@ impl TimeIndex {
         i64::from_be_bytes(ts)
     }
 
-    pub fn entries(&self) -> usize {
-        self.0.entries
-    }
-    pub fn is_full(&self) -> bool {
-        self.0.is_full()
-    }
-    pub fn path(&self) -> &Path {
-        &self.0.path
-    }
-    pub fn file_len(&self) -> u64 {
-        self.0.file_len()
-    }
     pub fn entry_at(&self, n: usize) -> TimestampOffset {
         self.decode(n)
     }
@@ -392,22 +399,6 @@ impl TimeIndex {
             keep -= 1;
         }
         self.0.entries = keep;
-    }
-
-    pub fn reset(&mut self) {
-        self.0.entries = 0;
-    }
-    pub fn resize(&mut self, len: u64) -> Result<()> {
-        self.0.resize(len)
-    }
-    pub fn trim_to_valid_size(&mut self) -> Result<()> {
-        self.0.trim_to_valid_size()
-    }
-    pub fn flush(&self) -> Result<()> {
-        self.0.flush()
-    }
-    pub fn file_handle(&self) -> Arc<File> {
-        self.0.file.clone()
     }
 
     /// Whole entries; timestamps and offsets never decrease; offsets within the segment.

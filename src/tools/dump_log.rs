@@ -221,53 +221,49 @@ fn print_records(
     Ok(())
 }
 
-fn dump_offset_index(path: &Path, out: &mut dyn Write) -> Result<(), DumpError> {
+/// Prints each fixed-size entry of an index file with `line`, stopping at the zero entries a
+/// preallocated active index ends in (Kafka's tool stops there too).
+fn dump_entries(
+    path: &Path,
+    entry_size: usize,
+    out: &mut dyn Write,
+    line: impl Fn(i64, &[u8]) -> String,
+) -> Result<(), DumpError> {
     let name = path.display().to_string();
-    let data = std::fs::read(path).map_err(|source| DumpError::Io {
+    let io = |source| DumpError::Io {
         path: name.clone(),
         source,
-    })?;
+    };
+    let data = std::fs::read(path).map_err(io)?;
     let base = base_offset_of(path);
-    for (n, e) in data.chunks_exact(OffsetIndex::ENTRY_SIZE).enumerate() {
-        let rel = u32::from_be_bytes([e[0], e[1], e[2], e[3]]);
-        let pos = u32::from_be_bytes([e[4], e[5], e[6], e[7]]);
-        // A preallocated active index ends in zero entries; Kafka stops at the first one too.
-        if n > 0 && rel == 0 && pos == 0 {
+    for (n, e) in data.chunks_exact(entry_size).enumerate() {
+        if n > 0 && e.iter().all(|b| *b == 0) {
             break;
         }
-        writeln!(out, "offset: {} position: {pos}", base + rel as i64).map_err(|source| {
-            DumpError::Io {
-                path: name.clone(),
-                source,
-            }
-        })?;
+        writeln!(out, "{}", line(base, e)).map_err(io)?;
     }
     Ok(())
 }
 
+fn u32_at(e: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([e[at], e[at + 1], e[at + 2], e[at + 3]])
+}
+
+fn dump_offset_index(path: &Path, out: &mut dyn Write) -> Result<(), DumpError> {
+    dump_entries(path, OffsetIndex::ENTRY_SIZE, out, |base, e| {
+        format!(
+            "offset: {} position: {}",
+            base + u32_at(e, 0) as i64,
+            u32_at(e, 4)
+        )
+    })
+}
+
 fn dump_time_index(path: &Path, out: &mut dyn Write) -> Result<(), DumpError> {
-    let name = path.display().to_string();
-    let data = std::fs::read(path).map_err(|source| DumpError::Io {
-        path: name.clone(),
-        source,
-    })?;
-    let base = base_offset_of(path);
-    for (n, e) in data.chunks_exact(TimeIndex::ENTRY_SIZE).enumerate() {
-        let mut ts = [0u8; 8];
-        ts.copy_from_slice(&e[..8]);
-        let ts = i64::from_be_bytes(ts);
-        let rel = u32::from_be_bytes([e[8], e[9], e[10], e[11]]);
-        if n > 0 && ts == 0 && rel == 0 {
-            break;
-        }
-        writeln!(out, "timestamp: {ts} offset: {}", base + rel as i64).map_err(|source| {
-            DumpError::Io {
-                path: name.clone(),
-                source,
-            }
-        })?;
-    }
-    Ok(())
+    dump_entries(path, TimeIndex::ENTRY_SIZE, out, |base, e| {
+        let ts = i64::from_be_bytes([e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]]);
+        format!("timestamp: {ts} offset: {}", base + u32_at(e, 8) as i64)
+    })
 }
 
 #[cfg(test)]
