@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 
 use evenkeel::protocol::murmur2::partition_for_key;
 use evenkeel::storage::batch::BatchHeader;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureRecord;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 fn admin(bootstrap: &str) -> AdminClient<DefaultClientContext> {
@@ -21,28 +21,7 @@ fn admin(bootstrap: &str) -> AdminClient<DefaultClientContext> {
         .unwrap()
 }
 
-async fn create_topic(bootstrap: &str, name: &str, partitions: i32, configs: &[(&str, &str)]) {
-    let mut t = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
-    for (k, v) in configs {
-        t = t.set(k, v);
-    }
-    let r = admin(bootstrap)
-        .create_topics(&[t], &AdminOptions::new())
-        .await
-        .unwrap();
-    assert!(r[0].is_ok(), "{r:?}");
-}
-
-fn producer(bootstrap: &str, extra: &[(&str, &str)]) -> FutureProducer {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", bootstrap)
-        .set("linger.ms", "5")
-        .set("partitioner", "murmur2_random");
-    for (k, v) in extra {
-        c.set(*k, *v);
-    }
-    c.create().unwrap()
-}
+use common::{create_topic, producer};
 
 /// Everything in the given partitions from the beginning: (partition, offset, key, value).
 type Row = (i32, i64, Option<Vec<u8>>, Vec<u8>);

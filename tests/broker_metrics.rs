@@ -5,10 +5,7 @@ mod common;
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureRecord;
 
 fn http_get(port: u16, path: &str) -> (u16, String) {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -42,21 +39,8 @@ async fn metrics_health_and_readiness_are_served() {
     let b = common::BrokerProcess::start(&[&addr]);
     assert_eq!(http_get(port, "/healthz").0, 200);
     assert_eq!(http_get(port, "/readyz").0, 200);
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &b.bootstrap)
-        .create()
-        .unwrap();
-    admin
-        .create_topics(
-            &[NewTopic::new("m", 3, TopicReplication::Fixed(1))],
-            &AdminOptions::new(),
-        )
-        .await
-        .unwrap();
-    let p: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &b.bootstrap)
-        .create()
-        .unwrap();
+    common::create_topic(&b.bootstrap, "m", 3, &[]).await;
+    let p = common::producer(&b.bootstrap, &[]);
     for i in 0..100 {
         let v = format!("value-{i}");
         p.send(

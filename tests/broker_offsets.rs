@@ -15,10 +15,7 @@ use kafka_protocol::messages::offset_for_leader_epoch_request::{
 };
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureRecord;
 use std::time::Duration;
 
 fn name(s: &str) -> TopicName {
@@ -27,22 +24,8 @@ fn name(s: &str) -> TopicName {
 
 async fn setup() -> common::BrokerProcess {
     let b = common::BrokerProcess::start(&[]);
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &b.bootstrap)
-        .create()
-        .unwrap();
-    admin
-        .create_topics(
-            &[NewTopic::new("o", 1, TopicReplication::Fixed(1))],
-            &AdminOptions::new(),
-        )
-        .await
-        .unwrap();
-    let p: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &b.bootstrap)
-        .set("linger.ms", "0")
-        .create()
-        .unwrap();
+    common::create_topic(&b.bootstrap, "o", 1, &[]).await;
+    let p = common::producer(&b.bootstrap, &[("linger.ms", "0")]);
     // Ten single-record batches with timestamps 1000, 1010, ..., 1090.
     for i in 0..10i64 {
         p.send(

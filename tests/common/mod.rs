@@ -114,6 +114,36 @@ fn unsafe_sigterm(pid: u32) {
         .status();
 }
 
+/// Creates a topic with the rdkafka admin client and checks it worked.
+pub async fn create_topic(bootstrap: &str, name: &str, partitions: i32, configs: &[(&str, &str)]) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .unwrap();
+    let mut t = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    for (k, v) in configs {
+        t = t.set(k, v);
+    }
+    let r = admin
+        .create_topics(&[t], &AdminOptions::new())
+        .await
+        .unwrap();
+    assert!(r[0].is_ok(), "{r:?}");
+}
+
+/// A FutureProducer with Java's partitioner (murmur2) and the given extra properties.
+pub fn producer(bootstrap: &str, extra: &[(&str, &str)]) -> rdkafka::producer::FutureProducer {
+    let mut c = rdkafka::ClientConfig::new();
+    c.set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "5")
+        .set("partitioner", "murmur2_random");
+    for (k, v) in extra {
+        c.set(*k, *v);
+    }
+    c.create().unwrap()
+}
+
 impl Drop for BrokerProcess {
     fn drop(&mut self) {
         self.kill();
