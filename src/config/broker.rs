@@ -159,13 +159,28 @@ impl BrokerConfig {
                 })
             }
         };
-        let listeners = parse_listeners(
+        // Listeners named in controller.listener.names belong to the quorum, not to clients.
+        let controller_names: Vec<&str> = props
+            .get("controller.listener.names")
+            .map(|v| v.split(',').map(str::trim).collect())
+            .unwrap_or_default();
+        let listeners: Vec<Listener> = parse_listeners(
             "listeners",
             props
                 .get("listeners")
                 .map(String::as_str)
                 .unwrap_or("PLAINTEXT://:9092"),
-        )?;
+        )?
+        .into_iter()
+        .filter(|l| !controller_names.contains(&l.name.as_str()))
+        .collect();
+        if listeners.is_empty() {
+            return Err(bad(
+                "listeners",
+                props.get("listeners").map(String::as_str).unwrap_or(""),
+                "no listener is left for clients after controller.listener.names",
+            ));
+        }
         let advertised_listeners = match props.get("advertised.listeners") {
             Some(v) => parse_listeners("advertised.listeners", v)?,
             None => listeners.clone(),
@@ -247,6 +262,16 @@ mod tests {
         assert_eq!(c.queued_max_requests, 500);
         assert_eq!(c.socket_request_max_bytes, 104_857_600);
         assert_eq!(unknown, vec!["something.else".to_string()]);
+    }
+
+    #[test]
+    fn controller_listeners_are_not_served_to_clients() {
+        let p = parse_properties(
+            "node.id=1\nlisteners=PLAINTEXT://:9092,CONTROLLER://:9093\ncontroller.listener.names=CONTROLLER\n",
+        );
+        let (c, _) = BrokerConfig::from_props(&p).unwrap();
+        assert_eq!(c.listeners.len(), 1);
+        assert_eq!(c.listeners[0].name, "PLAINTEXT");
     }
 
     #[test]
