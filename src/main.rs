@@ -280,6 +280,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 "evenkeel.metrics.address".to_string(),
                 "127.0.0.1:9404".to_string(),
             );
+            // One machine, quick feedback: groups form without the 3 s initial delay.
+            props.insert(
+                "group.initial.rebalance.delay.ms".to_string(),
+                "0".to_string(),
+            );
             let extra = load_props(None, &overrides)?;
             props.extend(extra);
             let config = broker_config(&props)?;

@@ -15,7 +15,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::Broker;
 use crate::controller::image::TopicImage;
-use crate::controller::{is_internal_topic, validate_topic_name, NewTopic};
+use crate::controller::{is_hidden_topic, is_internal_topic, validate_topic_name, NewTopic};
 use crate::protocol::errors;
 use crate::storage::KafkaUuid;
 
@@ -65,7 +65,7 @@ pub fn metadata(broker: &Arc<Broker>, version: i16, req: MetadataRequest) -> Met
     let mut topics = Vec::new();
     if all {
         for t in broker.controller.image().topics() {
-            if !is_internal_topic(&t.name) {
+            if !is_hidden_topic(&t.name) {
                 topics.push(topic_entry(t));
             }
         }
@@ -79,7 +79,7 @@ pub fn metadata(broker: &Arc<Broker>, version: i16, req: MetadataRequest) -> Met
                 None => img.topic_by_id(&from_uuid(&rt.topic_id)).cloned(),
             };
             match (found, by_name) {
-                (Some(t), _) if !is_internal_topic(&t.name) => topics.push(topic_entry(&t)),
+                (Some(t), _) if !is_hidden_topic(&t.name) => topics.push(topic_entry(&t)),
                 (_, None) => topics.push(error_entry(None, rt.topic_id, errors::UNKNOWN_TOPIC_ID)),
                 (_, Some(name)) => {
                     if let Err(e) = validate_topic_name(&name) {

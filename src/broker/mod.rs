@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod fetch;
+pub mod group;
 pub mod metadata;
 pub mod produce;
 pub mod producer_state;
@@ -60,6 +61,8 @@ pub struct Broker {
     pub replicas: ReplicaManager,
     endpoint: std::sync::RwLock<Endpoint>,
     pub metrics: Arc<crate::metrics::BrokerMetrics>,
+    /// The classic group coordinator (this node coordinates every group).
+    pub groups: group::coordinator::Coordinator,
     /// Producer ids this broker may hand out (a block reserved in the metadata log).
     producer_ids: std::sync::Mutex<std::ops::Range<i64>>,
 }
@@ -122,7 +125,19 @@ impl Broker {
             },
             port: adv.port as i32,
         };
-        Ok(Arc::new(Broker {
+        let groups = group::coordinator::Coordinator::new(group::coordinator::GroupConfig {
+            initial_rebalance_delay: std::time::Duration::from_millis(
+                config.group_initial_rebalance_delay_ms,
+            ),
+            min_session_timeout_ms: config.group_min_session_timeout_ms,
+            max_session_timeout_ms: config.group_max_session_timeout_ms,
+            max_size: config.group_max_size,
+            offset_metadata_max_bytes: config.offset_metadata_max_bytes,
+            offsets_retention: std::time::Duration::from_secs(
+                config.offsets_retention_minutes.saturating_mul(60),
+            ),
+        });
+        let broker = Arc::new(Broker {
             cluster_id: meta.cluster_id,
             config,
             logs,
@@ -131,7 +146,10 @@ impl Broker {
             endpoint: std::sync::RwLock::new(endpoint),
             producer_ids: std::sync::Mutex::new(0..0),
             metrics: Arc::new(crate::metrics::BrokerMetrics::new()),
-        }))
+            groups,
+        });
+        group::api::load(&broker);
+        Ok(broker)
     }
 
     pub fn node_id(&self) -> i32 {
@@ -180,15 +198,16 @@ impl Broker {
     /// Handles one request frame. `Reply::Now(None)` means no response (acks=0); `Reply::Later`
     /// is a request parked in the purgatory. An error closes the connection, as Kafka does for
     /// unknown APIs, unsupported versions and malformed requests.
-    pub fn handle(self: &Arc<Self>, frame: Bytes) -> Handled {
+    pub fn handle(self: &Arc<Self>, frame: Bytes, peer: Option<std::net::SocketAddr>) -> Handled {
         let mut label = "Unknown";
-        let reply = self.dispatch(frame, &mut label);
+        let reply = self.dispatch(frame, peer, &mut label);
         Handled { label, reply }
     }
 
     fn dispatch(
         self: &Arc<Self>,
         mut frame: Bytes,
+        peer: Option<std::net::SocketAddr>,
         label: &mut &'static str,
     ) -> Result<Reply, FrameError> {
         let raw = protocol::peek_header(&frame)?;
@@ -290,6 +309,52 @@ impl Broker {
                 let req = protocol::decode_body(&mut frame, v)?;
                 respond(v, cid, &admin::incremental_alter_configs(self, req))
             }
+            ApiKey::FindCoordinator => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                respond(v, cid, &group::api::find_coordinator(self, v, req))
+            }
+            ApiKey::JoinGroup => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                let host = peer.map(|p| format!("/{}", p.ip())).unwrap_or_default();
+                let client = client_id(&header).to_string();
+                later(v, cid, group::api::join_group(self, v, &client, &host, req))
+            }
+            ApiKey::SyncGroup => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                later(v, cid, group::api::sync_group(self, req))
+            }
+            ApiKey::Heartbeat => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                respond(v, cid, &group::api::heartbeat(self, req))
+            }
+            ApiKey::LeaveGroup => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                respond(v, cid, &group::api::leave_group(self, v, req))
+            }
+            ApiKey::OffsetCommit => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                respond(v, cid, &group::api::offset_commit(self, req))
+            }
+            ApiKey::OffsetFetch => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                respond(v, cid, &group::api::offset_fetch(self, v, req))
+            }
+            ApiKey::ListGroups => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                respond(v, cid, &group::api::list_groups(self, v, req))
+            }
+            ApiKey::DescribeGroups => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                respond(v, cid, &group::api::describe_groups(self, v, req))
+            }
+            ApiKey::DeleteGroups => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                respond(v, cid, &group::api::delete_groups(self, req))
+            }
+            ApiKey::OffsetDelete => {
+                let req = protocol::decode_body(&mut frame, v)?;
+                respond(v, cid, &group::api::offset_delete(self, req))
+            }
             other => Err(FrameError::UnsupportedVersion {
                 key: other,
                 version: v,
@@ -317,6 +382,17 @@ fn request_name(key: ApiKey) -> &'static str {
         ApiKey::DeleteRecords => "DeleteRecords",
         ApiKey::InitProducerId => "InitProducerId",
         ApiKey::OffsetForLeaderEpoch => "OffsetForLeaderEpoch",
+        ApiKey::FindCoordinator => "FindCoordinator",
+        ApiKey::JoinGroup => "JoinGroup",
+        ApiKey::SyncGroup => "SyncGroup",
+        ApiKey::Heartbeat => "Heartbeat",
+        ApiKey::LeaveGroup => "LeaveGroup",
+        ApiKey::OffsetCommit => "OffsetCommit",
+        ApiKey::OffsetFetch => "OffsetFetch",
+        ApiKey::ListGroups => "ListGroups",
+        ApiKey::DescribeGroups => "DescribeGroups",
+        ApiKey::DeleteGroups => "DeleteGroups",
+        ApiKey::OffsetDelete => "OffsetDelete",
         ApiKey::DescribeConfigs => "DescribeConfigs",
         ApiKey::AlterConfigs => "AlterConfigs",
         ApiKey::CreatePartitions => "CreatePartitions",
@@ -349,6 +425,20 @@ fn respond<R: Encodable + HeaderVersion>(
     body: &R,
 ) -> Result<Reply, FrameError> {
     encode(protocol::encode_response(version, correlation_id, body))
+}
+
+/// A group API outcome as a reply: now, or when the rebalance step completes.
+fn later<R: Encodable + HeaderVersion + Send + 'static>(
+    version: i16,
+    correlation_id: i32,
+    outcome: group::api::Outcome<R>,
+) -> Result<Reply, FrameError> {
+    match outcome {
+        group::api::Outcome::Now(r) => respond(version, correlation_id, &r),
+        group::api::Outcome::Later(fut) => Ok(Reply::Later(Box::pin(async move {
+            respond(version, correlation_id, &fut.await)
+        }))),
+    }
 }
 
 /// `Some(message)` as the wire's nullable string.

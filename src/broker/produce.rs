@@ -56,6 +56,14 @@ pub fn produce(broker: &Arc<Broker>, _version: i16, req: ProduceRequest) -> Prod
                 ));
                 continue;
             }
+            if crate::controller::is_internal_topic(&name) {
+                parts.push(partition_error(
+                    pd.index,
+                    errors::INVALID_TOPIC_EXCEPTION,
+                    Some(format!("Cannot append to internal topic {name}")),
+                ));
+                continue;
+            }
             let tp = TopicPartition::new(name.clone(), pd.index);
             let Some(partition) = broker.replicas.get(&tp) else {
                 parts.push(partition_error(

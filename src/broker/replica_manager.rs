@@ -8,7 +8,7 @@ use super::producer_state::{ProducerStateManager, SequenceCheck};
 use super::purgatory::Purgatory;
 use crate::config::LogConfig;
 use crate::controller::image::MetadataImage;
-use crate::controller::is_internal_topic;
+use crate::controller::is_hidden_topic;
 use crate::storage::batch::{self, BatchHeader, LOG_OVERHEAD};
 use crate::storage::log::AppendInfo;
 use crate::storage::{KafkaUuid, LogManager, LogRef, StorageError, TopicPartition};
@@ -97,7 +97,7 @@ impl ReplicaManager {
     ) -> Result<(), StorageError> {
         let mut wanted: HashMap<TopicPartition, (KafkaUuid, i32, LogConfig)> = HashMap::new();
         for t in image.topics() {
-            if is_internal_topic(&t.name) {
+            if is_hidden_topic(&t.name) {
                 continue;
             }
             let overrides = image.topic_configs(&t.name);
@@ -129,7 +129,7 @@ impl ReplicaManager {
             .all_logs()
             .into_iter()
             .map(|(tp, _)| tp)
-            .filter(|tp| !is_internal_topic(&tp.topic) && !wanted.contains_key(tp))
+            .filter(|tp| !is_hidden_topic(&tp.topic) && !wanted.contains_key(tp))
             .collect();
         let mut next: HashMap<TopicPartition, Arc<Partition>> = HashMap::new();
         for (tp, (id, epoch, cfg)) in wanted {

@@ -19,6 +19,7 @@ use crate::protocol::FrameError;
 /// One request on its way to a handler.
 struct Job {
     frame: Bytes,
+    peer: Option<SocketAddr>,
     /// When the request's first bytes arrived (seed 003: measure from here, not from dequeue).
     arrived: Instant,
     respond: oneshot::Sender<Answer>,
@@ -96,6 +97,20 @@ impl Server {
         .map_err(bind_err(broker.config.metrics_address.to_string()))?;
         tracing::info!(address = %metrics_addr, "metrics on /metrics, /healthz, /readyz");
         tasks.push(metrics_task);
+        // Group sessions, rebalance timeouts and offset retention.
+        let ticker = broker.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut interval = tokio::time::interval(Duration::from_millis(100));
+            let mut last_expiry = Instant::now();
+            loop {
+                interval.tick().await;
+                ticker.groups.tick(Instant::now());
+                if last_expiry.elapsed() >= Duration::from_secs(60) {
+                    last_expiry = Instant::now();
+                    crate::broker::group::api::expire_offsets(&ticker);
+                }
+            }
+        }));
         broker.metrics.set_ready(true);
         Ok(Server {
             addrs,
@@ -162,7 +177,7 @@ fn refresh_hook(
 async fn handler(id: usize, broker: Arc<Broker>, rx: async_channel::Receiver<Job>) {
     while let Ok(job) = rx.recv().await {
         let dequeued = Instant::now();
-        let handled = broker.handle(job.frame);
+        let handled = broker.handle(job.frame, job.peer);
         let local = dequeued.elapsed();
         broker.metrics.handler_meter.add_busy(local);
         let mut times = RequestTimes {
@@ -222,7 +237,7 @@ async fn accept_loop(
                     let _ = stream.set_nodelay(true);
                     let (broker, queue, stop) = (broker.clone(), queue.clone(), stop.clone());
                     tokio::spawn(async move {
-                        if let Err(reason) = connection(stream, broker, queue, stop).await {
+                        if let Err(reason) = connection(stream, peer, broker, queue, stop).await {
                             tracing::info!(%peer, %reason, "closing connection");
                         }
                     });
@@ -239,6 +254,7 @@ async fn accept_loop(
 /// Serves one connection until the peer closes it, a frame is bad, or the broker stops.
 async fn connection(
     mut stream: TcpStream,
+    peer: SocketAddr,
     broker: Arc<Broker>,
     queue: async_channel::Sender<Job>,
     mut stop: watch::Receiver<bool>,
@@ -273,6 +289,7 @@ async fn connection(
         queue
             .send(Job {
                 frame: Bytes::from(frame),
+                peer: Some(peer),
                 arrived,
                 respond: tx,
             })

@@ -33,6 +33,14 @@ pub struct BrokerConfig {
     pub log_flush_start_offset_checkpoint_interval_ms: i64,
     /// Where `/metrics`, `/healthz` and `/readyz` listen (`evenkeel.metrics.address`).
     pub metrics_address: SocketAddr,
+    /// `group.initial.rebalance.delay.ms` (3000; `evenkeel dev` uses 0).
+    pub group_initial_rebalance_delay_ms: u64,
+    pub group_min_session_timeout_ms: i32,
+    pub group_max_session_timeout_ms: i32,
+    pub group_max_size: usize,
+    pub offsets_topic_num_partitions: i32,
+    pub offsets_retention_minutes: u64,
+    pub offset_metadata_max_bytes: usize,
     pub log: LogConfig,
     /// The properties as given, for DescribeConfigs.
     pub raw: BTreeMap<String, String>,
@@ -77,6 +85,12 @@ const KNOWN: &[&str] = &[
     "transaction.state.log.replication.factor",
     "transaction.state.log.min.isr",
     "group.initial.rebalance.delay.ms",
+    "group.min.session.timeout.ms",
+    "group.max.session.timeout.ms",
+    "group.max.size",
+    "offsets.topic.num.partitions",
+    "offsets.retention.minutes",
+    "offset.metadata.max.bytes",
 ];
 
 fn bad(key: &str, value: &str, reason: &str) -> ConfigError {
@@ -228,6 +242,22 @@ impl BrokerConfig {
                 60_000i64,
             )?,
             metrics_address,
+            group_initial_rebalance_delay_ms: parse(
+                props,
+                "group.initial.rebalance.delay.ms",
+                3000u64,
+            )?,
+            group_min_session_timeout_ms: parse(props, "group.min.session.timeout.ms", 6000i32)?,
+            group_max_session_timeout_ms: parse(
+                props,
+                "group.max.session.timeout.ms",
+                1_800_000i32,
+            )?,
+            group_max_size: parse(props, "group.max.size", i32::MAX as usize)?,
+            offsets_topic_num_partitions: parse(props, "offsets.topic.num.partitions", 50i32)?
+                .max(1),
+            offsets_retention_minutes: parse(props, "offsets.retention.minutes", 10_080u64)?,
+            offset_metadata_max_bytes: parse(props, "offset.metadata.max.bytes", 4096usize)?,
             log,
             raw: props.clone(),
         };

@@ -82,8 +82,13 @@ fn unify_collision_chars(name: &str) -> String {
     name.replace('.', "_")
 }
 
-/// Is `name` internal (hidden from users and not writable by them)?
+/// Kafka's internal topics: users may not create, delete or produce to them.
 pub fn is_internal_topic(name: &str) -> bool {
+    name == METADATA_TOPIC || name == "__consumer_offsets"
+}
+
+/// Topics not shown in Metadata at all (the metadata log).
+pub fn is_hidden_topic(name: &str) -> bool {
     name == METADATA_TOPIC
 }
 
@@ -268,6 +273,27 @@ impl Controller {
     ) -> Result<TopicImage, ControllerError> {
         let _w = self.lock_writes();
         self.validate_new_topic(t, defaults)?;
+        self.write_new_topic(t)
+    }
+
+    /// Creates an internal topic (`__consumer_offsets`) on the broker's own behalf.
+    pub fn create_internal_topic(
+        &self,
+        t: &NewTopic,
+        defaults: &LogConfig,
+    ) -> Result<TopicImage, ControllerError> {
+        let _w = self.lock_writes();
+        if self.image().topic(&t.name).is_some() {
+            return Err(ControllerError::new(
+                codes::TOPIC_ALREADY_EXISTS,
+                format!("Topic '{}' already exists.", t.name),
+            ));
+        }
+        validate_topic_configs(&t.configs, defaults)?;
+        self.write_new_topic(t)
+    }
+
+    fn write_new_topic(&self, t: &NewTopic) -> Result<TopicImage, ControllerError> {
         let id = KafkaUuid::random();
         let mut recs = vec![MetadataRecord::Topic {
             name: t.name.clone(),

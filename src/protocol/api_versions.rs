@@ -22,6 +22,17 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::ListGroups, 0, 5),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 /// The lowest Produce version actually served.
@@ -89,6 +100,6 @@ mod tests {
         assert!(!is_served(ApiKey::Produce, 2));
         assert!(is_served(ApiKey::Produce, 3));
         assert!(!is_served(ApiKey::Fetch, 3));
-        assert!(!is_served(ApiKey::JoinGroup, 0));
+        assert!(!is_served(ApiKey::SaslHandshake, 0));
     }
 }
