@@ -35,30 +35,48 @@ fn assigned(c: &BaseConsumer) -> BTreeSet<i32> {
 fn poll_until(
     consumers: &[&BaseConsumer],
     timeout: Duration,
-    mut done: impl FnMut(&[&BaseConsumer]) -> bool,
+    mut done: impl FnMut(&[&BaseConsumer], usize) -> bool,
 ) -> Vec<(usize, i32, i64, Vec<u8>)> {
     let deadline = Instant::now() + timeout;
     let mut seen = Vec::new();
     while Instant::now() < deadline {
         for (i, c) in consumers.iter().enumerate() {
             if let Some(Ok(m)) = c.poll(Duration::from_millis(20)) {
-                seen.push((i, m.partition(), m.offset(), m.payload().unwrap_or_default().to_vec()));
+                seen.push((
+                    i,
+                    m.partition(),
+                    m.offset(),
+                    m.payload().unwrap_or_default().to_vec(),
+                ));
             }
         }
-        if done(consumers) {
+        if done(consumers, seen.len()) {
             break;
         }
     }
     seen
 }
 
+/// Closes members in parallel: a member closing alone would wait in its group's rebalance for
+/// the others to rejoin (up to max.poll.interval.ms), as it would against Kafka.
+fn close_all(consumers: Vec<BaseConsumer>) {
+    std::thread::scope(|s| {
+        for c in consumers {
+            s.spawn(move || drop(c));
+        }
+    });
+}
+
 async fn produce(bootstrap: &str, topic: &str, from: usize, n: usize) {
     let p = common::producer(bootstrap, &[]);
     for i in from..from + n {
         let v = format!("{i}");
-        p.send(FutureRecord::to(topic).key(&v).payload(&v), Duration::from_secs(10))
-            .await
-            .unwrap();
+        p.send(
+            FutureRecord::to(topic).key(&v).payload(&v),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
     }
 }
 
@@ -66,16 +84,256 @@ async fn produce(bootstrap: &str, topic: &str, from: usize, n: usize) {
 async fn three_consumers_on_two_partitions_leave_exactly_one_idle() {
     let b = common::BrokerProcess::start(&[]);
     common::create_topic(&b.bootstrap, "two", 2, &[]).await;
-    let cs: Vec<BaseConsumer> = (0..3).map(|_| consumer(&b.bootstrap, "trio", &[])).collect();
+    let cs: Vec<BaseConsumer> = (0..3)
+        .map(|_| consumer(&b.bootstrap, "trio", &[]))
+        .collect();
     for c in &cs {
         c.subscribe(&["two"]).unwrap();
     }
     let refs: Vec<&BaseConsumer> = cs.iter().collect();
-    poll_until(&refs, Duration::from_secs(30), |cs| {
+    poll_until(&refs, Duration::from_secs(30), |cs, _| {
         cs.iter().map(|c| assigned(c).len()).sum::<usize>() == 2
             && cs.iter().filter(|c| assigned(c).is_empty()).count() == 1
     });
     let sizes: Vec<usize> = cs.iter().map(|c| assigned(c).len()).collect();
     assert_eq!(sizes.iter().sum::<usize>(), 2, "{sizes:?}");
     assert_eq!(sizes.iter().filter(|s| **s == 0).count(), 1, "{sizes:?}");
+    close_all(cs);
+}
+
+const CHILD_TEST: &str = "a_killed_member_s_partitions_move_and_no_record_is_lost";
+
+/// Child process: a group member that commits after every record and prints it.
+fn run_member_child(bootstrap: &str, group: &str, topic: &str) {
+    use std::io::Write;
+    let c = consumer(bootstrap, group, &[]);
+    c.subscribe(&[topic]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(50)) {
+            c.commit_message(&m, CommitMode::Sync).unwrap();
+            let mut out = std::io::stdout().lock();
+            writeln!(
+                out,
+                "REC {}",
+                std::str::from_utf8(m.payload().unwrap()).unwrap()
+            )
+            .unwrap();
+            out.flush().unwrap();
+        }
+        let n = assigned(&c).len();
+        println!("ASSIGNED {n}");
+    }
+}
+
+#[tokio::test]
+async fn a_killed_member_s_partitions_move_and_no_record_is_lost() {
+    if let Ok(args) = std::env::var("EVENKEEL_GROUP_CHILD") {
+        let parts: Vec<&str> = args.split(',').collect();
+        run_member_child(parts[0], parts[1], parts[2]);
+        return;
+    }
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    use std::sync::{Arc, Mutex};
+    let b = common::BrokerProcess::start(&[]);
+    common::create_topic(&b.bootstrap, "fail", 4, &[]).await;
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([CHILD_TEST, "--exact", "--nocapture", "--test-threads=1"])
+        .env(
+            "EVENKEEL_GROUP_CHILD",
+            format!("{},failing,fail", b.bootstrap),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let child_seen = Arc::new(Mutex::new(Vec::<usize>::new()));
+    let child_assigned = Arc::new(Mutex::new(0usize));
+    {
+        let (seen, asg) = (child_seen.clone(), child_assigned.clone());
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Some(v) = line.strip_prefix("REC ") {
+                    seen.lock().unwrap().push(v.parse().unwrap());
+                } else if let Some(n) = line.strip_prefix("ASSIGNED ") {
+                    *asg.lock().unwrap() = n.parse().unwrap();
+                }
+            }
+        });
+    }
+    let me = consumer(&b.bootstrap, "failing", &[]);
+    me.subscribe(&["fail"]).unwrap();
+    let mut mine: Vec<usize> = Vec::new();
+    let mut poll_me = |timeout: Duration, until: &dyn Fn(&BaseConsumer) -> bool| {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(Ok(m)) = me.poll(Duration::from_millis(20)) {
+                me.commit_message(&m, CommitMode::Sync).unwrap();
+                mine.push(
+                    std::str::from_utf8(m.payload().unwrap())
+                        .unwrap()
+                        .parse()
+                        .unwrap(),
+                );
+            }
+            if until(&me) {
+                return true;
+            }
+        }
+        false
+    };
+    let split = poll_me(Duration::from_secs(30), &|c| {
+        assigned(c).len() == 2 && *child_assigned.lock().unwrap() == 2
+    });
+    assert!(split, "the two members never split the four partitions");
+    produce(&b.bootstrap, "fail", 0, 200).await;
+    poll_me(Duration::from_secs(10), &|_| false);
+    let before_kill = child_seen.lock().unwrap().len();
+    assert!(before_kill > 0, "the child member consumed nothing");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed_at = Instant::now();
+    produce(&b.bootstrap, "fail", 200, 200).await;
+    let moved = poll_me(Duration::from_secs(30), &|c| assigned(c).len() == 4);
+    let took = killed_at.elapsed();
+    assert!(moved, "the killed member's partitions did not move");
+    assert!(
+        took < Duration::from_secs(6 + 10),
+        "rebalance took {took:?}"
+    );
+    poll_me(Duration::from_secs(5), &|_| false);
+    let mut all: BTreeMap<usize, usize> = BTreeMap::new();
+    for v in mine.iter().chain(child_seen.lock().unwrap().iter()) {
+        *all.entry(*v).or_default() += 1;
+    }
+    let missing: Vec<usize> = (0..400).filter(|v| !all.contains_key(v)).collect();
+    assert!(missing.is_empty(), "lost records: {missing:?}");
+    // At least once: only what the child had not committed may come twice.
+    let twice = all.values().filter(|n| **n > 1).count();
+    assert!(twice <= 4, "{twice} records were seen twice");
+}
+
+#[tokio::test]
+async fn committed_offsets_survive_a_broker_restart_and_new_groups_follow_auto_offset_reset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = common::free_port();
+    let mut b = common::BrokerProcess::start_on(tmp.path(), port, &[]);
+    common::create_topic(&b.bootstrap, "resume", 1, &[]).await;
+    produce(&b.bootstrap, "resume", 0, 100).await;
+    {
+        let c = consumer(&b.bootstrap, "resumers", &[]);
+        c.subscribe(&["resume"]).unwrap();
+        let seen = poll_until(&[&c], Duration::from_secs(30), |_, n| n >= 100);
+        assert!(seen.len() >= 60, "only {} records", seen.len());
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset("resume", 0, Offset::Offset(60))
+            .unwrap();
+        c.commit(&tpl, CommitMode::Sync).unwrap();
+    }
+    assert!(b.stop());
+    let b = common::BrokerProcess::start_on(tmp.path(), port, &[]);
+    let c = consumer(&b.bootstrap, "resumers", &[]);
+    c.subscribe(&["resume"]).unwrap();
+    let seen = poll_until(&[&c], Duration::from_secs(30), |_, n| n >= 40);
+    // Nothing more arrives.
+    let extra = poll_until(&[&c], Duration::from_secs(1), |_, _| false);
+    assert!(extra.is_empty());
+    assert_eq!(
+        seen.first().map(|r| r.2),
+        Some(60),
+        "resumed at the committed offset"
+    );
+    assert_eq!(seen.len(), 40);
+    // Lag as an admin client computes it: log end offset − committed offset.
+    let committed = c
+        .committed(Duration::from_secs(5))
+        .unwrap()
+        .find_partition("resume", 0)
+        .unwrap()
+        .offset();
+    let (_, high) = c
+        .fetch_watermarks("resume", 0, Duration::from_secs(5))
+        .unwrap();
+    assert_eq!((committed, high), (Offset::Offset(60), 100));
+    // A new group with earliest starts at 0; one with latest sees only new records.
+    let early = consumer(&b.bootstrap, "fresh-early", &[]);
+    early.subscribe(&["resume"]).unwrap();
+    let e = poll_until(&[&early], Duration::from_secs(20), |_, n| n > 0);
+    assert_eq!(e.first().map(|r| r.2), Some(0));
+    let late = consumer(
+        &b.bootstrap,
+        "fresh-late",
+        &[("auto.offset.reset", "latest")],
+    );
+    late.subscribe(&["resume"]).unwrap();
+    let before = poll_until(&[&late], Duration::from_secs(20), |cs, _| {
+        assigned(cs[0]).len() == 1
+    });
+    let before_more = poll_until(&[&late], Duration::from_secs(2), |_, _| false);
+    assert!(
+        before.is_empty() && before_more.is_empty(),
+        "latest must skip old records"
+    );
+    produce(&b.bootstrap, "resume", 100, 5).await;
+    let l = poll_until(&[&late], Duration::from_secs(10), |_, n| n >= 5);
+    let offsets: Vec<i64> = l.iter().map(|r| r.2).collect();
+    assert_eq!(offsets, vec![100, 101, 102, 103, 104]);
+}
+
+#[tokio::test]
+async fn cooperative_sticky_rebalances_incrementally() {
+    let b = common::BrokerProcess::start(&[]);
+    common::create_topic(&b.bootstrap, "coop", 6, &[]).await;
+    let strategy = [("partition.assignment.strategy", "cooperative-sticky")];
+    let a = consumer(&b.bootstrap, "coop-group", &strategy);
+    a.subscribe(&["coop"]).unwrap();
+    poll_until(&[&a], Duration::from_secs(20), |cs, _| {
+        assigned(cs[0]).len() == 6
+    });
+    let before = assigned(&a);
+    assert_eq!(before.len(), 6);
+    let b2 = consumer(&b.bootstrap, "coop-group", &strategy);
+    b2.subscribe(&["coop"]).unwrap();
+    poll_until(&[&a, &b2], Duration::from_secs(30), |cs, _| {
+        assigned(cs[0]).len() == 3 && assigned(cs[1]).len() == 3
+    });
+    let (pa, pb) = (assigned(&a), assigned(&b2));
+    assert_eq!((pa.len(), pb.len()), (3, 3));
+    // Sticky: the first member kept partitions it had; nothing is owned twice.
+    assert!(pa.is_subset(&before));
+    assert!(pa.is_disjoint(&pb));
+    assert!(matches!(
+        a.rebalance_protocol(),
+        rdkafka::consumer::RebalanceProtocol::Cooperative
+    ));
+    close_all(vec![a, b2]);
+}
+
+#[tokio::test]
+async fn a_hundred_members_on_two_hundred_partitions_get_two_each() {
+    let b = common::BrokerProcess::start(&[]);
+    common::create_topic(&b.bootstrap, "wide-group", 200, &[]).await;
+    let cs: Vec<BaseConsumer> = (0..100)
+        .map(|_| consumer(&b.bootstrap, "hundred", &[("session.timeout.ms", "30000")]))
+        .collect();
+    for c in &cs {
+        c.subscribe(&["wide-group"]).unwrap();
+    }
+    let refs: Vec<&BaseConsumer> = cs.iter().collect();
+    poll_until(&refs, Duration::from_secs(120), |cs, _| {
+        cs.iter().all(|c| assigned(c).len() == 2)
+    });
+    let sizes: BTreeMap<usize, usize> = cs.iter().fold(BTreeMap::new(), |mut m, c| {
+        *m.entry(assigned(c).len()).or_default() += 1;
+        m
+    });
+    assert_eq!(
+        sizes,
+        BTreeMap::from([(2, 100)]),
+        "members by number of partitions"
+    );
+    drop(refs);
+    close_all(cs);
 }
