@@ -6,6 +6,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use kafka_protocol::protocol::Decodable;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::FutureRecord;
@@ -336,4 +337,100 @@ async fn a_hundred_members_on_two_hundred_partitions_get_two_each() {
     );
     drop(refs);
     close_all(cs);
+}
+
+/// Kafka's errors for bad group requests over the wire, and the group stays usable after them.
+#[tokio::test]
+async fn bad_group_requests_get_kafkas_errors_and_the_group_stays_healthy() {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::StrBytes;
+    let b = common::BrokerProcess::start(&[]);
+    common::create_topic(&b.bootstrap, "bad", 1, &[]).await;
+    let mut s = common::raw::connect(&b.bootstrap);
+    let join = |group: &str, member: &str, ptype: &str| {
+        JoinGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.into())))
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(10_000)
+            .with_member_id(StrBytes::from_string(member.into()))
+            .with_protocol_type(StrBytes::from_string(ptype.into()))
+            .with_protocols(vec![JoinGroupRequestProtocol::default()
+                .with_name(StrBytes::from_static_str("range"))
+                .with_metadata(bytes::Bytes::from_static(&[0, 0, 0, 0, 0, 0]))])
+    };
+    // INVALID_GROUP_ID
+    let r: JoinGroupResponse =
+        common::raw::call(&mut s, ApiKey::JoinGroup, 9, &join("", "", "consumer"));
+    assert_eq!(r.error_code, 24);
+    // MEMBER_ID_REQUIRED, then a real join.
+    let r: JoinGroupResponse =
+        common::raw::call(&mut s, ApiKey::JoinGroup, 9, &join("bg", "", "consumer"));
+    assert_eq!(r.error_code, 79);
+    let member = r.member_id.to_string();
+    let r: JoinGroupResponse = common::raw::call(
+        &mut s,
+        ApiKey::JoinGroup,
+        9,
+        &join("bg", &member, "consumer"),
+    );
+    assert_eq!((r.error_code, r.generation_id), (0, 1));
+    // INCONSISTENT_GROUP_PROTOCOL: another protocol type.
+    let mut s2 = common::raw::connect(&b.bootstrap);
+    let r: JoinGroupResponse =
+        common::raw::call(&mut s2, ApiKey::JoinGroup, 9, &join("bg", "", "connect"));
+    assert_eq!(r.error_code, 23);
+    // ILLEGAL_GENERATION on a stale heartbeat; UNKNOWN_MEMBER_ID for a stranger.
+    let hb = |generation: i32, m: &str| {
+        HeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("bg")))
+            .with_generation_id(generation)
+            .with_member_id(StrBytes::from_string(m.into()))
+    };
+    let r: HeartbeatResponse = common::raw::call(&mut s, ApiKey::Heartbeat, 4, &hb(0, &member));
+    assert_eq!(r.error_code, 22);
+    let r: HeartbeatResponse = common::raw::call(&mut s, ApiKey::Heartbeat, 4, &hb(1, "stranger"));
+    assert_eq!(r.error_code, 25);
+    // UNKNOWN_MEMBER_ID on a commit from a non-member.
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("bg")))
+        .with_generation_id_or_member_epoch(1)
+        .with_member_id(StrBytes::from_static_str("stranger"))
+        .with_topics(vec![OffsetCommitRequestTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("bad")))
+            .with_partitions(vec![OffsetCommitRequestPartition::default()
+                .with_partition_index(0)
+                .with_committed_offset(5)])]);
+    let r: OffsetCommitResponse = common::raw::call(&mut s, ApiKey::OffsetCommit, 8, &commit);
+    assert_eq!(r.topics[0].partitions[0].error_code, 25);
+    // REBALANCE_IN_PROGRESS: a second member joins; the first one's heartbeat is told to rejoin.
+    let r: JoinGroupResponse =
+        common::raw::call(&mut s2, ApiKey::JoinGroup, 9, &join("bg", "", "consumer"));
+    let second = r.member_id.to_string();
+    common::raw::send(
+        &mut s2,
+        ApiKey::JoinGroup,
+        9,
+        8,
+        &join("bg", &second, "consumer"),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let r: HeartbeatResponse = common::raw::call(&mut s, ApiKey::Heartbeat, 4, &hb(1, &member));
+    assert_eq!(r.error_code, 27);
+    // Both rejoin and the group completes generation 2: it is healthy.
+    let r: JoinGroupResponse = common::raw::call(
+        &mut s,
+        ApiKey::JoinGroup,
+        9,
+        &join("bg", &member, "consumer"),
+    );
+    assert_eq!((r.error_code, r.generation_id), (0, 2));
+    let mut frame = common::raw::read_frame(&mut s2).expect("the second member's join answer");
+    let _ = kafka_protocol::messages::ResponseHeader::decode(&mut frame, 1).unwrap();
+    let r2 = JoinGroupResponse::decode(&mut frame, 9).unwrap();
+    assert_eq!((r2.error_code, r2.generation_id), (0, 2));
+    assert_eq!(r.leader, r2.leader);
 }
