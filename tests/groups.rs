@@ -434,3 +434,74 @@ async fn bad_group_requests_get_kafkas_errors_and_the_group_stays_healthy() {
     assert_eq!((r2.error_code, r2.generation_id), (0, 2));
     assert_eq!(r.leader, r2.leader);
 }
+
+#[tokio::test]
+async fn groups_are_listed_described_and_deleted() {
+    use kafka_protocol::messages::offset_delete_request::{
+        OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
+    };
+    use kafka_protocol::messages::{
+        ApiKey, GroupId, OffsetDeleteRequest, OffsetDeleteResponse, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    let b = common::BrokerProcess::start(&[]);
+    common::create_topic(&b.bootstrap, "desc", 2, &[]).await;
+    produce(&b.bootstrap, "desc", 0, 10).await;
+    let c = consumer(&b.bootstrap, "described", &[("client.id", "describer")]);
+    c.subscribe(&["desc"]).unwrap();
+    poll_until(&[&c], Duration::from_secs(20), |cs, n| {
+        assigned(cs[0]).len() == 2 && n >= 10
+    });
+    c.commit_consumer_state(CommitMode::Sync).unwrap();
+    let list = c
+        .fetch_group_list(Some("described"), Duration::from_secs(5))
+        .unwrap();
+    let g = &list.groups()[0];
+    assert_eq!(
+        (g.name(), g.state(), g.protocol_type()),
+        ("described", "Stable", "consumer")
+    );
+    assert_eq!(g.members().len(), 1);
+    assert_eq!(g.members()[0].client_id(), "describer");
+    assert!(g.members()[0].client_host().starts_with("/127.0.0.1"));
+    // OffsetDelete is refused while the group consumes the topic.
+    let od = OffsetDeleteRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("described")))
+        .with_topics(vec![OffsetDeleteRequestTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("desc")))
+            .with_partitions(vec![
+                OffsetDeleteRequestPartition::default().with_partition_index(0)
+            ])]);
+    let mut s = common::raw::connect(&b.bootstrap);
+    let r: OffsetDeleteResponse = common::raw::call(&mut s, ApiKey::OffsetDelete, 0, &od);
+    assert_eq!(
+        r.topics[0].partitions[0].error_code, 86,
+        "GROUP_SUBSCRIBED_TO_TOPIC"
+    );
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &b.bootstrap)
+        .create()
+        .unwrap();
+    let r = admin
+        .delete_groups(&["described"], &AdminOptions::new())
+        .await
+        .unwrap();
+    assert!(
+        r[0].is_err(),
+        "a group with members cannot be deleted: {r:?}"
+    );
+    drop(c);
+    let r: OffsetDeleteResponse = common::raw::call(&mut s, ApiKey::OffsetDelete, 0, &od);
+    assert_eq!((r.error_code, r.topics[0].partitions[0].error_code), (0, 0));
+    let r = admin
+        .delete_groups(&["described"], &AdminOptions::new())
+        .await
+        .unwrap();
+    assert!(r[0].is_ok(), "{r:?}");
+    let r = admin
+        .delete_groups(&["described"], &AdminOptions::new())
+        .await
+        .unwrap();
+    assert!(r[0].is_err(), "deleting twice: GROUP_ID_NOT_FOUND");
+}

@@ -261,3 +261,43 @@ fn consumer_subscriptions_are_read_from_member_metadata() {
     );
     assert!(consumer_subscription(&m[..7]).is_empty());
 }
+
+#[test]
+fn offsets_of_groups_empty_past_retention_expire() {
+    let c = Coordinator::new(GroupConfig {
+        offsets_retention: Duration::from_secs(60),
+        ..cfg()
+    });
+    let old = crate::storage::log::now_ms() - 120_000;
+    c.store_offsets(
+        "g",
+        vec![(
+            ("t".into(), 0),
+            CommittedOffset {
+                offset: 5,
+                leader_epoch: -1,
+                metadata: String::new(),
+                commit_timestamp: old,
+            },
+        )],
+    );
+    c.with_group("g", |g| g.state_changed_ms = old);
+    // A group with members keeps its offsets.
+    let (_a, _ja) = join_new(&c, "busy", &["range"]);
+    c.store_offsets(
+        "busy",
+        vec![(
+            ("t".into(), 0),
+            CommittedOffset {
+                offset: 1,
+                leader_epoch: -1,
+                metadata: String::new(),
+                commit_timestamp: old,
+            },
+        )],
+    );
+    let expired = c.expire_offsets(crate::storage::log::now_ms());
+    assert_eq!(expired, vec![("g".to_string(), ("t".to_string(), 0))]);
+    assert!(c.fetch_offsets("g").is_empty());
+    assert_eq!(c.fetch_offsets("busy").len(), 1);
+}
