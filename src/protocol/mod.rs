@@ -85,3 +85,213 @@ pub fn encode_response_with_header_version<R: Encodable>(
     body.encode(&mut buf, body_version)?;
     Ok(buf.freeze())
 }
+
+/// Declares `DecodedRequest` and the body decoder from one list of `ApiKey => RequestType`, so
+/// the two cannot drift apart. Every key in `api_versions::SUPPORTED` must be listed (a unit
+/// test checks it).
+macro_rules! decoded_requests {
+    ($($key:ident => $req:ident,)*) => {
+        /// A decoded request body of one of the APIs in `api_versions::SUPPORTED`.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum DecodedRequest {
+            $($key(kafka_protocol::messages::$req),)*
+        }
+
+        /// The body of `key` at version `v`; `None` when `key` is not listed above.
+        fn decode_listed_body(
+            key: ApiKey,
+            frame: &mut Bytes,
+            v: i16,
+        ) -> Option<Result<DecodedRequest, FrameError>> {
+            match key {
+                $(ApiKey::$key => Some(
+                    decode_body::<kafka_protocol::messages::$req>(frame, v)
+                        .map(DecodedRequest::$key),
+                ),)*
+                _ => None,
+            }
+        }
+
+        /// The default request of `key` encoded at `v`, for tests; `None` when not listed.
+        #[cfg(test)]
+        fn encode_default_body(key: ApiKey, v: i16, buf: &mut BytesMut) -> Option<()> {
+            match key {
+                $(ApiKey::$key => {
+                    kafka_protocol::messages::$req::default().encode(buf, v).unwrap();
+                    Some(())
+                })*
+                _ => None,
+            }
+        }
+    };
+}
+
+decoded_requests! {
+    Produce => ProduceRequest,
+    Fetch => FetchRequest,
+    ListOffsets => ListOffsetsRequest,
+    Metadata => MetadataRequest,
+    ApiVersions => ApiVersionsRequest,
+    CreateTopics => CreateTopicsRequest,
+    DeleteTopics => DeleteTopicsRequest,
+    DeleteRecords => DeleteRecordsRequest,
+    InitProducerId => InitProducerIdRequest,
+    OffsetForLeaderEpoch => OffsetForLeaderEpochRequest,
+    DescribeConfigs => DescribeConfigsRequest,
+    AlterConfigs => AlterConfigsRequest,
+    CreatePartitions => CreatePartitionsRequest,
+    IncrementalAlterConfigs => IncrementalAlterConfigsRequest,
+    DescribeCluster => DescribeClusterRequest,
+    FindCoordinator => FindCoordinatorRequest,
+    JoinGroup => JoinGroupRequest,
+    SyncGroup => SyncGroupRequest,
+    Heartbeat => HeartbeatRequest,
+    LeaveGroup => LeaveGroupRequest,
+    OffsetCommit => OffsetCommitRequest,
+    OffsetFetch => OffsetFetchRequest,
+    ListGroups => ListGroupsRequest,
+    DescribeGroups => DescribeGroupsRequest,
+    DeleteGroups => DeleteGroupsRequest,
+    OffsetDelete => OffsetDeleteRequest,
+}
+
+/// Decodes a whole request frame (without its 4-byte size prefix) with the checks the broker
+/// applies before a handler runs: the 8-byte raw header, a known API key, a served version, the
+/// request header, then the body of the matching type. Trailing bytes are ignored, as the broker
+/// ignores them. A too-new ApiVersions is an error here (the broker answers it with a v0
+/// UNSUPPORTED_VERSION response, but there is nothing to decode). Used by the fuzz target.
+pub fn decode_request(mut frame: Bytes) -> Result<(RequestHeader, DecodedRequest), FrameError> {
+    let raw = peek_header(&frame)?;
+    let key = ApiKey::try_from(raw.api_key).map_err(|_| FrameError::UnknownApiKey(raw.api_key))?;
+    if !api_versions::is_served(key, raw.api_version) {
+        return Err(FrameError::UnsupportedVersion {
+            key,
+            version: raw.api_version,
+        });
+    }
+    let (_, header) = decode_header(&mut frame)?;
+    let v = header.request_api_version;
+    match decode_listed_body(key, &mut frame, v) {
+        Some(body) => Ok((header, body?)),
+        None => Err(FrameError::UnsupportedVersion { key, version: v }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{MetadataRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+
+    fn header_bytes(key: ApiKey, version: i16) -> BytesMut {
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(42)
+            .with_client_id(Some(StrBytes::from_static_str("unit")));
+        let mut buf = BytesMut::new();
+        header
+            .encode(&mut buf, key.request_header_version(version))
+            .unwrap();
+        buf
+    }
+
+    /// A frame as a client writes it, without the size prefix.
+    fn request_frame<R: Encodable>(key: ApiKey, version: i16, body: &R) -> Bytes {
+        let mut buf = header_bytes(key, version);
+        body.encode(&mut buf, version).unwrap();
+        buf.freeze()
+    }
+
+    /// Just the 8-byte raw header and a null client id.
+    fn bare_header(key: i16, version: i16) -> Bytes {
+        let mut b = BytesMut::new();
+        b.put_i16(key);
+        b.put_i16(version);
+        b.put_i32(1);
+        b.put_i16(-1);
+        b.freeze()
+    }
+
+    #[test]
+    fn decode_request_round_trips_a_metadata_request() {
+        let req = MetadataRequest::default()
+            .with_topics(Some(vec![MetadataRequestTopic::default()
+                .with_name(Some(TopicName(StrBytes::from_static_str("orders"))))]));
+        for v in [0, 4, 9, 12] {
+            let (h, body) = decode_request(request_frame(ApiKey::Metadata, v, &req)).unwrap();
+            assert_eq!(h.request_api_key, ApiKey::Metadata as i16);
+            assert_eq!(h.request_api_version, v);
+            assert_eq!(h.correlation_id, 42);
+            assert_eq!(h.client_id.as_deref(), Some("unit"));
+            assert_eq!(body, DecodedRequest::Metadata(req.clone()), "v{v}");
+        }
+    }
+
+    #[test]
+    fn decode_request_decodes_every_served_version_of_every_supported_api() {
+        for (key, lo, hi) in api_versions::SUPPORTED {
+            for v in *lo..=*hi {
+                if !api_versions::is_served(*key, v) {
+                    continue;
+                }
+                let mut buf = header_bytes(*key, v);
+                encode_default_body(*key, v, &mut buf).unwrap_or_else(|| {
+                    panic!("{key:?} is in SUPPORTED but not in decoded_requests!")
+                });
+                let r = decode_request(buf.freeze());
+                assert!(r.is_ok(), "{key:?} v{v}: {r:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn decode_request_refuses_what_the_broker_refuses() {
+        assert!(matches!(
+            decode_request(bare_header(999, 0)),
+            Err(FrameError::UnknownApiKey(999))
+        ));
+        assert!(matches!(
+            decode_request(Bytes::from_static(&[0, 3, 0])),
+            Err(FrameError::TooShort(3))
+        ));
+        let mut too_new = request_frame(ApiKey::Metadata, 12, &MetadataRequest::default()).to_vec();
+        too_new[2..4].copy_from_slice(&99i16.to_be_bytes());
+        assert!(matches!(
+            decode_request(Bytes::from(too_new)),
+            Err(FrameError::UnsupportedVersion {
+                key: ApiKey::Metadata,
+                version: 99
+            })
+        ));
+        // Known to Kafka, never served on a broker listener (a KRaft controller API).
+        assert!(!api_versions::is_served(ApiKey::Vote, 0));
+        assert!(matches!(
+            decode_request(bare_header(ApiKey::Vote as i16, 0)),
+            Err(FrameError::UnsupportedVersion {
+                key: ApiKey::Vote,
+                ..
+            })
+        ));
+        // Produce v2 is advertised but not served.
+        assert!(matches!(
+            decode_request(bare_header(ApiKey::Produce as i16, 2)),
+            Err(FrameError::UnsupportedVersion {
+                key: ApiKey::Produce,
+                version: 2
+            })
+        ));
+        // A truncated body.
+        let full = request_frame(
+            ApiKey::Metadata,
+            12,
+            &MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
+                .with_name(Some(TopicName(StrBytes::from_static_str("orders"))))])),
+        );
+        assert!(matches!(
+            decode_request(full.slice(..full.len() - 4)),
+            Err(FrameError::Malformed(_))
+        ));
+    }
+}
