@@ -1,6 +1,7 @@
 //! evenkeel: Kafka-compatible streaming for Kubernetes.
 //! The library holds every role; `src/main.rs` is only the CLI edge.
 
+pub mod alloc;
 pub mod broker;
 pub mod config;
 pub mod controller;

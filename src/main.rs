@@ -5,6 +5,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// Huge claimed lengths in requests must not abort the broker (see `evenkeel::alloc`).
+#[global_allocator]
+static ALLOC: evenkeel::alloc::EvenkeelAlloc = evenkeel::alloc::EvenkeelAlloc;
+
 #[derive(Parser)]
 #[command(
     name = "evenkeel",
