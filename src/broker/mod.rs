@@ -14,12 +14,12 @@ pub mod server;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, RequestHeader};
+use kafka_protocol::messages::{ApiKey, RequestHeader};
 use kafka_protocol::protocol::{Encodable, HeaderVersion, StrBytes};
 
 use crate::config::broker::BrokerConfig;
 use crate::controller::Controller;
-use crate::protocol::{self, api_versions, errors, FrameError};
+use crate::protocol::{self, api_versions, errors, DecodedRequest, FrameError};
 use crate::storage::{LogManager, LogManagerConfig, MetaProperties, StorageError};
 use replica_manager::ReplicaManager;
 
@@ -206,59 +206,44 @@ impl Broker {
 
     fn dispatch(
         self: &Arc<Self>,
-        mut frame: Bytes,
+        frame: Bytes,
         peer: Option<std::net::SocketAddr>,
         label: &mut &'static str,
     ) -> Result<Reply, FrameError> {
         let raw = protocol::peek_header(&frame)?;
-        let key =
-            ApiKey::try_from(raw.api_key).map_err(|_| FrameError::UnknownApiKey(raw.api_key))?;
-        *label = request_name(key);
-        if key == ApiKey::ApiVersions && !api_versions::is_served(key, raw.api_version) {
-            // A too-new ApiVersions gets a v0 answer with UNSUPPORTED_VERSION and our ranges.
-            let body = api_versions::response(errors::UNSUPPORTED_VERSION);
-            return encode(protocol::encode_response_with_header_version(
-                0,
-                0,
-                raw.correlation_id,
-                &body,
-            ));
+        if let Ok(key) = ApiKey::try_from(raw.api_key) {
+            *label = request_name(key);
+            if key == ApiKey::ApiVersions && !api_versions::is_served(key, raw.api_version) {
+                // A too-new ApiVersions gets a v0 answer with UNSUPPORTED_VERSION and our ranges.
+                let body = api_versions::response(errors::UNSUPPORTED_VERSION);
+                return encode(protocol::encode_response_with_header_version(
+                    0,
+                    0,
+                    raw.correlation_id,
+                    &body,
+                ));
+            }
         }
-        if !api_versions::is_served(key, raw.api_version) {
-            return Err(FrameError::UnsupportedVersion {
-                key,
-                version: raw.api_version,
-            });
-        }
-        let (_, header) = protocol::decode_header(&mut frame)?;
+        // The same checks and decoding the fuzz target exercises.
+        let (header, request) = protocol::decode_request(frame)?;
         let v = header.request_api_version;
         let cid = header.correlation_id;
-        match key {
-            ApiKey::ApiVersions => {
-                let _req: ApiVersionsRequest = protocol::decode_body(&mut frame, v)?;
+        match request {
+            DecodedRequest::ApiVersions(_req) => {
                 respond(v, cid, &api_versions::response(errors::NONE))
             }
-            ApiKey::Metadata => {
-                let req = protocol::decode_body(&mut frame, v)?;
-                respond(v, cid, &metadata::metadata(self, v, req))
-            }
-            ApiKey::DescribeCluster => {
-                let req = protocol::decode_body(&mut frame, v)?;
+            DecodedRequest::Metadata(req) => respond(v, cid, &metadata::metadata(self, v, req)),
+            DecodedRequest::DescribeCluster(req) => {
                 respond(v, cid, &metadata::describe_cluster(self, req))
             }
-            ApiKey::Produce => {
-                let req = protocol::decode_body(&mut frame, v)?;
-                match produce::produce(self, v, req) {
-                    produce::ProduceOutcome::Now(Some(resp)) => respond(v, cid, &resp),
-                    produce::ProduceOutcome::Now(None) => Ok(Reply::Now(None)),
-                    produce::ProduceOutcome::Later(fut) => Ok(Reply::Later(Box::pin(async move {
-                        respond(v, cid, &fut.await)
-                    }))),
-                }
-            }
-            ApiKey::Fetch => {
-                let req: kafka_protocol::messages::FetchRequest =
-                    protocol::decode_body(&mut frame, v)?;
+            DecodedRequest::Produce(req) => match produce::produce(self, v, req) {
+                produce::ProduceOutcome::Now(Some(resp)) => respond(v, cid, &resp),
+                produce::ProduceOutcome::Now(None) => Ok(Reply::Now(None)),
+                produce::ProduceOutcome::Later(fut) => Ok(Reply::Later(Box::pin(async move {
+                    respond(v, cid, &fut.await)
+                }))),
+            },
+            DecodedRequest::Fetch(req) => {
                 if req.replica_id.0 >= 0 || req.replica_state.replica_id.0 >= 0 {
                     *label = "FetchFollower";
                 }
@@ -269,96 +254,61 @@ impl Broker {
                     }))),
                 }
             }
-            ApiKey::ListOffsets => {
-                let req = protocol::decode_body(&mut frame, v)?;
-                respond(v, cid, &fetch::list_offsets(self, req))
-            }
-            ApiKey::CreateTopics => {
-                let req = protocol::decode_body(&mut frame, v)?;
+            DecodedRequest::ListOffsets(req) => respond(v, cid, &fetch::list_offsets(self, req)),
+            DecodedRequest::CreateTopics(req) => {
                 respond(v, cid, &admin::create_topics(self, v, req))
             }
-            ApiKey::DeleteTopics => {
-                let req = protocol::decode_body(&mut frame, v)?;
-                respond(v, cid, &admin::delete_topics(self, req))
-            }
-            ApiKey::CreatePartitions => {
-                let req = protocol::decode_body(&mut frame, v)?;
+            DecodedRequest::DeleteTopics(req) => respond(v, cid, &admin::delete_topics(self, req)),
+            DecodedRequest::CreatePartitions(req) => {
                 respond(v, cid, &admin::create_partitions(self, req))
             }
-            ApiKey::OffsetForLeaderEpoch => {
-                let req = protocol::decode_body(&mut frame, v)?;
+            DecodedRequest::OffsetForLeaderEpoch(req) => {
                 respond(v, cid, &fetch::offset_for_leader_epoch(self, req))
             }
-            ApiKey::InitProducerId => {
-                let req = protocol::decode_body(&mut frame, v)?;
+            DecodedRequest::InitProducerId(req) => {
                 respond(v, cid, &produce::init_producer_id(self, req))
             }
-            ApiKey::DeleteRecords => {
-                let req = protocol::decode_body(&mut frame, v)?;
+            DecodedRequest::DeleteRecords(req) => {
                 respond(v, cid, &admin::delete_records(self, req))
             }
-            ApiKey::DescribeConfigs => {
-                let req = protocol::decode_body(&mut frame, v)?;
+            DecodedRequest::DescribeConfigs(req) => {
                 respond(v, cid, &admin::describe_configs(self, v, req))
             }
-            ApiKey::AlterConfigs => {
-                let req = protocol::decode_body(&mut frame, v)?;
-                respond(v, cid, &admin::alter_configs(self, req))
-            }
-            ApiKey::IncrementalAlterConfigs => {
-                let req = protocol::decode_body(&mut frame, v)?;
+            DecodedRequest::AlterConfigs(req) => respond(v, cid, &admin::alter_configs(self, req)),
+            DecodedRequest::IncrementalAlterConfigs(req) => {
                 respond(v, cid, &admin::incremental_alter_configs(self, req))
             }
-            ApiKey::FindCoordinator => {
-                let req = protocol::decode_body(&mut frame, v)?;
+            DecodedRequest::FindCoordinator(req) => {
                 respond(v, cid, &group::api::find_coordinator(self, v, req))
             }
-            ApiKey::JoinGroup => {
-                let req = protocol::decode_body(&mut frame, v)?;
+            DecodedRequest::JoinGroup(req) => {
                 let host = peer.map(|p| format!("/{}", p.ip())).unwrap_or_default();
                 let client = client_id(&header).to_string();
                 later(v, cid, group::api::join_group(self, v, &client, &host, req))
             }
-            ApiKey::SyncGroup => {
-                let req = protocol::decode_body(&mut frame, v)?;
-                later(v, cid, group::api::sync_group(self, req))
-            }
-            ApiKey::Heartbeat => {
-                let req = protocol::decode_body(&mut frame, v)?;
-                respond(v, cid, &group::api::heartbeat(self, req))
-            }
-            ApiKey::LeaveGroup => {
-                let req = protocol::decode_body(&mut frame, v)?;
+            DecodedRequest::SyncGroup(req) => later(v, cid, group::api::sync_group(self, req)),
+            DecodedRequest::Heartbeat(req) => respond(v, cid, &group::api::heartbeat(self, req)),
+            DecodedRequest::LeaveGroup(req) => {
                 respond(v, cid, &group::api::leave_group(self, v, req))
             }
-            ApiKey::OffsetCommit => {
-                let req = protocol::decode_body(&mut frame, v)?;
+            DecodedRequest::OffsetCommit(req) => {
                 respond(v, cid, &group::api::offset_commit(self, req))
             }
-            ApiKey::OffsetFetch => {
-                let req = protocol::decode_body(&mut frame, v)?;
+            DecodedRequest::OffsetFetch(req) => {
                 respond(v, cid, &group::api::offset_fetch(self, v, req))
             }
-            ApiKey::ListGroups => {
-                let req = protocol::decode_body(&mut frame, v)?;
+            DecodedRequest::ListGroups(req) => {
                 respond(v, cid, &group::api::list_groups(self, v, req))
             }
-            ApiKey::DescribeGroups => {
-                let req = protocol::decode_body(&mut frame, v)?;
+            DecodedRequest::DescribeGroups(req) => {
                 respond(v, cid, &group::api::describe_groups(self, v, req))
             }
-            ApiKey::DeleteGroups => {
-                let req = protocol::decode_body(&mut frame, v)?;
+            DecodedRequest::DeleteGroups(req) => {
                 respond(v, cid, &group::api::delete_groups(self, req))
             }
-            ApiKey::OffsetDelete => {
-                let req = protocol::decode_body(&mut frame, v)?;
+            DecodedRequest::OffsetDelete(req) => {
                 respond(v, cid, &group::api::offset_delete(self, req))
             }
-            other => Err(FrameError::UnsupportedVersion {
-                key: other,
-                version: v,
-            }),
         }
     }
 }
