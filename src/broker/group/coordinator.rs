@@ -493,6 +493,16 @@ impl Coordinator {
             .clone()
     }
 
+    /// Every group, for a pass that locks them one at a time.
+    fn all_groups(&self) -> Vec<Arc<Mutex<Group>>> {
+        self.groups
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
     /// Runs `f` on the group under its lock.
     pub fn with_group<T>(&self, id: &str, f: impl FnOnce(&mut Group) -> T) -> Option<T> {
         let g = self.group(id)?;
@@ -824,13 +834,7 @@ impl Coordinator {
 
     /// Session expiry, rebalance timeouts and delayed initial joins; call it often.
     pub fn tick(&self, now: Instant) {
-        let groups: Vec<Arc<Mutex<Group>>> = self
-            .groups
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let groups = self.all_groups();
         for g in groups {
             let mut g = g.lock().unwrap_or_else(|p| p.into_inner());
             let expired: Vec<String> = g
@@ -963,13 +967,7 @@ impl Coordinator {
     /// Offsets of empty groups older than `offsets.retention.minutes`; returns what expired.
     pub fn expire_offsets(&self, now_ms: i64) -> Vec<(String, (String, i32))> {
         let retention = self.config.offsets_retention.as_millis() as i64;
-        let groups: Vec<Arc<Mutex<Group>>> = self
-            .groups
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let groups = self.all_groups();
         let mut out = Vec::new();
         for g in groups {
             let mut g = g.lock().unwrap_or_else(|p| p.into_inner());
