@@ -421,3 +421,47 @@ proptest! {
         prop_assert_eq!(read_all(&log, fetch), expect);
     }
 }
+
+#[test]
+fn segment_ms_rolls_by_record_timestamps() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(
+        dir.path(),
+        LogConfig {
+            segment_ms: 1000,
+            ..cfg(1 << 30)
+        },
+    );
+    let mut b = batch_of(1, 10, 10_000);
+    log.append_as_leader(&mut b, 0).unwrap();
+    let mut b = batch_of(1, 10, 10_900);
+    log.append_as_leader(&mut b, 0).unwrap();
+    assert_eq!(
+        log.num_segments(),
+        1,
+        "within segment.ms of the first batch"
+    );
+    let mut b = batch_of(1, 10, 11_500);
+    log.append_as_leader(&mut b, 0).unwrap();
+    assert_eq!(log.num_segments(), 2, "past segment.ms: a new segment");
+    assert_eq!(log.segments().last().unwrap().base_offset(), 2);
+}
+
+#[test]
+fn a_full_offset_index_rolls_the_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    // Room for two index entries; an entry per batch after the first.
+    let mut log = open(
+        dir.path(),
+        LogConfig {
+            segment_index_bytes: 16,
+            index_interval_bytes: 0,
+            ..cfg(1 << 30)
+        },
+    );
+    for i in 0..4 {
+        let mut b = batch_of(1, 10, i);
+        log.append_as_leader(&mut b, 0).unwrap();
+    }
+    assert!(log.num_segments() >= 2, "{} segments", log.num_segments());
+}
