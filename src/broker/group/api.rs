@@ -329,7 +329,14 @@ pub fn sync_group(broker: &Arc<Broker>, req: SyncGroupRequest) -> Outcome<SyncGr
     let pending = broker
         .groups
         .sync(&group, req.generation_id, &member, assignments);
-    persist_group(broker, &group);
+    // The leader's sync makes the generation stable: record it once, then.
+    let is_leader = broker
+        .groups
+        .with_group(&group, |g| g.leader.as_deref() == Some(member.as_str()))
+        .unwrap_or(false);
+    if is_leader {
+        persist_group(broker, &group);
+    }
     match pending {
         Pending::Now(r) => Outcome::Now(sync_response(r)),
         Pending::Later(rx) => Outcome::Later(Box::pin(async move {
