@@ -386,6 +386,21 @@ fn alter_topic(
     Ok(())
 }
 
+/// Runs `topic` for a topic resource; broker resources are read-only, others unsupported.
+fn alter_resource(
+    resource_type: i8,
+    topic: impl FnOnce() -> Result<(), ControllerError>,
+) -> Result<(), ControllerError> {
+    match resource_type {
+        RESOURCE_TOPIC => topic(),
+        RESOURCE_BROKER => Err(broker_read_only()),
+        other => Err(ControllerError {
+            code: errors::INVALID_REQUEST,
+            message: format!("Unsupported resource type {other}"),
+        }),
+    }
+}
+
 fn broker_read_only() -> ControllerError {
     ControllerError {
         code: errors::INVALID_REQUEST,
@@ -399,28 +414,21 @@ pub fn alter_configs(broker: &Arc<Broker>, req: AlterConfigsRequest) -> AlterCon
     let mut out = Vec::new();
     for r in req.resources {
         let name = r.resource_name.to_string();
-        let result = match r.resource_type {
-            RESOURCE_TOPIC => {
-                // AlterConfigs replaces the whole set: overrides not named are removed.
-                let existing = broker.controller.image().topic_configs(&name);
-                let mut changes: Vec<(String, Option<String>)> = r
-                    .configs
-                    .iter()
-                    .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
-                    .collect();
-                for k in existing.keys() {
-                    if !changes.iter().any(|(n, _)| n == k) {
-                        changes.push((k.clone(), None));
-                    }
+        let result = alter_resource(r.resource_type, || {
+            // AlterConfigs replaces the whole set: overrides not named are removed.
+            let existing = broker.controller.image().topic_configs(&name);
+            let mut changes: Vec<(String, Option<String>)> = r
+                .configs
+                .iter()
+                .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+                .collect();
+            for k in existing.keys() {
+                if !changes.iter().any(|(n, _)| n == k) {
+                    changes.push((k.clone(), None));
                 }
-                alter_topic(broker, &name, changes, req.validate_only)
             }
-            RESOURCE_BROKER => Err(broker_read_only()),
-            other => Err(ControllerError {
-                code: errors::INVALID_REQUEST,
-                message: format!("Unsupported resource type {other}"),
-            }),
-        };
+            alter_topic(broker, &name, changes, req.validate_only)
+        });
         let mut resp = AlterConfigsResourceResponse::default()
             .with_resource_type(r.resource_type)
             .with_resource_name(r.resource_name);
@@ -448,67 +456,60 @@ pub fn incremental_alter_configs(
     let mut out = Vec::new();
     for r in req.resources {
         let name = r.resource_name.to_string();
-        let result = match r.resource_type {
-            RESOURCE_TOPIC => {
-                let img = broker.controller.image();
-                let overrides = img.topic_configs(&name);
-                let effective = validate_topic_configs(&overrides, &broker.config.log)
-                    .unwrap_or_else(|_| broker.config.log.clone());
-                let mut changes = Vec::new();
-                let mut bad = None;
-                for c in &r.configs {
-                    let key = c.name.to_string();
-                    let value = c.value.as_ref().map(|v| v.to_string());
-                    let current: Vec<String> = effective
-                        .value_of(&key)
-                        .map(|(v, _)| {
-                            v.split(',')
-                                .map(|x| x.trim().to_string())
-                                .filter(|x| !x.is_empty())
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    match c.config_operation {
-                        OP_SET => changes.push((key, value)),
-                        OP_DELETE => changes.push((key, None)),
-                        OP_APPEND | OP_SUBTRACT => {
-                            let items: Vec<String> = value
-                                .unwrap_or_default()
-                                .split(',')
-                                .map(|x| x.trim().to_string())
-                                .filter(|x| !x.is_empty())
-                                .collect();
-                            let mut list = current;
-                            if c.config_operation == OP_APPEND {
-                                for i in items {
-                                    if !list.contains(&i) {
-                                        list.push(i);
-                                    }
+        let result = alter_resource(r.resource_type, || {
+            let img = broker.controller.image();
+            let overrides = img.topic_configs(&name);
+            let effective = validate_topic_configs(&overrides, &broker.config.log)
+                .unwrap_or_else(|_| broker.config.log.clone());
+            let mut changes = Vec::new();
+            let mut bad = None;
+            for c in &r.configs {
+                let key = c.name.to_string();
+                let value = c.value.as_ref().map(|v| v.to_string());
+                let current: Vec<String> = effective
+                    .value_of(&key)
+                    .map(|(v, _)| {
+                        v.split(',')
+                            .map(|x| x.trim().to_string())
+                            .filter(|x| !x.is_empty())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                match c.config_operation {
+                    OP_SET => changes.push((key, value)),
+                    OP_DELETE => changes.push((key, None)),
+                    OP_APPEND | OP_SUBTRACT => {
+                        let items: Vec<String> = value
+                            .unwrap_or_default()
+                            .split(',')
+                            .map(|x| x.trim().to_string())
+                            .filter(|x| !x.is_empty())
+                            .collect();
+                        let mut list = current;
+                        if c.config_operation == OP_APPEND {
+                            for i in items {
+                                if !list.contains(&i) {
+                                    list.push(i);
                                 }
-                            } else {
-                                list.retain(|x| !items.contains(x));
                             }
-                            changes.push((key, Some(list.join(","))));
+                        } else {
+                            list.retain(|x| !items.contains(x));
                         }
-                        op => {
-                            bad = Some(ControllerError {
-                                code: errors::INVALID_REQUEST,
-                                message: format!("Unknown config operation {op}"),
-                            })
-                        }
+                        changes.push((key, Some(list.join(","))));
+                    }
+                    op => {
+                        bad = Some(ControllerError {
+                            code: errors::INVALID_REQUEST,
+                            message: format!("Unknown config operation {op}"),
+                        })
                     }
                 }
-                match bad {
-                    Some(e) => Err(e),
-                    None => alter_topic(broker, &name, changes, req.validate_only),
-                }
             }
-            RESOURCE_BROKER => Err(broker_read_only()),
-            other => Err(ControllerError {
-                code: errors::INVALID_REQUEST,
-                message: format!("Unsupported resource type {other}"),
-            }),
-        };
+            match bad {
+                Some(e) => Err(e),
+                None => alter_topic(broker, &name, changes, req.validate_only),
+            }
+        });
         let mut resp = AlterConfigsResourceResponse::default()
             .with_resource_type(r.resource_type)
             .with_resource_name(r.resource_name);
