@@ -396,7 +396,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let o = kafka::ProduceOptions {
                 bootstrap,
                 topic,
-                partitions,
                 num_records,
                 record_size,
                 throughput,
@@ -460,14 +459,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 topic: topic.clone(),
                 partitions,
                 fetchers,
-                rate,
-                seconds,
-                record_size,
             };
             let produce = kafka::ProduceOptions {
                 bootstrap,
                 topic,
-                partitions,
                 num_records: (rate * seconds as f64) as u64,
                 record_size,
                 throughput: rate,

@@ -284,7 +284,7 @@ async fn committed_offsets_survive_a_broker_restart_and_new_groups_follow_auto_o
 }
 
 #[tokio::test]
-async fn cooperative_sticky_rebalances_incrementally() {
+async fn cooperative_sticky_keeps_partitions_and_never_assigns_one_twice() {
     let b = common::BrokerProcess::start(&[]);
     common::create_topic(&b.bootstrap, "coop", 6, &[]).await;
     let strategy = [("partition.assignment.strategy", "cooperative-sticky")];

@@ -17,7 +17,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::metadata::from_uuid;
 use super::purgatory::DelayedOperation;
-use super::Broker;
+use super::{Broker, Outcome};
 use crate::protocol::errors;
 use crate::storage::log::{
     EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP,
@@ -115,12 +115,6 @@ fn read_pass(broker: &Broker, topics: &[FetchTopic], max_bytes: i64) -> Pass {
     pass
 }
 
-/// A fetch either answers at once or parks in the purgatory and answers later.
-pub enum FetchOutcome {
-    Now(FetchResponse),
-    Later(std::pin::Pin<Box<dyn std::future::Future<Output = FetchResponse> + Send>>),
-}
-
 fn response(broker: &Broker, pass: Pass) -> FetchResponse {
     for t in &pass.topics {
         let bytes: usize = t
@@ -144,7 +138,7 @@ fn response(broker: &Broker, pass: Pass) -> FetchResponse {
 /// Reads once; when fewer than `fetch.min.bytes` are there, parks a DelayedFetch watching every
 /// partition and returns the wait as a future, so the request handler is free at once. The
 /// response is assembled by the woken request itself, never by the appending thread.
-pub fn fetch(broker: &Arc<Broker>, _version: i16, req: FetchRequest) -> FetchOutcome {
+pub fn fetch(broker: &Arc<Broker>, _version: i16, req: FetchRequest) -> Outcome<FetchResponse> {
     let max_bytes = if req.max_bytes <= 0 {
         i64::MAX
     } else {
@@ -153,7 +147,7 @@ pub fn fetch(broker: &Arc<Broker>, _version: i16, req: FetchRequest) -> FetchOut
     let min_bytes = req.min_bytes.max(0) as i64;
     let first = read_pass(broker, &req.topics, max_bytes);
     if first.bytes >= min_bytes || first.errors || req.max_wait_ms <= 0 || req.topics.is_empty() {
-        return FetchOutcome::Now(response(broker, first));
+        return Outcome::Now(response(broker, first));
     }
     let op = DelayedOperation::fetch(min_bytes, first.bytes);
     let purg = &broker.replicas.fetch_purgatory;
@@ -169,7 +163,7 @@ pub fn fetch(broker: &Arc<Broker>, _version: i16, req: FetchRequest) -> FetchOut
     }
     let broker = broker.clone();
     let wait = Duration::from_millis(req.max_wait_ms as u64);
-    FetchOutcome::Later(Box::pin(async move {
+    Outcome::Later(Box::pin(async move {
         op.wait(wait).await;
         let pass = read_pass(&broker, &req.topics, max_bytes);
         response(&broker, pass)
@@ -177,8 +171,8 @@ pub fn fetch(broker: &Arc<Broker>, _version: i16, req: FetchRequest) -> FetchOut
 }
 
 pub fn list_offsets(broker: &Arc<Broker>, req: ListOffsetsRequest) -> ListOffsetsResponse {
-    let read_committed = req.isolation_level == 1;
-    let _ = read_committed; // No transactions: the last stable offset is the high watermark.
+    // Either isolation level reads up to the high watermark: without transactions the last
+    // stable offset is the high watermark.
     let mut topics = Vec::new();
     for t in req.topics {
         let name = t.name.0.to_string();

@@ -236,23 +236,20 @@ impl Broker {
             DecodedRequest::DescribeCluster(req) => {
                 respond(v, cid, &metadata::describe_cluster(self, req))
             }
-            DecodedRequest::Produce(req) => match produce::produce(self, v, req) {
-                produce::ProduceOutcome::Now(Some(resp)) => respond(v, cid, &resp),
-                produce::ProduceOutcome::Now(None) => Ok(Reply::Now(None)),
-                produce::ProduceOutcome::Later(fut) => Ok(Reply::Later(Box::pin(async move {
-                    respond(v, cid, &fut.await)
-                }))),
-            },
+            DecodedRequest::Produce(req) => {
+                // acks=0 answers nothing.
+                reply(produce::produce(self, v, req), move |r| match r {
+                    Some(r) => response_frame(v, cid, &r),
+                    None => Ok(None),
+                })
+            }
             DecodedRequest::Fetch(req) => {
                 if req.replica_id.0 >= 0 || req.replica_state.replica_id.0 >= 0 {
                     *label = "FetchFollower";
                 }
-                match fetch::fetch(self, v, req) {
-                    fetch::FetchOutcome::Now(resp) => respond(v, cid, &resp),
-                    fetch::FetchOutcome::Later(fut) => Ok(Reply::Later(Box::pin(async move {
-                        respond(v, cid, &fut.await)
-                    }))),
-                }
+                reply(fetch::fetch(self, v, req), move |r| {
+                    response_frame(v, cid, &r)
+                })
             }
             DecodedRequest::ListOffsets(req) => respond(v, cid, &fetch::list_offsets(self, req)),
             DecodedRequest::CreateTopics(req) => {
@@ -284,9 +281,14 @@ impl Broker {
             DecodedRequest::JoinGroup(req) => {
                 let host = peer.map(|p| format!("/{}", p.ip())).unwrap_or_default();
                 let client = client_id(&header).to_string();
-                later(v, cid, group::api::join_group(self, v, &client, &host, req))
+                reply(
+                    group::api::join_group(self, v, &client, &host, req),
+                    move |r| response_frame(v, cid, &r),
+                )
             }
-            DecodedRequest::SyncGroup(req) => later(v, cid, group::api::sync_group(self, req)),
+            DecodedRequest::SyncGroup(req) => reply(group::api::sync_group(self, req), move |r| {
+                response_frame(v, cid, &r)
+            }),
             DecodedRequest::Heartbeat(req) => respond(v, cid, &group::api::heartbeat(self, req)),
             DecodedRequest::LeaveGroup(req) => {
                 respond(v, cid, &group::api::leave_group(self, v, req))
@@ -352,9 +354,15 @@ fn request_name(key: ApiKey) -> &'static str {
     }
 }
 
-/// A future answering a parked request.
+/// An answer now, or a future that yields it once the purgatory or a rebalance completes.
+pub enum Outcome<T> {
+    Now(T),
+    Later(std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>),
+}
+
+/// A future yielding a parked request's response frame (or nothing, for acks=0).
 pub type ReplyFuture =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Reply, FrameError>> + Send>>;
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Option<Bytes>, FrameError>> + Send>>;
 
 /// What a request handler produced.
 pub enum Reply {
@@ -365,8 +373,21 @@ pub enum Reply {
 }
 
 fn encode(r: anyhow::Result<Bytes>) -> Result<Reply, FrameError> {
-    r.map(|b| Reply::Now(Some(b)))
+    encoded(r).map(Reply::Now)
+}
+
+fn encoded(r: anyhow::Result<Bytes>) -> Result<Option<Bytes>, FrameError> {
+    r.map(Some)
         .map_err(|e| FrameError::Malformed(format!("cannot encode the response: {e:#}")))
+}
+
+/// A response body as its frame.
+fn response_frame<R: Encodable + HeaderVersion>(
+    version: i16,
+    correlation_id: i32,
+    body: &R,
+) -> Result<Option<Bytes>, FrameError> {
+    encoded(protocol::encode_response(version, correlation_id, body))
 }
 
 fn respond<R: Encodable + HeaderVersion>(
@@ -374,20 +395,17 @@ fn respond<R: Encodable + HeaderVersion>(
     correlation_id: i32,
     body: &R,
 ) -> Result<Reply, FrameError> {
-    encode(protocol::encode_response(version, correlation_id, body))
+    response_frame(version, correlation_id, body).map(Reply::Now)
 }
 
-/// A group API outcome as a reply: now, or when the rebalance step completes.
-fn later<R: Encodable + HeaderVersion + Send + 'static>(
-    version: i16,
-    correlation_id: i32,
-    outcome: group::api::Outcome<R>,
+/// An outcome as a reply: framed now, or framed by the parked future when it completes.
+fn reply<T: Send + 'static>(
+    outcome: Outcome<T>,
+    to_frame: impl FnOnce(T) -> Result<Option<Bytes>, FrameError> + Send + 'static,
 ) -> Result<Reply, FrameError> {
     match outcome {
-        group::api::Outcome::Now(r) => respond(version, correlation_id, &r),
-        group::api::Outcome::Later(fut) => Ok(Reply::Later(Box::pin(async move {
-            respond(version, correlation_id, &fut.await)
-        }))),
+        Outcome::Now(t) => to_frame(t).map(Reply::Now),
+        Outcome::Later(fut) => Ok(Reply::Later(Box::pin(async move { to_frame(fut.await) }))),
     }
 }
 

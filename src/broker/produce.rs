@@ -10,7 +10,7 @@ use kafka_protocol::messages::{
 };
 
 use super::purgatory::DelayedOperation;
-use super::{msg, Broker};
+use super::{msg, Broker, Outcome};
 use crate::protocol::errors;
 use crate::storage::TopicPartition;
 
@@ -24,13 +24,11 @@ fn partition_error(index: i32, code: i16, message: Option<String>) -> PartitionP
         .with_error_message(message.and_then(msg))
 }
 
-/// A produce answers at once, not at all (acks=0), or after its DelayedProduce completes.
-pub enum ProduceOutcome {
-    Now(Option<ProduceResponse>),
-    Later(std::pin::Pin<Box<dyn std::future::Future<Output = ProduceResponse> + Send>>),
-}
-
-pub fn produce(broker: &Arc<Broker>, _version: i16, req: ProduceRequest) -> ProduceOutcome {
+pub fn produce(
+    broker: &Arc<Broker>,
+    _version: i16,
+    req: ProduceRequest,
+) -> Outcome<Option<ProduceResponse>> {
     let acks = req.acks;
     let valid_acks = matches!(acks, -1..=1);
     let mut responses = Vec::with_capacity(req.topic_data.len());
@@ -118,10 +116,10 @@ pub fn produce(broker: &Arc<Broker>, _version: i16, req: ProduceRequest) -> Prod
         );
     }
     if acks == 0 {
-        return ProduceOutcome::Now(None);
+        return Outcome::Now(None);
     }
     if waiting.is_empty() {
-        return ProduceOutcome::Now(Some(ProduceResponse::default().with_responses(responses)));
+        return Outcome::Now(Some(ProduceResponse::default().with_responses(responses)));
     }
     let op = DelayedOperation::produce(waiting.iter().map(|(_, _, tp, o)| (tp.clone(), *o)));
     let purg = &broker.replicas.produce_purgatory;
@@ -133,11 +131,11 @@ pub fn produce(broker: &Arc<Broker>, _version: i16, req: ProduceRequest) -> Prod
         }
     }
     if op.is_completed() {
-        return ProduceOutcome::Now(Some(ProduceResponse::default().with_responses(responses)));
+        return Outcome::Now(Some(ProduceResponse::default().with_responses(responses)));
     }
     let broker = broker.clone();
     let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
-    ProduceOutcome::Later(Box::pin(async move {
+    Outcome::Later(Box::pin(async move {
         let mut responses = responses;
         if !op.wait(timeout).await {
             for (ti, pi, tp, required) in &waiting {
@@ -151,7 +149,7 @@ pub fn produce(broker: &Arc<Broker>, _version: i16, req: ProduceRequest) -> Prod
                 }
             }
         }
-        ProduceResponse::default().with_responses(responses)
+        Some(ProduceResponse::default().with_responses(responses))
     }))
 }
 

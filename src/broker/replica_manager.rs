@@ -29,7 +29,6 @@ pub struct ReadResult {
     pub records: Vec<u8>,
     pub high_watermark: i64,
     pub log_start_offset: i64,
-    pub log_end_offset: i64,
 }
 
 /// A failed partition operation: Kafka error code and message.
@@ -249,7 +248,6 @@ impl ReplicaManager {
             records,
             high_watermark: hw,
             log_start_offset: l.log_start_offset(),
-            log_end_offset: l.log_end_offset(),
         })
     }
 

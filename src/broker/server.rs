@@ -198,11 +198,7 @@ async fn handler(id: usize, broker: Arc<Broker>, rx: async_channel::Receiver<Job
                 // Parked: the handler is free at once; the purgatory wakes the future.
                 tokio::spawn(async move {
                     let parked = Instant::now();
-                    let reply = match fut.await {
-                        Ok(Reply::Now(r)) => Ok(r),
-                        Ok(Reply::Later(_)) => Ok(None),
-                        Err(e) => Err(e),
-                    };
+                    let reply = fut.await;
                     times.remote = parked.elapsed();
                     let _ = job.respond.send(Answer {
                         label,

@@ -59,7 +59,6 @@ impl ProducerContext for TimingContext {
 pub struct ProduceOptions {
     pub bootstrap: String,
     pub topic: String,
-    pub partitions: i32,
     pub num_records: u64,
     pub record_size: usize,
     /// Records per second; negative for unlimited.
@@ -260,17 +259,14 @@ pub fn consume(o: &ConsumeOptions) -> Result<(u64, u64, f64), PerfError> {
     Ok((n, bytes, start.elapsed().as_secs_f64()))
 }
 
-/// Wide-fetch workload: `fetchers` consumers each fetching every partition of a
-/// `partitions`-wide topic in one request (`fetch.min.bytes` 1 MiB, max wait 500 ms).
+/// Wide fetchers: `fetchers` consumers each fetching every partition of a `partitions`-wide
+/// topic in one request (`fetch.min.bytes` 1 MiB, max wait 500 ms).
 #[derive(Debug, Clone)]
 pub struct WideFetchOptions {
     pub bootstrap: String,
     pub topic: String,
     pub partitions: i32,
     pub fetchers: usize,
-    pub rate: f64,
-    pub seconds: u64,
-    pub record_size: usize,
 }
 
 /// Starts the wide fetchers; they run until `stop` is set and count what they read.

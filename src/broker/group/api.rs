@@ -12,7 +12,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::coordinator::{codes, CommitCheck, CommittedOffset, JoinRequest, Pending};
 use super::records::{GroupMetadataValue, GroupRecordKey, MemberMetadata, OffsetCommitValue};
-use crate::broker::{msg, Broker};
+use crate::broker::{msg, Broker, Outcome};
 use crate::controller::NewTopic;
 use crate::protocol::errors;
 use crate::storage::batch::{self, KeyValue};
@@ -213,14 +213,6 @@ pub fn find_coordinator(
             .with_host(c.host)
             .with_port(c.port)
     }
-}
-
-/// A pending group answer as a response future.
-pub type ResponseFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
-
-pub enum Outcome<T> {
-    Now(T),
-    Later(ResponseFuture<T>),
 }
 
 fn join_response(r: super::coordinator::JoinResult) -> JoinGroupResponse {

@@ -299,6 +299,18 @@ impl Group {
         self.transition(GroupState::PreparingRebalance);
     }
 
+    /// Every member with its metadata for `protocol`: what the leader gets in JoinGroup.
+    fn join_members(&self, protocol: &str) -> Vec<JoinMember> {
+        self.members
+            .values()
+            .map(|m| JoinMember {
+                member_id: m.member_id.clone(),
+                group_instance_id: m.group_instance_id.clone(),
+                metadata: m.metadata_for(protocol),
+            })
+            .collect()
+    }
+
     fn all_joined(&self) -> bool {
         self.members.values().all(|m| m.join_waiter.is_some())
     }
@@ -335,15 +347,7 @@ impl Group {
         self.transition(GroupState::CompletingRebalance);
         let protocol = self.protocol_name.clone().unwrap_or_default();
         let leader = self.leader.clone().unwrap_or_default();
-        let everyone: Vec<JoinMember> = self
-            .members
-            .values()
-            .map(|m| JoinMember {
-                member_id: m.member_id.clone(),
-                group_instance_id: m.group_instance_id.clone(),
-                metadata: m.metadata_for(&protocol),
-            })
-            .collect();
+        let everyone = self.join_members(&protocol);
         let (generation, protocol_type) = (self.generation, self.protocol_type.clone());
         for m in self.members.values_mut() {
             m.last_heartbeat = Instant::now();
@@ -577,14 +581,7 @@ impl Coordinator {
                                 let protocol = g.protocol_name.clone().unwrap_or_default();
                                 let leader = g.leader.clone().unwrap_or_default();
                                 let members = if leader == fresh {
-                                    g.members
-                                        .values()
-                                        .map(|m| JoinMember {
-                                            member_id: m.member_id.clone(),
-                                            group_instance_id: m.group_instance_id.clone(),
-                                            metadata: m.metadata_for(&protocol),
-                                        })
-                                        .collect()
+                                    g.join_members(&protocol)
                                 } else {
                                     Vec::new()
                                 };
