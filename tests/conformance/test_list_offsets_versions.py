@@ -1,0 +1,88 @@
+"""ListOffsets at the old, non-flexible versions 1-5 on the wire (what older librdkafka, e.g.
+kcat 1.7 with librdkafka 2.0, sends). Kafka 4.1 serves ListOffsets 1-10."""
+import socket
+import struct
+
+import pytest
+
+from conftest import xfail_on_evenkeel
+import kclient
+
+LIST_OFFSETS = 2
+EARLIEST, LATEST = -2, -1
+
+
+def encode_request(version, correlation_id, topic, partition, timestamp):
+    """ListOffsets request v1-v5, request header v1."""
+    def string(s):
+        b = s.encode()
+        return struct.pack(">h", len(b)) + b
+    body = struct.pack(">i", -1)                     # replica_id: a consumer
+    if version >= 2:
+        body += struct.pack(">b", 0)                 # isolation_level: read_uncommitted
+    body += struct.pack(">i", 1) + string(topic)     # one topic
+    body += struct.pack(">ii", 1, partition)         # one partition
+    if version >= 4:
+        body += struct.pack(">i", -1)                # current_leader_epoch: unknown
+    body += struct.pack(">q", timestamp)
+    header = struct.pack(">hhi", LIST_OFFSETS, version, correlation_id) + string("conformance")
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def decode_response(version, data):
+    """-> (correlation_id, topic, partition, error_code, timestamp, offset) of the one partition."""
+    pos = 0
+
+    def take(fmt):
+        nonlocal pos
+        vals = struct.unpack_from(fmt, data, pos)
+        pos += struct.calcsize(fmt)
+        return vals if len(vals) > 1 else vals[0]
+    correlation_id = take(">i")
+    if version >= 2:
+        take(">i")                                   # throttle_time_ms
+    assert take(">i") == 1
+    name_len = take(">h")
+    name = data[pos:pos + name_len].decode()
+    pos += name_len
+    assert take(">i") == 1
+    partition, error_code, timestamp, offset = take(">ihqq")
+    return correlation_id, name, partition, error_code, timestamp, offset
+
+
+def call(bootstrap, request_bytes, timeout=10.0):
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(request_bytes)
+        head = b""
+        while len(head) < 4:
+            chunk = s.recv(4 - len(head))
+            assert chunk, "the broker closed the connection without a response"
+            head += chunk
+        size = struct.unpack(">i", head)[0]
+        data = b""
+        while len(data) < size:
+            chunk = s.recv(size - len(data))
+            assert chunk, "the broker closed the connection in the middle of a response"
+            data += chunk
+        return data
+
+
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
+def test_list_offsets_old_versions(request, bootstrap, topic_name, make_topic, version):
+    if version <= 3:
+        xfail_on_evenkeel(request, "ListOffsets v%d: evenkeel advertises ListOffsets 1-10 but "
+                          "closes the connection without a response" % version)
+    make_topic(topic_name, 1)
+    p = kclient.producer(bootstrap)
+    try:
+        for i in range(3):
+            p.send(topic_name, value=b"v-%d" % i)
+        p.flush(timeout=30)
+    finally:
+        p.close(timeout=10)
+    for correlation_id, timestamp, want in ((11, EARLIEST, 0), (12, LATEST, 3)):
+        data = call(bootstrap, encode_request(version, correlation_id, topic_name, 0, timestamp))
+        got = decode_response(version, data)
+        assert got[:4] == (correlation_id, topic_name, 0, 0), got
+        assert got[5] == want, got
