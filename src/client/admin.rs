@@ -273,7 +273,7 @@ impl AdminClient {
         let req = CreateTopicsRequest::default()
             .with_topics(vec![topic])
             .with_timeout_ms(timeout_ms);
-        let resp = self.controller_call("CreateTopics", &req).await?;
+        let resp = self.controller_call(&req).await?;
         let result = resp
             .topics
             .into_iter()
@@ -298,7 +298,7 @@ impl AdminClient {
     pub async fn delete_topic(&self, name: &str) -> Result<(), ClientError> {
         let timeout_ms = broker_timeout_ms(self.timeout);
         let resp = self
-            .controller_call_with("DeleteTopics", |version| {
+            .controller_call_with(|version| {
                 let req = DeleteTopicsRequest::default().with_timeout_ms(timeout_ms);
                 if version >= 6 {
                     req.with_topics(vec![
@@ -326,7 +326,7 @@ impl AdminClient {
                 // The codec's default is an empty list, which asks for zero manual assignments.
                 .with_assignments(None)])
             .with_timeout_ms(broker_timeout_ms(self.timeout));
-        let resp = self.controller_call("CreatePartitions", &req).await?;
+        let resp = self.controller_call(&req).await?;
         let result = resp
             .results
             .into_iter()
@@ -388,9 +388,7 @@ impl AdminClient {
                 .with_resource_name(str_bytes(name))
                 .with_configs(configs),
         ]);
-        let resp = self
-            .controller_call("IncrementalAlterConfigs", &req)
-            .await?;
+        let resp = self.controller_call(&req).await?;
         let result = resp
             .responses
             .into_iter()
@@ -491,50 +489,54 @@ impl AdminClient {
     }
 
     /// Sends a controller request to any broker (a KRaft broker forwards it); on NOT_CONTROLLER,
-    /// refreshes metadata and tries once more at the controller it names.
-    async fn controller_call<R>(
-        &self,
-        api: &'static str,
-        req: &R,
-    ) -> Result<R::Response, ClientError>
+    /// refreshes metadata and tries once more at the controller it names. Its per-resource
+    /// errors, NOT_CONTROLLER included, are left for the caller to check.
+    async fn controller_call<R>(&self, req: &R) -> Result<R::Response, ClientError>
     where
         R: Request + Clone,
-        R::Response: TopLevelErrors,
+        R::Response: PerResourceErrors,
     {
-        self.controller_call_with(api, |_| req.clone()).await
+        self.controller_call_with(|_| req.clone()).await
     }
 
     async fn controller_call_with<R>(
         &self,
-        api: &'static str,
         build: impl Fn(i16) -> R,
     ) -> Result<R::Response, ClientError>
     where
         R: Request,
-        R::Response: TopLevelErrors,
+        R::Response: PerResourceErrors,
     {
-        let conn = match self.controller_connection().await {
-            Some(c) => c,
-            None => self.any_connection().await?,
-        };
-        let resp = call_built(&conn, &build).await?;
+        let resp = self.controller_attempt(&build).await?;
         if !resp.error_codes().any(|c| c == errors::NOT_CONTROLLER) {
             return Ok(resp);
         }
-        {
-            let mut state = self.state.lock().await;
-            state.controller = None;
-        }
+        self.state.lock().await.controller = None;
         self.metadata(Some(&[])).await?;
+        self.controller_attempt(&build).await
+    }
+
+    /// One send to the controller (or any broker). Like the Java admin client, a request whose
+    /// connection broke is sent once more on a fresh one, so a create that did happen may
+    /// answer TOPIC_ALREADY_EXISTS the second time.
+    async fn controller_attempt<R: Request>(
+        &self,
+        build: &impl Fn(i16) -> R,
+    ) -> Result<R::Response, ClientError> {
         let conn = match self.controller_connection().await {
             Some(c) => c,
             None => self.any_connection().await?,
         };
-        let resp = call_built(&conn, &build).await?;
-        if let Some(code) = resp.error_codes().find(|c| *c == errors::NOT_CONTROLLER) {
-            return Err(ClientError::kafka(api, code, None));
+        match call_built(&conn, build).await {
+            Err(ClientError::Io(_)) if conn.is_broken() => {
+                let conn = match self.controller_connection().await {
+                    Some(c) => c,
+                    None => self.any_connection().await?,
+                };
+                call_built(&conn, build).await
+            }
+            other => other,
         }
-        Ok(resp)
     }
 }
 
@@ -567,29 +569,29 @@ fn missing(api: &str, name: &str) -> ClientError {
 }
 
 /// The per-resource error codes of a controller API response, to spot NOT_CONTROLLER.
-trait TopLevelErrors {
+trait PerResourceErrors {
     fn error_codes(&self) -> impl Iterator<Item = i16> + '_;
 }
 
-impl TopLevelErrors for kafka_protocol::messages::CreateTopicsResponse {
+impl PerResourceErrors for kafka_protocol::messages::CreateTopicsResponse {
     fn error_codes(&self) -> impl Iterator<Item = i16> + '_ {
         self.topics.iter().map(|t| t.error_code)
     }
 }
 
-impl TopLevelErrors for kafka_protocol::messages::DeleteTopicsResponse {
+impl PerResourceErrors for kafka_protocol::messages::DeleteTopicsResponse {
     fn error_codes(&self) -> impl Iterator<Item = i16> + '_ {
         self.responses.iter().map(|t| t.error_code)
     }
 }
 
-impl TopLevelErrors for kafka_protocol::messages::CreatePartitionsResponse {
+impl PerResourceErrors for kafka_protocol::messages::CreatePartitionsResponse {
     fn error_codes(&self) -> impl Iterator<Item = i16> + '_ {
         self.results.iter().map(|t| t.error_code)
     }
 }
 
-impl TopLevelErrors for kafka_protocol::messages::IncrementalAlterConfigsResponse {
+impl PerResourceErrors for kafka_protocol::messages::IncrementalAlterConfigsResponse {
     fn error_codes(&self) -> impl Iterator<Item = i16> + '_ {
         self.responses.iter().map(|t| t.error_code)
     }
