@@ -378,4 +378,162 @@ mod tests {
         assert_eq!(header.correlation_id, 9);
         assert_eq!(header.client_id.as_deref(), Some(CLIENT_ID));
     }
+
+    /// A loopback listener whose single connection is served by `serve`.
+    async fn fake_broker<F, Fut>(serve: F) -> String
+    where
+        F: FnOnce(TcpStream) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            serve(stream).await;
+        });
+        addr
+    }
+
+    async fn read_request(s: &mut TcpStream) -> RequestHeader {
+        let mut size = [0u8; 4];
+        s.read_exact(&mut size).await.unwrap();
+        let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
+        s.read_exact(&mut frame).await.unwrap();
+        crate::protocol::decode_header(&mut Bytes::from(frame))
+            .unwrap()
+            .1
+    }
+
+    /// Answers the ApiVersions handshake with our own broker's list.
+    async fn handshake(s: &mut TcpStream) {
+        let h = read_request(s).await;
+        let resp = crate::protocol::api_versions::response(0);
+        let frame =
+            crate::protocol::encode_response(h.request_api_version, h.correlation_id, &resp)
+                .unwrap();
+        s.write_all(&frame).await.unwrap();
+    }
+
+    fn metadata() -> kafka_protocol::messages::MetadataRequest {
+        kafka_protocol::messages::MetadataRequest::default()
+    }
+
+    #[tokio::test]
+    async fn api_versions_falls_back_when_the_broker_refuses_our_version() {
+        let addr = fake_broker(|mut s| async move {
+            let first = read_request(&mut s).await;
+            assert_eq!(first.request_api_version, 3);
+            let refusal = ApiVersionsResponse::default()
+                .with_error_code(errors::UNSUPPORTED_VERSION)
+                .with_api_keys(vec![v(ApiKey::ApiVersions, 0, 2)]);
+            let frame = crate::protocol::encode_response_with_header_version(
+                0,
+                0,
+                first.correlation_id,
+                &refusal,
+            )
+            .unwrap();
+            s.write_all(&frame).await.unwrap();
+            let second = read_request(&mut s).await;
+            assert_eq!(second.request_api_version, 2);
+            let ok = ApiVersionsResponse::default().with_api_keys(vec![
+                v(ApiKey::ApiVersions, 0, 2),
+                v(ApiKey::Metadata, 0, 9),
+            ]);
+            let frame = crate::protocol::encode_response(2, second.correlation_id, &ok).unwrap();
+            s.write_all(&frame).await.unwrap();
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest).await;
+        })
+        .await;
+        let c = Connection::connect(&addr, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(c.version(ApiKey::ApiVersions), Some(2));
+        assert_eq!(c.version(ApiKey::Metadata), Some(9));
+        assert_eq!(c.version(ApiKey::CreateTopics), None);
+    }
+
+    #[tokio::test]
+    async fn a_response_with_another_correlation_id_breaks_the_connection() {
+        let addr = fake_broker(|mut s| async move {
+            handshake(&mut s).await;
+            let h = read_request(&mut s).await;
+            let resp = kafka_protocol::messages::MetadataResponse::default();
+            let frame = crate::protocol::encode_response(
+                h.request_api_version,
+                h.correlation_id + 1000,
+                &resp,
+            )
+            .unwrap();
+            s.write_all(&frame).await.unwrap();
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest).await;
+        })
+        .await;
+        let c = Connection::connect(&addr, Duration::from_secs(5))
+            .await
+            .unwrap();
+        let e = c.call(&metadata()).await.unwrap_err();
+        assert!(matches!(e, ClientError::Protocol(_)), "{e:?}");
+        assert!(c.is_broken());
+        let e = c.call(&metadata()).await.unwrap_err();
+        assert!(matches!(e, ClientError::Io(_)), "{e:?}");
+    }
+
+    #[tokio::test]
+    async fn an_oversized_response_frame_is_a_protocol_error() {
+        let addr = fake_broker(|mut s| async move {
+            handshake(&mut s).await;
+            read_request(&mut s).await;
+            s.write_all(&i32::MAX.to_be_bytes()).await.unwrap();
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest).await;
+        })
+        .await;
+        let c = Connection::connect(&addr, Duration::from_secs(5))
+            .await
+            .unwrap();
+        let e = c.call(&metadata()).await.unwrap_err();
+        assert!(
+            matches!(e, ClientError::Protocol(ref m) if m.contains("limit")),
+            "{e:?}"
+        );
+        assert!(c.is_broken());
+    }
+
+    #[tokio::test]
+    async fn a_silent_broker_times_out_and_breaks_the_connection() {
+        let addr = fake_broker(|mut s| async move {
+            handshake(&mut s).await;
+            read_request(&mut s).await;
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest).await;
+        })
+        .await;
+        let c = Connection::connect(&addr, Duration::from_millis(300))
+            .await
+            .unwrap();
+        let e = c.call(&metadata()).await.unwrap_err();
+        assert!(
+            matches!(e, ClientError::Timeout(ref api) if api == "Metadata"),
+            "{e:?}"
+        );
+        assert!(c.is_broken());
+    }
+
+    #[tokio::test]
+    async fn a_broker_that_closes_mid_call_is_an_io_error() {
+        let addr = fake_broker(|mut s| async move {
+            handshake(&mut s).await;
+            read_request(&mut s).await;
+        })
+        .await;
+        let c = Connection::connect(&addr, Duration::from_secs(5))
+            .await
+            .unwrap();
+        let e = c.call(&metadata()).await.unwrap_err();
+        assert!(matches!(e, ClientError::Io(_)), "{e:?}");
+        assert!(c.is_broken());
+    }
 }
