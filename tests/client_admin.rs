@@ -305,3 +305,38 @@ async fn bootstrap_falls_through_to_a_live_broker() {
         .expect("second address is live");
     assert_eq!(a.describe_cluster().await.unwrap().brokers.len(), 1);
 }
+
+#[tokio::test]
+async fn client_recovers_after_the_broker_restarts() {
+    let mut b = common::BrokerProcess::start(&[]);
+    let port: u16 = b
+        .bootstrap
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("bootstrap port");
+    let a = AdminClient::connect(&b.bootstrap, TIMEOUT).await.unwrap();
+    let before = unique("before");
+    a.create_topic(&before, 1, 1, &BTreeMap::new())
+        .await
+        .unwrap();
+    assert!(b.stop(), "clean shutdown");
+    let _tmp = b.take_tempdir();
+    let _b2 = common::BrokerProcess::start_on(&b.data, port, &[]);
+    // The old connection is dead; the write goes out again on a fresh one.
+    let after = unique("after");
+    a.create_topic(&after, 1, 1, &BTreeMap::new())
+        .await
+        .expect("create after restart");
+    let names: Vec<String> = a
+        .describe_topics(None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert!(
+        names.contains(&before) && names.contains(&after),
+        "{names:?}"
+    );
+}
