@@ -3,6 +3,7 @@
 
 pub mod alloc;
 pub mod broker;
+pub mod client;
 pub mod config;
 pub mod controller;
 pub mod metrics;

@@ -1,0 +1,640 @@
+//! `AdminClient`: topics, partitions, topic configs and cluster description over the admin
+//! APIs, with bootstrap fallback, reconnects and a NOT_CONTROLLER retry.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{
+    ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
+    DescribeConfigsRequest, IncrementalAlterConfigsRequest, MetadataRequest, MetadataResponse,
+    TopicName,
+};
+use kafka_protocol::protocol::{Request, StrBytes};
+use tokio::sync::Mutex;
+use uuid::Uuid;
+
+use super::{ClientError, Connection};
+use crate::protocol::errors;
+
+/// Kafka's ConfigResource type for topics.
+const RESOURCE_TOPIC: i8 = 2;
+
+/// The cluster as a Metadata response shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterDescription {
+    pub cluster_id: String,
+    pub controller_id: i32,
+    pub brokers: Vec<BrokerInfo>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerInfo {
+    pub id: i32,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicDescription {
+    pub name: String,
+    pub topic_id: Uuid,
+    pub internal: bool,
+    /// Sorted by partition index.
+    pub partitions: Vec<PartitionInfo>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionInfo {
+    pub partition: i32,
+    /// -1 when the partition has no leader.
+    pub leader: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+}
+
+/// Where a config value comes from (DescribeConfigs `config_source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigSource {
+    DynamicTopic,
+    DynamicBroker,
+    DynamicDefaultBroker,
+    StaticBroker,
+    Default,
+    Other(i8),
+}
+
+impl ConfigSource {
+    pub fn from_code(code: i8) -> ConfigSource {
+        match code {
+            1 => ConfigSource::DynamicTopic,
+            2 => ConfigSource::DynamicBroker,
+            3 => ConfigSource::DynamicDefaultBroker,
+            4 => ConfigSource::StaticBroker,
+            5 => ConfigSource::Default,
+            other => ConfigSource::Other(other),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigEntry {
+    pub name: String,
+    /// `None` for sensitive or unset values.
+    pub value: Option<String>,
+    pub source: ConfigSource,
+    pub read_only: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlterOpType {
+    Set,
+    Delete,
+}
+
+impl AlterOpType {
+    /// IncrementalAlterConfigs `config_operation`.
+    fn code(self) -> i8 {
+        match self {
+            AlterOpType::Set => 0,
+            AlterOpType::Delete => 1,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlterConfigOp {
+    pub name: String,
+    pub op: AlterOpType,
+    pub value: Option<String>,
+}
+
+/// An admin client over one connection to any broker, plus connections to the controller
+/// when a broker answers NOT_CONTROLLER. Broken connections are replaced on the next call.
+pub struct AdminClient {
+    bootstrap: Vec<String>,
+    timeout: Duration,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    any: Option<Arc<Connection>>,
+    /// Broker id → "host:port", from the last Metadata response.
+    brokers: HashMap<i32, String>,
+    controller_id: Option<i32>,
+    controller: Option<Arc<Connection>>,
+}
+
+impl std::fmt::Debug for AdminClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminClient")
+            .field("bootstrap", &self.bootstrap)
+            .finish()
+    }
+}
+
+fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+fn opt_string(s: Option<StrBytes>) -> Option<String> {
+    s.map(|s| s.to_string())
+}
+
+/// A broker-side timeout a little under the call timeout, so the broker can answer in time.
+fn broker_timeout_ms(timeout: Duration) -> i32 {
+    let ms = timeout.as_millis().saturating_mul(4) / 5;
+    i32::try_from(ms).unwrap_or(i32::MAX)
+}
+
+impl AdminClient {
+    /// Connects to the first reachable broker of `bootstrap` ("host:port[,host:port…]").
+    /// `timeout` bounds each connect and each call.
+    pub async fn connect(bootstrap: &str, timeout: Duration) -> Result<AdminClient, ClientError> {
+        let list: Vec<String> = bootstrap
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect();
+        if list.is_empty() {
+            return Err(ClientError::NoBroker(format!(
+                "empty bootstrap list {bootstrap:?}"
+            )));
+        }
+        let client = AdminClient {
+            bootstrap: list,
+            timeout,
+            state: Mutex::new(State::default()),
+        };
+        client.any_connection().await?;
+        Ok(client)
+    }
+
+    /// The cluster id, controller and brokers.
+    pub async fn describe_cluster(&self) -> Result<ClusterDescription, ClientError> {
+        let resp = self.metadata(Some(&[])).await?;
+        let mut brokers: Vec<BrokerInfo> = resp
+            .brokers
+            .into_iter()
+            .map(|b| BrokerInfo {
+                id: b.node_id.0,
+                host: b.host.to_string(),
+                port: b.port,
+                rack: opt_string(b.rack),
+            })
+            .collect();
+        brokers.sort_by_key(|b| b.id);
+        Ok(ClusterDescription {
+            cluster_id: opt_string(resp.cluster_id).unwrap_or_default(),
+            controller_id: resp.controller_id.0,
+            brokers,
+        })
+    }
+
+    /// The named topics (`None`: all). A named topic that does not exist is left out.
+    pub async fn describe_topics(
+        &self,
+        names: Option<&[String]>,
+    ) -> Result<Vec<TopicDescription>, ClientError> {
+        if names.is_some_and(|n| n.is_empty()) {
+            return Ok(Vec::new());
+        }
+        let resp = self.metadata(names).await?;
+        let mut out = Vec::with_capacity(resp.topics.len());
+        for t in resp.topics {
+            let name = opt_string(t.name.map(|n| n.0)).unwrap_or_default();
+            match t.error_code {
+                errors::NONE | errors::LEADER_NOT_AVAILABLE => {}
+                errors::UNKNOWN_TOPIC_OR_PARTITION | errors::UNKNOWN_TOPIC_ID => continue,
+                code => {
+                    return Err(ClientError::kafka(
+                        "Metadata",
+                        code,
+                        Some(format!("topic {name}")),
+                    ))
+                }
+            }
+            let mut partitions: Vec<PartitionInfo> = t
+                .partitions
+                .into_iter()
+                .map(|p| PartitionInfo {
+                    partition: p.partition_index,
+                    leader: p.leader_id.0,
+                    replicas: p.replica_nodes.into_iter().map(|b| b.0).collect(),
+                    isr: p.isr_nodes.into_iter().map(|b| b.0).collect(),
+                })
+                .collect();
+            partitions.sort_by_key(|p| p.partition);
+            out.push(TopicDescription {
+                name,
+                topic_id: t.topic_id,
+                internal: t.is_internal,
+                partitions,
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Creates a topic and returns its id.
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: &BTreeMap<String, String>,
+    ) -> Result<Uuid, ClientError> {
+        let timeout_ms = broker_timeout_ms(self.timeout);
+        let topic = CreatableTopic::default()
+            .with_name(TopicName(str_bytes(name)))
+            .with_num_partitions(partitions)
+            .with_replication_factor(replication_factor)
+            .with_configs(
+                configs
+                    .iter()
+                    .map(|(k, v)| {
+                        CreatableTopicConfig::default()
+                            .with_name(str_bytes(k))
+                            .with_value(Some(str_bytes(v)))
+                    })
+                    .collect(),
+            );
+        let req = CreateTopicsRequest::default()
+            .with_topics(vec![topic])
+            .with_timeout_ms(timeout_ms);
+        let resp = self.controller_call(&req).await?;
+        let result = resp
+            .topics
+            .into_iter()
+            .find(|t| t.name.0.as_str() == name)
+            .ok_or_else(|| missing("CreateTopics", name))?;
+        check("CreateTopics", result.error_code, result.error_message)?;
+        if !result.topic_id.is_nil() {
+            return Ok(result.topic_id);
+        }
+        // Before CreateTopics v7 the id is only in Metadata; a follower broker may lag a little.
+        for _ in 0..20 {
+            let found = self.describe_topics(Some(&[name.to_string()])).await?;
+            if let Some(t) = found.into_iter().find(|t| t.name == name) {
+                return Ok(t.topic_id);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(Uuid::nil())
+    }
+
+    /// Deletes a topic.
+    pub async fn delete_topic(&self, name: &str) -> Result<(), ClientError> {
+        let timeout_ms = broker_timeout_ms(self.timeout);
+        let resp = self
+            .controller_call_with(|version| {
+                let req = DeleteTopicsRequest::default().with_timeout_ms(timeout_ms);
+                if version >= 6 {
+                    req.with_topics(vec![
+                        DeleteTopicState::default().with_name(Some(TopicName(str_bytes(name))))
+                    ])
+                } else {
+                    req.with_topic_names(vec![TopicName(str_bytes(name))])
+                }
+            })
+            .await?;
+        let result = resp
+            .responses
+            .into_iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == name))
+            .ok_or_else(|| missing("DeleteTopics", name))?;
+        check("DeleteTopics", result.error_code, result.error_message)
+    }
+
+    /// Grows a topic to `total_count` partitions.
+    pub async fn create_partitions(&self, name: &str, total_count: i32) -> Result<(), ClientError> {
+        let req = CreatePartitionsRequest::default()
+            .with_topics(vec![CreatePartitionsTopic::default()
+                .with_name(TopicName(str_bytes(name)))
+                .with_count(total_count)
+                // The codec's default is an empty list, which asks for zero manual assignments.
+                .with_assignments(None)])
+            .with_timeout_ms(broker_timeout_ms(self.timeout));
+        let resp = self.controller_call(&req).await?;
+        let result = resp
+            .results
+            .into_iter()
+            .find(|t| t.name.0.as_str() == name)
+            .ok_or_else(|| missing("CreatePartitions", name))?;
+        check("CreatePartitions", result.error_code, result.error_message)
+    }
+
+    /// Every config of a topic with its value and source.
+    pub async fn describe_topic_configs(
+        &self,
+        name: &str,
+    ) -> Result<Vec<ConfigEntry>, ClientError> {
+        let req = DescribeConfigsRequest::default().with_resources(vec![
+            DescribeConfigsResource::default()
+                .with_resource_type(RESOURCE_TOPIC)
+                .with_resource_name(str_bytes(name))
+                .with_configuration_keys(None),
+        ]);
+        let resp = self.any_call(&req).await?;
+        let result = resp
+            .results
+            .into_iter()
+            .find(|r| r.resource_type == RESOURCE_TOPIC && r.resource_name.as_str() == name)
+            .ok_or_else(|| missing("DescribeConfigs", name))?;
+        check("DescribeConfigs", result.error_code, result.error_message)?;
+        let mut entries: Vec<ConfigEntry> = result
+            .configs
+            .into_iter()
+            .map(|c| ConfigEntry {
+                name: c.name.to_string(),
+                value: opt_string(c.value),
+                source: ConfigSource::from_code(c.config_source),
+                read_only: c.read_only,
+            })
+            .collect();
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(entries)
+    }
+
+    /// Sets and deletes topic configs with IncrementalAlterConfigs.
+    pub async fn alter_topic_configs(
+        &self,
+        name: &str,
+        ops: &[AlterConfigOp],
+    ) -> Result<(), ClientError> {
+        let configs = ops
+            .iter()
+            .map(|o| {
+                AlterableConfig::default()
+                    .with_name(str_bytes(&o.name))
+                    .with_config_operation(o.op.code())
+                    .with_value(o.value.as_deref().map(str_bytes))
+            })
+            .collect();
+        let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(RESOURCE_TOPIC)
+                .with_resource_name(str_bytes(name))
+                .with_configs(configs),
+        ]);
+        let resp = self.controller_call(&req).await?;
+        let result = resp
+            .responses
+            .into_iter()
+            .find(|r| r.resource_type == RESOURCE_TOPIC && r.resource_name.as_str() == name)
+            .ok_or_else(|| missing("IncrementalAlterConfigs", name))?;
+        check(
+            "IncrementalAlterConfigs",
+            result.error_code,
+            result.error_message,
+        )
+    }
+
+    /// A Metadata request for `topics` (`None`: all; empty: none); remembers the brokers.
+    async fn metadata(&self, topics: Option<&[String]>) -> Result<MetadataResponse, ClientError> {
+        let resp = self
+            .any_call_with(|version| {
+                let req = MetadataRequest::default().with_topics(topics.map(|names| {
+                    names
+                        .iter()
+                        .map(|n| {
+                            MetadataRequestTopic::default().with_name(Some(TopicName(str_bytes(n))))
+                        })
+                        .collect()
+                }));
+                if version >= 4 {
+                    req.with_allow_auto_topic_creation(false)
+                } else {
+                    req
+                }
+            })
+            .await?;
+        // Metadata v13 carries a top-level error (e.g. REBOOTSTRAP_REQUIRED).
+        check("Metadata", resp.error_code, None)?;
+        let mut state = self.state.lock().await;
+        state.brokers = resp
+            .brokers
+            .iter()
+            .map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port)))
+            .collect();
+        state.controller_id = Some(resp.controller_id.0).filter(|id| *id >= 0);
+        Ok(resp)
+    }
+
+    /// The connection to any broker, reconnecting through the bootstrap list when needed.
+    async fn any_connection(&self) -> Result<Arc<Connection>, ClientError> {
+        let mut state = self.state.lock().await;
+        if let Some(c) = state.any.as_ref().filter(|c| !c.is_broken()) {
+            return Ok(c.clone());
+        }
+        state.any = None;
+        let known: Vec<String> = state.brokers.values().cloned().collect();
+        let mut failures = Vec::new();
+        for addr in self.bootstrap.iter().chain(known.iter()) {
+            match Connection::connect(addr, self.timeout).await {
+                Ok(c) => {
+                    let c = Arc::new(c);
+                    state.any = Some(c.clone());
+                    return Ok(c);
+                }
+                Err(e) => failures.push(format!("{addr}: {e}")),
+            }
+        }
+        Err(ClientError::NoBroker(failures.join("; ")))
+    }
+
+    /// The connection to the broker Metadata names as controller, if it can be reached.
+    async fn controller_connection(&self) -> Option<Arc<Connection>> {
+        let mut state = self.state.lock().await;
+        if let Some(c) = state.controller.as_ref().filter(|c| !c.is_broken()) {
+            return Some(c.clone());
+        }
+        state.controller = None;
+        let addr = state.brokers.get(&state.controller_id?)?.clone();
+        let c = Arc::new(Connection::connect(&addr, self.timeout).await.ok()?);
+        state.controller = Some(c.clone());
+        Some(c)
+    }
+
+    /// Sends a version-independent request to any broker.
+    async fn any_call<R: Request + Clone>(&self, req: &R) -> Result<R::Response, ClientError> {
+        self.any_call_with(|_| req.clone()).await
+    }
+
+    /// Sends the request built for the negotiated version to any broker. A read-only call
+    /// that fails on a stale connection is tried once more on a fresh one.
+    async fn any_call_with<R: Request>(
+        &self,
+        build: impl Fn(i16) -> R,
+    ) -> Result<R::Response, ClientError> {
+        let conn = self.any_connection().await?;
+        match call_built(&conn, &build).await {
+            Err(ClientError::Io(_)) if conn.is_broken() => {
+                let conn = self.any_connection().await?;
+                call_built(&conn, &build).await
+            }
+            other => other,
+        }
+    }
+
+    /// Sends a controller request to any broker (a KRaft broker forwards it); on NOT_CONTROLLER,
+    /// refreshes metadata and tries once more at the controller it names. Its per-resource
+    /// errors, NOT_CONTROLLER included, are left for the caller to check.
+    async fn controller_call<R>(&self, req: &R) -> Result<R::Response, ClientError>
+    where
+        R: Request + Clone,
+        R::Response: PerResourceErrors,
+    {
+        self.controller_call_with(|_| req.clone()).await
+    }
+
+    async fn controller_call_with<R>(
+        &self,
+        build: impl Fn(i16) -> R,
+    ) -> Result<R::Response, ClientError>
+    where
+        R: Request,
+        R::Response: PerResourceErrors,
+    {
+        let resp = self.controller_attempt(&build).await?;
+        if !resp.error_codes().any(|c| c == errors::NOT_CONTROLLER) {
+            return Ok(resp);
+        }
+        self.state.lock().await.controller = None;
+        self.metadata(Some(&[])).await?;
+        self.controller_attempt(&build).await
+    }
+
+    /// One send to the controller (or any broker). Like the Java admin client, a request whose
+    /// connection broke is sent once more on a fresh one, so a create that did happen may
+    /// answer TOPIC_ALREADY_EXISTS the second time.
+    async fn controller_attempt<R: Request>(
+        &self,
+        build: &impl Fn(i16) -> R,
+    ) -> Result<R::Response, ClientError> {
+        let conn = match self.controller_connection().await {
+            Some(c) => c,
+            None => self.any_connection().await?,
+        };
+        match call_built(&conn, build).await {
+            Err(ClientError::Io(_)) if conn.is_broken() => {
+                let conn = match self.controller_connection().await {
+                    Some(c) => c,
+                    None => self.any_connection().await?,
+                };
+                call_built(&conn, build).await
+            }
+            other => other,
+        }
+    }
+}
+
+async fn call_built<R: Request>(
+    conn: &Connection,
+    build: &impl Fn(i16) -> R,
+) -> Result<R::Response, ClientError> {
+    let key = ApiKey::try_from(R::KEY)
+        .map_err(|_| ClientError::Protocol(format!("unknown API key {}", R::KEY)))?;
+    let version = conn.version(key).ok_or_else(|| {
+        ClientError::Protocol(format!(
+            "{key:?}: no version in common with the broker at {}",
+            conn.addr()
+        ))
+    })?;
+    conn.call_at(&build(version), version).await
+}
+
+/// `Ok` for NONE, else the Kafka error with the broker's message.
+fn check(api: &'static str, code: i16, message: Option<StrBytes>) -> Result<(), ClientError> {
+    if code == errors::NONE {
+        Ok(())
+    } else {
+        Err(ClientError::kafka(api, code, opt_string(message)))
+    }
+}
+
+fn missing(api: &str, name: &str) -> ClientError {
+    ClientError::Protocol(format!("{api} response has no result for {name:?}"))
+}
+
+/// The per-resource error codes of a controller API response, to spot NOT_CONTROLLER.
+trait PerResourceErrors {
+    fn error_codes(&self) -> impl Iterator<Item = i16> + '_;
+}
+
+impl PerResourceErrors for kafka_protocol::messages::CreateTopicsResponse {
+    fn error_codes(&self) -> impl Iterator<Item = i16> + '_ {
+        self.topics.iter().map(|t| t.error_code)
+    }
+}
+
+impl PerResourceErrors for kafka_protocol::messages::DeleteTopicsResponse {
+    fn error_codes(&self) -> impl Iterator<Item = i16> + '_ {
+        self.responses.iter().map(|t| t.error_code)
+    }
+}
+
+impl PerResourceErrors for kafka_protocol::messages::CreatePartitionsResponse {
+    fn error_codes(&self) -> impl Iterator<Item = i16> + '_ {
+        self.results.iter().map(|t| t.error_code)
+    }
+}
+
+impl PerResourceErrors for kafka_protocol::messages::IncrementalAlterConfigsResponse {
+    fn error_codes(&self) -> impl Iterator<Item = i16> + '_ {
+        self.responses.iter().map(|t| t.error_code)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_sources_follow_kafkas_codes() {
+        assert_eq!(ConfigSource::from_code(1), ConfigSource::DynamicTopic);
+        assert_eq!(ConfigSource::from_code(2), ConfigSource::DynamicBroker);
+        assert_eq!(
+            ConfigSource::from_code(3),
+            ConfigSource::DynamicDefaultBroker
+        );
+        assert_eq!(ConfigSource::from_code(4), ConfigSource::StaticBroker);
+        assert_eq!(ConfigSource::from_code(5), ConfigSource::Default);
+        assert_eq!(ConfigSource::from_code(0), ConfigSource::Other(0));
+        assert_eq!(ConfigSource::from_code(8), ConfigSource::Other(8));
+    }
+
+    #[test]
+    fn alter_ops_use_incremental_alter_configs_codes() {
+        assert_eq!(AlterOpType::Set.code(), 0);
+        assert_eq!(AlterOpType::Delete.code(), 1);
+    }
+
+    #[test]
+    fn broker_side_timeout_is_under_the_call_timeout() {
+        assert_eq!(broker_timeout_ms(Duration::from_secs(10)), 8000);
+        assert_eq!(
+            broker_timeout_ms(Duration::from_secs(u64::MAX / 1000)),
+            i32::MAX
+        );
+    }
+
+    #[tokio::test]
+    async fn connect_to_an_empty_bootstrap_is_no_broker() {
+        let e = AdminClient::connect(" , ", Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, ClientError::NoBroker(_)), "{e}");
+    }
+}

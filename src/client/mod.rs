@@ -1,0 +1,86 @@
+//! Our async Kafka client over the kafka-protocol crate: connections with version negotiation,
+//! and the admin operations the operator needs. Depends only on `protocol`, never on the broker.
+
+pub mod admin;
+pub mod connection;
+
+pub use admin::{
+    AdminClient, AlterConfigOp, AlterOpType, BrokerInfo, ClusterDescription, ConfigEntry,
+    ConfigSource, PartitionInfo, TopicDescription,
+};
+pub use connection::Connection;
+
+use crate::protocol::errors::error_name;
+
+/// Why a client operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The socket failed: connect refused, reset, closed mid-frame.
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    /// No answer in time; names the API (or "connect").
+    #[error("{0} timed out")]
+    Timeout(String),
+    /// A frame that could not be encoded, decoded or matched to its request.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The broker answered with a Kafka error code.
+    #[error("{api} failed with {name} ({code}){}", message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
+    Kafka {
+        api: &'static str,
+        code: i16,
+        name: &'static str,
+        message: Option<String>,
+    },
+    /// None of the bootstrap (or known) brokers could be reached.
+    #[error("no broker reachable: {0}")]
+    NoBroker(String),
+}
+
+impl ClientError {
+    /// The Kafka error code, for `Kafka` errors.
+    pub fn code(&self) -> Option<i16> {
+        match self {
+            ClientError::Kafka { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// A `Kafka` error from a response's code and message.
+    pub(crate) fn kafka(api: &'static str, code: i16, message: Option<String>) -> ClientError {
+        ClientError::Kafka {
+            api,
+            code,
+            name: error_name(code),
+            message: message.filter(|m| !m.is_empty()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kafka_error_names_its_code_and_keeps_the_message() {
+        let e = ClientError::kafka("CreateTopics", 36, Some("Topic 'x' already exists.".into()));
+        assert_eq!(e.code(), Some(36));
+        assert!(matches!(
+            e,
+            ClientError::Kafka {
+                name: "TOPIC_ALREADY_EXISTS",
+                ..
+            }
+        ));
+        assert_eq!(
+            e.to_string(),
+            "CreateTopics failed with TOPIC_ALREADY_EXISTS (36): Topic 'x' already exists."
+        );
+        let bare = ClientError::kafka("DeleteTopics", 3, Some(String::new()));
+        assert_eq!(
+            bare.to_string(),
+            "DeleteTopics failed with UNKNOWN_TOPIC_OR_PARTITION (3)"
+        );
+        assert_eq!(ClientError::Timeout("Metadata".into()).code(), None);
+    }
+}
