@@ -7,6 +7,7 @@ pub mod client;
 pub mod config;
 pub mod controller;
 pub mod metrics;
+pub mod operator;
 pub mod perf;
 pub mod protocol;
 pub mod storage;

@@ -50,6 +50,10 @@ enum Command {
         /// Cluster id; a new random one when omitted.
         #[arg(long)]
         cluster_id: Option<String>,
+        /// Succeed without change when the directory is already formatted (as kafka-storage's
+        /// --ignore-formatted); for containers that format on every start.
+        #[arg(long)]
+        ignore_formatted: bool,
         #[arg(long = "override", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
     },
@@ -70,6 +74,17 @@ enum Command {
         #[command(subcommand)]
         what: PerfCommand,
     },
+    /// Write the KafkaCluster and KafkaTopic CustomResourceDefinitions as YAML.
+    Crdgen {
+        /// Directory for the files (`crds/` in the repository).
+        #[arg(long, default_value = "crds")]
+        out: PathBuf,
+        /// Do not write; exit non-zero when the files in --out differ from the generated ones.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Run the Kubernetes operator for KafkaCluster and KafkaTopic resources.
+    Operator(evenkeel::operator::OperatorArgs),
 }
 
 fn parse_props(items: &[String]) -> anyhow::Result<Vec<(String, String)>> {
@@ -303,11 +318,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Format {
             config,
             cluster_id,
+            ignore_formatted,
             overrides,
         } => {
             let props = load_props(Some(&config), &overrides)?;
             let config = broker_config(&props)?;
             if let Some(existing) = evenkeel::storage::MetaProperties::read(&config.log_dir)? {
+                if ignore_formatted {
+                    println!(
+                        "{} is already formatted (cluster {}, node {})",
+                        config.log_dir.display(),
+                        existing.cluster_id,
+                        existing.node_id
+                    );
+                    return Ok(());
+                }
                 anyhow::bail!(
                     "{} is already formatted (cluster {}, node {})",
                     config.log_dir.display(),
@@ -324,6 +349,30 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Command::Crdgen { out, check } => {
+            let mut stale = Vec::new();
+            for (name, yaml) in evenkeel::operator::crd::crd_files() {
+                let path = out.join(name);
+                if check {
+                    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+                    if on_disk != yaml {
+                        stale.push(path.display().to_string());
+                    }
+                } else {
+                    std::fs::create_dir_all(&out)?;
+                    std::fs::write(&path, yaml)?;
+                    println!("wrote {}", path.display());
+                }
+            }
+            if !stale.is_empty() {
+                anyhow::bail!(
+                    "CRD files differ from the code, run `evenkeel crdgen`: {}",
+                    stale.join(", ")
+                );
+            }
+            Ok(())
+        }
+        Command::Operator(args) => evenkeel::operator::run(args),
         Command::DumpLog {
             files,
             print_data_log,

@@ -1,0 +1,439 @@
+//! The KafkaCluster and KafkaTopic custom resources (`kafka.evenkeel.dev/v1alpha1`): spec, status,
+//! defaults, printer columns and the CEL rules the API server enforces at admission.
+
+use std::collections::BTreeMap;
+
+use kube::{CustomResource, CustomResourceExt, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+pub const GROUP: &str = "kafka.evenkeel.dev";
+pub const VERSION: &str = "v1alpha1";
+/// Finalizer that makes a KafkaTopic's deletion delete the Kafka topic first.
+pub const TOPIC_FINALIZER: &str = "kafka.evenkeel.dev/topic";
+/// `kafka.evenkeel.dev/delete-policy: retain` keeps the Kafka topic when its KafkaTopic goes.
+pub const DELETE_POLICY_ANNOTATION: &str = "kafka.evenkeel.dev/delete-policy";
+/// Label on every object the operator makes for a cluster.
+pub const CLUSTER_LABEL: &str = "kafka.evenkeel.dev/cluster";
+
+/// A Kafka-compatible evenkeel cluster: N brokers run as a StatefulSet.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "kafka.evenkeel.dev",
+    version = "v1alpha1",
+    kind = "KafkaCluster",
+    plural = "kafkaclusters",
+    shortname = "kc",
+    namespaced,
+    status = "KafkaClusterStatus",
+    printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".spec.replicas"}"#,
+    printcolumn = r#"{"name":"Ready Brokers","type":"integer","jsonPath":".status.readyBrokers"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Bootstrap","type":"string","jsonPath":".status.listeners[0].bootstrapServers","priority":1}"#,
+    printcolumn = r#"{"name":"Cluster ID","type":"string","jsonPath":".status.clusterId","priority":1}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaClusterSpec {
+    /// Number of brokers.
+    #[schemars(range(min = 1, max = 100))]
+    pub replicas: i32,
+    /// Container image for brokers and sidecars; the operator's default image when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Client listeners. Default: one plaintext listener `plain` on 9092.
+    #[serde(default = "default_listeners")]
+    pub listeners: Vec<Listener>,
+    /// Persistent storage for each broker's log directory.
+    #[serde(default)]
+    pub storage: Storage,
+    /// Broker properties, with Kafka's names (`num.io.threads`, `log.retention.hours`, …).
+    /// A change rolls the brokers one at a time.
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+    /// Spread brokers across failure domains: `broker.rack` comes from this node label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack: Option<Rack>,
+    /// CPU and memory for the broker container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Resources>,
+    /// The leadership rebalancer sidecar.
+    #[serde(default)]
+    pub rebalancer: Rebalancer,
+    /// The HTTP producer proxy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<Proxy>,
+    /// Move partitions onto new brokers after a scale-up, and off brokers before a scale-down.
+    #[serde(default)]
+    pub rebalance_on_scale: bool,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Listener {
+    /// Listener name (letters, digits, `-`), also the Service port name.
+    #[schemars(length(min = 1, max = 15), regex(pattern = r"^[a-z][a-z0-9-]*$"))]
+    pub name: String,
+    #[schemars(range(min = 1024, max = 65535))]
+    pub port: i32,
+    /// TLS on this listener (certificates are not managed yet: the operator refuses `true`).
+    #[serde(default)]
+    pub tls: bool,
+}
+
+pub fn default_listeners() -> Vec<Listener> {
+    vec![Listener {
+        name: "plain".into(),
+        port: 9092,
+        tls: false,
+    }]
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Storage {
+    /// Volume size per broker, e.g. `100Gi`.
+    #[serde(default = "default_storage_size")]
+    pub size: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+    /// Delete the brokers' PersistentVolumeClaims when the KafkaCluster is deleted.
+    #[serde(default)]
+    pub delete_claim: bool,
+}
+
+fn default_storage_size() -> String {
+    "10Gi".into()
+}
+
+impl Default for Storage {
+    fn default() -> Self {
+        Storage {
+            size: default_storage_size(),
+            storage_class_name: None,
+            delete_claim: false,
+        }
+    }
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Rack {
+    /// Node label whose value becomes `broker.rack`, e.g. `topology.kubernetes.io/zone`.
+    pub topology_key: String,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Resources {
+    /// e.g. `{cpu: "1", memory: 2Gi}`
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub requests: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits: BTreeMap<String, String>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Rebalancer {
+    /// Run the `evenkeel rebalancer` sidecar beside each broker.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Plan and report moves without making them.
+    #[serde(default)]
+    pub dry_run: bool,
+    #[serde(default)]
+    pub thresholds: RebalancerThresholds,
+    /// Seconds to wait after a round of moves before the next.
+    #[serde(default = "default_cooldown")]
+    #[schemars(range(min = 0))]
+    pub cooldown_seconds: i64,
+    /// Most leadership moves in one round.
+    #[serde(default = "default_max_moves")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_moves_per_round: i32,
+}
+
+fn default_cooldown() -> i64 {
+    300
+}
+
+fn default_max_moves() -> i32 {
+    10
+}
+
+impl Default for Rebalancer {
+    fn default() -> Self {
+        Rebalancer {
+            enabled: false,
+            dry_run: false,
+            thresholds: RebalancerThresholds::default(),
+            cooldown_seconds: default_cooldown(),
+            max_moves_per_round: default_max_moves(),
+        }
+    }
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RebalancerThresholds {
+    /// Act when a broker leads this many percent more partitions than the mean.
+    #[serde(default = "default_leader_skew")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub leader_skew_percent: i32,
+    /// Act when a broker's NetworkProcessorAvgIdlePercent falls below this (0–100).
+    #[serde(default = "default_min_idle")]
+    #[schemars(range(min = 0, max = 100))]
+    pub min_network_idle_percent: i32,
+}
+
+fn default_leader_skew() -> i32 {
+    20
+}
+
+fn default_min_idle() -> i32 {
+    30
+}
+
+impl Default for RebalancerThresholds {
+    fn default() -> Self {
+        RebalancerThresholds {
+            leader_skew_percent: default_leader_skew(),
+            min_network_idle_percent: default_min_idle(),
+        }
+    }
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Proxy {
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 100))]
+    pub replicas: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Resources>,
+}
+
+/// A status condition, as in `metav1.Condition`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// Ready, Reconciling, Degraded, ResourceConflict, …
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// "True", "False" or "Unknown".
+    pub status: String,
+    /// One CamelCase word saying why.
+    pub reason: String,
+    /// What a person needs to know.
+    #[serde(default)]
+    pub message: String,
+    /// RFC 3339 time the status last changed.
+    pub last_transition_time: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaClusterStatus {
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Brokers whose pod is ready and runs the current configuration.
+    #[serde(default)]
+    pub ready_brokers: i32,
+    #[serde(default)]
+    pub brokers: Vec<BrokerStatus>,
+    #[serde(default)]
+    pub listeners: Vec<ListenerStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
+    /// Hash of the broker configuration the brokers should run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_hash: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebalancer: Option<RebalancerStatus>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct BrokerStatus {
+    pub id: i32,
+    pub pod: String,
+    /// Partitions this broker leads (from the cluster's metadata), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaders: Option<i32>,
+    /// Pending, Starting, Ready, Rolling, Stale (old configuration) or Unreachable.
+    pub state: String,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerStatus {
+    pub name: String,
+    pub bootstrap_servers: String,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RebalancerStatus {
+    pub last_action: String,
+    pub last_action_time: String,
+}
+
+/// A Kafka topic in a KafkaCluster of the same namespace.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "kafka.evenkeel.dev",
+    version = "v1alpha1",
+    kind = "KafkaTopic",
+    plural = "kafkatopics",
+    shortname = "kt",
+    namespaced,
+    cel,
+    status = "KafkaTopicStatus",
+    printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".spec.clusterRef"}"#,
+    printcolumn = r#"{"name":"Topic","type":"string","jsonPath":".status.topicName"}"#,
+    printcolumn = r#"{"name":"Partitions","type":"integer","jsonPath":".spec.partitions"}"#,
+    printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".spec.replicas"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Topic ID","type":"string","jsonPath":".status.topicId","priority":1}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[x_kube(
+    validation = Rule::new("has(self.topicName) == has(oldSelf.topicName) && (!has(self.topicName) || self.topicName == oldSelf.topicName)").message("topicName is immutable: create a new KafkaTopic to use another name"),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaTopicSpec {
+    /// Name of the KafkaCluster (same namespace) that holds the topic.
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("clusterRef is immutable"))]
+    pub cluster_ref: String,
+    /// Kafka topic name; defaults to metadata.name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 249), regex(pattern = r"^[a-zA-Z0-9._-]+$"))]
+    pub topic_name: Option<String>,
+    /// Partition count. It may only grow.
+    #[schemars(range(min = 1, max = 100000))]
+    #[x_kube(validation = Rule::new("self >= oldSelf").message("partitions may only grow: Kafka cannot decrease the partition count of a topic"))]
+    pub partitions: i32,
+    /// Replication factor. Immutable (changing it is not supported yet).
+    #[schemars(range(min = 1, max = 32767))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("replicas is immutable: changing the replication factor is not supported yet"))]
+    pub replicas: i32,
+    /// Topic configs with Kafka's names (`retention.ms`, `cleanup.policy`, …). Anything else set
+    /// on the topic behind the operator's back is reverted.
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaTopicStatus {
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<i32>,
+}
+
+impl KafkaTopic {
+    /// The Kafka topic this resource names: `spec.topicName`, else `metadata.name`.
+    pub fn kafka_name(&self) -> String {
+        self.spec
+            .topic_name
+            .clone()
+            .unwrap_or_else(|| self.metadata.name.clone().unwrap_or_default())
+    }
+}
+
+/// The committed CRD files, by file name.
+pub fn crd_files() -> Vec<(&'static str, String)> {
+    let render = |crd| {
+        let mut s = String::from("# Generated by `evenkeel crdgen`; do not edit.\n");
+        s.push_str(&serde_yaml::to_string(&crd).unwrap_or_default());
+        s
+    };
+    vec![
+        ("kafkaclusters.kafka.evenkeel.dev.yaml", render(KafkaCluster::crd())),
+        ("kafkatopics.kafka.evenkeel.dev.yaml", render(KafkaTopic::crd())),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topic(partitions: i32, replicas: i32, name: Option<&str>) -> KafkaTopic {
+        KafkaTopic::new(
+            "orders",
+            KafkaTopicSpec {
+                cluster_ref: "main".into(),
+                topic_name: name.map(String::from),
+                partitions,
+                replicas,
+                config: BTreeMap::new(),
+            },
+        )
+    }
+
+    #[test]
+    fn partition_decrease_is_refused_by_cel() {
+        let old = topic(6, 3, None);
+        let err = topic(3, 3, None).validate_cel_update(&old).unwrap_err();
+        assert!(format!("{err:?}").contains("partitions may only grow"), "{err:?}");
+        assert!(topic(12, 3, None).validate_cel_update(&old).is_ok());
+    }
+
+    #[test]
+    fn replicas_and_topic_name_are_immutable_by_cel() {
+        let old = topic(6, 3, Some("a"));
+        let err = topic(6, 1, Some("a")).validate_cel_update(&old).unwrap_err();
+        assert!(format!("{err:?}").contains("replicas is immutable"), "{err:?}");
+        let err = topic(6, 3, Some("b")).validate_cel_update(&old).unwrap_err();
+        assert!(format!("{err:?}").contains("topicName is immutable"), "{err:?}");
+        let err = topic(6, 3, None).validate_cel_update(&old).unwrap_err();
+        assert!(format!("{err:?}").contains("topicName is immutable"), "{err:?}");
+    }
+
+    #[test]
+    fn cluster_crd_has_short_name_status_and_printer_columns() {
+        let crd = KafkaCluster::crd();
+        assert_eq!(crd.spec.group, GROUP);
+        assert_eq!(crd.spec.names.short_names, Some(vec!["kc".to_string()]));
+        let v = &crd.spec.versions[0];
+        assert_eq!(v.name, VERSION);
+        assert!(v.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some());
+        let cols: Vec<_> = v
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(
+            cols,
+            ["Replicas", "Ready Brokers", "Ready", "Reason", "Bootstrap", "Cluster ID", "Age"]
+        );
+        let topic = KafkaTopic::crd();
+        assert_eq!(topic.spec.names.short_names, Some(vec!["kt".to_string()]));
+    }
+
+    #[test]
+    fn spec_defaults_fill_in_what_a_user_leaves_out() {
+        let spec: KafkaClusterSpec = serde_json::from_value(serde_json::json!({"replicas": 3}))
+            .expect("minimal spec parses");
+        assert_eq!(spec.listeners, default_listeners());
+        assert_eq!(spec.storage.size, "10Gi");
+        assert!(!spec.rebalancer.enabled);
+        assert_eq!(spec.rebalancer.max_moves_per_round, 10);
+        assert!(!spec.rebalance_on_scale);
+    }
+}

@@ -1,0 +1,110 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, so two operator replicas never reconcile
+//! at once: acquire when free or expired, renew while leading, give up when renewal fails.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, PostParams};
+use kube::Client;
+
+/// Seconds a Lease stays valid without renewal.
+pub const LEASE_SECONDS: i32 = 15;
+const RENEW_EVERY: Duration = Duration::from_secs(5);
+
+pub struct LeaseLock {
+    api: Api<Lease>,
+    name: String,
+    identity: String,
+}
+
+/// What one attempt found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Attempt {
+    Leading,
+    HeldBy(String),
+}
+
+impl LeaseLock {
+    pub fn new(client: Client, namespace: &str, name: &str, identity: &str) -> LeaseLock {
+        LeaseLock {
+            api: Api::namespaced(client, namespace),
+            name: name.to_string(),
+            identity: identity.to_string(),
+        }
+    }
+
+    /// Waits until this replica holds the Lease.
+    pub async fn acquire(&self) -> Result<(), kube::Error> {
+        loop {
+            match self.try_acquire().await {
+                Ok(Attempt::Leading) => return Ok(()),
+                Ok(Attempt::HeldBy(holder)) => {
+                    tracing::debug!(%holder, "lease held by another replica")
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e),
+            }
+            tokio::time::sleep(RENEW_EVERY).await;
+        }
+    }
+
+    /// Renews the Lease until a renewal fails; returns why.
+    pub async fn hold(&self) -> String {
+        loop {
+            tokio::time::sleep(RENEW_EVERY).await;
+            match self.try_acquire().await {
+                Ok(Attempt::Leading) => {}
+                Ok(Attempt::HeldBy(holder)) => return format!("taken over by {holder}"),
+                Err(e) => return e.to_string(),
+            }
+        }
+    }
+
+    /// One round: create the Lease, renew ours, or take over an expired one. Uses the
+    /// resourceVersion for optimistic concurrency, so two replicas cannot both win.
+    pub async fn try_acquire(&self) -> Result<Attempt, kube::Error> {
+        let now = Timestamp::now();
+        let Some(mut lease) = self.api.get_opt(&self.name).await? else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.name.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(self.spec(now, now, 0)),
+            };
+            self.api.create(&PostParams::default(), &lease).await?;
+            return Ok(Attempt::Leading);
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let renewed = spec.renew_time.as_ref().map(|t| t.0);
+        let duration = i64::from(spec.lease_duration_seconds.unwrap_or(LEASE_SECONDS));
+        let expired = renewed.is_none_or(|r| r + SignedDuration::from_secs(duration) < now);
+        let new_spec = if holder == self.identity {
+            let acquired = spec.acquire_time.map_or(now, |t| t.0);
+            self.spec(acquired, now, spec.lease_transitions.unwrap_or(0))
+        } else if holder.is_empty() || expired {
+            self.spec(now, now, spec.lease_transitions.unwrap_or(0) + 1)
+        } else {
+            return Ok(Attempt::HeldBy(holder));
+        };
+        lease.spec = Some(new_spec);
+        self.api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await?;
+        Ok(Attempt::Leading)
+    }
+
+    fn spec(&self, acquired: Timestamp, renewed: Timestamp, transitions: i32) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(self.identity.clone()),
+            lease_duration_seconds: Some(LEASE_SECONDS),
+            acquire_time: Some(MicroTime(acquired)),
+            renew_time: Some(MicroTime(renewed)),
+            lease_transitions: Some(transitions),
+            ..LeaseSpec::default()
+        }
+    }
+}

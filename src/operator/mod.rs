@@ -1,0 +1,267 @@
+//! The Kubernetes operator: KafkaCluster and KafkaTopic CRDs, their reconcilers and the process
+//! that runs them (`evenkeel operator`). It reaches brokers only through `crate::client`.
+
+pub mod cluster;
+pub mod crd;
+pub mod kafka;
+pub mod leader;
+pub mod metrics;
+pub mod resources;
+pub mod status;
+pub mod topic;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::{Client, Resource};
+
+use crd::{KafkaCluster, KafkaTopic};
+use kafka::{AdminConnector, AdminError, ClientConnector};
+
+/// Field manager for server-side apply.
+pub const FIELD_MANAGER: &str = "evenkeel-operator";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("Kafka: {0}")]
+    Kafka(AdminError),
+    #[error("object has no {0}")]
+    Missing(&'static str),
+    #[error(transparent)]
+    Build(#[from] resources::BuildError),
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+/// What every reconcile needs: the API client, a way to reach brokers, events and metrics.
+pub struct Context<C: AdminConnector> {
+    pub client: Client,
+    pub connector: C,
+    pub recorder: Recorder,
+    /// Image for clusters whose spec names none.
+    pub default_image: String,
+    /// How often a healthy resource is checked again (drift correction).
+    pub resync: Duration,
+    pub metrics: Arc<metrics::Metrics>,
+    /// Reach every cluster at this bootstrap address instead of its Service (an operator run
+    /// outside the cluster, and tests).
+    pub bootstrap_override: Option<String>,
+}
+
+impl<C: AdminConnector> Context<C> {
+    pub fn new(client: Client, connector: C, default_image: String) -> Context<C> {
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            connector,
+            default_image,
+            resync: Duration::from_secs(120),
+            metrics: Arc::new(metrics::Metrics::default()),
+            bootstrap_override: None,
+        }
+    }
+
+    /// Bootstrap address of a cluster's first listener.
+    pub fn bootstrap_of(&self, kc: &KafkaCluster) -> Result<String, Error> {
+        if let Some(addr) = &self.bootstrap_override {
+            return Ok(addr.clone());
+        }
+        let names = resources::Names::of(kc)?;
+        let port = kc.spec.listeners.first().map_or(9092, |l| l.port);
+        Ok(names.bootstrap_address(port))
+    }
+
+    /// Publishes a Kubernetes event about `obj`; a failure to publish is only logged.
+    pub async fn event<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        type_: EventType,
+        reason: &str,
+        note: &str,
+    ) {
+        let ev = Event {
+            type_,
+            reason: reason.to_string(),
+            note: Some(note.chars().take(1000).collect()),
+            action: reason.to_string(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
+            tracing::warn!(error = %e, reason, "could not publish event");
+        }
+    }
+}
+
+/// `evenkeel operator` options.
+#[derive(clap::Args, Debug, Clone)]
+pub struct OperatorArgs {
+    /// Watch only this namespace (default: every namespace).
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    pub metrics_address: String,
+    /// Run without a Lease (only safe with a single replica).
+    #[arg(long)]
+    pub no_leader_election: bool,
+    /// Namespace of the leader-election Lease (default: the pod's namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub lease_namespace: String,
+    #[arg(long, default_value = "evenkeel-operator")]
+    pub lease_name: String,
+    /// Broker image for KafkaClusters that name none.
+    #[arg(long, env = "EVENKEEL_IMAGE", default_value = "ghcr.io/evenkeel/evenkeel:latest")]
+    pub broker_image: String,
+    /// Seconds between checks of a healthy resource (drift correction).
+    #[arg(long, default_value_t = 120)]
+    pub resync_seconds: u64,
+    /// Reach every cluster's brokers at this address instead of their bootstrap Service.
+    #[arg(long)]
+    pub bootstrap_override: Option<String>,
+}
+
+/// Runs the operator until SIGTERM or Ctrl-C.
+pub fn run(args: OperatorArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(run_async(args))
+}
+
+async fn run_async(args: OperatorArgs) -> anyhow::Result<()> {
+    let client = Client::try_default().await?;
+    let mut ctx = Context::new(
+        client.clone(),
+        ClientConnector {
+            timeout: Duration::from_secs(15),
+        },
+        args.broker_image.clone(),
+    );
+    ctx.resync = Duration::from_secs(args.resync_seconds.max(5));
+    ctx.bootstrap_override = args.bootstrap_override.clone();
+    let ctx = Arc::new(ctx);
+    let server = metrics::serve(&args.metrics_address, ctx.metrics.clone()).await?;
+    tracing::info!(address = %args.metrics_address, "health and metrics listening");
+
+    let shutdown = async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(anyhow::Error::from)?;
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        anyhow::Ok(())
+    };
+    let work = async {
+        let lease = if args.no_leader_election {
+            None
+        } else {
+            let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
+                format!("evenkeel-operator-{}", uuid::Uuid::new_v4().simple())
+            });
+            let lease = leader::LeaseLock::new(
+                client.clone(),
+                &args.lease_namespace,
+                &args.lease_name,
+                &identity,
+            );
+            tracing::info!(lease = %args.lease_name, %identity, "waiting to lead");
+            lease.acquire().await?;
+            tracing::info!("leading");
+            Some(lease)
+        };
+        ctx.metrics.set_leader(true);
+        let controllers = run_controllers(client.clone(), args.namespace.clone(), ctx.clone());
+        match &lease {
+            Some(lease) => {
+                tokio::select! {
+                    _ = controllers => Ok(()),
+                    lost = lease.hold() => {
+                        ctx.metrics.set_leader(false);
+                        Err(anyhow::anyhow!("lost the leader lease: {lost:?}"))
+                    }
+                }
+            }
+            None => {
+                controllers.await;
+                Ok(())
+            }
+        }
+    };
+    let result = tokio::select! {
+        r = shutdown => r,
+        r = work => r,
+    };
+    server.abort();
+    result
+}
+
+async fn run_controllers(client: Client, namespace: Option<String>, ctx: Arc<Context<ClientConnector>>) {
+    let api = |c: &Client| -> (Api<KafkaCluster>, Api<KafkaTopic>, Api<StatefulSet>) {
+        match &namespace {
+            Some(ns) => (
+                Api::namespaced(c.clone(), ns),
+                Api::namespaced(c.clone(), ns),
+                Api::namespaced(c.clone(), ns),
+            ),
+            None => (Api::all(c.clone()), Api::all(c.clone()), Api::all(c.clone())),
+        }
+    };
+    let (clusters, topics, statefulsets) = api(&client);
+    let (config_maps, services): (Api<ConfigMap>, Api<Service>) = match &namespace {
+        Some(ns) => (Api::namespaced(client.clone(), ns), Api::namespaced(client.clone(), ns)),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    let owned = || watcher::Config::default().labels("app.kubernetes.io/managed-by=evenkeel-operator");
+    let cluster_controller = Controller::new(clusters, watcher::Config::default())
+        .owns(statefulsets, owned())
+        .owns(config_maps, owned())
+        .owns(services, owned())
+        .shutdown_on_signal()
+        .run(cluster::reconcile, error_policy_cluster, ctx.clone())
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "KafkaCluster reconcile failed");
+            }
+        });
+    let topic_controller = Controller::new(topics, watcher::Config::default())
+        .shutdown_on_signal()
+        .run(topic::reconcile, error_policy_topic, ctx.clone())
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "KafkaTopic reconcile failed");
+            }
+        });
+    futures::join!(cluster_controller, topic_controller);
+}
+
+fn error_policy_cluster(
+    _kc: Arc<KafkaCluster>,
+    err: &Error,
+    _ctx: Arc<Context<ClientConnector>>,
+) -> Action {
+    tracing::warn!(error = %err, "KafkaCluster: retrying in 15 s");
+    Action::requeue(Duration::from_secs(15))
+}
+
+fn error_policy_topic(
+    _kt: Arc<KafkaTopic>,
+    err: &Error,
+    _ctx: Arc<Context<ClientConnector>>,
+) -> Action {
+    tracing::warn!(error = %err, "KafkaTopic: retrying in 15 s");
+    Action::requeue(Duration::from_secs(15))
+}

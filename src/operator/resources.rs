@@ -1,0 +1,537 @@
+//! Object builders for a KafkaCluster: the ConfigMap with server.properties, the headless and
+//! bootstrap Services, the PodDisruptionBudget and the brokers' StatefulSet. Pure functions.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::{Resource, ResourceExt};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use super::crd::{KafkaCluster, CLUSTER_LABEL};
+
+/// Port of the brokers' `/metrics`, `/healthz` and `/readyz`.
+pub const METRICS_PORT: i32 = 9404;
+/// Port of the controller quorum listener.
+pub const CONTROLLER_PORT: i32 = 9093;
+/// Port of the rebalancer sidecar's health and metrics.
+pub const SIDECAR_PORT: i32 = 8081;
+/// Pod template annotation that carries the hash of the brokers' configuration.
+pub const CONFIG_HASH_ANNOTATION: &str = "kafka.evenkeel.dev/config-hash";
+/// Where the broker keeps its log directory inside the container.
+pub const DATA_DIR: &str = "/var/lib/evenkeel/data";
+const CONFIG_DIR: &str = "/etc/evenkeel";
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("KafkaCluster has no {0}")]
+    Missing(&'static str),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("building {kind}: {source}")]
+    Serde {
+        kind: &'static str,
+        source: serde_json::Error,
+    },
+}
+
+/// Names of the objects that belong to one cluster (Strimzi's naming, so it reads familiar).
+pub struct Names {
+    pub cluster: String,
+    pub namespace: String,
+}
+
+impl Names {
+    pub fn of(kc: &KafkaCluster) -> Result<Names, BuildError> {
+        Ok(Names {
+            cluster: kc.metadata.name.clone().ok_or(BuildError::Missing("name"))?,
+            namespace: kc
+                .metadata
+                .namespace
+                .clone()
+                .ok_or(BuildError::Missing("namespace"))?,
+        })
+    }
+    pub fn statefulset(&self) -> String {
+        format!("{}-kafka", self.cluster)
+    }
+    pub fn config_map(&self) -> String {
+        format!("{}-kafka-config", self.cluster)
+    }
+    pub fn headless_service(&self) -> String {
+        format!("{}-kafka-brokers", self.cluster)
+    }
+    pub fn bootstrap_service(&self) -> String {
+        format!("{}-kafka-bootstrap", self.cluster)
+    }
+    pub fn pdb(&self) -> String {
+        format!("{}-kafka", self.cluster)
+    }
+    pub fn pod(&self, ordinal: i32) -> String {
+        format!("{}-{ordinal}", self.statefulset())
+    }
+    /// `host:port` of the bootstrap Service for the listener on `port`.
+    pub fn bootstrap_address(&self, port: i32) -> String {
+        format!(
+            "{}.{}.svc:{port}",
+            self.bootstrap_service(),
+            self.namespace
+        )
+    }
+    /// The stable DNS name of one broker pod.
+    pub fn pod_host(&self, ordinal: &str) -> String {
+        format!(
+            "{}-{ordinal}.{}.{}.svc",
+            self.statefulset(),
+            self.headless_service(),
+            self.namespace
+        )
+    }
+}
+
+/// Labels on every object of the cluster; the selector is all of them but `managed-by`.
+pub fn labels(cluster: &str) -> BTreeMap<String, String> {
+    let mut l = selector(cluster);
+    l.insert(
+        "app.kubernetes.io/managed-by".into(),
+        "evenkeel-operator".into(),
+    );
+    l
+}
+
+pub fn selector(cluster: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".into(), "evenkeel".into()),
+        ("app.kubernetes.io/instance".into(), cluster.into()),
+        ("app.kubernetes.io/component".into(), "broker".into()),
+        (CLUSTER_LABEL.into(), cluster.into()),
+    ])
+}
+
+/// Kafka's cluster id for this KafkaCluster: its UID as URL-safe base64 without padding, the
+/// form `kafka-storage random-uuid` prints. Stable for the life of the resource.
+pub fn cluster_id(kc: &KafkaCluster) -> Result<String, BuildError> {
+    use base64::Engine;
+    let uid = kc.metadata.uid.as_deref().ok_or(BuildError::Missing("uid"))?;
+    let uuid = uuid::Uuid::parse_str(uid)
+        .map_err(|e| BuildError::Invalid(format!("metadata.uid {uid:?}: {e}")))?;
+    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(uuid.as_bytes()))
+}
+
+/// Listener names as Kafka spells them (`plain` → `PLAIN`).
+fn listener_name(name: &str) -> String {
+    name.to_ascii_uppercase().replace('-', "_")
+}
+
+/// Keys the operator owns: a user's value for them in `spec.config` is refused.
+pub const RESERVED_KEYS: &[&str] = &[
+    "node.id",
+    "broker.id",
+    "process.roles",
+    "listeners",
+    "advertised.listeners",
+    "listener.security.protocol.map",
+    "controller.listener.names",
+    "controller.quorum.voters",
+    "inter.broker.listener.name",
+    "log.dirs",
+    "log.dir",
+    "broker.rack",
+];
+
+/// The brokers' server.properties: shared by every pod; `node.id`, `advertised.listeners` and
+/// `broker.rack` are per-pod overrides on the command line.
+pub fn server_properties(kc: &KafkaCluster) -> Result<String, BuildError> {
+    let names = Names::of(kc)?;
+    let spec = &kc.spec;
+    if let Some(key) = spec
+        .config
+        .keys()
+        .find(|k| RESERVED_KEYS.contains(&k.as_str()))
+    {
+        return Err(BuildError::Invalid(format!(
+            "spec.config.{key} is set by the operator and cannot be overridden"
+        )));
+    }
+    if let Some(l) = spec.listeners.iter().find(|l| l.tls) {
+        return Err(BuildError::Invalid(format!(
+            "listener {}: TLS listeners are not supported yet",
+            l.name
+        )));
+    }
+    if spec.listeners.is_empty() {
+        return Err(BuildError::Invalid("spec.listeners is empty".into()));
+    }
+    let mut listeners: Vec<String> = spec
+        .listeners
+        .iter()
+        .map(|l| format!("{}://0.0.0.0:{}", listener_name(&l.name), l.port))
+        .collect();
+    listeners.push(format!("CONTROLLER://0.0.0.0:{CONTROLLER_PORT}"));
+    let mut protocol_map: Vec<String> = spec
+        .listeners
+        .iter()
+        .map(|l| format!("{}:PLAINTEXT", listener_name(&l.name)))
+        .collect();
+    protocol_map.push("CONTROLLER:PLAINTEXT".into());
+    let voters: Vec<String> = (0..spec.replicas)
+        .map(|i| {
+            format!(
+                "{i}@{}:{CONTROLLER_PORT}",
+                names.pod_host(&i.to_string())
+            )
+        })
+        .collect();
+    let mut out = format!(
+        "# Generated by evenkeel-operator for KafkaCluster {}/{}.\n\
+         # node.id, advertised.listeners and broker.rack are set per pod on the command line.\n",
+        names.namespace, names.cluster
+    );
+    let fixed = [
+        ("process.roles", "broker,controller".to_string()),
+        ("listeners", listeners.join(",")),
+        ("listener.security.protocol.map", protocol_map.join(",")),
+        ("controller.listener.names", "CONTROLLER".into()),
+        (
+            "inter.broker.listener.name",
+            listener_name(&spec.listeners[0].name),
+        ),
+        ("controller.quorum.voters", voters.join(",")),
+        ("log.dirs", DATA_DIR.into()),
+        (
+            "evenkeel.metrics.address",
+            format!("0.0.0.0:{METRICS_PORT}"),
+        ),
+    ];
+    for (k, v) in fixed {
+        out.push_str(&format!("{k}={v}\n"));
+    }
+    for (k, v) in &spec.config {
+        if k.contains(['\n', '=']) || v.contains('\n') {
+            return Err(BuildError::Invalid(format!(
+                "spec.config.{k}: keys may not contain '=' or newlines, values no newlines"
+            )));
+        }
+        out.push_str(&format!("{k}={v}\n"));
+    }
+    Ok(out)
+}
+
+/// Hash of everything that needs a broker restart to take effect: the properties and the image.
+pub fn config_hash(properties: &str, image: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(properties.as_bytes());
+    h.update([0]);
+    h.update(image.as_bytes());
+    h.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn owner_refs(kc: &KafkaCluster) -> Result<Value, BuildError> {
+    let oref = kc
+        .controller_owner_ref(&())
+        .ok_or(BuildError::Missing("uid"))?;
+    serde_json::to_value(vec![oref]).map_err(|source| BuildError::Serde {
+        kind: "OwnerReference",
+        source,
+    })
+}
+
+fn metadata(kc: &KafkaCluster, name: String) -> Result<Value, BuildError> {
+    let names = Names::of(kc)?;
+    Ok(json!({
+        "name": name,
+        "namespace": names.namespace,
+        "labels": labels(&names.cluster),
+        "ownerReferences": owner_refs(kc)?,
+    }))
+}
+
+fn typed<T: serde::de::DeserializeOwned>(kind: &'static str, v: Value) -> Result<T, BuildError> {
+    serde_json::from_value(v).map_err(|source| BuildError::Serde { kind, source })
+}
+
+pub fn config_map(kc: &KafkaCluster) -> Result<ConfigMap, BuildError> {
+    let names = Names::of(kc)?;
+    typed(
+        "ConfigMap",
+        json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": metadata(kc, names.config_map())?,
+            "data": { "server.properties": server_properties(kc)? },
+        }),
+    )
+}
+
+fn service_ports(kc: &KafkaCluster, with_controller: bool) -> Vec<Value> {
+    let mut ports: Vec<Value> = kc
+        .spec
+        .listeners
+        .iter()
+        .map(|l| json!({"name": l.name, "port": l.port, "targetPort": l.port, "protocol": "TCP"}))
+        .collect();
+    if with_controller {
+        ports.push(json!({"name": "controller", "port": CONTROLLER_PORT, "targetPort": CONTROLLER_PORT, "protocol": "TCP"}));
+        ports.push(json!({"name": "metrics", "port": METRICS_PORT, "targetPort": METRICS_PORT, "protocol": "TCP"}));
+    }
+    ports
+}
+
+/// Headless Service: stable DNS per broker pod, published before readiness so the quorum forms.
+pub fn headless_service(kc: &KafkaCluster) -> Result<Service, BuildError> {
+    let names = Names::of(kc)?;
+    typed(
+        "Service",
+        json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": metadata(kc, names.headless_service())?,
+            "spec": {
+                "clusterIP": "None",
+                "publishNotReadyAddresses": true,
+                "selector": selector(&names.cluster),
+                "ports": service_ports(kc, true),
+            },
+        }),
+    )
+}
+
+/// Bootstrap Service: what clients put in `bootstrap.servers`.
+pub fn bootstrap_service(kc: &KafkaCluster) -> Result<Service, BuildError> {
+    let names = Names::of(kc)?;
+    typed(
+        "Service",
+        json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": metadata(kc, names.bootstrap_service())?,
+            "spec": {
+                "type": "ClusterIP",
+                "selector": selector(&names.cluster),
+                "ports": service_ports(kc, false),
+            },
+        }),
+    )
+}
+
+/// At most one broker down by voluntary disruption (drains) at a time.
+pub fn pod_disruption_budget(kc: &KafkaCluster) -> Result<PodDisruptionBudget, BuildError> {
+    let names = Names::of(kc)?;
+    typed(
+        "PodDisruptionBudget",
+        json!({
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": metadata(kc, names.pdb())?,
+            "spec": {
+                "maxUnavailable": 1,
+                "selector": { "matchLabels": selector(&names.cluster) },
+            },
+        }),
+    )
+}
+
+fn resources(r: &Option<super::crd::Resources>) -> Value {
+    match r {
+        Some(r) => json!({"requests": r.requests, "limits": r.limits}),
+        None => json!({}),
+    }
+}
+
+/// The brokers' StatefulSet. `updateStrategy: OnDelete`: the operator restarts pods itself, one
+/// at a time and only when it is safe, so a config change only changes the template's hash.
+pub fn statefulset(kc: &KafkaCluster, image: &str) -> Result<StatefulSet, BuildError> {
+    let names = Names::of(kc)?;
+    let spec = &kc.spec;
+    let props = server_properties(kc)?;
+    let hash = config_hash(&props, image);
+    let cluster_id = cluster_id(kc)?;
+    let first = &spec.listeners[0];
+    let advertised: Vec<String> = spec
+        .listeners
+        .iter()
+        .map(|l| {
+            format!(
+                "{}://$(POD_NAME).{}.{}.svc:{}",
+                listener_name(&l.name),
+                names.headless_service(),
+                names.namespace,
+                l.port
+            )
+        })
+        .collect();
+    let config_file = format!("{CONFIG_DIR}/server.properties");
+    let mut env = vec![
+        json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
+        json!({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}),
+        json!({"name": "POD_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}}}),
+        json!({"name": "EVENKEEL_LOG", "value": "info"}),
+    ];
+    let mut broker_args = vec![
+        "broker".to_string(),
+        "--config".into(),
+        config_file.clone(),
+        "--override".into(),
+        "node.id=$(POD_INDEX)".into(),
+        "--override".into(),
+        format!("advertised.listeners={}", advertised.join(",")),
+    ];
+    let mut pod_spec_extra = serde_json::Map::new();
+    if let Some(rack) = &spec.rack {
+        env.push(json!({"name": "BROKER_RACK", "valueFrom": {"fieldRef": {"fieldPath": format!("metadata.labels['{}']", rack.topology_key)}}}));
+        broker_args.push("--override".into());
+        broker_args.push("broker.rack=$(BROKER_RACK)".into());
+        pod_spec_extra.insert(
+            "topologySpreadConstraints".into(),
+            json!([{
+                "maxSkew": 1,
+                "topologyKey": rack.topology_key,
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": selector(&names.cluster)},
+            }]),
+        );
+    }
+    let mut ports: Vec<Value> = spec
+        .listeners
+        .iter()
+        .map(|l| json!({"name": l.name, "containerPort": l.port, "protocol": "TCP"}))
+        .collect();
+    ports.push(json!({"name": "controller", "containerPort": CONTROLLER_PORT, "protocol": "TCP"}));
+    ports.push(json!({"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}));
+    let security = json!({
+        "allowPrivilegeEscalation": false,
+        "readOnlyRootFilesystem": true,
+        "capabilities": {"drop": ["ALL"]},
+    });
+    let volume_mounts = json!([
+        {"name": "data", "mountPath": "/var/lib/evenkeel"},
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": true},
+    ]);
+    let mut containers = vec![json!({
+        "name": "broker",
+        "image": image,
+        "args": broker_args,
+        "env": env,
+        "ports": ports,
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": METRICS_PORT},
+            "periodSeconds": 5, "failureThreshold": 3,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": METRICS_PORT},
+            "initialDelaySeconds": 15, "periodSeconds": 10, "failureThreshold": 6,
+        },
+        "resources": resources(&spec.resources),
+        "securityContext": security,
+        "volumeMounts": volume_mounts,
+    })];
+    if spec.rebalancer.enabled {
+        let r = &spec.rebalancer;
+        containers.push(json!({
+            "name": "rebalancer",
+            "image": image,
+            "args": [
+                "rebalancer",
+                "--bootstrap", format!("localhost:{}", first.port),
+                "--metrics-address", format!("0.0.0.0:{SIDECAR_PORT}"),
+                "--leader-skew-percent", r.thresholds.leader_skew_percent.to_string(),
+                "--min-network-idle-percent", r.thresholds.min_network_idle_percent.to_string(),
+                "--cooldown-seconds", r.cooldown_seconds.to_string(),
+                "--max-moves-per-round", r.max_moves_per_round.to_string(),
+                format!("--dry-run={}", r.dry_run),
+            ],
+            "env": [
+                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "EVENKEEL_LOG", "value": "info"},
+            ],
+            "ports": [{"name": "rebalancer", "containerPort": SIDECAR_PORT, "protocol": "TCP"}],
+            "readinessProbe": {"httpGet": {"path": "/healthz", "port": SIDECAR_PORT}},
+            "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}},
+            "securityContext": security,
+        }));
+    }
+    let mut pvc_spec = json!({
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": spec.storage.size}},
+    });
+    if let Some(class) = &spec.storage.storage_class_name {
+        pvc_spec["storageClassName"] = json!(class);
+    }
+    let mut pod_spec = json!({
+        "securityContext": {
+            "runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "terminationGracePeriodSeconds": 60,
+        "initContainers": [{
+            "name": "format",
+            "image": image,
+            "args": [
+                "format", "--config", config_file, "--cluster-id", cluster_id,
+                "--ignore-formatted", "--override", "node.id=$(POD_INDEX)",
+            ],
+            "env": [{"name": "POD_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}}}],
+            "securityContext": security,
+            "volumeMounts": volume_mounts,
+        }],
+        "containers": containers,
+        "volumes": [{"name": "config", "configMap": {"name": names.config_map()}}],
+    });
+    for (k, v) in pod_spec_extra {
+        pod_spec[k] = v;
+    }
+    let when_deleted = if spec.storage.delete_claim {
+        "Delete"
+    } else {
+        "Retain"
+    };
+    typed(
+        "StatefulSet",
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": metadata(kc, names.statefulset())?,
+            "spec": {
+                "replicas": spec.replicas,
+                "serviceName": names.headless_service(),
+                "podManagementPolicy": "Parallel",
+                "updateStrategy": {"type": "OnDelete"},
+                "persistentVolumeClaimRetentionPolicy": {"whenDeleted": when_deleted, "whenScaled": "Retain"},
+                "selector": {"matchLabels": selector(&names.cluster)},
+                "template": {
+                    "metadata": {
+                        "labels": labels(&names.cluster),
+                        "annotations": {CONFIG_HASH_ANNOTATION: hash},
+                    },
+                    "spec": pod_spec,
+                },
+                "volumeClaimTemplates": [{
+                    "metadata": {"name": "data", "labels": selector(&names.cluster)},
+                    "spec": pvc_spec,
+                }],
+            },
+        }),
+    )
+}
+
+/// The image brokers run: `spec.image`, else the operator's default.
+pub fn image_of<'a>(kc: &'a KafkaCluster, default_image: &'a str) -> &'a str {
+    kc.spec.image.as_deref().unwrap_or(default_image)
+}
+
+/// Name of the KafkaCluster for logs.
+pub fn display(kc: &KafkaCluster) -> String {
+    format!(
+        "{}/{}",
+        kc.namespace().unwrap_or_default(),
+        kc.name_any()
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,238 @@
+//! Field-by-field checks of the objects the KafkaCluster reconciler applies.
+
+use super::*;
+use crate::operator::crd::{KafkaClusterSpec, Rack};
+
+fn cluster(yaml_spec: &str) -> KafkaCluster {
+    let spec: KafkaClusterSpec = serde_yaml::from_str(yaml_spec).expect("spec parses");
+    let mut kc = KafkaCluster::new("main", spec);
+    kc.metadata.namespace = Some("streams".into());
+    kc.metadata.uid = Some("0f2a6b3c-1d4e-4f50-8a6b-7c8d9e0f1a2b".into());
+    kc
+}
+
+fn yaml<T: serde::Serialize>(obj: &T) -> serde_yaml::Value {
+    serde_yaml::to_value(obj).expect("serializes")
+}
+
+fn at<'a>(v: &'a serde_yaml::Value, path: &str) -> &'a serde_yaml::Value {
+    let mut cur = v;
+    for part in path.split('.') {
+        cur = match part.parse::<usize>() {
+            Ok(i) => &cur[i],
+            Err(_) => &cur[part],
+        };
+    }
+    cur
+}
+
+fn s(v: &serde_yaml::Value) -> &str {
+    v.as_str().unwrap_or("<not a string>")
+}
+
+#[test]
+fn every_object_is_owned_by_the_cluster_and_labelled() {
+    let kc = cluster("replicas: 3");
+    let objects = [
+        yaml(&config_map(&kc).unwrap()),
+        yaml(&headless_service(&kc).unwrap()),
+        yaml(&bootstrap_service(&kc).unwrap()),
+        yaml(&pod_disruption_budget(&kc).unwrap()),
+        yaml(&statefulset(&kc, "evenkeel:test").unwrap()),
+    ];
+    for o in &objects {
+        assert_eq!(s(at(o, "metadata.namespace")), "streams");
+        let owner = at(o, "metadata.ownerReferences.0");
+        assert_eq!(s(&owner["kind"]), "KafkaCluster");
+        assert_eq!(s(&owner["apiVersion"]), "kafka.evenkeel.dev/v1alpha1");
+        assert_eq!(s(&owner["name"]), "main");
+        assert_eq!(s(&owner["uid"]), "0f2a6b3c-1d4e-4f50-8a6b-7c8d9e0f1a2b");
+        assert_eq!(owner["controller"].as_bool(), Some(true));
+        assert_eq!(s(at(o, "metadata.labels.kafka.evenkeel.dev/cluster")), "<not a string>");
+        assert_eq!(s(&at(o, "metadata.labels")["kafka.evenkeel.dev/cluster"]), "main");
+        assert_eq!(
+            s(&at(o, "metadata.labels")["app.kubernetes.io/managed-by"]),
+            "evenkeel-operator"
+        );
+    }
+    assert_eq!(s(at(&objects[0], "metadata.name")), "main-kafka-config");
+    assert_eq!(s(at(&objects[1], "metadata.name")), "main-kafka-brokers");
+    assert_eq!(s(at(&objects[2], "metadata.name")), "main-kafka-bootstrap");
+    assert_eq!(s(at(&objects[3], "metadata.name")), "main-kafka");
+    assert_eq!(s(at(&objects[4], "metadata.name")), "main-kafka");
+}
+
+#[test]
+fn server_properties_hold_kraft_settings_and_user_config() {
+    let kc = cluster("replicas: 3\nconfig:\n  num.io.threads: '16'\n  log.retention.hours: '24'\n");
+    let props = server_properties(&kc).unwrap();
+    let lines: Vec<&str> = props.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(
+        lines,
+        [
+            "process.roles=broker,controller",
+            "listeners=PLAIN://0.0.0.0:9092,CONTROLLER://0.0.0.0:9093",
+            "listener.security.protocol.map=PLAIN:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAIN",
+            "controller.quorum.voters=0@main-kafka-0.main-kafka-brokers.streams.svc:9093,\
+             1@main-kafka-1.main-kafka-brokers.streams.svc:9093,\
+             2@main-kafka-2.main-kafka-brokers.streams.svc:9093",
+            "log.dirs=/var/lib/evenkeel/data",
+            "evenkeel.metrics.address=0.0.0.0:9404",
+            "log.retention.hours=24",
+            "num.io.threads=16",
+        ]
+    );
+    let cm = yaml(&config_map(&kc).unwrap());
+    assert_eq!(s(at(&cm, "data.server.properties")), "<not a string>");
+    assert_eq!(s(&at(&cm, "data")["server.properties"]), props);
+}
+
+#[test]
+fn reserved_and_tls_settings_are_refused_with_a_message() {
+    let err = server_properties(&cluster("replicas: 1\nconfig:\n  node.id: '7'\n")).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "spec.config.node.id is set by the operator and cannot be overridden"
+    );
+    let err = server_properties(&cluster(
+        "replicas: 1\nlisteners:\n- {name: secure, port: 9094, tls: true}\n",
+    ))
+    .unwrap_err();
+    assert!(err.to_string().contains("TLS listeners are not supported yet"), "{err}");
+    let err = server_properties(&cluster("replicas: 1\nconfig:\n  a: \"x\\ny=z\"\n")).unwrap_err();
+    assert!(err.to_string().contains("newlines"), "{err}");
+}
+
+#[test]
+fn services_expose_listeners_and_the_headless_one_publishes_unready_pods() {
+    let kc = cluster("replicas: 3\nlisteners:\n- {name: plain, port: 9092}\n- {name: internal, port: 9095}\n");
+    let h = yaml(&headless_service(&kc).unwrap());
+    assert_eq!(s(at(&h, "spec.clusterIP")), "None");
+    assert_eq!(at(&h, "spec.publishNotReadyAddresses").as_bool(), Some(true));
+    let names: Vec<&str> = at(&h, "spec.ports")
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|p| s(&p["name"]))
+        .collect();
+    assert_eq!(names, ["plain", "internal", "controller", "metrics"]);
+    let b = yaml(&bootstrap_service(&kc).unwrap());
+    assert_eq!(s(at(&b, "spec.type")), "ClusterIP");
+    let ports: Vec<i64> = at(&b, "spec.ports")
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|p| p["port"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ports, [9092, 9095]);
+    assert_eq!(s(&at(&b, "spec.selector")["app.kubernetes.io/component"]), "broker");
+    assert_eq!(at(&b, "spec.selector").as_mapping().unwrap().len(), 4);
+}
+
+#[test]
+fn pdb_allows_one_broker_down() {
+    let p = yaml(&pod_disruption_budget(&cluster("replicas: 3")).unwrap());
+    assert_eq!(at(&p, "spec.maxUnavailable").as_i64(), Some(1));
+    assert_eq!(s(&at(&p, "spec.selector.matchLabels")["kafka.evenkeel.dev/cluster"]), "main");
+}
+
+#[test]
+fn statefulset_runs_brokers_on_delete_with_probes_storage_and_hash() {
+    let kc = cluster(
+        "replicas: 3\nstorage: {size: 50Gi, storageClassName: fast, deleteClaim: true}\n\
+         resources: {requests: {cpu: '1', memory: 2Gi}, limits: {memory: 4Gi}}\n",
+    );
+    let st = yaml(&statefulset(&kc, "ghcr.io/evenkeel/evenkeel:0.1.0").unwrap());
+    assert_eq!(at(&st, "spec.replicas").as_i64(), Some(3));
+    assert_eq!(s(at(&st, "spec.serviceName")), "main-kafka-brokers");
+    assert_eq!(s(at(&st, "spec.updateStrategy.type")), "OnDelete");
+    assert_eq!(s(at(&st, "spec.persistentVolumeClaimRetentionPolicy.whenDeleted")), "Delete");
+    let hash = s(&at(&st, "spec.template.metadata.annotations")[CONFIG_HASH_ANNOTATION]);
+    assert_eq!(hash, config_hash(&server_properties(&kc).unwrap(), "ghcr.io/evenkeel/evenkeel:0.1.0"));
+    assert_eq!(hash.len(), 16);
+    let pod = at(&st, "spec.template.spec");
+    assert_eq!(at(pod, "securityContext.runAsNonRoot").as_bool(), Some(true));
+    let broker = at(pod, "containers.0");
+    assert_eq!(s(&broker["name"]), "broker");
+    assert_eq!(s(&broker["image"]), "ghcr.io/evenkeel/evenkeel:0.1.0");
+    let args: Vec<&str> = broker["args"].as_sequence().unwrap().iter().map(s).collect();
+    assert_eq!(
+        args,
+        [
+            "broker",
+            "--config",
+            "/etc/evenkeel/server.properties",
+            "--override",
+            "node.id=$(POD_INDEX)",
+            "--override",
+            "advertised.listeners=PLAIN://$(POD_NAME).main-kafka-brokers.streams.svc:9092",
+        ]
+    );
+    assert_eq!(s(at(broker, "readinessProbe.httpGet.path")), "/readyz");
+    assert_eq!(at(broker, "readinessProbe.httpGet.port").as_i64(), Some(9404));
+    assert_eq!(s(at(broker, "livenessProbe.httpGet.path")), "/healthz");
+    assert_eq!(s(at(broker, "resources.requests.memory")), "2Gi");
+    assert_eq!(s(at(broker, "resources.limits.memory")), "4Gi");
+    let ports: Vec<i64> = broker["ports"].as_sequence().unwrap().iter().map(|p| p["containerPort"].as_i64().unwrap()).collect();
+    assert_eq!(ports, [9092, 9093, 9404]);
+    let init = at(pod, "initContainers.0");
+    let init_args: Vec<&str> = init["args"].as_sequence().unwrap().iter().map(s).collect();
+    assert_eq!(init_args[..5], ["format", "--config", "/etc/evenkeel/server.properties", "--cluster-id", "DyprPB1OT1CKa3yNng8aKw"]);
+    assert!(init_args.contains(&"--ignore-formatted"));
+    let claim = at(&st, "spec.volumeClaimTemplates.0");
+    assert_eq!(s(at(claim, "metadata.name")), "data");
+    assert_eq!(s(at(claim, "spec.resources.requests.storage")), "50Gi");
+    assert_eq!(s(at(claim, "spec.storageClassName")), "fast");
+    assert_eq!(pod["containers"].as_sequence().unwrap().len(), 1, "no sidecar unless enabled");
+}
+
+#[test]
+fn config_change_changes_the_hash_and_nothing_else_in_the_selector() {
+    let a = cluster("replicas: 3");
+    let b = cluster("replicas: 3\nconfig: {num.io.threads: '16'}\n");
+    let sa = yaml(&statefulset(&a, "img").unwrap());
+    let sb = yaml(&statefulset(&b, "img").unwrap());
+    let hash = |st: &serde_yaml::Value| s(&at(st, "spec.template.metadata.annotations")[CONFIG_HASH_ANNOTATION]).to_string();
+    assert_ne!(hash(&sa), hash(&sb));
+    assert_eq!(at(&sa, "spec.selector"), at(&sb, "spec.selector"));
+    // A new image is a restart too.
+    let sc = yaml(&statefulset(&a, "img2").unwrap());
+    assert_ne!(hash(&sa), hash(&sc));
+    // Scaling is not.
+    let sd = yaml(&statefulset(&cluster("replicas: 3"), "img").unwrap());
+    assert_eq!(hash(&sa), hash(&sd));
+}
+
+#[test]
+fn rack_awareness_and_the_rebalancer_sidecar() {
+    let mut kc = cluster("replicas: 3\nrebalancer: {enabled: true, dryRun: true, maxMovesPerRound: 4}\n");
+    kc.spec.rack = Some(Rack { topology_key: "topology.kubernetes.io/zone".into() });
+    let st = yaml(&statefulset(&kc, "img").unwrap());
+    let pod = at(&st, "spec.template.spec");
+    assert_eq!(s(at(pod, "topologySpreadConstraints.0.topologyKey")), "topology.kubernetes.io/zone");
+    let broker = at(pod, "containers.0");
+    let args: Vec<&str> = broker["args"].as_sequence().unwrap().iter().map(s).collect();
+    assert!(args.contains(&"broker.rack=$(BROKER_RACK)"), "{args:?}");
+    let env = broker["env"].as_sequence().unwrap();
+    let rack = env.iter().find(|e| s(&e["name"]) == "BROKER_RACK").expect("BROKER_RACK env");
+    assert_eq!(
+        s(at(rack, "valueFrom.fieldRef.fieldPath")),
+        "metadata.labels['topology.kubernetes.io/zone']"
+    );
+    let side = at(pod, "containers.1");
+    assert_eq!(s(&side["name"]), "rebalancer");
+    let args: Vec<&str> = side["args"].as_sequence().unwrap().iter().map(s).collect();
+    assert_eq!(args[0], "rebalancer");
+    assert!(args.contains(&"--dry-run=true"));
+    assert!(args.windows(2).any(|w| w == ["--max-moves-per-round", "4"]));
+}
+
+#[test]
+fn cluster_id_is_the_uid_in_kafka_form() {
+    let kc = cluster("replicas: 1");
+    let id = cluster_id(&kc).unwrap();
+    assert_eq!(id.len(), 22);
+    assert_eq!(id, "DyprPB1OT1CKa3yNng8aKw");
+}
