@@ -83,7 +83,11 @@ pub fn next_roll_step(pods: &[PodView], state: Option<&ClusterState>) -> RollSte
         return RollStep::Blocked("cannot reach the brokers to check min.insync.replicas".into());
     };
     // Under-replicated partitions mean a restarted broker has not caught up yet.
-    if let Some(p) = state.partitions.iter().find(|p| p.isr.len() < p.replicas.len()) {
+    if let Some(p) = state
+        .partitions
+        .iter()
+        .find(|p| p.isr.len() < p.replicas.len())
+    {
         return RollStep::Wait(format!(
             "waiting for {}-{} to catch up (ISR {:?} of replicas {:?})",
             p.topic, p.partition, p.isr, p.replicas
@@ -162,8 +166,24 @@ async fn reconcile_inner<C: AdminConnector>(
     let (cm, headless, bootstrap, pdb, mut sts) = match built {
         Ok(objects) => objects,
         Err(resources::BuildError::Invalid(msg)) => {
-            set_condition(&mut st.conditions, status::READY, false, "InvalidSpec", msg.clone(), generation, &now);
-            set_condition(&mut st.conditions, status::DEGRADED, true, "InvalidSpec", msg.clone(), generation, &now);
+            set_condition(
+                &mut st.conditions,
+                status::READY,
+                false,
+                "InvalidSpec",
+                msg.clone(),
+                generation,
+                &now,
+            );
+            set_condition(
+                &mut st.conditions,
+                status::DEGRADED,
+                true,
+                "InvalidSpec",
+                msg.clone(),
+                generation,
+                &now,
+            );
             ctx.event(kc, EventType::Warning, "InvalidSpec", &msg).await;
             patch_status(&clusters, kc, st).await?;
             return Ok(Action::await_change());
@@ -200,7 +220,9 @@ async fn reconcile_inner<C: AdminConnector>(
         };
         if let Err(mut why) = verdict {
             if kc.spec.rebalance_on_scale {
-                why.push_str("; draining brokers through partition reassignment is not supported yet");
+                why.push_str(
+                    "; draining brokers through partition reassignment is not supported yet",
+                );
             }
             degraded = Some(("ScaleDownBlocked".into(), why));
             replicas = current;
@@ -212,27 +234,52 @@ async fn reconcile_inner<C: AdminConnector>(
 
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     let cm_api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    cm_api.patch(&names.config_map(), &pp, &Patch::Apply(&cm)).await?;
+    cm_api
+        .patch(&names.config_map(), &pp, &Patch::Apply(&cm))
+        .await?;
     let svc_api: Api<Service> = Api::namespaced(client.clone(), &ns);
-    svc_api.patch(&names.headless_service(), &pp, &Patch::Apply(&headless)).await?;
-    svc_api.patch(&names.bootstrap_service(), &pp, &Patch::Apply(&bootstrap)).await?;
+    svc_api
+        .patch(&names.headless_service(), &pp, &Patch::Apply(&headless))
+        .await?;
+    svc_api
+        .patch(&names.bootstrap_service(), &pp, &Patch::Apply(&bootstrap))
+        .await?;
     let pdb_api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
-    pdb_api.patch(&names.pdb(), &pp, &Patch::Apply(&pdb)).await?;
-    let applied = sts_api.patch(&names.statefulset(), &pp, &Patch::Apply(&sts)).await?;
+    pdb_api
+        .patch(&names.pdb(), &pp, &Patch::Apply(&pdb))
+        .await?;
+    let applied = sts_api
+        .patch(&names.statefulset(), &pp, &Patch::Apply(&sts))
+        .await?;
     if current != replicas {
-        ctx.event(kc, EventType::Normal, "Scaled", &format!("brokers {current} -> {replicas}")).await;
+        ctx.event(
+            kc,
+            EventType::Normal,
+            "Scaled",
+            &format!("brokers {current} -> {replicas}"),
+        )
+        .await;
     }
 
     // The rolling restart: pods whose revision is not the StatefulSet's update revision.
-    let update_revision = applied.status.as_ref().and_then(|s| s.update_revision.clone());
+    let update_revision = applied
+        .status
+        .as_ref()
+        .and_then(|s| s.update_revision.clone());
     let pod_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let selector = resources::selector(&names.cluster)
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(",");
-    let pods = pod_api.list(&ListParams::default().labels(&selector)).await?.items;
-    let views: Vec<PodView> = pods.iter().filter_map(|p| pod_view(p, update_revision.as_deref())).collect();
+    let pods = pod_api
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items;
+    let views: Vec<PodView> = pods
+        .iter()
+        .filter_map(|p| pod_view(p, update_revision.as_deref()))
+        .collect();
     let step = next_roll_step(&views, cluster_state.as_ref().ok());
     let mut requeue = ctx.resync;
     let mut rolling: Option<(String, String)> = None;
@@ -241,7 +288,8 @@ async fn reconcile_inner<C: AdminConnector>(
         RollStep::Restart(pod) => {
             pod_api.delete(pod, &DeleteParams::default()).await?;
             let note = format!("restarting {pod} to apply the new configuration");
-            ctx.event(kc, EventType::Normal, "RollingRestart", &note).await;
+            ctx.event(kc, EventType::Normal, "RollingRestart", &note)
+                .await;
             rolling = Some(("RollingRestart".into(), note));
             requeue = Duration::from_secs(10);
         }
@@ -282,7 +330,10 @@ async fn reconcile_inner<C: AdminConnector>(
         })
         .collect();
     st.brokers.sort_by_key(|b| b.id);
-    st.ready_brokers = views.iter().filter(|v| v.ready && !v.stale && !v.terminating).count() as i32;
+    st.ready_brokers = views
+        .iter()
+        .filter(|v| v.ready && !v.stale && !v.terminating)
+        .count() as i32;
     st.listeners = kc
         .spec
         .listeners
@@ -293,15 +344,23 @@ async fn reconcile_inner<C: AdminConnector>(
         })
         .collect();
     st.cluster_id = Some(resources::cluster_id(kc)?);
-    st.config_hash = sts
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.metadata.as_ref()?.annotations.as_ref()?.get(resources::CONFIG_HASH_ANNOTATION).cloned());
+    st.config_hash = sts.spec.as_ref().and_then(|s| {
+        s.template
+            .metadata
+            .as_ref()?
+            .annotations
+            .as_ref()?
+            .get(resources::CONFIG_HASH_ANNOTATION)
+            .cloned()
+    });
     st.observed_generation = generation;
 
     let all_ready = st.ready_brokers == kc.spec.replicas && rolling.is_none();
     let (ready_reason, ready_msg) = if all_ready && degraded.is_none() {
-        ("Ready".to_string(), format!("{} brokers ready", st.ready_brokers))
+        (
+            "Ready".to_string(),
+            format!("{} brokers ready", st.ready_brokers),
+        )
     } else if let Some((r, m)) = &degraded {
         (r.clone(), m.clone())
     } else if let Some((r, m)) = &rolling {
@@ -312,9 +371,25 @@ async fn reconcile_inner<C: AdminConnector>(
             format!("{} of {} brokers ready", st.ready_brokers, kc.spec.replicas),
         )
     };
-    set_condition(&mut st.conditions, status::READY, all_ready && degraded.is_none(), &ready_reason, ready_msg, generation, &now);
+    set_condition(
+        &mut st.conditions,
+        status::READY,
+        all_ready && degraded.is_none(),
+        &ready_reason,
+        ready_msg,
+        generation,
+        &now,
+    );
     match &rolling {
-        Some((r, m)) => set_condition(&mut st.conditions, status::RECONCILING, true, r, m.clone(), generation, &now),
+        Some((r, m)) => set_condition(
+            &mut st.conditions,
+            status::RECONCILING,
+            true,
+            r,
+            m.clone(),
+            generation,
+            &now,
+        ),
         None if !all_ready => set_condition(
             &mut st.conditions,
             status::RECONCILING,
@@ -324,14 +399,38 @@ async fn reconcile_inner<C: AdminConnector>(
             generation,
             &now,
         ),
-        None => set_condition(&mut st.conditions, status::RECONCILING, false, "Reconciled", "", generation, &now),
+        None => set_condition(
+            &mut st.conditions,
+            status::RECONCILING,
+            false,
+            "Reconciled",
+            "",
+            generation,
+            &now,
+        ),
     }
     match &degraded {
         Some((r, m)) => {
             ctx.event(kc, EventType::Warning, r, m).await;
-            set_condition(&mut st.conditions, status::DEGRADED, true, r, m.clone(), generation, &now)
+            set_condition(
+                &mut st.conditions,
+                status::DEGRADED,
+                true,
+                r,
+                m.clone(),
+                generation,
+                &now,
+            )
         }
-        None => set_condition(&mut st.conditions, status::DEGRADED, false, "AsExpected", "", generation, &now),
+        None => set_condition(
+            &mut st.conditions,
+            status::DEGRADED,
+            false,
+            "AsExpected",
+            "",
+            generation,
+            &now,
+        ),
     }
     if !all_ready {
         requeue = requeue.min(Duration::from_secs(15));
@@ -370,8 +469,12 @@ async fn patch_status(
     if kc.status.as_ref() == Some(&st) {
         return Ok(());
     }
-    api.patch_status(&kc.name_any(), &PatchParams::default(), &Patch::Merge(json!({ "status": st })))
-        .await?;
+    api.patch_status(
+        &kc.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": st })),
+    )
+    .await?;
     Ok(())
 }
 

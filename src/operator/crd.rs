@@ -363,8 +363,14 @@ pub fn crd_files() -> Vec<(&'static str, String)> {
         s
     };
     vec![
-        ("kafkaclusters.kafka.evenkeel.dev.yaml", render(KafkaCluster::crd())),
-        ("kafkatopics.kafka.evenkeel.dev.yaml", render(KafkaTopic::crd())),
+        (
+            "kafkaclusters.kafka.evenkeel.dev.yaml",
+            render(KafkaCluster::crd()),
+        ),
+        (
+            "kafkatopics.kafka.evenkeel.dev.yaml",
+            render(KafkaTopic::crd()),
+        ),
     ]
 }
 
@@ -389,19 +395,35 @@ mod tests {
     fn partition_decrease_is_refused_by_cel() {
         let old = topic(6, 3, None);
         let err = topic(3, 3, None).validate_cel_update(&old).unwrap_err();
-        assert!(format!("{err:?}").contains("partitions may only grow"), "{err:?}");
+        assert!(
+            format!("{err:?}").contains("partitions may only grow"),
+            "{err:?}"
+        );
         assert!(topic(12, 3, None).validate_cel_update(&old).is_ok());
     }
 
     #[test]
     fn replicas_and_topic_name_are_immutable_by_cel() {
         let old = topic(6, 3, Some("a"));
-        let err = topic(6, 1, Some("a")).validate_cel_update(&old).unwrap_err();
-        assert!(format!("{err:?}").contains("replicas is immutable"), "{err:?}");
-        let err = topic(6, 3, Some("b")).validate_cel_update(&old).unwrap_err();
-        assert!(format!("{err:?}").contains("topicName is immutable"), "{err:?}");
+        let err = topic(6, 1, Some("a"))
+            .validate_cel_update(&old)
+            .unwrap_err();
+        assert!(
+            format!("{err:?}").contains("replicas is immutable"),
+            "{err:?}"
+        );
+        let err = topic(6, 3, Some("b"))
+            .validate_cel_update(&old)
+            .unwrap_err();
+        assert!(
+            format!("{err:?}").contains("topicName is immutable"),
+            "{err:?}"
+        );
         let err = topic(6, 3, None).validate_cel_update(&old).unwrap_err();
-        assert!(format!("{err:?}").contains("topicName is immutable"), "{err:?}");
+        assert!(
+            format!("{err:?}").contains("topicName is immutable"),
+            "{err:?}"
+        );
     }
 
     #[test]
@@ -411,7 +433,11 @@ mod tests {
         assert_eq!(crd.spec.names.short_names, Some(vec!["kc".to_string()]));
         let v = &crd.spec.versions[0];
         assert_eq!(v.name, VERSION);
-        assert!(v.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some());
+        assert!(v
+            .subresources
+            .as_ref()
+            .and_then(|s| s.status.as_ref())
+            .is_some());
         let cols: Vec<_> = v
             .additional_printer_columns
             .iter()
@@ -420,7 +446,15 @@ mod tests {
             .collect();
         assert_eq!(
             cols,
-            ["Replicas", "Ready Brokers", "Ready", "Reason", "Bootstrap", "Cluster ID", "Age"]
+            [
+                "Replicas",
+                "Ready Brokers",
+                "Ready",
+                "Reason",
+                "Bootstrap",
+                "Cluster ID",
+                "Age"
+            ]
         );
         let topic = KafkaTopic::crd();
         assert_eq!(topic.spec.names.short_names, Some(vec!["kt".to_string()]));

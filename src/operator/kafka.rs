@@ -35,7 +35,9 @@ impl AdminError {
             .map(|w| {
                 let mut c = w.chars();
                 match c.next() {
-                    Some(f) => f.to_ascii_uppercase().to_string() + &c.as_str().to_ascii_lowercase(),
+                    Some(f) => {
+                        f.to_ascii_uppercase().to_string() + &c.as_str().to_ascii_lowercase()
+                    }
                     None => String::new(),
                 }
             })
@@ -188,9 +190,11 @@ impl TopicAdmin for AdminClient {
             name: "INVALID_REPLICATION_FACTOR".into(),
             message: format!("replication factor {replication_factor} is out of range"),
         })?;
-        Ok(AdminClient::create_topic(self, name, partitions, rf, configs)
-            .await?
-            .to_string())
+        Ok(
+            AdminClient::create_topic(self, name, partitions, rf, configs)
+                .await?
+                .to_string(),
+        )
     }
 
     async fn create_partitions(&self, name: &str, total: i32) -> Result<(), AdminError> {
@@ -272,6 +276,9 @@ mod tests {
             message: "x".into(),
         };
         assert_eq!(e.reason(), "InvalidConfig");
-        assert_eq!(AdminError::transport("refused").reason(), "ConnectionFailed");
+        assert_eq!(
+            AdminError::transport("refused").reason(),
+            "ConnectionFailed"
+        );
     }
 }

@@ -20,7 +20,10 @@ impl Default for Metrics {
     fn default() -> Self {
         let registry = Registry::new();
         let reconciles = IntCounterVec::new(
-            Opts::new("evenkeel_operator_reconciliations_total", "Reconciles run, by kind"),
+            Opts::new(
+                "evenkeel_operator_reconciliations_total",
+                "Reconciles run, by kind",
+            ),
             &["kind"],
         )
         .expect("valid metric");
@@ -121,9 +124,16 @@ mod tests {
         m.observe("KafkaTopic", Duration::from_millis(20), false);
         m.set_leader(true);
         let text = m.render();
-        assert!(text.contains("evenkeel_operator_reconciliations_total{kind=\"KafkaTopic\"} 2"), "{text}");
-        assert!(text.contains("evenkeel_operator_reconcile_failures_total{kind=\"KafkaTopic\"} 1"), "{text}");
+        assert!(
+            text.contains("evenkeel_operator_reconciliations_total{kind=\"KafkaTopic\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("evenkeel_operator_reconcile_failures_total{kind=\"KafkaTopic\"} 1"),
+            "{text}"
+        );
         assert!(text.contains("evenkeel_operator_leader 1"), "{text}");
-        assert!(text.contains("evenkeel_operator_reconcile_duration_seconds_count{kind=\"KafkaTopic\"} 2"));
+        assert!(text
+            .contains("evenkeel_operator_reconcile_duration_seconds_count{kind=\"KafkaTopic\"} 2"));
     }
 }

@@ -8,6 +8,8 @@ pub mod leader;
 pub mod metrics;
 pub mod resources;
 pub mod status;
+#[cfg(test)]
+pub mod testing;
 pub mod topic;
 
 use std::sync::Arc;
@@ -123,7 +125,11 @@ pub struct OperatorArgs {
     #[arg(long, default_value = "evenkeel-operator")]
     pub lease_name: String,
     /// Broker image for KafkaClusters that name none.
-    #[arg(long, env = "EVENKEEL_IMAGE", default_value = "ghcr.io/evenkeel/evenkeel:latest")]
+    #[arg(
+        long,
+        env = "EVENKEEL_IMAGE",
+        default_value = "ghcr.io/evenkeel/evenkeel:latest"
+    )]
     pub broker_image: String,
     /// Seconds between checks of a healthy resource (drift correction).
     #[arg(long, default_value_t = 120)]
@@ -169,9 +175,8 @@ async fn run_async(args: OperatorArgs) -> anyhow::Result<()> {
         let lease = if args.no_leader_election {
             None
         } else {
-            let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
-                format!("evenkeel-operator-{}", uuid::Uuid::new_v4().simple())
-            });
+            let identity = std::env::var("POD_NAME")
+                .unwrap_or_else(|_| format!("evenkeel-operator-{}", uuid::Uuid::new_v4().simple()));
             let lease = leader::LeaseLock::new(
                 client.clone(),
                 &args.lease_namespace,
@@ -209,7 +214,11 @@ async fn run_async(args: OperatorArgs) -> anyhow::Result<()> {
     result
 }
 
-async fn run_controllers(client: Client, namespace: Option<String>, ctx: Arc<Context<ClientConnector>>) {
+async fn run_controllers(
+    client: Client,
+    namespace: Option<String>,
+    ctx: Arc<Context<ClientConnector>>,
+) {
     let api = |c: &Client| -> (Api<KafkaCluster>, Api<KafkaTopic>, Api<StatefulSet>) {
         match &namespace {
             Some(ns) => (
@@ -217,15 +226,23 @@ async fn run_controllers(client: Client, namespace: Option<String>, ctx: Arc<Con
                 Api::namespaced(c.clone(), ns),
                 Api::namespaced(c.clone(), ns),
             ),
-            None => (Api::all(c.clone()), Api::all(c.clone()), Api::all(c.clone())),
+            None => (
+                Api::all(c.clone()),
+                Api::all(c.clone()),
+                Api::all(c.clone()),
+            ),
         }
     };
     let (clusters, topics, statefulsets) = api(&client);
     let (config_maps, services): (Api<ConfigMap>, Api<Service>) = match &namespace {
-        Some(ns) => (Api::namespaced(client.clone(), ns), Api::namespaced(client.clone(), ns)),
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
         None => (Api::all(client.clone()), Api::all(client.clone())),
     };
-    let owned = || watcher::Config::default().labels("app.kubernetes.io/managed-by=evenkeel-operator");
+    let owned =
+        || watcher::Config::default().labels("app.kubernetes.io/managed-by=evenkeel-operator");
     let cluster_controller = Controller::new(clusters, watcher::Config::default())
         .owns(statefulsets, owned())
         .owns(config_maps, owned())

@@ -102,7 +102,10 @@ mod tests {
         assert_eq!(c[0].reason, "Waiting");
         set_condition(&mut c, READY, true, "Ready", "", Some(2), "t3");
         assert_eq!(c[0].last_transition_time, "t3");
-        assert_eq!(condition(&c, READY).map(|c| c.status.as_str()), Some("True"));
+        assert_eq!(
+            condition(&c, READY).map(|c| c.status.as_str()),
+            Some("True")
+        );
         clear_condition(&mut c, READY);
         assert!(c.is_empty());
     }

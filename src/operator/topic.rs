@@ -94,8 +94,10 @@ pub async fn sync_topic<A: TopicAdmin>(
         admin.alter_topic_configs(name, &set, &delete).await?;
         let mut what: Vec<String> = set.iter().map(|(k, v)| format!("{k}={v}")).collect();
         what.extend(delete.iter().map(|k| format!("{k} (removed)")));
-        sync.actions
-            .push(("ConfigsChanged".into(), format!("configs: {}", what.join(", "))));
+        sync.actions.push((
+            "ConfigsChanged".into(),
+            format!("configs: {}", what.join(", ")),
+        ));
     }
     if state.replication_factor != spec.replicas {
         sync.warning = Some((
@@ -144,7 +146,8 @@ pub async fn reconcile<C: AdminConnector>(
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)));
-    ctx.metrics.observe("KafkaTopic", started.elapsed(), result.is_ok());
+    ctx.metrics
+        .observe("KafkaTopic", started.elapsed(), result.is_ok());
     result
 }
 
@@ -210,7 +213,10 @@ async fn decide<C: AdminConnector>(
     let Some(cluster) = clusters.get_opt(&kt.spec.cluster_ref).await? else {
         return Ok(not_ready(
             "ClusterNotFound",
-            format!("KafkaCluster {} not found in namespace {ns}", kt.spec.cluster_ref),
+            format!(
+                "KafkaCluster {} not found in namespace {ns}",
+                kt.spec.cluster_ref
+            ),
             Duration::from_secs(30),
         ));
     };
@@ -220,10 +226,10 @@ async fn decide<C: AdminConnector>(
     };
     Ok(match sync_topic(&admin, name, &kt.spec).await {
         Ok(sync) => {
-            let (reason, message) = sync
-                .warning
-                .clone()
-                .unwrap_or(("TopicReady".into(), format!("topic {name} matches the spec")));
+            let (reason, message) = sync.warning.clone().unwrap_or((
+                "TopicReady".into(),
+                format!("topic {name} matches the spec"),
+            ));
             Outcome {
                 ready: true,
                 reason,
@@ -291,9 +297,19 @@ async fn cleanup<C: AdminConnector>(
     api: &Api<KafkaTopic>,
 ) -> Result<Action, Error> {
     let name = kt.kafka_name();
-    if kt.annotations().get(DELETE_POLICY_ANNOTATION).map(String::as_str) == Some("retain") {
-        ctx.event(kt, EventType::Normal, "TopicRetained", &format!("kept topic {name} (delete-policy retain)"))
-            .await;
+    if kt
+        .annotations()
+        .get(DELETE_POLICY_ANNOTATION)
+        .map(String::as_str)
+        == Some("retain")
+    {
+        ctx.event(
+            kt,
+            EventType::Normal,
+            "TopicRetained",
+            &format!("kept topic {name} (delete-policy retain)"),
+        )
+        .await;
         return Ok(Action::await_change());
     }
     // A conflicting KafkaTopic never owned the topic: deleting it must not touch Kafka.
@@ -317,8 +333,13 @@ async fn cleanup<C: AdminConnector>(
         .await
         .map_err(Error::Kafka)?;
     admin.delete_topic(&name).await.map_err(Error::Kafka)?;
-    ctx.event(kt, EventType::Normal, "Deleted", &format!("deleted topic {name}"))
-        .await;
+    ctx.event(
+        kt,
+        EventType::Normal,
+        "Deleted",
+        &format!("deleted topic {name}"),
+    )
+    .await;
     Ok(Action::await_change())
 }
 

@@ -1,1 +1,353 @@
-//! Reconcile scenarios for KafkaCluster.
+//! Reconcile scenarios for KafkaCluster: the restart-safety rules as pure functions, then whole
+//! reconciles on kube's mock service: one pod at a time, scale-down refusal, status.
+
+use http::Method;
+use serde_json::{json, Value};
+
+use super::*;
+use crate::operator::kafka::PartitionState;
+use crate::operator::testing::{context, list, FakeApiServer, FakeKafka};
+
+fn partition(topic: &str, p: i32, replicas: &[i32], isr: &[i32], min_isr: i32) -> PartitionState {
+    PartitionState {
+        topic: topic.into(),
+        partition: p,
+        leader: isr.first().copied().unwrap_or(-1),
+        replicas: replicas.to_vec(),
+        isr: isr.to_vec(),
+        min_insync_replicas: min_isr,
+    }
+}
+
+fn state(controller: i32, partitions: Vec<PartitionState>) -> ClusterState {
+    ClusterState {
+        cluster_id: "c".into(),
+        controller_id: controller,
+        brokers: vec![0, 1, 2],
+        partitions,
+    }
+}
+
+fn pods(n: i32, stale: &[i32], not_ready: &[i32]) -> Vec<PodView> {
+    (0..n)
+        .map(|i| PodView {
+            name: format!("main-kafka-{i}"),
+            ordinal: i,
+            ready: !not_ready.contains(&i),
+            stale: stale.contains(&i),
+            terminating: false,
+        })
+        .collect()
+}
+
+#[test]
+fn a_broker_at_the_min_isr_edge_cannot_restart() {
+    let s = state(0, vec![partition("t", 0, &[0, 1, 2], &[0, 1], 2)]);
+    let err = can_restart(1, &s).unwrap_err();
+    assert!(err.contains("t-0 below min.insync.replicas=2"), "{err}");
+    // Broker 2 is not in the ISR: taking it down changes nothing.
+    assert!(can_restart(2, &s).is_ok());
+    // RF at or below min ISR: acks=all is impossible anyway, so the roll may go on (Strimzi).
+    let s = state(0, vec![partition("t", 0, &[0, 1], &[0, 1], 2)]);
+    assert!(can_restart(0, &s).is_ok());
+}
+
+#[test]
+fn roll_goes_one_pod_at_a_time_with_the_controller_last() {
+    let s = state(1, vec![partition("t", 0, &[0, 1, 2], &[0, 1, 2], 2)]);
+    assert_eq!(
+        next_roll_step(&pods(3, &[0, 1, 2], &[]), Some(&s)),
+        RollStep::Restart("main-kafka-0".into())
+    );
+    assert_eq!(
+        next_roll_step(&pods(3, &[1, 2], &[]), Some(&s)),
+        RollStep::Restart("main-kafka-2".into())
+    );
+    assert_eq!(
+        next_roll_step(&pods(3, &[1], &[]), Some(&s)),
+        RollStep::Restart("main-kafka-1".into())
+    );
+    assert_eq!(next_roll_step(&pods(3, &[], &[]), Some(&s)), RollStep::Done);
+}
+
+#[test]
+fn roll_waits_for_the_restarted_pod_to_be_ready_and_caught_up() {
+    let s = state(0, vec![partition("t", 0, &[0, 1, 2], &[0, 1, 2], 2)]);
+    let step = next_roll_step(&pods(3, &[1, 2], &[0]), Some(&s));
+    assert_eq!(
+        step,
+        RollStep::Wait("waiting for pod main-kafka-0 to be ready".into())
+    );
+    let mut terminating = pods(3, &[1, 2], &[]);
+    terminating[0].terminating = true;
+    assert!(matches!(
+        next_roll_step(&terminating, Some(&s)),
+        RollStep::Wait(_)
+    ));
+    let behind = state(0, vec![partition("t", 0, &[0, 1, 2], &[1, 2], 2)]);
+    let step = next_roll_step(&pods(3, &[1, 2], &[]), Some(&behind));
+    assert!(
+        matches!(&step, RollStep::Wait(m) if m.contains("catch up")),
+        "{step:?}"
+    );
+}
+
+#[test]
+fn a_stale_pod_that_is_not_ready_is_restarted_first() {
+    // A broker crash-looping on a bad config serves nothing: restarting it is always safe.
+    let s = state(0, vec![]);
+    assert_eq!(
+        next_roll_step(&pods(3, &[0, 2], &[2]), Some(&s)),
+        RollStep::Restart("main-kafka-2".into())
+    );
+    assert_eq!(
+        next_roll_step(&pods(3, &[0, 2], &[2]), None),
+        RollStep::Restart("main-kafka-2".into())
+    );
+}
+
+#[test]
+fn roll_is_blocked_without_a_view_of_the_brokers() {
+    let step = next_roll_step(&pods(3, &[0], &[]), None);
+    assert!(
+        matches!(&step, RollStep::Blocked(m) if m.contains("min.insync.replicas")),
+        "{step:?}"
+    );
+}
+
+#[test]
+fn scale_down_is_refused_while_removed_brokers_hold_replicas() {
+    let s = state(
+        0,
+        vec![
+            partition("t", 0, &[0, 1], &[0, 1], 1),
+            partition("t", 1, &[2, 3], &[2, 3], 1),
+        ],
+    );
+    let err = check_scale_down(4, 3, &s).unwrap_err();
+    assert_eq!(
+        err,
+        "cannot scale down from 4 to 3 brokers: brokers [3] still hold 1 partition replicas (t-1)"
+    );
+    assert!(check_scale_down(4, 2, &s)
+        .unwrap_err()
+        .contains("brokers [2, 3] still hold 1"));
+    let empty = state(0, vec![partition("t", 0, &[0, 1], &[0, 1], 1)]);
+    assert!(check_scale_down(4, 3, &empty).is_ok());
+}
+
+// ---- whole reconciles on the mock API server ----
+
+const NS: &str = "/apis/kafka.evenkeel.dev/v1alpha1/namespaces/ns/kafkaclusters/main";
+const STS: &str = "/apis/apps/v1/namespaces/ns/statefulsets/main-kafka";
+const PODS: &str = "/api/v1/namespaces/ns/pods";
+
+fn cluster(replicas: i32) -> Arc<KafkaCluster> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "apiVersion": "kafka.evenkeel.dev/v1alpha1", "kind": "KafkaCluster",
+            "metadata": {"name": "main", "namespace": "ns", "generation": 3,
+                         "uid": "0f2a6b3c-1d4e-4f50-8a6b-7c8d9e0f1a2b"},
+            "spec": {"replicas": replicas},
+        }))
+        .expect("KafkaCluster parses"),
+    )
+}
+
+fn pod_json(i: i32, revision: &str, ready: bool) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("main-kafka-{i}"), "namespace": "ns",
+                     "labels": {"controller-revision-hash": revision}},
+        "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]},
+    })
+}
+
+/// An API server with the cluster, an existing StatefulSet of `current` replicas whose update
+/// revision is `rev2`, and `pods`.
+fn server(current: i32, pods: Vec<Value>) -> FakeApiServer {
+    let s = FakeApiServer::default();
+    s.put(NS, serde_json::to_value(&*cluster(current)).unwrap());
+    s.put(
+        STS,
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+               "metadata": {"name": "main-kafka", "namespace": "ns"},
+               "spec": {"replicas": current, "selector": {}, "template": {}, "serviceName": "x"},
+               "status": {"replicas": current, "updateRevision": "rev2"}}),
+    );
+    s.get(PODS, list("Pod", "v1", pods));
+    s
+}
+
+fn kafka_with(partitions: Vec<PartitionState>) -> FakeKafka {
+    let k = FakeKafka::default();
+    *k.cluster.lock().unwrap() = state(0, partitions);
+    k
+}
+
+fn applied_sts_replicas(s: &FakeApiServer) -> i64 {
+    let patches = s.calls_to(Method::PATCH, "statefulsets/main-kafka");
+    assert_eq!(patches.len(), 1);
+    assert!(
+        patches[0].uri.contains("fieldManager=evenkeel-operator"),
+        "{}",
+        patches[0].uri
+    );
+    assert!(patches[0].uri.contains("force=true"));
+    patches[0].body["spec"]["replicas"]
+        .as_i64()
+        .expect("replicas")
+}
+
+fn status(s: &FakeApiServer) -> Value {
+    let patches = s.calls_to(Method::PATCH, "kafkaclusters/main/status");
+    assert_eq!(patches.len(), 1);
+    patches[0].body["status"].clone()
+}
+
+fn condition<'a>(st: &'a Value, type_: &str) -> &'a Value {
+    st["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+        .unwrap_or(&Value::Null)
+}
+
+#[tokio::test]
+async fn every_object_is_server_side_applied_and_status_reports_ready() {
+    let ready: Vec<Value> = (0..3).map(|i| pod_json(i, "rev2", true)).collect();
+    let s = server(3, ready);
+    let k = kafka_with(vec![partition("t", 0, &[0, 1, 2], &[0, 1, 2], 2)]);
+    reconcile(cluster(3), context(&s, &k))
+        .await
+        .expect("reconciles");
+    for path in [
+        "configmaps/main-kafka-config",
+        "services/main-kafka-brokers",
+        "services/main-kafka-bootstrap",
+        "poddisruptionbudgets/main-kafka",
+        "statefulsets/main-kafka",
+    ] {
+        let calls = s.calls_to(Method::PATCH, path);
+        assert_eq!(calls.len(), 1, "{path} applied once");
+        assert!(calls[0].uri.contains("fieldManager=evenkeel-operator"));
+    }
+    assert_eq!(applied_sts_replicas(&s), 3);
+    assert!(s.calls_to(Method::DELETE, "pods").is_empty());
+    let st = status(&s);
+    assert_eq!(st["readyBrokers"], 3);
+    assert_eq!(condition(&st, "Ready")["status"], "True");
+    assert_eq!(condition(&st, "Reconciling")["status"], "False");
+    assert_eq!(condition(&st, "Degraded")["status"], "False");
+    assert_eq!(st["clusterId"], "DyprPB1OT1CKa3yNng8aKw");
+    assert_eq!(
+        st["listeners"][0]["bootstrapServers"],
+        "main-kafka-bootstrap.ns.svc:9092"
+    );
+    assert_eq!(st["brokers"][0]["leaders"], 1);
+    assert_eq!(st["brokers"][1]["leaders"], 0);
+    assert_eq!(st["observedGeneration"], 3);
+}
+
+#[tokio::test]
+async fn a_config_roll_deletes_one_pod_per_reconcile() {
+    let stale: Vec<Value> = (0..3).map(|i| pod_json(i, "rev1", true)).collect();
+    let s = server(3, stale);
+    let k = kafka_with(vec![partition("t", 0, &[0, 1, 2], &[0, 1, 2], 2)]);
+    reconcile(cluster(3), context(&s, &k))
+        .await
+        .expect("reconciles");
+    let deletes = s.calls_to(Method::DELETE, "pods/");
+    assert_eq!(deletes.len(), 1, "exactly one pod at a time: {deletes:?}");
+    assert!(
+        deletes[0].path().ends_with("pods/main-kafka-1"),
+        "controller (0) last: {}",
+        deletes[0].uri
+    );
+    let st = status(&s);
+    assert_eq!(condition(&st, "Reconciling")["reason"], "RollingRestart");
+    assert_eq!(condition(&st, "Ready")["status"], "False");
+    assert!(s.event_reasons().contains(&"RollingRestart".to_string()));
+
+    // Next pass: pod 1 is back but not ready yet, so nothing else is restarted.
+    let mut pods: Vec<Value> = (0..3).map(|i| pod_json(i, "rev1", true)).collect();
+    pods[1] = pod_json(1, "rev2", false);
+    let s = server(3, pods);
+    reconcile(cluster(3), context(&s, &k))
+        .await
+        .expect("reconciles");
+    assert!(s.calls_to(Method::DELETE, "pods/").is_empty());
+    assert!(condition(&status(&s), "Reconciling")["message"]
+        .as_str()
+        .unwrap()
+        .contains("main-kafka-1 to be ready"));
+}
+
+#[tokio::test]
+async fn scale_down_is_refused_with_a_degraded_condition() {
+    let ready: Vec<Value> = (0..4).map(|i| pod_json(i, "rev2", true)).collect();
+    let s = server(4, ready);
+    let k = kafka_with(vec![partition("t", 0, &[3, 0], &[3, 0], 1)]);
+    reconcile(cluster(3), context(&s, &k))
+        .await
+        .expect("reconciles");
+    assert_eq!(
+        applied_sts_replicas(&s),
+        4,
+        "the StatefulSet keeps its 4 brokers"
+    );
+    let st = status(&s);
+    let degraded = condition(&st, "Degraded");
+    assert_eq!(degraded["status"], "True");
+    assert_eq!(degraded["reason"], "ScaleDownBlocked");
+    assert!(degraded["message"]
+        .as_str()
+        .unwrap()
+        .contains("brokers [3] still hold 1 partition replicas (t-0)"));
+    assert_eq!(condition(&st, "Ready")["status"], "False");
+    assert!(s.event_reasons().contains(&"ScaleDownBlocked".to_string()));
+}
+
+#[tokio::test]
+async fn scale_down_of_empty_brokers_goes_ahead() {
+    let ready: Vec<Value> = (0..4).map(|i| pod_json(i, "rev2", true)).collect();
+    let s = server(4, ready);
+    let k = kafka_with(vec![partition("t", 0, &[1, 0], &[1, 0], 1)]);
+    reconcile(cluster(3), context(&s, &k))
+        .await
+        .expect("reconciles");
+    assert_eq!(applied_sts_replicas(&s), 3);
+    assert_eq!(condition(&status(&s), "Degraded")["status"], "False");
+}
+
+#[tokio::test]
+async fn scale_down_is_refused_when_the_brokers_cannot_be_asked() {
+    let s = server(4, vec![]);
+    let k = FakeKafka::default();
+    *k.fail.lock().unwrap() = Some(crate::operator::kafka::AdminError::transport("refused"));
+    reconcile(cluster(3), context(&s, &k))
+        .await
+        .expect("reconciles");
+    assert_eq!(applied_sts_replicas(&s), 4);
+    assert_eq!(
+        condition(&status(&s), "Degraded")["reason"],
+        "ScaleDownBlocked"
+    );
+}
+
+#[tokio::test]
+async fn an_invalid_spec_is_reported_and_nothing_is_applied() {
+    let s = server(3, vec![]);
+    let k = FakeKafka::default();
+    let mut kc = (*cluster(3)).clone();
+    kc.spec.config.insert("log.dirs".into(), "/tmp".into());
+    reconcile(Arc::new(kc), context(&s, &k))
+        .await
+        .expect("reconciles");
+    assert!(s.calls_to(Method::PATCH, "statefulsets").is_empty());
+    let st = status(&s);
+    assert_eq!(condition(&st, "Degraded")["reason"], "InvalidSpec");
+    assert!(condition(&st, "Ready")["message"]
+        .as_str()
+        .unwrap()
+        .contains("spec.config.log.dirs"));
+}

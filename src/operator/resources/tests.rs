@@ -48,8 +48,14 @@ fn every_object_is_owned_by_the_cluster_and_labelled() {
         assert_eq!(s(&owner["name"]), "main");
         assert_eq!(s(&owner["uid"]), "0f2a6b3c-1d4e-4f50-8a6b-7c8d9e0f1a2b");
         assert_eq!(owner["controller"].as_bool(), Some(true));
-        assert_eq!(s(at(o, "metadata.labels.kafka.evenkeel.dev/cluster")), "<not a string>");
-        assert_eq!(s(&at(o, "metadata.labels")["kafka.evenkeel.dev/cluster"]), "main");
+        assert_eq!(
+            s(at(o, "metadata.labels.kafka.evenkeel.dev/cluster")),
+            "<not a string>"
+        );
+        assert_eq!(
+            s(&at(o, "metadata.labels")["kafka.evenkeel.dev/cluster"]),
+            "main"
+        );
         assert_eq!(
             s(&at(o, "metadata.labels")["app.kubernetes.io/managed-by"]),
             "evenkeel-operator"
@@ -100,17 +106,26 @@ fn reserved_and_tls_settings_are_refused_with_a_message() {
         "replicas: 1\nlisteners:\n- {name: secure, port: 9094, tls: true}\n",
     ))
     .unwrap_err();
-    assert!(err.to_string().contains("TLS listeners are not supported yet"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("TLS listeners are not supported yet"),
+        "{err}"
+    );
     let err = server_properties(&cluster("replicas: 1\nconfig:\n  a: \"x\\ny=z\"\n")).unwrap_err();
     assert!(err.to_string().contains("newlines"), "{err}");
 }
 
 #[test]
 fn services_expose_listeners_and_the_headless_one_publishes_unready_pods() {
-    let kc = cluster("replicas: 3\nlisteners:\n- {name: plain, port: 9092}\n- {name: internal, port: 9095}\n");
+    let kc = cluster(
+        "replicas: 3\nlisteners:\n- {name: plain, port: 9092}\n- {name: internal, port: 9095}\n",
+    );
     let h = yaml(&headless_service(&kc).unwrap());
     assert_eq!(s(at(&h, "spec.clusterIP")), "None");
-    assert_eq!(at(&h, "spec.publishNotReadyAddresses").as_bool(), Some(true));
+    assert_eq!(
+        at(&h, "spec.publishNotReadyAddresses").as_bool(),
+        Some(true)
+    );
     let names: Vec<&str> = at(&h, "spec.ports")
         .as_sequence()
         .unwrap()
@@ -127,7 +142,10 @@ fn services_expose_listeners_and_the_headless_one_publishes_unready_pods() {
         .map(|p| p["port"].as_i64().unwrap())
         .collect();
     assert_eq!(ports, [9092, 9095]);
-    assert_eq!(s(&at(&b, "spec.selector")["app.kubernetes.io/component"]), "broker");
+    assert_eq!(
+        s(&at(&b, "spec.selector")["app.kubernetes.io/component"]),
+        "broker"
+    );
     assert_eq!(at(&b, "spec.selector").as_mapping().unwrap().len(), 4);
 }
 
@@ -135,7 +153,10 @@ fn services_expose_listeners_and_the_headless_one_publishes_unready_pods() {
 fn pdb_allows_one_broker_down() {
     let p = yaml(&pod_disruption_budget(&cluster("replicas: 3")).unwrap());
     assert_eq!(at(&p, "spec.maxUnavailable").as_i64(), Some(1));
-    assert_eq!(s(&at(&p, "spec.selector.matchLabels")["kafka.evenkeel.dev/cluster"]), "main");
+    assert_eq!(
+        s(&at(&p, "spec.selector.matchLabels")["kafka.evenkeel.dev/cluster"]),
+        "main"
+    );
 }
 
 #[test]
@@ -148,16 +169,36 @@ fn statefulset_runs_brokers_on_delete_with_probes_storage_and_hash() {
     assert_eq!(at(&st, "spec.replicas").as_i64(), Some(3));
     assert_eq!(s(at(&st, "spec.serviceName")), "main-kafka-brokers");
     assert_eq!(s(at(&st, "spec.updateStrategy.type")), "OnDelete");
-    assert_eq!(s(at(&st, "spec.persistentVolumeClaimRetentionPolicy.whenDeleted")), "Delete");
+    assert_eq!(
+        s(at(
+            &st,
+            "spec.persistentVolumeClaimRetentionPolicy.whenDeleted"
+        )),
+        "Delete"
+    );
     let hash = s(&at(&st, "spec.template.metadata.annotations")[CONFIG_HASH_ANNOTATION]);
-    assert_eq!(hash, config_hash(&server_properties(&kc).unwrap(), "ghcr.io/evenkeel/evenkeel:0.1.0"));
+    assert_eq!(
+        hash,
+        config_hash(
+            &server_properties(&kc).unwrap(),
+            "ghcr.io/evenkeel/evenkeel:0.1.0"
+        )
+    );
     assert_eq!(hash.len(), 16);
     let pod = at(&st, "spec.template.spec");
-    assert_eq!(at(pod, "securityContext.runAsNonRoot").as_bool(), Some(true));
+    assert_eq!(
+        at(pod, "securityContext.runAsNonRoot").as_bool(),
+        Some(true)
+    );
     let broker = at(pod, "containers.0");
     assert_eq!(s(&broker["name"]), "broker");
     assert_eq!(s(&broker["image"]), "ghcr.io/evenkeel/evenkeel:0.1.0");
-    let args: Vec<&str> = broker["args"].as_sequence().unwrap().iter().map(s).collect();
+    let args: Vec<&str> = broker["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(s)
+        .collect();
     assert_eq!(
         args,
         [
@@ -171,21 +212,42 @@ fn statefulset_runs_brokers_on_delete_with_probes_storage_and_hash() {
         ]
     );
     assert_eq!(s(at(broker, "readinessProbe.httpGet.path")), "/readyz");
-    assert_eq!(at(broker, "readinessProbe.httpGet.port").as_i64(), Some(9404));
+    assert_eq!(
+        at(broker, "readinessProbe.httpGet.port").as_i64(),
+        Some(9404)
+    );
     assert_eq!(s(at(broker, "livenessProbe.httpGet.path")), "/healthz");
     assert_eq!(s(at(broker, "resources.requests.memory")), "2Gi");
     assert_eq!(s(at(broker, "resources.limits.memory")), "4Gi");
-    let ports: Vec<i64> = broker["ports"].as_sequence().unwrap().iter().map(|p| p["containerPort"].as_i64().unwrap()).collect();
+    let ports: Vec<i64> = broker["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|p| p["containerPort"].as_i64().unwrap())
+        .collect();
     assert_eq!(ports, [9092, 9093, 9404]);
     let init = at(pod, "initContainers.0");
     let init_args: Vec<&str> = init["args"].as_sequence().unwrap().iter().map(s).collect();
-    assert_eq!(init_args[..5], ["format", "--config", "/etc/evenkeel/server.properties", "--cluster-id", "DyprPB1OT1CKa3yNng8aKw"]);
+    assert_eq!(
+        init_args[..5],
+        [
+            "format",
+            "--config",
+            "/etc/evenkeel/server.properties",
+            "--cluster-id",
+            "DyprPB1OT1CKa3yNng8aKw"
+        ]
+    );
     assert!(init_args.contains(&"--ignore-formatted"));
     let claim = at(&st, "spec.volumeClaimTemplates.0");
     assert_eq!(s(at(claim, "metadata.name")), "data");
     assert_eq!(s(at(claim, "spec.resources.requests.storage")), "50Gi");
     assert_eq!(s(at(claim, "spec.storageClassName")), "fast");
-    assert_eq!(pod["containers"].as_sequence().unwrap().len(), 1, "no sidecar unless enabled");
+    assert_eq!(
+        pod["containers"].as_sequence().unwrap().len(),
+        1,
+        "no sidecar unless enabled"
+    );
 }
 
 #[test]
@@ -194,7 +256,9 @@ fn config_change_changes_the_hash_and_nothing_else_in_the_selector() {
     let b = cluster("replicas: 3\nconfig: {num.io.threads: '16'}\n");
     let sa = yaml(&statefulset(&a, "img").unwrap());
     let sb = yaml(&statefulset(&b, "img").unwrap());
-    let hash = |st: &serde_yaml::Value| s(&at(st, "spec.template.metadata.annotations")[CONFIG_HASH_ANNOTATION]).to_string();
+    let hash = |st: &serde_yaml::Value| {
+        s(&at(st, "spec.template.metadata.annotations")[CONFIG_HASH_ANNOTATION]).to_string()
+    };
     assert_ne!(hash(&sa), hash(&sb));
     assert_eq!(at(&sa, "spec.selector"), at(&sb, "spec.selector"));
     // A new image is a restart too.
@@ -207,16 +271,30 @@ fn config_change_changes_the_hash_and_nothing_else_in_the_selector() {
 
 #[test]
 fn rack_awareness_and_the_rebalancer_sidecar() {
-    let mut kc = cluster("replicas: 3\nrebalancer: {enabled: true, dryRun: true, maxMovesPerRound: 4}\n");
-    kc.spec.rack = Some(Rack { topology_key: "topology.kubernetes.io/zone".into() });
+    let mut kc =
+        cluster("replicas: 3\nrebalancer: {enabled: true, dryRun: true, maxMovesPerRound: 4}\n");
+    kc.spec.rack = Some(Rack {
+        topology_key: "topology.kubernetes.io/zone".into(),
+    });
     let st = yaml(&statefulset(&kc, "img").unwrap());
     let pod = at(&st, "spec.template.spec");
-    assert_eq!(s(at(pod, "topologySpreadConstraints.0.topologyKey")), "topology.kubernetes.io/zone");
+    assert_eq!(
+        s(at(pod, "topologySpreadConstraints.0.topologyKey")),
+        "topology.kubernetes.io/zone"
+    );
     let broker = at(pod, "containers.0");
-    let args: Vec<&str> = broker["args"].as_sequence().unwrap().iter().map(s).collect();
+    let args: Vec<&str> = broker["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(s)
+        .collect();
     assert!(args.contains(&"broker.rack=$(BROKER_RACK)"), "{args:?}");
     let env = broker["env"].as_sequence().unwrap();
-    let rack = env.iter().find(|e| s(&e["name"]) == "BROKER_RACK").expect("BROKER_RACK env");
+    let rack = env
+        .iter()
+        .find(|e| s(&e["name"]) == "BROKER_RACK")
+        .expect("BROKER_RACK env");
     assert_eq!(
         s(at(rack, "valueFrom.fieldRef.fieldPath")),
         "metadata.labels['topology.kubernetes.io/zone']"
