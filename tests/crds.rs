@@ -50,6 +50,9 @@ fn chart_ships_the_same_crds() {
         let top = std::fs::read_to_string(root.join("crds").join(name)).unwrap();
         let chart = std::fs::read_to_string(root.join("charts/evenkeel/crds").join(name))
             .unwrap_or_else(|e| panic!("charts/evenkeel/crds/{name}: {e}"));
-        assert_eq!(top, chart, "charts/evenkeel/crds/{name} differs from crds/{name}: copy it");
+        assert_eq!(
+            top, chart,
+            "charts/evenkeel/crds/{name} differs from crds/{name}: copy it"
+        );
     }
 }

@@ -153,6 +153,25 @@ async fn reconcile_inner<C: AdminConnector>(
     let now = status::now_rfc3339();
     let generation = kc.metadata.generation;
 
+    // Roles this version does not ship yet are left out and reported, never run to crash-loop.
+    let mut unavailable = Vec::new();
+    let mut effective = kc.clone();
+    if effective.spec.rebalancer.enabled {
+        effective.spec.rebalancer.enabled = false;
+        unavailable.push(
+            "spec.rebalancer.enabled: the rebalancer sidecar is not part of this version yet",
+        );
+    }
+    if effective
+        .spec
+        .proxy
+        .as_ref()
+        .is_some_and(|p| p.replicas > 0)
+    {
+        unavailable.push("spec.proxy: the producer proxy is not part of this version yet");
+    }
+    let kc = &effective;
+
     // Objects first: a spec the operator cannot turn into objects is reported, not applied.
     let built = (|| -> Result<_, resources::BuildError> {
         Ok((
@@ -208,7 +227,8 @@ async fn reconcile_inner<C: AdminConnector>(
         Err("no brokers yet".to_string())
     };
 
-    let mut degraded: Option<(String, String)> = None;
+    let mut degraded: Option<(String, String)> =
+        (!unavailable.is_empty()).then(|| ("RoleUnavailable".to_string(), unavailable.join("; ")));
     let mut replicas = kc.spec.replicas;
     if replicas < current {
         let verdict = match &cluster_state {

@@ -351,3 +351,26 @@ async fn an_invalid_spec_is_reported_and_nothing_is_applied() {
         .unwrap()
         .contains("spec.config.log.dirs"));
 }
+
+#[tokio::test]
+async fn a_role_this_version_lacks_is_left_out_and_reported() {
+    let ready: Vec<Value> = (0..3).map(|i| pod_json(i, "rev2", true)).collect();
+    let s = server(3, ready);
+    let k = kafka_with(vec![]);
+    let mut kc = (*cluster(3)).clone();
+    kc.spec.rebalancer.enabled = true;
+    reconcile(Arc::new(kc), context(&s, &k))
+        .await
+        .expect("reconciles");
+    let sts = &s.calls_to(Method::PATCH, "statefulsets/main-kafka")[0].body;
+    let containers = sts["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap();
+    assert_eq!(containers.len(), 1, "no sidecar that would crash-loop");
+    let st = status(&s);
+    assert_eq!(condition(&st, "Degraded")["reason"], "RoleUnavailable");
+    assert!(condition(&st, "Degraded")["message"]
+        .as_str()
+        .unwrap()
+        .contains("rebalancer"));
+}
