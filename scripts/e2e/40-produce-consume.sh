@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Produces and consumes 1,000 records from a client pod running the same image
+# (`evenkeel perf produce|consume`, librdkafka inside). The client bootstraps from broker 0's
+# stable address: today each broker is a single node of its own, so the bootstrap Service, which
+# spreads connections over all of them, would send the consumer to another broker than the
+# producer. Set E2E_BOOTSTRAP to override (e.g. the bootstrap Service once replication lands).
+source "$(dirname "$0")/lib.sh"
+bootstrap="${E2E_BOOTSTRAP:-${CLUSTER}-kafka-0.${CLUSTER}-kafka-brokers.${NS}.svc:9092}"
+records="${E2E_RECORDS:-1000}"
+topic="e2e-$(date +%s)"
+
+client() {
+    local name="$1"
+    shift
+    k delete pod "$name" --ignore-not-found --wait=true >/dev/null
+    timeout 300 kubectl -n "$NS" run "$name" --image="$E2E_IMAGE" --image-pull-policy=IfNotPresent \
+        --restart=Never --rm -i --quiet -- "$@"
+}
+
+step "produce ${records} records to ${topic} via ${bootstrap} (acks=all)"
+out="$(client e2e-producer perf produce --bootstrap "$bootstrap" --topic "$topic" --partitions 3 \
+    --num-records "$records" --record-size 200 --producer-props acks=all)" || die "producer failed: ${out}"
+printf '%s\n' "$out" | tail -2 | sed 's/^/    /'
+grep -q "^${records} records sent" <<<"$out" || die "producer did not send ${records} records"
+ok "${records} records sent"
+
+step "consume them back"
+out="$(client e2e-consumer perf consume --bootstrap "$bootstrap" --topic "$topic" --messages "$records")" \
+    || die "consumer failed: ${out}"
+printf '%s\n' "$out" | tail -2 | sed 's/^/    /'
+got="$(printf '%s\n' "$out" | tail -1 | awk -F', *' '{print $3}')"
+[[ "$got" == "$records" ]] || die "consumed ${got:-nothing}, expected ${records}"
+ok "${got} records consumed"

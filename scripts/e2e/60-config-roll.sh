@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Changes spec.config and watches the safe rolling restart: every broker pod is replaced (new UID),
+# and at no sample is more than one broker missing or not ready. Samples every second.
+source "$(dirname "$0")/lib.sh"
+want="$(kc_field '{.spec.replicas}')"
+declare -A before=()
+while IFS='|' read -r name uid _ _; do
+    [[ -n "$name" ]] && before[$name]="$uid"
+done < <(broker_pods)
+((${#before[@]} == want)) || die "expected ${want} broker pods before the roll, found ${#before[@]}"
+
+value="$((RANDOM % 100 + 100))"
+step "change spec.config: log.retention.hours=${value}"
+old_hash="$(kc_field '{.status.configHash}')"
+k patch kafkacluster "$CLUSTER" --type merge -p "{\"spec\":{\"config\":{\"log.retention.hours\":\"${value}\"}}}"
+k get configmap "${CLUSTER}-kafka-config" -o jsonpath='{.data.server\.properties}' | grep -q "^log.retention.hours=${value}$" \
+    || sleep 5
+k get configmap "${CLUSTER}-kafka-config" -o jsonpath='{.data.server\.properties}' | grep -q "^log.retention.hours=${value}$" \
+    || die "ConfigMap ${CLUSTER}-kafka-config does not carry log.retention.hours=${value}"
+ok "ConfigMap updated"
+
+step "watch the roll (at most one broker down at a time)"
+deadline=$((SECONDS + E2E_TIMEOUT))
+worst=0 order=() last_line=""
+declare -A replaced=()
+while ((SECONDS < deadline)); do
+    ready=0
+    while IFS='|' read -r name uid deleting cond; do
+        [[ -z "$name" ]] && continue
+        [[ -z "$deleting" && "$cond" == True ]] && ready=$((ready + 1))
+        if [[ -n "${before[$name]:-}" && "$uid" != "${before[$name]}" && -z "${replaced[$name]:-}" ]]; then
+            replaced[$name]=1
+            order+=("$name")
+            info "[$(date +%T)] ${name} replaced (${#replaced[@]}/${want})"
+        fi
+    done < <(broker_pods)
+    down=$((want - ready))
+    ((down > worst)) && worst=$down
+    ((down > 1)) && die "${down} brokers not ready at once during the roll: $(broker_pods | tr '\n' ' ')"
+    line="$(kc_field '{.status.conditions[?(@.type=="Reconciling")].reason}'): $(kc_field '{.status.conditions[?(@.type=="Reconciling")].message}')"
+    [[ "$line" != "$last_line" ]] && info "[$(date +%T)] Reconciling ${line}" && last_line="$line"
+    if ((${#replaced[@]} == want)) && ((down == 0)); then
+        ready_cond="$(kc_field '{.status.conditions[?(@.type=="Ready")].status}')"
+        [[ "$ready_cond" == True ]] && break
+    fi
+    sleep 1
+done
+((${#replaced[@]} == want)) || die "only ${#replaced[@]} of ${want} brokers were restarted in ${E2E_TIMEOUT}s"
+ok "every broker restarted, in order: ${order[*]}; at most ${worst} not ready at once"
+wait_cluster_ready "$want"
+new_hash="$(kc_field '{.status.configHash}')"
+[[ "$new_hash" != "$old_hash" ]] || die "status.configHash did not change (${old_hash})"
+ok "configHash ${old_hash} -> ${new_hash}"
+info "events:"
+k get events --field-selector reason=RollingRestart --sort-by=.lastTimestamp 2>/dev/null | tail -n 8 | sed 's/^/    /' || true
