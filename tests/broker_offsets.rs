@@ -41,6 +41,10 @@ async fn setup() -> common::BrokerProcess {
 }
 
 fn list_offsets(b: &common::BrokerProcess, ts: i64) -> (i16, i64, i64) {
+    list_offsets_at(b, ts, 7)
+}
+
+fn list_offsets_at(b: &common::BrokerProcess, ts: i64, version: i16) -> (i16, i64, i64) {
     let req = ListOffsetsRequest::default()
         .with_replica_id(BrokerId(-1))
         .with_topics(vec![ListOffsetsTopic::default()
@@ -49,9 +53,20 @@ fn list_offsets(b: &common::BrokerProcess, ts: i64) -> (i16, i64, i64) {
                 .with_partition_index(0)
                 .with_timestamp(ts)])]);
     let mut s = common::raw::connect(&b.bootstrap);
-    let r: ListOffsetsResponse = common::raw::call(&mut s, ApiKey::ListOffsets, 7, &req);
+    let r: ListOffsetsResponse = common::raw::call(&mut s, ApiKey::ListOffsets, version, &req);
     let p = &r.topics[0].partitions[0];
     (p.error_code, p.offset, p.timestamp)
+}
+
+/// librdkafka 2.0 (kcat in Debian 12) asks with ListOffsets v1, which has no leader epoch field.
+#[tokio::test]
+async fn list_offsets_answers_every_advertised_version() {
+    let b = setup().await;
+    for v in 1..=7 {
+        assert_eq!(list_offsets_at(&b, -2, v), (0, 0, -1), "earliest at v{v}");
+        assert_eq!(list_offsets_at(&b, -1, v), (0, 10, -1), "latest at v{v}");
+        assert_eq!(list_offsets_at(&b, 1035, v), (0, 4, 1040), "by time at v{v}");
+    }
 }
 
 #[tokio::test]

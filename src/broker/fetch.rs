@@ -170,7 +170,11 @@ pub fn fetch(broker: &Arc<Broker>, _version: i16, req: FetchRequest) -> Outcome<
     }))
 }
 
-pub fn list_offsets(broker: &Arc<Broker>, req: ListOffsetsRequest) -> ListOffsetsResponse {
+pub fn list_offsets(
+    broker: &Arc<Broker>,
+    version: i16,
+    req: ListOffsetsRequest,
+) -> ListOffsetsResponse {
     // Either isolation level reads up to the high watermark: without transactions the last
     // stable offset is the high watermark.
     let mut topics = Vec::new();
@@ -213,10 +217,15 @@ pub fn list_offsets(broker: &Arc<Broker>, req: ListOffsetsRequest) -> ListOffset
             );
             parts.push(match found {
                 // Only committed records (below the high watermark) are answered.
+                // leader_epoch is on the wire from v4: older versions cannot carry it.
                 Ok(Some(f)) if special || f.offset < hw => base
                     .with_timestamp(f.timestamp)
                     .with_offset(f.offset)
-                    .with_leader_epoch(f.leader_epoch.unwrap_or(-1)),
+                    .with_leader_epoch(if version >= 4 {
+                        f.leader_epoch.unwrap_or(-1)
+                    } else {
+                        -1
+                    }),
                 Ok(_) => base,
                 Err(e) => base.with_error_code(e.kafka_error_code()),
             });

@@ -251,7 +251,7 @@ impl Broker {
                     response_frame(v, cid, &r)
                 })
             }
-            DecodedRequest::ListOffsets(req) => respond(v, cid, &fetch::list_offsets(self, req)),
+            DecodedRequest::ListOffsets(req) => respond(v, cid, &fetch::list_offsets(self, v, req)),
             DecodedRequest::CreateTopics(req) => {
                 respond(v, cid, &admin::create_topics(self, v, req))
             }

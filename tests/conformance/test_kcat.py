@@ -4,7 +4,6 @@ import json
 import re
 import subprocess
 
-from conftest import xfail_on_evenkeel
 from partitioner import java_partition
 
 
@@ -45,10 +44,6 @@ def test_kcat_metadata_lists_topic_and_partitions(bootstrap, topic_name, make_to
 
 def test_kcat_produce_keys_then_consume_from_beginning(request, bootstrap, topic_name,
                                                        make_topic):
-    xfail_on_evenkeel(request, "kcat -C -o beginning (librdkafka 2.0.2) sends ListOffsets "
-                      "v2; evenkeel advertises ListOffsets 1-10 but closes the connection on "
-                      "v1-v3 without a response: 'Disconnected ... (after 0ms in state UP)', "
-                      "'All broker connections are down', kcat exit 1")
     partitions = 3
     make_topic(topic_name, partitions)
     records = [("kk-%d" % i, "kv-%d" % i) for i in range(30)]

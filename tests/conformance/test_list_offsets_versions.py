@@ -5,7 +5,6 @@ import struct
 
 import pytest
 
-from conftest import xfail_on_evenkeel
 import kclient
 
 LIST_OFFSETS = 2
@@ -70,9 +69,6 @@ def call(bootstrap, request_bytes, timeout=10.0):
 
 @pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
 def test_list_offsets_old_versions(request, bootstrap, topic_name, make_topic, version):
-    if version <= 3:
-        xfail_on_evenkeel(request, "ListOffsets v%d: evenkeel advertises ListOffsets 1-10 but "
-                          "closes the connection without a response" % version)
     make_topic(topic_name, 1)
     p = kclient.producer(bootstrap)
     try:
