@@ -38,7 +38,7 @@ False/InvalidReplicationFactor) info "Ready=False InvalidReplicationFactor: ${ms
     info "expected while each broker runs on its own (set E2E_STRICT_TOPIC=1 once replication lands)" ;;
 *) die "KafkaTopic ${TOPIC} not Ready after ${E2E_TIMEOUT}s: ${status:-no status} ${reason} ${msg}" ;;
 esac
-k get kafkatopic "$TOPIC" -o jsonpath='{.metadata.finalizers}' | grep -q 'kafka.evenkeel.dev/topic' \
+grep -q 'kafka.evenkeel.dev/topic' <<<"$(k get kafkatopic "$TOPIC" -o jsonpath='{.metadata.finalizers}')" \
     || die "KafkaTopic ${TOPIC} has no finalizer kafka.evenkeel.dev/topic"
 ok "finalizer kafka.evenkeel.dev/topic in place"
 

@@ -13,9 +13,12 @@ value="$((RANDOM % 100 + 100))"
 step "change spec.config: log.retention.hours=${value}"
 old_hash="$(kc_field '{.status.configHash}')"
 k patch kafkacluster "$CLUSTER" --type merge -p "{\"spec\":{\"config\":{\"log.retention.hours\":\"${value}\"}}}"
-k get configmap "${CLUSTER}-kafka-config" -o jsonpath='{.data.server\.properties}' | grep -q "^log.retention.hours=${value}$" \
-    || sleep 5
-k get configmap "${CLUSTER}-kafka-config" -o jsonpath='{.data.server\.properties}' | grep -q "^log.retention.hours=${value}$" \
+props() { k get configmap "${CLUSTER}-kafka-config" -o jsonpath='{.data.server\.properties}'; }
+for _ in $(seq 1 20); do
+    grep -qx "log.retention.hours=${value}" <<<"$(props)" && break
+    sleep 3
+done
+grep -qx "log.retention.hours=${value}" <<<"$(props)" \
     || die "ConfigMap ${CLUSTER}-kafka-config does not carry log.retention.hours=${value}"
 ok "ConfigMap updated"
 
@@ -25,6 +28,7 @@ worst=0 order=() last_line=""
 declare -A replaced=()
 while ((SECONDS < deadline)); do
     ready=0
+    sample="$(broker_pods)"
     while IFS='|' read -r name uid deleting cond; do
         [[ -z "$name" ]] && continue
         [[ -z "$deleting" && "$cond" == True ]] && ready=$((ready + 1))
@@ -33,10 +37,10 @@ while ((SECONDS < deadline)); do
             order+=("$name")
             info "[$(date +%T)] ${name} replaced (${#replaced[@]}/${want})"
         fi
-    done < <(broker_pods)
+    done <<<"$sample"
     down=$((want - ready))
     ((down > worst)) && worst=$down
-    ((down > 1)) && die "${down} brokers not ready at once during the roll: $(broker_pods | tr '\n' ' ')"
+    ((down > 1)) && die "${down} brokers not ready at once during the roll: $(tr '\n' ' ' <<<"$sample")"
     line="$(kc_field '{.status.conditions[?(@.type=="Reconciling")].reason}'): $(kc_field '{.status.conditions[?(@.type=="Reconciling")].message}')"
     [[ "$line" != "$last_line" ]] && info "[$(date +%T)] Reconciling ${line}" && last_line="$line"
     if ((${#replaced[@]} == want)) && ((down == 0)); then
