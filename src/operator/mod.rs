@@ -17,12 +17,14 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
-use kube::{Client, Resource};
+use kube::{Client, Resource, ResourceExt};
 
 use crd::{KafkaCluster, KafkaTopic};
 use kafka::{AdminConnector, AdminError, ClientConnector};
@@ -241,12 +243,26 @@ async fn run_controllers(
         ),
         None => (Api::all(client.clone()), Api::all(client.clone())),
     };
+    let (pods, pdbs): (Api<Pod>, Api<PodDisruptionBudget>) = match &namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
     let owned =
         || watcher::Config::default().labels("app.kubernetes.io/managed-by=evenkeel-operator");
     let cluster_controller = Controller::new(clusters, watcher::Config::default())
         .owns(statefulsets, owned())
         .owns(config_maps, owned())
         .owns(services, owned())
+        .owns(pdbs, owned())
+        // Broker pods belong to the StatefulSet, not to the KafkaCluster: map them by label so a
+        // pod turning ready moves the rolling restart on at once.
+        .watches(pods, owned(), |pod: Pod| {
+            let cluster = pod.labels().get(crd::CLUSTER_LABEL)?.clone();
+            Some(ObjectRef::<KafkaCluster>::new(&cluster).within(&pod.namespace()?))
+        })
         .shutdown_on_signal()
         .run(cluster::reconcile, error_policy_cluster, ctx.clone())
         .for_each(|r| async move {

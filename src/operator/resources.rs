@@ -219,9 +219,17 @@ pub fn server_properties(kc: &KafkaCluster) -> Result<String, BuildError> {
 }
 
 /// Hash of everything that needs a broker restart to take effect: the properties and the image.
+/// The voter list is left out: it grows with `replicas`, and scaling must not roll every broker
+/// (a static quorum is fixed when the cluster is formed; changing it is KIP-853's job).
 pub fn config_hash(properties: &str, image: &str) -> String {
     let mut h = Sha256::new();
-    h.update(properties.as_bytes());
+    for line in properties
+        .lines()
+        .filter(|l| !l.starts_with("controller.quorum.voters="))
+    {
+        h.update(line.as_bytes());
+        h.update(b"\n");
+    }
     h.update([0]);
     h.update(image.as_bytes());
     h.finalize()[..8]
@@ -464,6 +472,7 @@ pub fn statefulset(kc: &KafkaCluster, image: &str) -> Result<StatefulSet, BuildE
     let mut pod_spec = json!({
         "securityContext": {
             "runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532,
+            "fsGroupChangePolicy": "OnRootMismatch",
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "terminationGracePeriodSeconds": 60,

@@ -264,8 +264,12 @@ fn config_change_changes_the_hash_and_nothing_else_in_the_selector() {
     // A new image is a restart too.
     let sc = yaml(&statefulset(&a, "img2").unwrap());
     assert_ne!(hash(&sa), hash(&sc));
-    // Scaling is not.
-    let sd = yaml(&statefulset(&cluster("replicas: 3"), "img").unwrap());
+    // Scaling is not, though the voter list in server.properties grows.
+    let sd = yaml(&statefulset(&cluster("replicas: 4"), "img").unwrap());
+    assert_ne!(
+        server_properties(&cluster("replicas: 3")).unwrap(),
+        server_properties(&cluster("replicas: 4")).unwrap()
+    );
     assert_eq!(hash(&sa), hash(&sd));
 }
 
