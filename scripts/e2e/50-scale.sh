@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Scales the KafkaCluster from 3 to 4 brokers and waits until the fourth is ready and listed in
-# the status. (The new voter set changes server.properties, so the existing brokers also roll.)
+# the status. The existing brokers do not roll (the voter list is not part of the config hash).
 source "$(dirname "$0")/lib.sh"
 step "scale ${CLUSTER}: 3 -> 4 brokers"
 k patch kafkacluster "$CLUSTER" --type merge -p '{"spec":{"replicas":4}}'
