@@ -5,6 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use kafka_protocol::messages::alter_partition_reassignments_request::{
+    ReassignablePartition, ReassignableTopic,
+};
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
@@ -14,9 +17,10 @@ use kafka_protocol::messages::incremental_alter_configs_request::{
 };
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
-    ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
-    DescribeConfigsRequest, IncrementalAlterConfigsRequest, MetadataRequest, MetadataResponse,
-    TopicName,
+    AlterPartitionReassignmentsRequest, ApiKey, BrokerId, CreatePartitionsRequest,
+    CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
+    IncrementalAlterConfigsRequest, ListPartitionReassignmentsRequest, MetadataRequest,
+    MetadataResponse, TopicName,
 };
 use kafka_protocol::protocol::{Request, StrBytes};
 use tokio::sync::Mutex;
@@ -27,6 +31,25 @@ use crate::protocol::errors;
 
 /// Kafka's ConfigResource type for topics.
 const RESOURCE_TOPIC: i8 = 2;
+
+/// A partition's new replica list (`None` cancels an ongoing reassignment), as
+/// `kafka-reassign-partitions` sends it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reassignment {
+    pub topic: String,
+    pub partition: i32,
+    pub replicas: Option<Vec<i32>>,
+}
+
+/// A reassignment the controller is still carrying out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OngoingReassignment {
+    pub topic: String,
+    pub partition: i32,
+    pub replicas: Vec<i32>,
+    pub adding: Vec<i32>,
+    pub removing: Vec<i32>,
+}
 
 /// The cluster as a Metadata response shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -335,6 +358,80 @@ impl AdminClient {
         check("CreatePartitions", result.error_code, result.error_message)
     }
 
+    /// Starts moving partitions to new replica lists (AlterPartitionReassignments). The first
+    /// partition the controller refuses is the error, with its message.
+    pub async fn alter_partition_reassignments(
+        &self,
+        moves: &[Reassignment],
+    ) -> Result<(), ClientError> {
+        let mut topics: BTreeMap<&str, Vec<ReassignablePartition>> = BTreeMap::new();
+        for m in moves {
+            topics.entry(&m.topic).or_default().push(
+                ReassignablePartition::default()
+                    .with_partition_index(m.partition)
+                    .with_replicas(
+                        m.replicas
+                            .as_ref()
+                            .map(|r| r.iter().map(|b| BrokerId(*b)).collect()),
+                    ),
+            );
+        }
+        let req = AlterPartitionReassignmentsRequest::default()
+            .with_timeout_ms(broker_timeout_ms(self.timeout))
+            .with_topics(
+                topics
+                    .into_iter()
+                    .map(|(name, partitions)| {
+                        ReassignableTopic::default()
+                            .with_name(TopicName(str_bytes(name)))
+                            .with_partitions(partitions)
+                    })
+                    .collect(),
+            );
+        let resp = self.controller_call(&req).await?;
+        check(
+            "AlterPartitionReassignments",
+            resp.error_code,
+            resp.error_message,
+        )?;
+        for t in resp.responses {
+            for p in t.partitions {
+                check("AlterPartitionReassignments", p.error_code, p.error_message)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The reassignments in progress (ListPartitionReassignments over every topic).
+    pub async fn list_partition_reassignments(
+        &self,
+    ) -> Result<Vec<OngoingReassignment>, ClientError> {
+        let req = ListPartitionReassignmentsRequest::default()
+            .with_timeout_ms(broker_timeout_ms(self.timeout))
+            .with_topics(None);
+        let resp = self.controller_call(&req).await?;
+        check(
+            "ListPartitionReassignments",
+            resp.error_code,
+            resp.error_message,
+        )?;
+        let ids = |v: Vec<BrokerId>| v.into_iter().map(|b| b.0).collect::<Vec<i32>>();
+        let mut out = Vec::new();
+        for t in resp.topics {
+            for p in t.partitions {
+                out.push(OngoingReassignment {
+                    topic: t.name.0.to_string(),
+                    partition: p.partition_index,
+                    replicas: ids(p.replicas),
+                    adding: ids(p.adding_replicas),
+                    removing: ids(p.removing_replicas),
+                });
+            }
+        }
+        out.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        Ok(out)
+    }
+
     /// Every config of a topic with its value and source.
     pub async fn describe_topic_configs(
         &self,
@@ -594,6 +691,22 @@ impl PerResourceErrors for kafka_protocol::messages::CreatePartitionsResponse {
 impl PerResourceErrors for kafka_protocol::messages::IncrementalAlterConfigsResponse {
     fn error_codes(&self) -> impl Iterator<Item = i16> + '_ {
         self.responses.iter().map(|t| t.error_code)
+    }
+}
+
+impl PerResourceErrors for kafka_protocol::messages::AlterPartitionReassignmentsResponse {
+    fn error_codes(&self) -> impl Iterator<Item = i16> + '_ {
+        std::iter::once(self.error_code).chain(
+            self.responses
+                .iter()
+                .flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
+        )
+    }
+}
+
+impl PerResourceErrors for kafka_protocol::messages::ListPartitionReassignmentsResponse {
+    fn error_codes(&self) -> impl Iterator<Item = i16> + '_ {
+        std::iter::once(self.error_code)
     }
 }
 

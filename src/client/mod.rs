@@ -6,7 +6,7 @@ pub mod connection;
 
 pub use admin::{
     AdminClient, AlterConfigOp, AlterOpType, BrokerInfo, ClusterDescription, ConfigEntry,
-    ConfigSource, PartitionInfo, TopicDescription,
+    ConfigSource, OngoingReassignment, PartitionInfo, Reassignment, TopicDescription,
 };
 pub use connection::Connection;
 

@@ -15,6 +15,7 @@ use serde_json::json;
 
 use super::crd::{BrokerStatus, KafkaCluster, KafkaClusterStatus, ListenerStatus};
 use super::kafka::{AdminConnector, ClusterState, TopicAdmin};
+use super::placement;
 use super::resources::{self, Names};
 use super::status::{self, set_condition};
 use super::{Context, Error, FIELD_MANAGER};
@@ -218,17 +219,23 @@ async fn reconcile_inner<C: AdminConnector>(
         .unwrap_or(0);
 
     // The brokers' view: partitions, ISR, controller. Only needed once brokers exist.
-    let cluster_state = if current > 0 {
-        match ctx.connector.connect(&ctx.bootstrap_of(kc)?).await {
-            Ok(admin) => admin.cluster_state().await.map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        }
+    let admin = if current > 0 {
+        ctx.connector
+            .connect(&ctx.bootstrap_of(kc)?)
+            .await
+            .map_err(|e| e.to_string())
     } else {
         Err("no brokers yet".to_string())
+    };
+    let cluster_state = match &admin {
+        Ok(a) => a.cluster_state().await.map_err(|e| e.to_string()),
+        Err(e) => Err(e.clone()),
     };
 
     let mut degraded: Option<(String, String)> =
         (!unavailable.is_empty()).then(|| ("RoleUnavailable".to_string(), unavailable.join("; ")));
+    // Partition moves in progress for a scale (drain before a scale-down, spread after a scale-up).
+    let mut moving: Option<(String, String)> = None;
     let mut replicas = kc.spec.replicas;
     if replicas < current {
         let verdict = match &cluster_state {
@@ -238,14 +245,23 @@ async fn reconcile_inner<C: AdminConnector>(
                  brokers hold replicas: {e}"
             )),
         };
-        if let Err(mut why) = verdict {
-            if kc.spec.rebalance_on_scale {
-                why.push_str(
-                    "; draining brokers through partition reassignment is not supported yet",
-                );
-            }
-            degraded = Some(("ScaleDownBlocked".into(), why));
+        if let Err(why) = verdict {
             replicas = current;
+            match (&admin, &cluster_state) {
+                (Ok(admin), Ok(state)) if kc.spec.rebalance_on_scale => {
+                    let keep: Vec<i32> = (0..kc.spec.replicas).collect();
+                    match drain(admin, state, &keep).await {
+                        Ok(note) => {
+                            ctx.event(kc, EventType::Normal, "Draining", &note).await;
+                            moving = Some(("Draining".into(), note));
+                        }
+                        Err(e) => {
+                            degraded = Some(("ScaleDownBlocked".into(), format!("{why}; {e}")))
+                        }
+                    }
+                }
+                _ => degraded = Some(("ScaleDownBlocked".into(), why)),
+            }
         }
     }
     if let Some(spec) = sts.spec.as_mut() {
@@ -323,6 +339,41 @@ async fn reconcile_inner<C: AdminConnector>(
             requeue = Duration::from_secs(30);
         }
     }
+
+    // After a scale-up, once every broker serves and has registered, new brokers get replicas.
+    let all_pods_ready =
+        views.len() as i32 == replicas && views.iter().all(|v| v.ready && !v.stale);
+    if let (true, RollStep::Done, true, Ok(admin), Ok(state)) = (
+        kc.spec.rebalance_on_scale,
+        &step,
+        all_pods_ready,
+        &admin,
+        &cluster_state,
+    ) {
+        let brokers: Vec<i32> = (0..replicas).collect();
+        let registered = brokers.iter().all(|b| state.brokers.contains(b));
+        let empty = brokers
+            .iter()
+            .any(|b| !state.partitions.iter().any(|p| p.replicas.contains(b)));
+        if registered && empty && !state.partitions.is_empty() {
+            match spread(admin, state, &brokers).await {
+                Ok(Some(note)) => {
+                    ctx.event(kc, EventType::Normal, "Rebalancing", &note).await;
+                    moving = Some(("Rebalancing".into(), note));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    ctx.event(kc, EventType::Warning, "RebalanceFailed", &e)
+                        .await;
+                    degraded = Some(("RebalanceFailed".into(), e));
+                }
+            }
+        }
+    }
+    if moving.is_some() {
+        requeue = requeue.min(Duration::from_secs(15));
+    }
+    let rolling = rolling.or(moving);
 
     // Status.
     let leaders = |id: i32| {
@@ -457,6 +508,55 @@ async fn reconcile_inner<C: AdminConnector>(
     }
     patch_status(&clusters, kc, st).await?;
     Ok(Action::requeue(requeue))
+}
+
+/// Moves replicas off the brokers not in `keep`, unless moves are already in progress.
+/// Returns what it is doing, for the condition and the event.
+async fn drain<A: TopicAdmin>(
+    admin: &A,
+    state: &ClusterState,
+    keep: &[i32],
+) -> Result<String, String> {
+    let ongoing = admin
+        .ongoing_reassignments()
+        .await
+        .map_err(|e| e.to_string())?;
+    if ongoing > 0 {
+        return Ok(format!(
+            "draining brokers for the scale-down: {ongoing} partition moves in progress"
+        ));
+    }
+    let moves = placement::plan_drain(&state.partitions, keep)?;
+    admin.reassign(&moves).await.map_err(|e| e.to_string())?;
+    Ok(format!(
+        "draining brokers for the scale-down: moving {} partitions onto brokers {keep:?}",
+        moves.len()
+    ))
+}
+
+/// Spreads replicas onto brokers that hold none; `None` when there is nothing to move.
+async fn spread<A: TopicAdmin>(
+    admin: &A,
+    state: &ClusterState,
+    brokers: &[i32],
+) -> Result<Option<String>, String> {
+    if admin
+        .ongoing_reassignments()
+        .await
+        .map_err(|e| e.to_string())?
+        > 0
+    {
+        return Ok(None);
+    }
+    let moves = placement::plan_spread(&state.partitions, brokers);
+    if moves.is_empty() {
+        return Ok(None);
+    }
+    admin.reassign(&moves).await.map_err(|e| e.to_string())?;
+    Ok(Some(format!(
+        "moving {} partitions to spread replicas over brokers {brokers:?}",
+        moves.len()
+    )))
 }
 
 fn pod_view(pod: &Pod, update_revision: Option<&str>) -> Option<PodView> {

@@ -67,6 +67,14 @@ pub struct PartitionState {
     pub min_insync_replicas: i32,
 }
 
+/// A partition's new replica list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reassignment {
+    pub topic: String,
+    pub partition: i32,
+    pub replicas: Vec<i32>,
+}
+
 /// The cluster as a whole: who is the active controller and where every partition is.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ClusterState {
@@ -106,6 +114,13 @@ pub trait TopicAdmin: Send + Sync {
     fn delete_topic(&self, name: &str) -> impl Future<Output = Result<(), AdminError>> + Send;
     /// Cluster id, controller and every partition's leader, replicas and ISR.
     fn cluster_state(&self) -> impl Future<Output = Result<ClusterState, AdminError>> + Send;
+    /// Starts moving partitions (AlterPartitionReassignments).
+    fn reassign(
+        &self,
+        moves: &[Reassignment],
+    ) -> impl Future<Output = Result<(), AdminError>> + Send;
+    /// How many partition reassignments are still in progress.
+    fn ongoing_reassignments(&self) -> impl Future<Output = Result<usize, AdminError>> + Send;
 }
 
 /// Opens an admin connection to the brokers of one cluster.
@@ -228,6 +243,22 @@ impl TopicAdmin for AdminClient {
             Err(e) if e.code() == Some(errors::UNKNOWN_TOPIC_OR_PARTITION) => Ok(()),
             other => Ok(other?),
         }
+    }
+
+    async fn reassign(&self, moves: &[Reassignment]) -> Result<(), AdminError> {
+        let moves: Vec<crate::client::Reassignment> = moves
+            .iter()
+            .map(|m| crate::client::Reassignment {
+                topic: m.topic.clone(),
+                partition: m.partition,
+                replicas: Some(m.replicas.clone()),
+            })
+            .collect();
+        Ok(self.alter_partition_reassignments(&moves).await?)
+    }
+
+    async fn ongoing_reassignments(&self) -> Result<usize, AdminError> {
+        Ok(self.list_partition_reassignments().await?.len())
     }
 
     async fn cluster_state(&self) -> Result<ClusterState, AdminError> {

@@ -6,6 +6,7 @@ pub mod crd;
 pub mod kafka;
 pub mod leader;
 pub mod metrics;
+pub mod placement;
 pub mod resources;
 pub mod status;
 #[cfg(test)]

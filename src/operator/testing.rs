@@ -9,7 +9,9 @@ use kube::client::Body;
 use kube::Client;
 use serde_json::{json, Value};
 
-use super::kafka::{AdminConnector, AdminError, ClusterState, TopicAdmin, TopicState};
+use super::kafka::{
+    AdminConnector, AdminError, ClusterState, Reassignment, TopicAdmin, TopicState,
+};
 use super::Context;
 
 /// One request the operator made.
@@ -171,6 +173,8 @@ pub struct FakeKafka {
     pub log: Arc<Mutex<Vec<String>>>,
     /// When set, every call fails with this error.
     pub fail: Arc<Mutex<Option<AdminError>>>,
+    /// What `ongoing_reassignments` answers.
+    pub ongoing: Arc<Mutex<usize>>,
 }
 
 impl FakeKafka {
@@ -253,6 +257,31 @@ impl TopicAdmin for FakeKafka {
     async fn cluster_state(&self) -> Result<ClusterState, AdminError> {
         self.check()?;
         Ok(self.cluster.lock().unwrap().clone())
+    }
+    /// Reassignments complete at once: the replicas and ISR become the new list.
+    async fn reassign(&self, moves: &[Reassignment]) -> Result<(), AdminError> {
+        self.check()?;
+        let mut cluster = self.cluster.lock().unwrap();
+        for m in moves {
+            if let Some(p) = cluster
+                .partitions
+                .iter_mut()
+                .find(|p| p.topic == m.topic && p.partition == m.partition)
+            {
+                p.replicas = m.replicas.clone();
+                p.isr = m.replicas.clone();
+                p.leader = m.replicas[0];
+            }
+            self.log.lock().unwrap().push(format!(
+                "reassign {}-{} {:?}",
+                m.topic, m.partition, m.replicas
+            ));
+        }
+        Ok(())
+    }
+    async fn ongoing_reassignments(&self) -> Result<usize, AdminError> {
+        self.check()?;
+        Ok(*self.ongoing.lock().unwrap())
     }
 }
 

@@ -374,3 +374,134 @@ async fn a_role_this_version_lacks_is_left_out_and_reported() {
         .unwrap()
         .contains("rebalancer"));
 }
+
+fn with_rebalance_on_scale(replicas: i32) -> Arc<KafkaCluster> {
+    let mut kc = (*cluster(replicas)).clone();
+    kc.spec.rebalance_on_scale = true;
+    Arc::new(kc)
+}
+
+#[tokio::test]
+async fn scale_down_with_rebalance_on_scale_drains_the_broker_first() {
+    let ready: Vec<Value> = (0..4).map(|i| pod_json(i, "rev2", true)).collect();
+    let k = kafka_with(vec![
+        partition("t", 0, &[3, 0], &[3, 0], 1),
+        partition("t", 1, &[0, 1], &[0, 1], 1),
+    ]);
+    let s = server(4, ready.clone());
+    reconcile(with_rebalance_on_scale(3), context(&s, &k))
+        .await
+        .expect("reconciles");
+    assert_eq!(
+        k.log(),
+        ["reassign t-0 [2, 0]"],
+        "broker 3's replica moves in place"
+    );
+    assert_eq!(
+        applied_sts_replicas(&s),
+        4,
+        "no broker goes before it is empty"
+    );
+    let st = status(&s);
+    assert_eq!(condition(&st, "Reconciling")["reason"], "Draining");
+    assert_eq!(condition(&st, "Degraded")["status"], "False");
+    assert!(s.event_reasons().contains(&"Draining".to_string()));
+
+    // The move is done: the next pass scales the StatefulSet down.
+    let s = server(4, ready);
+    reconcile(with_rebalance_on_scale(3), context(&s, &k))
+        .await
+        .expect("reconciles");
+    assert_eq!(applied_sts_replicas(&s), 3);
+    assert_eq!(k.log().len(), 1, "nothing more to move");
+}
+
+#[tokio::test]
+async fn drain_waits_while_moves_are_in_progress() {
+    let ready: Vec<Value> = (0..4).map(|i| pod_json(i, "rev2", true)).collect();
+    let k = kafka_with(vec![partition("t", 0, &[3, 0], &[3, 0], 1)]);
+    *k.ongoing.lock().unwrap() = 1;
+    let s = server(4, ready);
+    reconcile(with_rebalance_on_scale(3), context(&s, &k))
+        .await
+        .expect("reconciles");
+    assert!(
+        k.log().is_empty(),
+        "no second reassignment over a running one"
+    );
+    assert_eq!(applied_sts_replicas(&s), 4);
+    assert!(condition(&status(&s), "Reconciling")["message"]
+        .as_str()
+        .unwrap()
+        .contains("1 partition moves in progress"));
+}
+
+#[tokio::test]
+async fn a_drain_that_cannot_fit_is_refused() {
+    let ready: Vec<Value> = (0..3).map(|i| pod_json(i, "rev2", true)).collect();
+    let k = kafka_with(vec![partition("t", 0, &[0, 1, 2], &[0, 1, 2], 1)]);
+    let s = server(3, ready);
+    reconcile(with_rebalance_on_scale(2), context(&s, &k))
+        .await
+        .expect("reconciles");
+    assert!(k.log().is_empty());
+    let degraded = condition(&status(&s), "Degraded").clone();
+    assert_eq!(degraded["reason"], "ScaleDownBlocked");
+    assert!(degraded["message"]
+        .as_str()
+        .unwrap()
+        .contains("t-0 has 3 replicas, more than the 2 brokers that would remain"));
+}
+
+#[tokio::test]
+async fn a_new_broker_gets_replicas_after_a_scale_up() {
+    let ready: Vec<Value> = (0..4).map(|i| pod_json(i, "rev2", true)).collect();
+    let k = kafka_with(
+        (0..6)
+            .map(|i| partition("t", i, &[0, 1, 2], &[0, 1, 2], 2))
+            .collect(),
+    );
+    k.cluster.lock().unwrap().brokers = vec![0, 1, 2, 3];
+    let s = server(4, ready.clone());
+    reconcile(with_rebalance_on_scale(4), context(&s, &k))
+        .await
+        .expect("reconciles");
+    let moved = k.log();
+    assert_eq!(moved.len(), 4, "{moved:?}");
+    let on_new = k
+        .cluster
+        .lock()
+        .unwrap()
+        .partitions
+        .iter()
+        .filter(|p| p.replicas.contains(&3))
+        .count();
+    assert_eq!(on_new, 4);
+    assert_eq!(
+        condition(&status(&s), "Reconciling")["reason"],
+        "Rebalancing"
+    );
+    // Balanced now: another pass moves nothing.
+    let s = server(4, ready);
+    reconcile(with_rebalance_on_scale(4), context(&s, &k))
+        .await
+        .expect("reconciles");
+    assert_eq!(k.log().len(), 4);
+    assert_eq!(condition(&status(&s), "Ready")["status"], "True");
+}
+
+#[tokio::test]
+async fn without_rebalance_on_scale_a_new_broker_stays_empty() {
+    let ready: Vec<Value> = (0..4).map(|i| pod_json(i, "rev2", true)).collect();
+    let k = kafka_with(
+        (0..6)
+            .map(|i| partition("t", i, &[0, 1, 2], &[0, 1, 2], 2))
+            .collect(),
+    );
+    k.cluster.lock().unwrap().brokers = vec![0, 1, 2, 3];
+    let s = server(4, ready);
+    reconcile(cluster(4), context(&s, &k))
+        .await
+        .expect("reconciles");
+    assert!(k.log().is_empty());
+}
