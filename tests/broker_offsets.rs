@@ -65,7 +65,11 @@ async fn list_offsets_answers_every_advertised_version() {
     for v in 1..=7 {
         assert_eq!(list_offsets_at(&b, -2, v), (0, 0, -1), "earliest at v{v}");
         assert_eq!(list_offsets_at(&b, -1, v), (0, 10, -1), "latest at v{v}");
-        assert_eq!(list_offsets_at(&b, 1035, v), (0, 4, 1040), "by time at v{v}");
+        assert_eq!(
+            list_offsets_at(&b, 1035, v),
+            (0, 4, 1040),
+            "by time at v{v}"
+        );
     }
 }
 
