@@ -108,3 +108,87 @@ impl LeaseLock {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use http::Method;
+    use serde_json::json;
+
+    use super::*;
+    use crate::operator::testing::FakeApiServer;
+
+    const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/ops/leases/evenkeel-operator";
+
+    fn lease(holder: &str, renewed: Timestamp) -> serde_json::Value {
+        json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "evenkeel-operator", "namespace": "ops", "resourceVersion": "41"},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15,
+                     "renewTime": MicroTime(renewed), "acquireTime": MicroTime(renewed),
+                     "leaseTransitions": 2},
+        })
+    }
+
+    #[tokio::test]
+    async fn a_missing_lease_is_created_and_held() {
+        let s = FakeApiServer::default();
+        let lock = LeaseLock::new(s.client(), "ops", "evenkeel-operator", "pod-a");
+        assert_eq!(lock.try_acquire().await.unwrap(), Attempt::Leading);
+        let created = s.calls_to(Method::POST, "/leases");
+        assert_eq!(created.len(), 1);
+        assert_eq!(created[0].body["spec"]["holderIdentity"], "pod-a");
+    }
+
+    #[tokio::test]
+    async fn a_live_lease_of_another_replica_is_respected() {
+        let s = FakeApiServer::default();
+        s.put(LEASE, lease("pod-b", Timestamp::now()));
+        let lock = LeaseLock::new(s.client(), "ops", "evenkeel-operator", "pod-a");
+        assert_eq!(
+            lock.try_acquire().await.unwrap(),
+            Attempt::HeldBy("pod-b".into())
+        );
+        assert!(s.calls_to(Method::PUT, "/leases").is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_expired_lease_is_taken_over_with_its_resource_version() {
+        let s = FakeApiServer::default();
+        let old = Timestamp::now() - SignedDuration::from_secs(60);
+        s.put(LEASE, lease("pod-b", old));
+        let lock = LeaseLock::new(s.client(), "ops", "evenkeel-operator", "pod-a");
+        assert_eq!(lock.try_acquire().await.unwrap(), Attempt::Leading);
+        let put = s.calls_to(Method::PUT, "/leases/evenkeel-operator");
+        assert_eq!(put.len(), 1);
+        assert_eq!(put[0].body["spec"]["holderIdentity"], "pod-a");
+        assert_eq!(put[0].body["spec"]["leaseTransitions"], 3);
+        assert_eq!(
+            put[0].body["metadata"]["resourceVersion"], "41",
+            "optimistic concurrency"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lost_race_is_a_conflict_not_a_lead() {
+        let s = FakeApiServer::default();
+        s.put(
+            LEASE,
+            lease("pod-b", Timestamp::now() - SignedDuration::from_secs(60)),
+        );
+        s.route(|c| {
+            (c.method == Method::PUT).then(|| {
+                (
+                    http::StatusCode::CONFLICT,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                           "reason": "Conflict", "code": 409, "message": "the object has been modified"}),
+                )
+            })
+        });
+        let lock = LeaseLock::new(s.client(), "ops", "evenkeel-operator", "pod-a");
+        let err = lock.try_acquire().await.unwrap_err();
+        assert!(
+            matches!(err, kube::Error::Api(ref e) if e.code == 409),
+            "{err}"
+        );
+    }
+}
