@@ -20,11 +20,16 @@ def test_dump_log_decodes_records(bootstrap, data_dir, topic_name, make_topic):
     finally:
         p.close(timeout=10)
 
-    path = os.path.join(data_dir, "%s-0" % topic_name, "00000000000000000000.log")
+    # --data-dir may list several log directories separated by os.pathsep (a cluster: one per
+    # broker); with replication factor 1 the partition lives in exactly one of them.
+    paths = [os.path.join(d, "%s-0" % topic_name, "00000000000000000000.log")
+             for d in data_dir.split(os.pathsep) if d]
     deadline = time.time() + 10
-    while not os.path.exists(path) and time.time() < deadline:
+    while not any(os.path.exists(p) for p in paths) and time.time() < deadline:
         time.sleep(0.2)
-    assert os.path.exists(path), "no segment file %s" % path
+    found = [p for p in paths if os.path.exists(p)]
+    assert len(found) == 1, "segment file of partition 0: found %s among %s" % (found, paths)
+    path = found[0]
 
     rc, out, err = run_tool("kafka-dump-log", "--files", path, "--print-data-log")
     assert rc == 0, "kafka-dump-log failed (rc=%s): %s %s" % (rc, out, err)

@@ -5,6 +5,7 @@ import struct
 
 import pytest
 
+import cclient
 import kclient
 
 LIST_OFFSETS = 2
@@ -49,8 +50,17 @@ def decode_response(version, data):
     return correlation_id, name, partition, error_code, timestamp, offset
 
 
-def call(bootstrap, request_bytes, timeout=10.0):
-    host, port = bootstrap.rsplit(":", 1)
+def leader_address(bootstrap, topic, partition):
+    """HOST:PORT of the partition's leader (Metadata); on a cluster only the leader answers
+    ListOffsets without NOT_LEADER_OR_FOLLOWER."""
+    md = cclient.admin(bootstrap).list_topics(topic=topic, timeout=15)
+    leader = md.topics[topic].partitions[partition].leader
+    broker = md.brokers[leader]
+    return "%s:%d" % (broker.host, broker.port)
+
+
+def call(address, request_bytes, timeout=10.0):
+    host, port = address.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
         s.sendall(request_bytes)
         head = b""
@@ -77,8 +87,9 @@ def test_list_offsets_old_versions(request, bootstrap, topic_name, make_topic, v
         p.flush(timeout=30)
     finally:
         p.close(timeout=10)
+    leader = leader_address(bootstrap, topic_name, 0)
     for correlation_id, timestamp, want in ((11, EARLIEST, 0), (12, LATEST, 3)):
-        data = call(bootstrap, encode_request(version, correlation_id, topic_name, 0, timestamp))
+        data = call(leader, encode_request(version, correlation_id, topic_name, 0, timestamp))
         got = decode_response(version, data)
         assert got[:4] == (correlation_id, topic_name, 0, 0), got
         assert got[5] == want, got
