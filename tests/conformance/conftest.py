@@ -15,9 +15,10 @@ TOOL = os.path.join(REPO_ROOT, "bench", "kafka", "tool")
 def pytest_addoption(parser):
     group = parser.getgroup("conformance")
     group.addoption("--bootstrap", action="store", required=True,
-                    help="HOST:PORT of the broker under test")
+                    help="HOST:PORT[,HOST:PORT...] of the broker(s) under test")
     group.addoption("--data-dir", action="store", default=None,
-                    help="the broker's log directory (enables the kafka-dump-log tests)")
+                    help="the broker's log directory, or several joined by ':' for a cluster "
+                         "(enables the kafka-dump-log tests)")
     group.addoption("--target", action="store", default="kafka", choices=("kafka", "evenkeel"),
                     help="which broker runs (evenkeel enables the xfail marks of known evenkeel "
                          "failures)")
