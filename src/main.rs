@@ -421,7 +421,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             if let Some(ratio) = report.fsync_vs_dd_ratio {
                 println!(
-                    "append with fsync every 1 MiB / dd conv=fdatasync, same round (median): {:.0} %",
+                    "append with fsync every 1 MiB inline / dd conv=fdatasync, same round (median): {:.0} %",
+                    100.0 * ratio
+                );
+            }
+            if let Some(ratio) = report.pipelined_vs_dd_ratio {
+                println!(
+                    "append with fsync every 1 MiB by a flusher thread (at most 2 MiB unsynced) / dd conv=fdatasync, same round (median): {:.0} %",
                     100.0 * ratio
                 );
             }

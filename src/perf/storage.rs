@@ -2,7 +2,9 @@
 //! disk, printed beside `dd`'s sequential write figures from the same directory.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::config::LogConfig;
 use crate::storage::batch::build_batch;
@@ -81,6 +83,75 @@ fn append_run(
     Ok((fig, log))
 }
 
+/// Appends while a flusher thread fsyncs every `every` bytes, as the broker's flush path does:
+/// the flusher takes the file handles under the log's lock and syncs outside it, so appends go on
+/// while the disk works. The appender never runs more than two intervals ahead of the last
+/// completed fsync, so at most `2 * every` bytes are ever unsynced.
+fn pipelined_run(
+    opts: &StoragePerfOptions,
+    name: &str,
+    every: u64,
+) -> Result<Figure, StorageError> {
+    let value = vec![b'x'; opts.record_size];
+    let per_batch = (opts.batch_bytes / opts.record_size).max(1);
+    let records: Vec<crate::storage::batch::KeyValue<'_>> = (0..per_batch)
+        .map(|_| (None, Some(value.as_slice())))
+        .collect();
+    let mut template = build_batch(&records, 1_700_000_000_000);
+    let log = Arc::new(Mutex::new(fresh_log(&opts.dir, name)?));
+    let appended = Arc::new(AtomicU64::new(0));
+    let synced = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let poisoned = || StorageError::Poisoned;
+    let flusher = {
+        let (log, appended, synced, done) =
+            (log.clone(), appended.clone(), synced.clone(), done.clone());
+        std::thread::spawn(move || -> Result<(), StorageError> {
+            loop {
+                let finished = done.load(Ordering::Acquire);
+                let upto_bytes = appended.load(Ordering::Acquire);
+                let behind = upto_bytes - synced.load(Ordering::Acquire);
+                if behind >= every || (finished && behind > 0) {
+                    let (handles, upto) = {
+                        let l = log.lock().map_err(|_| StorageError::Poisoned)?;
+                        l.unflushed_handles(l.log_end_offset())
+                    };
+                    for h in &handles {
+                        h.sync()?;
+                    }
+                    log.lock()
+                        .map_err(|_| StorageError::Poisoned)?
+                        .mark_flushed(upto);
+                    synced.store(upto_bytes, Ordering::Release);
+                } else if finished {
+                    return Ok(());
+                } else {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+            }
+        })
+    };
+    let start = Instant::now();
+    let mut written = 0u64;
+    while written < opts.total_bytes {
+        log.lock()
+            .map_err(|_| poisoned())?
+            .append_as_leader(&mut template, 0)?;
+        written += template.len() as u64;
+        appended.store(written, Ordering::Release);
+        while written - synced.load(Ordering::Acquire) > 2 * every {
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+    done.store(true, Ordering::Release);
+    flusher.join().map_err(|_| poisoned())??;
+    Ok(Figure {
+        name: name.into(),
+        bytes: written,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
 fn read_run(log: &Log) -> Result<Figure, StorageError> {
     let start = Instant::now();
     let mut offset = log.log_start_offset();
@@ -157,11 +228,13 @@ fn row(name: String, figs: &[Figure]) -> Option<Row> {
     })
 }
 
-/// What `run` measured: rows in print order, and the median over rounds of
-/// (our append with fsync every 1 MiB) / (dd conv=fdatasync) from the same round.
+/// What `run` measured: rows in print order, and the medians over rounds of
+/// (our append with fsync every 1 MiB) / (dd conv=fdatasync) from the same round, for the
+/// inline fsync and for the background flusher.
 pub struct Report {
     pub rows: Vec<Row>,
     pub fsync_vs_dd_ratio: Option<f64>,
+    pub pipelined_vs_dd_ratio: Option<f64>,
 }
 
 /// Runs `runs` rounds. Each round measures everything once, back to back, so that the shared
@@ -170,7 +243,7 @@ pub fn run(opts: &StoragePerfOptions, runs: usize) -> Result<Report, StorageErro
     std::fs::create_dir_all(&opts.dir).map_err(StorageError::io(&opts.dir))?;
     let (mut plain, mut reads, mut synced, mut dd_end, mut dd_each) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut ratios = Vec::new();
+    let (mut piped, mut ratios, mut piped_ratios) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..runs.max(1) {
         settle();
         let (fig, log) = append_run(opts, "perf-nofsync", None)?;
@@ -185,8 +258,14 @@ pub fn run(opts: &StoragePerfOptions, runs: usize) -> Result<Report, StorageErro
         let ours = fig.mb_per_s();
         synced.push(fig);
         settle();
+        let fig = pipelined_run(opts, "perf-flusher", opts.fsync_every_bytes)?;
+        let _ = std::fs::remove_dir_all(opts.dir.join("perf-flusher-0"));
+        let ours_piped = fig.mb_per_s();
+        piped.push(fig);
+        settle();
         if let Some(f) = dd(&opts.dir, opts.total_bytes, "conv=fdatasync", "") {
             ratios.push(ours / f.mb_per_s());
+            piped_ratios.push(ours_piped / f.mb_per_s());
             dd_end.push(f);
         }
         settle();
@@ -204,8 +283,15 @@ pub fn run(opts: &StoragePerfOptions, runs: usize) -> Result<Report, StorageErro
         ),
         row("read (1 MiB fetches, from the page cache)".into(), &reads),
         row(
-            format!("append, fsync every {} B", opts.fsync_every_bytes),
+            format!("append, fsync every {} B inline", opts.fsync_every_bytes),
             &synced,
+        ),
+        row(
+            format!(
+                "append, fsync every {} B by a flusher thread",
+                opts.fsync_every_bytes
+            ),
+            &piped,
         ),
         row("dd bs=1M conv=fdatasync".into(), &dd_end),
         row(
@@ -217,8 +303,10 @@ pub fn run(opts: &StoragePerfOptions, runs: usize) -> Result<Report, StorageErro
     .flatten()
     .collect();
     ratios.sort_by(f64::total_cmp);
+    piped_ratios.sort_by(f64::total_cmp);
     Ok(Report {
         rows,
         fsync_vs_dd_ratio: ratios.get(ratios.len() / 2).copied(),
+        pipelined_vs_dd_ratio: piped_ratios.get(piped_ratios.len() / 2).copied(),
     })
 }

@@ -33,6 +33,9 @@ pub enum StorageError {
     /// The log directory is locked by another process.
     #[error("log directory {0} is in use by another process")]
     DirectoryLocked(PathBuf),
+    /// A thread panicked while it held a log's lock.
+    #[error("a thread panicked while holding the log's lock")]
+    Poisoned,
     #[error("i/o error on {path}: {source}")]
     Io {
         path: PathBuf,
@@ -54,6 +57,7 @@ impl StorageError {
             StorageError::CorruptIndex { .. }
             | StorageError::MalformedFile { .. }
             | StorageError::DirectoryLocked(_)
+            | StorageError::Poisoned
             | StorageError::Io { .. } => 56,
         }
     }
