@@ -2,14 +2,12 @@
 //! real kube-apiserver + etcd (+ kube-controller-manager for garbage collection and namespace
 //! deletion), built from the Go module proxy by `scripts/kube-testenv`. See docs/kube-testenv.md.
 //!
-//! The tests are #[ignore]d, so a plain `cargo test` (README's command, no Go needed) lists them
-//! as ignored, and they need EVENKEEL_KUBE_ASSETS naming the directory that
-//! `scripts/kube-testenv` prints: run with --ignored but without it, each prints "skipped: set
-//! EVENKEEL_KUBE_ASSETS ..." and returns. That is acceptable only because `.ci/run` always builds
-//! the control plane and runs this binary with --ignored and EVENKEEL_KUBE_ASSETS set: CI never
-//! skips them.
+//! The file builds only with the `tier-kube-apiserver` feature, so a plain `cargo test` (README's
+//! command, no Go needed) leaves it out, and it needs EVENKEEL_KUBE_ASSETS naming the directory
+//! that `scripts/kube-testenv` prints: without it every test fails saying so. `.ci/run` builds the
+//! control plane and runs it.
 //!
-//! Run: EVENKEEL_KUBE_ASSETS=$(scripts/kube-testenv) cargo test --test kube_apiserver -- --ignored --test-threads=1
+//! Run: EVENKEEL_KUBE_ASSETS=$(scripts/kube-testenv --print-dir) cargo test --features tier-kube-apiserver --test kube_apiserver -- --test-threads=1
 //! (EVENKEEL_KUBE_KEEP=1 keeps the control plane's logs and the operator's in /tmp/evenkeel-kube-*.)
 
 mod common;
@@ -73,7 +71,6 @@ async fn merge(api: &Api<KafkaTopic>, name: &str, patch: Value) -> Result<KafkaT
 /// non-structural schema is refused at creation), Established, and unknown fields refused under
 /// strict field validation (which only a structural schema can do).
 #[tokio::test]
-#[ignore = "real API server tier: EVENKEEL_KUBE_ASSETS=$(scripts/kube-testenv) cargo test --test kube_apiserver -- --ignored"]
 async fn crds_are_accepted_as_structural_and_established() {
     require_kube!();
     let client = kubeenv::admin().await;
@@ -133,7 +130,6 @@ async fn crds_are_accepted_as_structural_and_established() {
 /// 2. The CEL rules of KafkaTopic refuse, at admission and with readable messages, a partition
 /// decrease and a change to each immutable field; a partition increase passes.
 #[tokio::test]
-#[ignore = "real API server tier: EVENKEEL_KUBE_ASSETS=$(scripts/kube-testenv) cargo test --test kube_apiserver -- --ignored"]
 async fn cel_rules_refuse_partition_decrease_and_immutable_changes() {
     require_kube!();
     let client = kubeenv::admin().await;
@@ -188,7 +184,6 @@ async fn cel_rules_refuse_partition_decrease_and_immutable_changes() {
 /// 3. The chart's RBAC (default values) is enough for the operator, run as the chart's
 /// ServiceAccount (impersonated) with leader election, and no more than it needs.
 #[tokio::test]
-#[ignore = "real API server tier: EVENKEEL_KUBE_ASSETS=$(scripts/kube-testenv) cargo test --test kube_apiserver -- --ignored"]
 async fn operator_runs_with_only_the_charts_rbac() {
     require_kube!();
     let admin = kubeenv::admin().await;
@@ -264,7 +259,6 @@ async fn operator_runs_with_only_the_charts_rbac() {
 /// status carries conditions and the config hash; a config edit gives a new hash; deleting the
 /// cluster removes its objects (garbage collection through the owner references).
 #[tokio::test]
-#[ignore = "real API server tier: EVENKEEL_KUBE_ASSETS=$(scripts/kube-testenv) cargo test --test kube_apiserver -- --ignored"]
 async fn kafkacluster_objects_status_config_hash_and_cleanup() {
     require_kube!();
     let admin = kubeenv::admin().await;
@@ -432,7 +426,6 @@ async fn wait_topic_ready(topics: &Api<KafkaTopic>, name: &str, gen_at_least: i6
 /// 5. KafkaTopic against a real evenkeel broker process: create, grow, config change, and
 /// deletion through the finalizer (the topic is deleted in Kafka before the resource goes).
 #[tokio::test]
-#[ignore = "real API server tier: EVENKEEL_KUBE_ASSETS=$(scripts/kube-testenv) cargo test --test kube_apiserver -- --ignored"]
 async fn kafkatopic_lifecycle_against_a_real_broker() {
     require_kube!();
     let admin = kubeenv::admin().await;
@@ -518,7 +511,6 @@ async fn kafkatopic_lifecycle_against_a_real_broker() {
 /// 6. Deleting a namespace whose KafkaCluster goes with it is not blocked by the KafkaTopic
 /// finalizer, even though its brokers are gone (Strimzi #11901, Koperator #306).
 #[tokio::test]
-#[ignore = "real API server tier: EVENKEEL_KUBE_ASSETS=$(scripts/kube-testenv) cargo test --test kube_apiserver -- --ignored"]
 async fn namespace_deletion_is_not_blocked_by_the_topic_finalizer() {
     require_kube!();
     let admin = kubeenv::admin().await;
@@ -701,7 +693,6 @@ fn kubeconform(dir: &Path, input: &Path) -> (bool, String) {
 /// against the API server's own schemas and our CRD schemas, with no kind skipped; then the
 /// rendered chart is applied to the API server.
 #[tokio::test]
-#[ignore = "real API server tier: EVENKEEL_KUBE_ASSETS=$(scripts/kube-testenv) cargo test --test kube_apiserver -- --ignored"]
 async fn helm_chart_passes_kubeconform_strict_and_applies() {
     require_kube!();
     let admin = kubeenv::admin().await;

@@ -2,9 +2,9 @@
 //! client's AlterPartitionReassignments) against a real multi-broker Apache Kafka.
 //!
 //! evenkeel's brokers do not replicate yet, so this runs against Kafka started by
-//! `bench/kafka/cluster start DIR 3`: set EVENKEEL_KAFKA_CLUSTER_BOOTSTRAP to the address it prints.
-//! `.ci/run` always does; without the variable the test says it was skipped and passes, which is
-//! only acceptable because CI sets it.
+//! `bench/kafka/cluster start DIR 3`, with EVENKEEL_KAFKA_CLUSTER_BOOTSTRAP set to the address it
+//! prints. It builds only with the `tier-kafka-cluster` feature (a plain `cargo test` leaves it
+//! out); `.ci/run` starts the cluster and runs it.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
