@@ -427,7 +427,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             if let Some(ratio) = report.pipelined_vs_dd_ratio {
                 println!(
-                    "append with fsync every 1 MiB by a flusher thread (at most 2 MiB unsynced) / dd conv=fdatasync, same round (median): {:.0} %",
+                    "append with fsync every 1 MiB by a flusher thread (at most 2 MiB unsynced, preallocate=true) / dd conv=fdatasync, same round (median): {:.0} %",
                     100.0 * ratio
                 );
             }

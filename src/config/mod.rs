@@ -51,6 +51,8 @@ pub struct LogConfig {
     pub min_insync_replicas: i32,
     pub cleanup_policy: String,
     pub compression_type: String,
+    /// Reserve a new segment's disk space up front (`preallocate`, default false as in Kafka).
+    pub preallocate: bool,
 }
 
 impl Default for LogConfig {
@@ -71,6 +73,7 @@ impl Default for LogConfig {
             min_insync_replicas: 1,
             cleanup_policy: "delete".into(),
             compression_type: "producer".into(),
+            preallocate: false,
         }
     }
 }
@@ -94,6 +97,7 @@ pub const TOPIC_CONFIG_SYNONYMS: &[(&str, &str)] = &[
     ("min.insync.replicas", "min.insync.replicas"),
     ("cleanup.policy", "log.cleanup.policy"),
     ("compression.type", "compression.type"),
+    ("preallocate", "log.preallocate"),
 ];
 
 fn parse_i64(key: &str, v: &str, min: i64) -> Result<i64, ConfigError> {
@@ -124,6 +128,13 @@ impl LogConfig {
             "file.delete.delay.ms" => self.file_delete_delay_ms = parse_i64(key, v, 0)?,
             "max.message.bytes" => self.max_message_bytes = parse_i64(key, v, 0)? as u64,
             "min.insync.replicas" => self.min_insync_replicas = parse_i64(key, v, 1)? as i32,
+            "preallocate" => {
+                self.preallocate = match v.trim() {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(invalid(key, v, "must be true or false")),
+                }
+            }
             "message.timestamp.type" => {
                 self.message_timestamp_type = match v.trim() {
                     "CreateTime" => TimestampType::CreateTime,
@@ -236,6 +247,7 @@ impl LogConfig {
             "min.insync.replicas" => (self.min_insync_replicas.to_string(), CONFIG_TYPE_INT),
             "cleanup.policy" => (self.cleanup_policy.clone(), CONFIG_TYPE_LIST),
             "compression.type" => (self.compression_type.clone(), CONFIG_TYPE_STRING),
+            "preallocate" => (self.preallocate.to_string(), CONFIG_TYPE_BOOLEAN),
             _ => return None,
         };
         Some(v)

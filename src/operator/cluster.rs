@@ -66,13 +66,18 @@ pub fn can_restart(id: i32, state: &ClusterState) -> Result<(), String> {
 /// The next step of a safe rolling restart. A stale pod that is not ready serves nothing and is
 /// restarted first; otherwise pods go in ordinal order with the active controller last, each only
 /// when every pod is ready and the broker can go down without losing min.insync.replicas.
-pub fn next_roll_step(pods: &[PodView], state: Option<&ClusterState>) -> RollStep {
+pub fn next_roll_step(pods: &[PodView], expected: i32, state: Option<&ClusterState>) -> RollStep {
     let mut stale: Vec<&PodView> = pods.iter().filter(|p| p.stale).collect();
     if stale.is_empty() {
         return RollStep::Done;
     }
     if let Some(p) = pods.iter().find(|p| p.terminating) {
         return RollStep::Wait(format!("waiting for pod {} to stop", p.name));
+    }
+    // A deleted pod may be gone before the StatefulSet has recreated it: a missing ordinal is a
+    // broker that is down, so nothing else may stop until it is back.
+    if let Some(missing) = (0..expected).find(|i| !pods.iter().any(|p| p.ordinal == *i)) {
+        return RollStep::Wait(format!("waiting for broker {missing}'s pod to be created"));
     }
     if let Some(p) = stale.iter().find(|p| !p.ready) {
         return RollStep::Restart(p.name.clone());
@@ -109,6 +114,13 @@ pub fn next_roll_step(pods: &[PodView], state: Option<&ClusterState>) -> RollSte
 
 /// Refuses a scale-down while a broker to remove still holds a replica.
 pub fn check_scale_down(current: i32, desired: i32, state: &ClusterState) -> Result<(), String> {
+    // A broker missing from the metadata may hold replicas nobody can see: fail closed.
+    if let Some(b) = (0..current).find(|b| !state.brokers.contains(b)) {
+        return Err(format!(
+            "cannot scale down from {current} to {desired} brokers: broker {b} is not in the \
+             cluster's metadata, so the replicas it holds cannot be checked"
+        ));
+    }
     let removed: Vec<i32> = (desired..current).collect();
     let held: Vec<String> = state
         .partitions
@@ -205,6 +217,7 @@ async fn reconcile_inner<C: AdminConnector>(
                 &now,
             );
             ctx.event(kc, EventType::Warning, "InvalidSpec", &msg).await;
+            st.observed_generation = generation;
             patch_status(&clusters, kc, st).await?;
             return Ok(Action::await_change());
         }
@@ -316,7 +329,7 @@ async fn reconcile_inner<C: AdminConnector>(
         .iter()
         .filter_map(|p| pod_view(p, update_revision.as_deref()))
         .collect();
-    let step = next_roll_step(&views, cluster_state.as_ref().ok());
+    let step = next_roll_step(&views, current.min(replicas), cluster_state.as_ref().ok());
     let mut requeue = ctx.resync;
     let mut rolling: Option<(String, String)> = None;
     match &step {
@@ -351,7 +364,9 @@ async fn reconcile_inner<C: AdminConnector>(
         &cluster_state,
     ) {
         let brokers: Vec<i32> = (0..replicas).collect();
-        let registered = brokers.iter().all(|b| state.brokers.contains(b));
+        // Never while a scale-down is draining brokers: that would move replicas back.
+        let scaling_down = replicas != kc.spec.replicas || moving.is_some();
+        let registered = !scaling_down && brokers.iter().all(|b| state.brokers.contains(b));
         let empty = brokers
             .iter()
             .any(|b| !state.partitions.iter().any(|p| p.replicas.contains(b)));
@@ -376,10 +391,13 @@ async fn reconcile_inner<C: AdminConnector>(
     let rolling = rolling.or(moving);
 
     // Status.
+    // Leader counts only from a view that has every broker: a partial one would flip the status
+    // between passes.
     let leaders = |id: i32| {
         cluster_state
             .as_ref()
             .ok()
+            .filter(|s| views.iter().all(|v| s.brokers.contains(&v.ordinal)))
             .map(|s| s.partitions.iter().filter(|p| p.leader == id).count() as i32)
     };
     st.brokers = views

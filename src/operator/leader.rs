@@ -12,6 +12,8 @@ use kube::Client;
 /// Seconds a Lease stays valid without renewal.
 pub const LEASE_SECONDS: i32 = 15;
 const RENEW_EVERY: Duration = Duration::from_secs(5);
+/// Give up leading when no renewal succeeded for this long (well inside `LEASE_SECONDS`).
+const RENEW_DEADLINE: Duration = Duration::from_secs(10);
 
 pub struct LeaseLock {
     api: Api<Lease>,
@@ -50,14 +52,19 @@ impl LeaseLock {
         }
     }
 
-    /// Renews the Lease until a renewal fails; returns why.
+    /// Renews the Lease until a renewal fails or does not finish within `RENEW_DEADLINE` of the
+    /// last good one (client-go's renewDeadline): a hung API call must not let this replica go
+    /// on leading after the Lease has expired for the others. Returns why it stopped.
     pub async fn hold(&self) -> String {
+        let mut last_renewed = tokio::time::Instant::now();
         loop {
             tokio::time::sleep(RENEW_EVERY).await;
-            match self.try_acquire().await {
-                Ok(Attempt::Leading) => {}
-                Ok(Attempt::HeldBy(holder)) => return format!("taken over by {holder}"),
-                Err(e) => return e.to_string(),
+            let left = RENEW_DEADLINE.saturating_sub(last_renewed.elapsed());
+            match tokio::time::timeout(left, self.try_acquire()).await {
+                Ok(Ok(Attempt::Leading)) => last_renewed = tokio::time::Instant::now(),
+                Ok(Ok(Attempt::HeldBy(holder))) => return format!("taken over by {holder}"),
+                Ok(Err(e)) => return e.to_string(),
+                Err(_) => return format!("no renewal within {RENEW_DEADLINE:?}"),
             }
         }
     }

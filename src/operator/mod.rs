@@ -79,14 +79,20 @@ impl<C: AdminConnector> Context<C> {
         }
     }
 
-    /// Bootstrap address of a cluster's first listener.
+    /// Bootstrap list for a cluster's first listener: broker 0's pod, then the bootstrap Service.
     pub fn bootstrap_of(&self, kc: &KafkaCluster) -> Result<String, Error> {
         if let Some(addr) = &self.bootstrap_override {
             return Ok(addr.clone());
         }
         let names = resources::Names::of(kc)?;
         let port = kc.spec.listeners.first().map_or(9092, |l| l.port);
-        Ok(names.bootstrap_address(port))
+        // Broker 0 first, then the Service: while brokers do not form one cluster yet, every pass
+        // must see the same broker, or topics and status would differ from pass to pass.
+        Ok(format!(
+            "{}:{port},{}",
+            names.pod_host("0"),
+            names.bootstrap_address(port)
+        ))
     }
 
     /// Publishes a Kubernetes event about `obj`; a failure to publish is only logged.

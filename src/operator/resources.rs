@@ -168,6 +168,28 @@ pub fn server_properties(kc: &KafkaCluster) -> Result<String, BuildError> {
     if spec.listeners.is_empty() {
         return Err(BuildError::Invalid("spec.listeners is empty".into()));
     }
+    for (i, l) in spec.listeners.iter().enumerate() {
+        if ["controller", "metrics"].contains(&l.name.as_str()) {
+            return Err(BuildError::Invalid(format!(
+                "listener {}: the name is taken by the operator's own ports",
+                l.name
+            )));
+        }
+        if [CONTROLLER_PORT, METRICS_PORT].contains(&l.port) {
+            return Err(BuildError::Invalid(format!(
+                "listener {}: port {} is taken by the controller or metrics port",
+                l.name, l.port
+            )));
+        }
+        if let Some(other) = spec.listeners[..i].iter().find(|o| {
+            o.name == l.name || o.port == l.port || listener_name(&o.name) == listener_name(&l.name)
+        }) {
+            return Err(BuildError::Invalid(format!(
+                "listeners {} and {} share a name or a port",
+                other.name, l.name
+            )));
+        }
+    }
     let mut listeners: Vec<String> = spec
         .listeners
         .iter()

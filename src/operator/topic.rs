@@ -312,10 +312,15 @@ async fn cleanup<C: AdminConnector>(
         .await;
         return Ok(Action::await_change());
     }
-    // A conflicting KafkaTopic never owned the topic: deleting it must not touch Kafka.
+    // A conflicting KafkaTopic never owned the topic: deleting it must not touch Kafka. Ownership
+    // counts KafkaTopics being deleted too, so that when both go at once only the owner acts.
     let all = api.list(&ListParams::default()).await?.items;
-    if let Some(owner) = owner_of(&all, &kt.spec.cluster_ref, &name) {
-        if owner.name_any() != kt.name_any() && owner.meta().uid != kt.meta().uid {
+    let mut everyone = all.clone();
+    for t in everyone.iter_mut() {
+        t.metadata.deletion_timestamp = None;
+    }
+    if let Some(owner) = owner_of(&everyone, &kt.spec.cluster_ref, &name) {
+        if owner.meta().uid != kt.meta().uid {
             return Ok(Action::await_change());
         }
     }

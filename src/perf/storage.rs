@@ -37,12 +37,16 @@ impl Figure {
 }
 
 fn fresh_log(dir: &Path, name: &str) -> Result<Log, StorageError> {
+    fresh_log_with(dir, name, LogConfig::default())
+}
+
+fn fresh_log_with(dir: &Path, name: &str, config: LogConfig) -> Result<Log, StorageError> {
     let d = dir.join(format!("{name}-0"));
     let _ = std::fs::remove_dir_all(&d);
     Log::open(
         &d,
         TopicPartition::new(name, 0),
-        LogConfig::default(),
+        config,
         LoadParams::default(),
     )
 }
@@ -91,6 +95,7 @@ fn pipelined_run(
     opts: &StoragePerfOptions,
     name: &str,
     every: u64,
+    preallocate: bool,
 ) -> Result<Figure, StorageError> {
     let value = vec![b'x'; opts.record_size];
     let per_batch = (opts.batch_bytes / opts.record_size).max(1);
@@ -98,7 +103,11 @@ fn pipelined_run(
         .map(|_| (None, Some(value.as_slice())))
         .collect();
     let mut template = build_batch(&records, 1_700_000_000_000);
-    let log = Arc::new(Mutex::new(fresh_log(&opts.dir, name)?));
+    let config = LogConfig {
+        preallocate,
+        ..LogConfig::default()
+    };
+    let log = Arc::new(Mutex::new(fresh_log_with(&opts.dir, name, config)?));
     let appended = Arc::new(AtomicU64::new(0));
     let synced = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
@@ -133,18 +142,28 @@ fn pipelined_run(
     };
     let start = Instant::now();
     let mut written = 0u64;
-    while written < opts.total_bytes {
-        log.lock()
-            .map_err(|_| poisoned())?
-            .append_as_leader(&mut template, 0)?;
-        written += template.len() as u64;
-        appended.store(written, Ordering::Release);
-        while written - synced.load(Ordering::Acquire) > 2 * every {
-            std::thread::sleep(Duration::from_micros(20));
+    let appended_all = (|| -> Result<(), StorageError> {
+        while written < opts.total_bytes {
+            log.lock()
+                .map_err(|_| poisoned())?
+                .append_as_leader(&mut template, 0)?;
+            written += template.len() as u64;
+            appended.store(written, Ordering::Release);
+            while written - synced.load(Ordering::Acquire) > 2 * every {
+                if flusher.is_finished() {
+                    // The flusher stopped early: its error is reported by the join below.
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_micros(20));
+            }
         }
-    }
+        Ok(())
+    })();
+    // Stop the flusher on every path, then report the first error.
     done.store(true, Ordering::Release);
-    flusher.join().map_err(|_| poisoned())??;
+    let flushed = flusher.join().map_err(|_| poisoned())?;
+    appended_all?;
+    flushed?;
     Ok(Figure {
         name: name.into(),
         bytes: written,
@@ -230,7 +249,7 @@ fn row(name: String, figs: &[Figure]) -> Option<Row> {
 
 /// What `run` measured: rows in print order, and the medians over rounds of
 /// (our append with fsync every 1 MiB) / (dd conv=fdatasync) from the same round, for the
-/// inline fsync and for the background flusher.
+/// inline fsync and for the background flusher on preallocated segments.
 pub struct Report {
     pub rows: Vec<Row>,
     pub fsync_vs_dd_ratio: Option<f64>,
@@ -243,7 +262,8 @@ pub fn run(opts: &StoragePerfOptions, runs: usize) -> Result<Report, StorageErro
     std::fs::create_dir_all(&opts.dir).map_err(StorageError::io(&opts.dir))?;
     let (mut plain, mut reads, mut synced, mut dd_end, mut dd_each) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut piped, mut ratios, mut piped_ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut piped, mut prealloc, mut ratios, mut piped_ratios) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..runs.max(1) {
         settle();
         let (fig, log) = append_run(opts, "perf-nofsync", None)?;
@@ -258,10 +278,14 @@ pub fn run(opts: &StoragePerfOptions, runs: usize) -> Result<Report, StorageErro
         let ours = fig.mb_per_s();
         synced.push(fig);
         settle();
-        let fig = pipelined_run(opts, "perf-flusher", opts.fsync_every_bytes)?;
+        let fig = pipelined_run(opts, "perf-flusher", opts.fsync_every_bytes, false)?;
         let _ = std::fs::remove_dir_all(opts.dir.join("perf-flusher-0"));
-        let ours_piped = fig.mb_per_s();
         piped.push(fig);
+        settle();
+        let fig = pipelined_run(opts, "perf-prealloc", opts.fsync_every_bytes, true)?;
+        let _ = std::fs::remove_dir_all(opts.dir.join("perf-prealloc-0"));
+        let ours_piped = fig.mb_per_s();
+        prealloc.push(fig);
         settle();
         if let Some(f) = dd(&opts.dir, opts.total_bytes, "conv=fdatasync", "") {
             ratios.push(ours / f.mb_per_s());
@@ -292,6 +316,13 @@ pub fn run(opts: &StoragePerfOptions, runs: usize) -> Result<Report, StorageErro
                 opts.fsync_every_bytes
             ),
             &piped,
+        ),
+        row(
+            format!(
+                "append, fsync every {} B by a flusher, preallocate=true",
+                opts.fsync_every_bytes
+            ),
+            &prealloc,
         ),
         row("dd bs=1M conv=fdatasync".into(), &dd_end),
         row(

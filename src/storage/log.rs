@@ -88,6 +88,7 @@ fn segment_config(c: &LogConfig) -> SegmentConfig {
     SegmentConfig {
         index_interval_bytes: c.index_interval_bytes,
         max_index_size: c.segment_index_bytes,
+        preallocate_bytes: c.preallocate.then_some(c.segment_bytes),
     }
 }
 

@@ -23,7 +23,7 @@ fn state(controller: i32, partitions: Vec<PartitionState>) -> ClusterState {
     ClusterState {
         cluster_id: "c".into(),
         controller_id: controller,
-        brokers: vec![0, 1, 2],
+        brokers: vec![0, 1, 2, 3],
         partitions,
     }
 }
@@ -56,24 +56,27 @@ fn a_broker_at_the_min_isr_edge_cannot_restart() {
 fn roll_goes_one_pod_at_a_time_with_the_controller_last() {
     let s = state(1, vec![partition("t", 0, &[0, 1, 2], &[0, 1, 2], 2)]);
     assert_eq!(
-        next_roll_step(&pods(3, &[0, 1, 2], &[]), Some(&s)),
+        next_roll_step(&pods(3, &[0, 1, 2], &[]), 3, Some(&s)),
         RollStep::Restart("main-kafka-0".into())
     );
     assert_eq!(
-        next_roll_step(&pods(3, &[1, 2], &[]), Some(&s)),
+        next_roll_step(&pods(3, &[1, 2], &[]), 3, Some(&s)),
         RollStep::Restart("main-kafka-2".into())
     );
     assert_eq!(
-        next_roll_step(&pods(3, &[1], &[]), Some(&s)),
+        next_roll_step(&pods(3, &[1], &[]), 3, Some(&s)),
         RollStep::Restart("main-kafka-1".into())
     );
-    assert_eq!(next_roll_step(&pods(3, &[], &[]), Some(&s)), RollStep::Done);
+    assert_eq!(
+        next_roll_step(&pods(3, &[], &[]), 3, Some(&s)),
+        RollStep::Done
+    );
 }
 
 #[test]
 fn roll_waits_for_the_restarted_pod_to_be_ready_and_caught_up() {
     let s = state(0, vec![partition("t", 0, &[0, 1, 2], &[0, 1, 2], 2)]);
-    let step = next_roll_step(&pods(3, &[1, 2], &[0]), Some(&s));
+    let step = next_roll_step(&pods(3, &[1, 2], &[0]), 3, Some(&s));
     assert_eq!(
         step,
         RollStep::Wait("waiting for pod main-kafka-0 to be ready".into())
@@ -81,11 +84,11 @@ fn roll_waits_for_the_restarted_pod_to_be_ready_and_caught_up() {
     let mut terminating = pods(3, &[1, 2], &[]);
     terminating[0].terminating = true;
     assert!(matches!(
-        next_roll_step(&terminating, Some(&s)),
+        next_roll_step(&terminating, 3, Some(&s)),
         RollStep::Wait(_)
     ));
     let behind = state(0, vec![partition("t", 0, &[0, 1, 2], &[1, 2], 2)]);
-    let step = next_roll_step(&pods(3, &[1, 2], &[]), Some(&behind));
+    let step = next_roll_step(&pods(3, &[1, 2], &[]), 3, Some(&behind));
     assert!(
         matches!(&step, RollStep::Wait(m) if m.contains("catch up")),
         "{step:?}"
@@ -97,18 +100,33 @@ fn a_stale_pod_that_is_not_ready_is_restarted_first() {
     // A broker crash-looping on a bad config serves nothing: restarting it is always safe.
     let s = state(0, vec![]);
     assert_eq!(
-        next_roll_step(&pods(3, &[0, 2], &[2]), Some(&s)),
+        next_roll_step(&pods(3, &[0, 2], &[2]), 3, Some(&s)),
         RollStep::Restart("main-kafka-2".into())
     );
     assert_eq!(
-        next_roll_step(&pods(3, &[0, 2], &[2]), None),
+        next_roll_step(&pods(3, &[0, 2], &[2]), 3, None),
         RollStep::Restart("main-kafka-2".into())
     );
 }
 
 #[test]
+fn roll_waits_while_a_deleted_pod_is_not_recreated_yet() {
+    let s = state(0, vec![partition("t", 0, &[0, 1, 2], &[0, 1, 2], 2)]);
+    // Pod 1 was deleted and is gone; pods 0 and 2 are ready and stale.
+    let present: Vec<PodView> = pods(3, &[0, 2], &[])
+        .into_iter()
+        .filter(|p| p.ordinal != 1)
+        .collect();
+    let step = next_roll_step(&present, 3, Some(&s));
+    assert_eq!(
+        step,
+        RollStep::Wait("waiting for broker 1's pod to be created".into())
+    );
+}
+
+#[test]
 fn roll_is_blocked_without_a_view_of_the_brokers() {
-    let step = next_roll_step(&pods(3, &[0], &[]), None);
+    let step = next_roll_step(&pods(3, &[0], &[]), 3, None);
     assert!(
         matches!(&step, RollStep::Blocked(m) if m.contains("min.insync.replicas")),
         "{step:?}"
@@ -134,6 +152,14 @@ fn scale_down_is_refused_while_removed_brokers_hold_replicas() {
         .contains("brokers [2, 3] still hold 1"));
     let empty = state(0, vec![partition("t", 0, &[0, 1], &[0, 1], 1)]);
     assert!(check_scale_down(4, 3, &empty).is_ok());
+    // A broker the metadata does not show may hold anything: refused.
+    let mut partial = empty.clone();
+    partial.brokers = vec![0, 1, 2];
+    let err = check_scale_down(4, 3, &partial).unwrap_err();
+    assert!(
+        err.contains("broker 3 is not in the cluster's metadata"),
+        "{err}"
+    );
 }
 
 // ---- whole reconciles on the mock API server ----
@@ -504,4 +530,38 @@ async fn without_rebalance_on_scale_a_new_broker_stays_empty() {
         .await
         .expect("reconciles");
     assert!(k.log().is_empty());
+}
+
+#[tokio::test]
+async fn a_second_pass_over_an_unchanged_cluster_patches_no_status() {
+    let ready: Vec<Value> = (0..3).map(|i| pod_json(i, "rev2", true)).collect();
+    let k = kafka_with(vec![partition("t", 0, &[0, 1, 2], &[0, 1, 2], 2)]);
+    let s = server(3, ready.clone());
+    reconcile(cluster(3), context(&s, &k))
+        .await
+        .expect("reconciles");
+    let mut kc = (*cluster(3)).clone();
+    kc.status = Some(serde_json::from_value(status(&s)).expect("status parses"));
+    let s = server(3, ready);
+    reconcile(Arc::new(kc), context(&s, &k))
+        .await
+        .expect("reconciles");
+    assert!(
+        s.calls_to(Method::PATCH, "kafkaclusters/main/status")
+            .is_empty(),
+        "nothing changed, so no status patch (and no watch event to loop on)"
+    );
+}
+
+#[tokio::test]
+async fn leader_counts_are_left_out_when_the_metadata_misses_a_broker() {
+    let ready: Vec<Value> = (0..3).map(|i| pod_json(i, "rev2", true)).collect();
+    let k = kafka_with(vec![partition("t", 0, &[0], &[0], 1)]);
+    k.cluster.lock().unwrap().brokers = vec![0];
+    let s = server(3, ready);
+    reconcile(cluster(3), context(&s, &k))
+        .await
+        .expect("reconciles");
+    let st = status(&s);
+    assert!(st["brokers"][0].get("leaders").is_none(), "{st}");
 }

@@ -111,6 +111,16 @@ fn reserved_and_tls_settings_are_refused_with_a_message() {
             .contains("TLS listeners are not supported yet"),
         "{err}"
     );
+    let err = server_properties(&cluster(
+        "replicas: 1\nlisteners:\n- {name: plain, port: 9092}\n- {name: other, port: 9092}\n",
+    ))
+    .unwrap_err();
+    assert!(err.to_string().contains("share a name or a port"), "{err}");
+    let err = server_properties(&cluster(
+        "replicas: 1\nlisteners:\n- {name: plain, port: 9404}\n",
+    ))
+    .unwrap_err();
+    assert!(err.to_string().contains("port 9404 is taken"), "{err}");
     let err = server_properties(&cluster("replicas: 1\nconfig:\n  a: \"x\\ny=z\"\n")).unwrap_err();
     assert!(err.to_string().contains("newlines"), "{err}");
 }

@@ -356,3 +356,67 @@ async fn a_partition_decrease_is_reported_and_nothing_changes() {
         .unwrap()
         .contains("cannot be decreased"));
 }
+
+#[tokio::test]
+async fn when_both_conflicting_topics_are_deleted_only_the_owner_deletes_the_topic() {
+    let deleting = json!({"metadata": {"deletionTimestamp": "2026-11-03T00:00:00Z"}});
+    let mut older = topic_json(
+        "a",
+        "2026-11-01T00:00:00Z",
+        json!({"spec": {"topicName": "shared"},
+        "metadata": {"annotations": {DELETE_POLICY_ANNOTATION: "retain"}}}),
+    );
+    merge(&mut older, deleting.clone());
+    let mut younger = topic_json(
+        "b",
+        "2026-11-02T00:00:00Z",
+        json!({"spec": {"topicName": "shared"}}),
+    );
+    merge(&mut younger, deleting);
+    let s = server_with(&[older.clone(), younger.clone()]);
+    let kafka = FakeKafka::default();
+    kafka.topics.lock().unwrap().insert(
+        "shared".into(),
+        TopicState {
+            topic_id: "x".into(),
+            partitions: 6,
+            replication_factor: 3,
+            configs: BTreeMap::new(),
+        },
+    );
+    reconcile(parse(&younger), context(&s, &kafka))
+        .await
+        .expect("reconciles");
+    assert!(
+        kafka.log().is_empty(),
+        "the younger one never owned the topic: {:?}",
+        kafka.log()
+    );
+    reconcile(parse(&older), context(&s, &kafka))
+        .await
+        .expect("reconciles");
+    assert!(
+        kafka.log().is_empty(),
+        "the owner retains it: {:?}",
+        kafka.log()
+    );
+}
+
+#[tokio::test]
+async fn a_second_pass_over_an_unchanged_topic_patches_no_status() {
+    let t = topic_json("orders", "2026-11-01T00:00:00Z", json!({}));
+    let s = server_with(std::slice::from_ref(&t));
+    let kafka = FakeKafka::default();
+    reconcile(parse(&t), context(&s, &kafka))
+        .await
+        .expect("reconciles");
+    let mut again = t.clone();
+    again["status"] = status_patch(&s, "orders");
+    let s = server_with(std::slice::from_ref(&again));
+    reconcile(parse(&again), context(&s, &kafka))
+        .await
+        .expect("reconciles");
+    assert!(s
+        .calls_to(Method::PATCH, "kafkatopics/orders/status")
+        .is_empty());
+}
