@@ -178,6 +178,24 @@ pub struct FakeKafka {
 }
 
 impl FakeKafka {
+    /// A Kafka that already has topic `name` with these partitions and topic configs (RF 3).
+    pub fn with_topic(name: &str, partitions: i32, configs: &[(&str, &str)]) -> FakeKafka {
+        let k = FakeKafka::default();
+        k.topics.lock().unwrap().insert(
+            name.into(),
+            TopicState {
+                topic_id: "id-existing".into(),
+                partitions,
+                replication_factor: 3,
+                configs: configs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            },
+        );
+        k
+    }
+
     fn check(&self) -> Result<(), AdminError> {
         match self.fail.lock().unwrap().clone() {
             Some(e) => Err(e),

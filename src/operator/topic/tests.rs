@@ -1,13 +1,10 @@
 //! Reconcile scenarios for KafkaTopic on kube's mock service with an in-memory Kafka: finalizer
 //! add and remove, create, grow, drift revert, conflicts, errors as conditions.
 
-use std::collections::BTreeMap;
-
 use http::Method;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::operator::kafka::TopicState;
 use crate::operator::testing::{context, list, merge, FakeApiServer, FakeKafka};
 
 const TOPICS: &str = "/apis/kafka.evenkeel.dev/v1alpha1/namespaces/ns/kafkatopics";
@@ -120,18 +117,10 @@ async fn new_topic_is_created_and_ready_in_status() {
 async fn partitions_grow_and_drifted_configs_are_reverted() {
     let t = topic_json("orders", "2026-11-01T00:00:00Z", json!({}));
     let s = server_with(std::slice::from_ref(&t));
-    let kafka = FakeKafka::default();
-    kafka.topics.lock().unwrap().insert(
-        "orders".into(),
-        TopicState {
-            topic_id: "id-old".into(),
-            partitions: 3,
-            replication_factor: 3,
-            configs: BTreeMap::from([
-                ("retention.ms".into(), "1000".into()),
-                ("segment.bytes".into(), "1048576".into()),
-            ]),
-        },
+    let kafka = FakeKafka::with_topic(
+        "orders",
+        3,
+        &[("retention.ms", "1000"), ("segment.bytes", "1048576")],
     );
     reconcile(parse(&t), context(&s, &kafka))
         .await
@@ -145,7 +134,7 @@ async fn partitions_grow_and_drifted_configs_are_reverted() {
     );
     let st = status_patch(&s, "orders");
     assert_eq!(st["partitions"], 6);
-    assert_eq!(st["topicId"], "id-old");
+    assert_eq!(st["topicId"], "id-existing");
     assert_eq!(s.event_reasons(), ["PartitionsIncreased", "ConfigsChanged"]);
     // A second pass finds nothing to change.
     let before = kafka.log().len();
@@ -201,16 +190,7 @@ async fn deletion_deletes_the_topic_then_removes_the_finalizer() {
         json!({"metadata": {"deletionTimestamp": "2026-11-03T00:00:00Z"}}),
     );
     let s = server_with(std::slice::from_ref(&t));
-    let kafka = FakeKafka::default();
-    kafka.topics.lock().unwrap().insert(
-        "orders".into(),
-        TopicState {
-            topic_id: "x".into(),
-            partitions: 6,
-            replication_factor: 3,
-            configs: BTreeMap::new(),
-        },
-    );
+    let kafka = FakeKafka::with_topic("orders", 6, &[]);
     reconcile(parse(&t), context(&s, &kafka))
         .await
         .expect("reconciles");
@@ -335,16 +315,7 @@ async fn missing_cluster_is_a_condition_not_a_crash() {
 async fn a_partition_decrease_is_reported_and_nothing_changes() {
     let t = topic_json("orders", "2026-11-01T00:00:00Z", json!({}));
     let s = server_with(std::slice::from_ref(&t));
-    let kafka = FakeKafka::default();
-    kafka.topics.lock().unwrap().insert(
-        "orders".into(),
-        TopicState {
-            topic_id: "x".into(),
-            partitions: 8,
-            replication_factor: 3,
-            configs: BTreeMap::new(),
-        },
-    );
+    let kafka = FakeKafka::with_topic("orders", 8, &[]);
     reconcile(parse(&t), context(&s, &kafka))
         .await
         .expect("reconciles");
@@ -374,16 +345,7 @@ async fn when_both_conflicting_topics_are_deleted_only_the_owner_deletes_the_top
     );
     merge(&mut younger, deleting);
     let s = server_with(&[older.clone(), younger.clone()]);
-    let kafka = FakeKafka::default();
-    kafka.topics.lock().unwrap().insert(
-        "shared".into(),
-        TopicState {
-            topic_id: "x".into(),
-            partitions: 6,
-            replication_factor: 3,
-            configs: BTreeMap::new(),
-        },
-    );
+    let kafka = FakeKafka::with_topic("shared", 6, &[]);
     reconcile(parse(&younger), context(&s, &kafka))
         .await
         .expect("reconciles");
