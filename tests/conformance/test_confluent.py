@@ -1,4 +1,6 @@
 """Scenarios driven by confluent-kafka (librdkafka): AdminClient, Producer, Consumer."""
+import time
+
 from confluent_kafka import (ConsumerGroupTopicPartitions, KafkaError, KafkaException,
                              TopicPartition)
 from confluent_kafka.admin import ConfigResource, ConfigSource, NewTopic, ResourceType
@@ -24,10 +26,17 @@ def test_admin_create_describe_topic_and_configs(bootstrap, topic_name):
     err = create(adm, topic_name, 3, {"retention.ms": "54321"})
     assert err is None, "create_topics failed: %s" % err
 
-    # Metadata: three partitions, each with one replica, led by a broker of the cluster.
-    md = adm.list_topics(topic=topic_name, timeout=15)
+    # Metadata: three partitions, each with one replica, led by a broker of the cluster. On
+    # several brokers a broker that did not take the create learns of the topic a moment later
+    # (UNKNOWN_TOPIC_OR_PART until then), so ask until it is known, as clients do.
+    deadline = time.time() + 15
+    while True:
+        md = adm.list_topics(topic=topic_name, timeout=15)
+        tmd = md.topics.get(topic_name)
+        if (tmd is not None and tmd.error is None) or time.time() > deadline:
+            break
+        time.sleep(0.2)
     assert topic_name in md.topics, sorted(md.topics)
-    tmd = md.topics[topic_name]
     assert tmd.error is None, tmd.error
     assert sorted(tmd.partitions) == [0, 1, 2]
     for p in tmd.partitions.values():

@@ -1,6 +1,7 @@
 """ListOffsets at the old, non-flexible versions 1-5 on the wire (what older librdkafka, e.g.
 kcat 1.7 with librdkafka 2.0, sends). Kafka 4.1 serves ListOffsets 1-10."""
 import socket
+import time
 import struct
 
 import pytest
@@ -53,7 +54,15 @@ def decode_response(version, data):
 def leader_address(bootstrap, topic, partition):
     """HOST:PORT of the partition's leader (Metadata); on a cluster only the leader answers
     ListOffsets without NOT_LEADER_OR_FOLLOWER."""
-    md = cclient.admin(bootstrap).list_topics(topic=topic, timeout=15)
+    adm = cclient.admin(bootstrap)
+    deadline = time.time() + 15
+    # A broker may learn of a new topic a moment after the one that created it: ask again.
+    while True:
+        md = adm.list_topics(topic=topic, timeout=15)
+        tmd = md.topics.get(topic)
+        if (tmd is not None and partition in tmd.partitions) or time.time() > deadline:
+            break
+        time.sleep(0.2)
     leader = md.topics[topic].partitions[partition].leader
     broker = md.brokers[leader]
     return "%s:%d" % (broker.host, broker.port)
