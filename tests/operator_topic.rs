@@ -159,7 +159,9 @@ async fn cluster_state_shows_partitions_leaders_and_min_isr() {
         .unwrap();
     let state = admin.cluster_state().await.expect("cluster state");
     assert!(!state.cluster_id.is_empty());
-    assert!(state.brokers.contains(&state.controller_id) || state.controller_id >= 0);
+    // One node that is broker and controller.
+    assert_eq!(state.brokers.len(), 1, "{:?}", state.brokers);
+    assert_eq!(state.controller_id, state.brokers[0]);
     let events: Vec<_> = state
         .partitions
         .iter()
@@ -167,6 +169,7 @@ async fn cluster_state_shows_partitions_leaders_and_min_isr() {
         .collect();
     assert_eq!(events.len(), 2);
     for p in events {
+        assert_eq!(p.leader, state.brokers[0]);
         assert_eq!(p.replicas, vec![p.leader]);
         assert_eq!(p.isr, vec![p.leader]);
         assert_eq!(p.min_insync_replicas, 1);

@@ -8,34 +8,12 @@ pub const RECONCILING: &str = "Reconciling";
 pub const DEGRADED: &str = "Degraded";
 pub const RESOURCE_CONFLICT: &str = "ResourceConflict";
 
-/// The current time as RFC 3339 (`2026-11-29T14:00:00Z`).
+/// The current time as RFC 3339 in UTC, to the second (`2026-11-29T14:00:00Z`), as
+/// `metav1.Condition` has it.
 pub fn now_rfc3339() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    rfc3339(secs)
-}
-
-/// Seconds since the epoch as RFC 3339 in UTC (civil-from-days, proleptic Gregorian).
-pub fn rfc3339(secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    use k8s_openapi::jiff::{Timestamp, Unit};
+    let now = Timestamp::now();
+    now.round(Unit::Second).unwrap_or(now).to_string()
 }
 
 /// Sets condition `type_`, keeping its lastTransitionTime when the status does not change.
@@ -86,10 +64,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rfc3339_matches_known_instants() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
-        assert_eq!(rfc3339(1_795_960_800), "2026-11-29T14:00:00Z");
+    fn now_is_rfc3339_to_the_second() {
+        let now = now_rfc3339();
+        assert_eq!(now.len(), 20, "{now}");
+        assert!(now.ends_with('Z') && now.as_bytes()[10] == b'T', "{now}");
+        assert!(now.parse::<k8s_openapi::jiff::Timestamp>().is_ok(), "{now}");
     }
 
     #[test]

@@ -51,17 +51,23 @@ fn fresh_log_with(dir: &Path, name: &str, config: LogConfig) -> Result<Log, Stor
     )
 }
 
-fn append_run(
-    opts: &StoragePerfOptions,
-    name: &str,
-    fsync_every: Option<u64>,
-) -> Result<(Figure, Log), StorageError> {
+/// One v2 batch of `batch_bytes / record_size` records of `record_size` bytes, appended again
+/// and again (the log assigns new offsets in place each time).
+fn batch_template(opts: &StoragePerfOptions) -> Vec<u8> {
     let value = vec![b'x'; opts.record_size];
     let per_batch = (opts.batch_bytes / opts.record_size).max(1);
     let records: Vec<crate::storage::batch::KeyValue<'_>> = (0..per_batch)
         .map(|_| (None, Some(value.as_slice())))
         .collect();
-    let mut template = build_batch(&records, 1_700_000_000_000);
+    build_batch(&records, 1_700_000_000_000)
+}
+
+fn append_run(
+    opts: &StoragePerfOptions,
+    name: &str,
+    fsync_every: Option<u64>,
+) -> Result<(Figure, Log), StorageError> {
+    let mut template = batch_template(opts);
     let mut log = fresh_log(&opts.dir, name)?;
     let start = Instant::now();
     let (mut written, mut since_sync) = (0u64, 0u64);
@@ -97,12 +103,7 @@ fn pipelined_run(
     every: u64,
     preallocate: bool,
 ) -> Result<Figure, StorageError> {
-    let value = vec![b'x'; opts.record_size];
-    let per_batch = (opts.batch_bytes / opts.record_size).max(1);
-    let records: Vec<crate::storage::batch::KeyValue<'_>> = (0..per_batch)
-        .map(|_| (None, Some(value.as_slice())))
-        .collect();
-    let mut template = build_batch(&records, 1_700_000_000_000);
+    let mut template = batch_template(opts);
     let config = LogConfig {
         preallocate,
         ..LogConfig::default()
