@@ -307,7 +307,11 @@ impl LogSegment {
 
     /// Position and header of the first batch whose last offset is ≥ `offset`.
     pub fn translate_offset(&self, offset: i64) -> Result<Option<(u64, BatchHeader)>> {
-        let mut pos = self.offset_index.lookup(offset).position as u64;
+        self.batch_from(self.offset_index.lookup(offset).position as u64, offset)
+    }
+
+    /// Walks batch headers from `pos` to the first batch whose last offset is ≥ `offset`.
+    fn batch_from(&self, mut pos: u64, offset: i64) -> Result<Option<(u64, BatchHeader)>> {
         while let Some(h) = self.header_at(pos)? {
             if h.last_offset() >= offset {
                 return Ok(Some((pos, h)));
@@ -319,6 +323,10 @@ impl LogSegment {
 
     /// Whole batches from the one containing `start_offset`: at most `max_bytes` unless the first
     /// batch alone is larger and `min_one_batch` is set, and only batches ending below `max_offset`.
+    ///
+    /// One `pread` usually does it: it covers the index entry's position, the sparse index
+    /// interval after it (where the wanted batch starts) and `max_bytes` more, and the batch
+    /// headers are then walked in memory instead of one read per header.
     pub fn read(
         &self,
         start_offset: i64,
@@ -326,13 +334,43 @@ impl LogSegment {
         max_offset: i64,
         min_one_batch: bool,
     ) -> Result<Option<Vec<u8>>> {
-        let Some((start, first)) = self.translate_offset(start_offset)? else {
+        let from = self.offset_index.lookup(start_offset).position as u64;
+        if from >= self.size {
             return Ok(None);
+        }
+        // At most 64 KiB past the index entry, whatever `index.interval.bytes` says.
+        let lookahead =
+            (self.config.index_interval_bytes as usize).min(64 << 10) + BATCH_HEADER_SIZE;
+        let span = ((self.size - from) as usize).min(max_bytes.saturating_add(lookahead));
+        let mut buf = Vec::new();
+        read_exact_at_uninit(&self.log, &mut buf, span, from)
+            .map_err(StorageError::io(&self.log_path))?;
+        // The first batch whose last offset is ≥ start_offset, among the headers read.
+        let mut at = 0usize;
+        let (start, first) = loop {
+            if at + BATCH_HEADER_SIZE > buf.len() {
+                // Past what was read (a long walk over large batches): walk on with header reads.
+                match self.batch_from(from + at as u64, start_offset)? {
+                    Some((pos, h)) => break ((pos - from) as usize, h),
+                    None => return Ok(None),
+                }
+            }
+            let h = BatchHeader::parse(&buf[at..])?;
+            if h.batch_length < (BATCH_HEADER_SIZE - LOG_OVERHEAD) as i32
+                || from + (at + h.size()) as u64 > self.size
+            {
+                // A torn tail (only possible before recovery truncates it): nothing to serve.
+                return Ok(None);
+            }
+            if h.last_offset() >= start_offset {
+                break (at, h);
+            }
+            at += h.size();
         };
         if first.last_offset() >= max_offset {
             return Ok(Some(Vec::new()));
         }
-        let available = (self.size - start) as usize;
+        let available = (self.size - from) as usize - start;
         let want = if first.size() > max_bytes {
             if !min_one_batch {
                 return Ok(Some(Vec::new()));
@@ -341,10 +379,13 @@ impl LogSegment {
         } else {
             max_bytes.min(available)
         };
-        // Fetches read up to a MiB per partition: skip zeroing a buffer the read overwrites.
-        let mut buf = Vec::new();
-        read_exact_at_uninit(&self.log, &mut buf, want, start)
-            .map_err(StorageError::io(&self.log_path))?;
+        if buf.len() < start + want {
+            let have = buf.len();
+            read_exact_at_uninit(&self.log, &mut buf, start + want - have, from + have as u64)
+                .map_err(StorageError::io(&self.log_path))?;
+        }
+        buf.copy_within(start..start + want, 0);
+        buf.truncate(want);
         let mut end = 0usize;
         while let Some((base, len)) = batch::peek_offset_and_size(&buf[end..]) {
             let size = LOG_OVERHEAD + len.max(0) as usize;

@@ -422,6 +422,74 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    /// A read from any offset, mid-batch included, returns the batch holding it and the whole
+    /// batches after it that fit, as a linear scan of the segment finds them: with a sparse
+    /// index and small fetches the wanted batch lies past what one read covers.
+    #[test]
+    fn reads_from_any_offset_match_a_linear_scan(
+        batches in proptest::collection::vec((1usize..8, 1usize..3000), 1..40),
+        index_interval in prop_oneof![Just(0u64), Just(4096u64), Just(1u64 << 20)],
+        fetch in 1usize..12_000,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = open(dir.path(), LogConfig { index_interval_bytes: index_interval, ..cfg(1 << 30) });
+        // (base offset, last offset, size) of every batch, in log order.
+        let mut scan = Vec::new();
+        for (i, (n, len)) in batches.iter().enumerate() {
+            let mut b = batch_of(*n, *len, 10_000 + i as i64);
+            let info = log.append_as_leader(&mut b, 0).unwrap();
+            scan.push((info.first_offset, info.last_offset, b.len()));
+        }
+        for o in 0..log.log_end_offset() {
+            let data = log.read(o, fetch, None, true).unwrap();
+            let first = scan.iter().position(|b| b.0 <= o && o <= b.1).unwrap();
+            let mut want = 0;
+            let mut expect = Vec::new();
+            for (k, b) in scan[first..].iter().enumerate() {
+                if k > 0 && want + b.2 > fetch {
+                    break;
+                }
+                want += b.2;
+                expect.push(b.0);
+            }
+            let got: Vec<i64> = batch::validate_batches(&data)
+                .unwrap()
+                .iter()
+                .map(|i| i.header.base_offset)
+                .collect();
+            prop_assert_eq!(got, expect, "read at offset {}", o);
+        }
+    }
+}
+
+#[test]
+fn a_read_finds_a_batch_beyond_its_first_read() {
+    // No index entries (interval larger than the log): every read walks from position 0, and
+    // the last batches lie past the first read's max_bytes + lookahead.
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(
+        dir.path(),
+        LogConfig {
+            index_interval_bytes: 1 << 30,
+            ..cfg(1 << 30)
+        },
+    );
+    for i in 0..250 {
+        let mut b = batch_of(1, 10_000, i);
+        log.append_as_leader(&mut b, 0).unwrap();
+    }
+    assert!(log.size() > (1 << 21));
+    for o in [0, 150, 249] {
+        let data = log.read(o, 100, None, true).unwrap();
+        let infos = batch::validate_batches(&data).unwrap();
+        assert_eq!(infos.len(), 1, "one whole batch, over max_bytes");
+        assert_eq!(infos[0].header.base_offset, o);
+    }
+    assert!(log.read(249, 100, None, false).unwrap().is_empty());
+}
+
 #[test]
 fn segment_ms_rolls_by_record_timestamps() {
     let dir = tempfile::tempdir().unwrap();
