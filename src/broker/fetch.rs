@@ -1,11 +1,10 @@
-//! Fetch (with `fetch.min.bytes` / `fetch.max.wait.ms` through DelayedFetch, per-partition and
-//! per-response byte limits) and ListOffsets.
+//! Fetch (incremental fetch sessions, `fetch.min.bytes` / `fetch.max.wait.ms` through
+//! DelayedFetch, per-partition and per-response byte limits), ListOffsets, OffsetForLeaderEpoch.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use kafka_protocol::messages::fetch_request::FetchTopic;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -15,8 +14,10 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+use super::fetch_session::{self, FetchContext, FetchParams, FetchTarget, PartitionKey};
 use super::metadata::from_uuid;
 use super::purgatory::DelayedOperation;
+use super::replica_manager::Partition;
 use super::{Broker, Outcome};
 use crate::protocol::errors;
 use crate::storage::log::{
@@ -26,97 +27,184 @@ use crate::storage::TopicPartition;
 
 /// What one read pass found.
 struct Pass {
-    topics: Vec<FetchableTopicResponse>,
+    /// One entry per target, in target order.
+    parts: Vec<PartitionData>,
     bytes: i64,
     errors: bool,
     /// High watermark seen per partition, to detect data that arrives before watching begins.
-    seen: Vec<(TopicPartition, i64)>,
+    seen: Vec<(Arc<Partition>, i64)>,
 }
 
-fn topic_name(broker: &Broker, t: &FetchTopic) -> String {
-    if t.topic.0.is_empty() {
+fn topic_name(broker: &Broker, name: &TopicName, id: &uuid::Uuid) -> String {
+    if name.0.is_empty() {
         broker
             .controller
             .image()
-            .topic_by_id(&from_uuid(&t.topic_id))
+            .topic_by_id(&from_uuid(id))
             .map(|t| t.name.clone())
             .unwrap_or_default()
     } else {
-        t.topic.0.to_string()
+        name.0.to_string()
     }
 }
 
-fn read_pass(broker: &Broker, topics: &[FetchTopic], max_bytes: i64) -> Pass {
+/// The partitions a request names and the ones it forgets, keyed the way a session of this
+/// version keys them (topic ids from v13, names before).
+fn request_targets(
+    broker: &Broker,
+    version: i16,
+    req: &FetchRequest,
+) -> (Vec<FetchTarget>, Vec<PartitionKey>) {
+    let ids = version >= fetch_session::TOPIC_ID_VERSION;
+    let mut targets = Vec::new();
+    for t in &req.topics {
+        let name = topic_name(broker, &t.topic, &t.topic_id);
+        for fp in &t.partitions {
+            targets.push(FetchTarget {
+                key: PartitionKey::new(ids, t.topic_id, &name, fp.partition),
+                topic: name.clone(),
+                topic_id: t.topic_id,
+                params: FetchParams {
+                    fetch_offset: fp.fetch_offset,
+                    max_bytes: fp.partition_max_bytes,
+                    current_leader_epoch: fp.current_leader_epoch,
+                    last_fetched_epoch: fp.last_fetched_epoch,
+                    log_start_offset: fp.log_start_offset,
+                },
+            });
+        }
+    }
+    let forgotten = req
+        .forgotten_topics_data
+        .iter()
+        .flat_map(|f| {
+            f.partitions
+                .iter()
+                .map(move |&p| PartitionKey::new(ids, f.topic_id, &f.topic.0, p))
+        })
+        .collect();
+    (targets, forgotten)
+}
+
+fn read_pass(broker: &Broker, targets: &[FetchTarget], max_bytes: i64) -> Pass {
     let mut pass = Pass {
-        topics: Vec::with_capacity(topics.len()),
+        parts: Vec::with_capacity(targets.len()),
         bytes: 0,
         errors: false,
         seen: Vec::new(),
     };
-    for t in topics {
-        let name = topic_name(broker, t);
-        let mut parts = Vec::with_capacity(t.partitions.len());
-        for fp in &t.partitions {
-            let tp = TopicPartition::new(name.clone(), fp.partition);
-            let base = PartitionData::default()
-                .with_partition_index(fp.partition)
-                .with_high_watermark(-1)
-                .with_last_stable_offset(-1)
-                .with_log_start_offset(-1);
-            let Some(p) = broker.replicas.get(&tp) else {
-                pass.errors = true;
-                let code = if name.is_empty() {
-                    errors::UNKNOWN_TOPIC_ID
-                } else {
-                    errors::UNKNOWN_TOPIC_OR_PARTITION
-                };
-                parts.push(base.with_error_code(code).with_records(Some(Bytes::new())));
-                continue;
+    for t in targets {
+        let partition = t.key.partition;
+        let tp = TopicPartition::new(t.topic.clone(), partition);
+        let base = PartitionData::default()
+            .with_partition_index(partition)
+            .with_high_watermark(-1)
+            .with_last_stable_offset(-1)
+            .with_log_start_offset(-1);
+        let Some(p) = broker.replicas.get(&tp) else {
+            pass.errors = true;
+            let code = if t.topic.is_empty() {
+                errors::UNKNOWN_TOPIC_ID
+            } else {
+                errors::UNKNOWN_TOPIC_OR_PARTITION
             };
-            let budget = (max_bytes - pass.bytes).max(0);
-            let limit = (fp.partition_max_bytes.max(0) as i64).min(budget) as usize;
-            // Like Kafka, the first partition with data may exceed the limits by one batch.
-            let min_one = pass.bytes == 0;
-            match broker.replicas.read(&p, fp.fetch_offset, limit, min_one) {
-                Ok(r) => {
-                    pass.bytes += r.records.len() as i64;
-                    pass.seen.push((tp, r.high_watermark));
-                    parts.push(
-                        base.with_high_watermark(r.high_watermark)
-                            .with_last_stable_offset(r.high_watermark)
-                            .with_log_start_offset(r.log_start_offset)
-                            .with_records(Some(Bytes::from(r.records))),
-                    );
-                }
-                Err(e) => {
-                    pass.errors = true;
-                    let (hw, start) = p
-                        .log
-                        .lock()
-                        .map(|l| (l.high_watermark(), l.log_start_offset()))
-                        .unwrap_or((-1, -1));
-                    parts.push(
-                        base.with_error_code(e.code)
-                            .with_high_watermark(hw)
-                            .with_last_stable_offset(hw)
-                            .with_log_start_offset(start)
-                            .with_records(Some(Bytes::new())),
-                    );
-                }
+            pass.parts
+                .push(base.with_error_code(code).with_records(Some(Bytes::new())));
+            continue;
+        };
+        let budget = (max_bytes - pass.bytes).max(0);
+        let limit = (t.params.max_bytes.max(0) as i64).min(budget) as usize;
+        // Like Kafka, the first partition with data may exceed the limits by one batch.
+        let min_one = pass.bytes == 0;
+        match broker
+            .replicas
+            .read(&p, t.params.fetch_offset, limit, min_one)
+        {
+            Ok(r) => {
+                pass.bytes += r.records.len() as i64;
+                pass.seen.push((p.clone(), r.high_watermark));
+                pass.parts.push(
+                    base.with_high_watermark(r.high_watermark)
+                        .with_last_stable_offset(r.high_watermark)
+                        .with_log_start_offset(r.log_start_offset)
+                        .with_records(Some(Bytes::from(r.records))),
+                );
+            }
+            Err(e) => {
+                pass.errors = true;
+                let (hw, start) = p
+                    .log
+                    .lock()
+                    .map(|l| (l.high_watermark(), l.log_start_offset()))
+                    .unwrap_or((-1, -1));
+                pass.parts.push(
+                    base.with_error_code(e.code)
+                        .with_high_watermark(hw)
+                        .with_last_stable_offset(hw)
+                        .with_log_start_offset(start)
+                        .with_records(Some(Bytes::new())),
+                );
             }
         }
-        pass.topics.push(
-            FetchableTopicResponse::default()
-                .with_topic(TopicName(StrBytes::from_string(name)))
-                .with_topic_id(t.topic_id)
-                .with_partitions(parts),
-        );
     }
     pass
 }
 
-fn response(broker: &Broker, pass: Pass) -> FetchResponse {
-    for t in &pass.topics {
+/// Groups consecutive partitions of one topic, as Kafka's FetchResponse does.
+fn group(read: Vec<(FetchTarget, PartitionData)>) -> Vec<FetchableTopicResponse> {
+    let mut topics: Vec<FetchableTopicResponse> = Vec::new();
+    for (t, data) in read {
+        match topics.last_mut() {
+            Some(last) if last.topic_id == t.topic_id && last.topic.0.as_str() == t.topic => {
+                last.partitions.push(data)
+            }
+            _ => topics.push(
+                FetchableTopicResponse::default()
+                    .with_topic(TopicName(StrBytes::from_string(t.topic)))
+                    .with_topic_id(t.topic_id)
+                    .with_partitions(vec![data]),
+            ),
+        }
+    }
+    topics
+}
+
+/// Builds the response the context calls for from what the pass read: every partition for a
+/// full or sessionless fetch (opening the session for a full one), only the changes for an
+/// incremental one.
+fn respond(
+    broker: &Broker,
+    ctx: FetchContext,
+    targets: Vec<FetchTarget>,
+    pass: Pass,
+) -> FetchResponse {
+    let read: Vec<_> = targets.into_iter().zip(pass.parts).collect();
+    let (session_id, topics) = match ctx {
+        FetchContext::Error(code) => {
+            return error_response(code, fetch_session::INVALID_SESSION_ID)
+        }
+        FetchContext::Sessionless => (fetch_session::INVALID_SESSION_ID, group(read)),
+        FetchContext::Full {
+            privileged,
+            uses_topic_ids,
+        } => {
+            let id =
+                broker
+                    .fetch_sessions
+                    .create(privileged, uses_topic_ids, &read, Instant::now());
+            (id, group(read))
+        }
+        FetchContext::Incremental { session, epoch } => {
+            let mut s = session.lock().unwrap_or_else(|p| p.into_inner());
+            if s.epoch() != epoch {
+                // A later request of this session overtook this one (a duplicate).
+                return error_response(fetch_session::INVALID_FETCH_SESSION_EPOCH, s.id);
+            }
+            let read = s.filter_response(read);
+            (s.id, group(read))
+        }
+    };
+    for t in &topics {
         let bytes: usize = t
             .partitions
             .iter()
@@ -131,42 +219,62 @@ fn response(broker: &Broker, pass: Pass) -> FetchResponse {
         }
     }
     FetchResponse::default()
-        .with_session_id(0)
-        .with_responses(pass.topics)
+        .with_session_id(session_id)
+        .with_responses(topics)
 }
 
-/// Reads once; when fewer than `fetch.min.bytes` are there, parks a DelayedFetch watching every
-/// partition and returns the wait as a future, so the request handler is free at once. The
-/// response is assembled by the woken request itself, never by the appending thread.
-pub fn fetch(broker: &Arc<Broker>, _version: i16, req: FetchRequest) -> Outcome<FetchResponse> {
+fn error_response(code: i16, session_id: i32) -> FetchResponse {
+    FetchResponse::default()
+        .with_error_code(code)
+        .with_session_id(session_id)
+}
+
+/// Resolves the request's fetch session (KIP-227) and reads once; when fewer than
+/// `fetch.min.bytes` are there, parks a DelayedFetch watching every partition read and returns
+/// the wait as a future, so the request handler is free at once. The response is assembled by
+/// the woken request itself, never by the appending thread.
+pub fn fetch(broker: &Arc<Broker>, version: i16, req: FetchRequest) -> Outcome<FetchResponse> {
     let max_bytes = if req.max_bytes <= 0 {
         i64::MAX
     } else {
         req.max_bytes as i64
     };
     let min_bytes = req.min_bytes.max(0) as i64;
-    let first = read_pass(broker, &req.topics, max_bytes);
-    if first.bytes >= min_bytes || first.errors || req.max_wait_ms <= 0 || req.topics.is_empty() {
-        return Outcome::Now(response(broker, first));
+    let follower = req.replica_id.0 >= 0 || req.replica_state.replica_id.0 >= 0;
+    let (targets, forgotten) = request_targets(broker, version, &req);
+    let (ctx, targets) = broker.fetch_sessions.new_context(
+        version,
+        req.session_id,
+        req.session_epoch,
+        follower,
+        targets,
+        &forgotten,
+        Instant::now(),
+    );
+    if let FetchContext::Error(code) = ctx {
+        return Outcome::Now(error_response(code, fetch_session::INVALID_SESSION_ID));
+    }
+    let first = read_pass(broker, &targets, max_bytes);
+    if first.bytes >= min_bytes || first.errors || req.max_wait_ms <= 0 || targets.is_empty() {
+        return Outcome::Now(respond(broker, ctx, targets, first));
     }
     let op = DelayedOperation::fetch(min_bytes, first.bytes);
     let purg = &broker.replicas.fetch_purgatory;
-    purg.watch(&op, first.seen.iter().map(|(tp, _)| tp.clone()));
+    purg.watch(&op, first.seen.iter().map(|(p, _)| p.tp.clone()));
     // Data that arrived between the read and the watch: complete now and read again.
-    for (tp, hw) in &first.seen {
-        if let Some(p) = broker.replicas.get(tp) {
-            if broker.replicas.high_watermark(&p) > *hw {
-                op.force_complete();
-                break;
-            }
-        }
+    if first
+        .seen
+        .iter()
+        .any(|(p, hw)| broker.replicas.high_watermark(p) > *hw)
+    {
+        op.force_complete();
     }
     let broker = broker.clone();
     let wait = Duration::from_millis(req.max_wait_ms as u64);
     Outcome::Later(Box::pin(async move {
         op.wait(wait).await;
-        let pass = read_pass(&broker, &req.topics, max_bytes);
-        response(&broker, pass)
+        let pass = read_pass(&broker, &targets, max_bytes);
+        respond(&broker, ctx, targets, pass)
     }))
 }
 

@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod fetch;
+pub mod fetch_session;
 pub mod group;
 pub mod metadata;
 pub mod produce;
@@ -59,6 +60,10 @@ pub struct Broker {
     pub logs: Arc<LogManager>,
     pub controller: Controller,
     pub replicas: ReplicaManager,
+    /// Incremental fetch sessions (KIP-227).
+    pub fetch_sessions: fetch_session::FetchSessionCache,
+    /// Where consumer fetches are read and encoded, once the server has started its fetch pool.
+    fetch_pool: std::sync::OnceLock<tokio::runtime::Handle>,
     endpoint: std::sync::RwLock<Endpoint>,
     pub metrics: Arc<crate::metrics::BrokerMetrics>,
     /// The classic group coordinator (this node coordinates every group).
@@ -137,8 +142,12 @@ impl Broker {
                 config.offsets_retention_minutes.saturating_mul(60),
             ),
         });
+        let fetch_sessions =
+            fetch_session::FetchSessionCache::new(config.max_incremental_fetch_session_cache_slots);
         let broker = Arc::new(Broker {
             cluster_id: meta.cluster_id,
+            fetch_sessions,
+            fetch_pool: std::sync::OnceLock::new(),
             config,
             logs,
             controller,
@@ -150,6 +159,11 @@ impl Broker {
         });
         group::api::load(&broker);
         Ok(broker)
+    }
+
+    /// Hands consumer fetches to `pool` from now on (set once, by the server).
+    pub fn set_fetch_pool(&self, pool: tokio::runtime::Handle) {
+        let _ = self.fetch_pool.set(pool);
     }
 
     pub fn node_id(&self) -> i32 {
@@ -247,9 +261,28 @@ impl Broker {
                 if req.replica_id.0 >= 0 || req.replica_state.replica_id.0 >= 0 {
                     *label = "FetchFollower";
                 }
-                reply(fetch::fetch(self, v, req), move |r| {
-                    response_frame(v, cid, &r)
-                })
+                match self.fetch_pool.get() {
+                    // Consumer fetches, wide ones included, are read and encoded on the fetch
+                    // pool, so produce and follower fetches never queue behind them (seed 003).
+                    Some(pool) if *label == "FetchConsumer" => {
+                        let broker = self.clone();
+                        let task = pool.spawn(async move {
+                            let r = match fetch::fetch(&broker, v, req) {
+                                Outcome::Now(r) => r,
+                                Outcome::Later(wait) => wait.await,
+                            };
+                            response_frame(v, cid, &r)
+                        });
+                        Ok(Reply::Later(Box::pin(async move {
+                            task.await.unwrap_or_else(|e| {
+                                Err(FrameError::Malformed(format!("fetch task failed: {e}")))
+                            })
+                        })))
+                    }
+                    _ => reply(fetch::fetch(self, v, req), move |r| {
+                        response_frame(v, cid, &r)
+                    }),
+                }
             }
             DecodedRequest::ListOffsets(req) => respond(v, cid, &fetch::list_offsets(self, v, req)),
             DecodedRequest::CreateTopics(req) => {

@@ -39,6 +39,25 @@ pub struct Server {
     shutdown: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     network: Option<tokio::runtime::Runtime>,
+    fetch: Option<tokio::runtime::Runtime>,
+}
+
+/// One fetch thread per core, at most `num.io.threads`.
+fn fetch_threads(io_threads: usize) -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(io_threads)
+        .max(1)
+}
+
+/// Consumer fetch threads run at a lower scheduling priority (nice +5), so on a busy machine
+/// the CPU goes to produce and follower requests first; long-poll fetches tolerate the wait.
+fn lower_priority() {
+    // SAFETY: plain syscalls on the calling thread; failure only leaves the priority as it was.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 5);
+    }
 }
 
 impl Server {
@@ -52,6 +71,14 @@ impl Server {
             .enable_all()
             .build()
             .map_err(bind_err("network runtime".into()))?;
+        let fetch = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(fetch_threads(broker.config.num_io_threads))
+            .thread_name("evenkeel-fetch")
+            .on_thread_start(lower_priority)
+            .enable_all()
+            .build()
+            .map_err(bind_err("fetch runtime".into()))?;
+        broker.set_fetch_pool(fetch.handle().clone());
         let (shutdown, stop) = watch::channel(false);
         let (tx, rx) = async_channel::bounded::<Job>(broker.config.queued_max_requests);
         let mut tasks = Vec::new();
@@ -118,6 +145,7 @@ impl Server {
             shutdown,
             tasks,
             network: Some(network),
+            fetch: Some(fetch),
         })
     }
 
@@ -128,7 +156,10 @@ impl Server {
             t.abort();
             let _ = t.await;
         }
-        if let Some(rt) = self.network.take() {
+        for rt in [self.network.take(), self.fetch.take()]
+            .into_iter()
+            .flatten()
+        {
             rt.shutdown_background();
         }
     }
@@ -159,6 +190,15 @@ fn refresh_hook(
         m.purgatory_size
             .with_label_values(&["Produce"])
             .set(broker.replicas.produce_purgatory.size() as f64);
+        let sessions = broker.fetch_sessions.stats();
+        m.fetch_sessions.set(sessions.sessions as i64);
+        m.fetch_session_partitions
+            .set(sessions.partitions_cached as i64);
+        m.fetch_session_evictions.inc_by(
+            sessions
+                .evictions
+                .saturating_sub(m.fetch_session_evictions.get()),
+        );
         let parts = broker.replicas.partitions();
         m.partition_count.set(parts.len() as i64);
         m.leader_count.set(parts.len() as i64);

@@ -24,6 +24,8 @@ pub struct BrokerConfig {
     pub num_io_threads: usize,
     pub num_network_threads: usize,
     pub queued_max_requests: usize,
+    /// `max.incremental.fetch.session.cache.slots`: fetch sessions (KIP-227) kept at once.
+    pub max_incremental_fetch_session_cache_slots: usize,
     pub socket_request_max_bytes: usize,
     pub auto_create_topics_enable: bool,
     pub num_partitions: i32,
@@ -57,6 +59,7 @@ const KNOWN: &[&str] = &[
     "num.io.threads",
     "num.network.threads",
     "queued.max.requests",
+    "max.incremental.fetch.session.cache.slots",
     "socket.request.max.bytes",
     "auto.create.topics.enable",
     "num.partitions",
@@ -222,6 +225,11 @@ impl BrokerConfig {
             num_io_threads: parse(props, "num.io.threads", 8usize)?.max(1),
             num_network_threads: parse(props, "num.network.threads", 3usize)?.max(1),
             queued_max_requests: parse(props, "queued.max.requests", 500usize)?.max(1),
+            max_incremental_fetch_session_cache_slots: parse(
+                props,
+                "max.incremental.fetch.session.cache.slots",
+                1000usize,
+            )?,
             socket_request_max_bytes: parse(props, "socket.request.max.bytes", 104_857_600usize)?,
             auto_create_topics_enable: parse(props, "auto.create.topics.enable", true)?,
             num_partitions: parse(props, "num.partitions", 1i32)?,
@@ -290,6 +298,7 @@ mod tests {
         assert_eq!(c.advertised_listeners[0].host, "localhost");
         assert_eq!(c.num_partitions, 3);
         assert_eq!(c.queued_max_requests, 500);
+        assert_eq!(c.max_incremental_fetch_session_cache_slots, 1000);
         assert_eq!(c.socket_request_max_bytes, 104_857_600);
         assert_eq!(unknown, vec!["something.else".to_string()]);
     }

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prometheus::{
-    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    Opts, Registry, TextEncoder,
 };
 
 /// Millisecond buckets for request timings, from sub-millisecond to minutes (seed 003's
@@ -87,6 +87,10 @@ pub struct BrokerMetrics {
     pub partition_count: IntGauge,
     pub under_replicated: IntGauge,
     pub log_size: GaugeVec,
+    /// Kafka's FetchSessionCache metrics (KIP-227 sessions).
+    pub fetch_sessions: IntGauge,
+    pub fetch_session_partitions: IntGauge,
+    pub fetch_session_evictions: IntCounter,
     pub handler_meter: IdleMeter,
     pub network_meter: IdleMeter,
     ready: AtomicBool,
@@ -237,6 +241,25 @@ impl BrokerMetrics {
                 "Bytes in a partition's log",
                 &["topic", "partition"],
             ),
+            fetch_sessions: int_gauge(
+                &r,
+                "kafka_server_fetchsessioncache_numincrementalfetchsessions",
+                "Incremental fetch sessions in the cache",
+            ),
+            fetch_session_partitions: int_gauge(
+                &r,
+                "kafka_server_fetchsessioncache_numincrementalfetchpartitionscached",
+                "Partitions held by all incremental fetch sessions",
+            ),
+            fetch_session_evictions: {
+                let c = IntCounter::new(
+                    "kafka_server_fetchsessioncache_incrementalfetchsessionevictions_total",
+                    "Incremental fetch sessions evicted to make room for new ones",
+                )
+                .expect("valid counter");
+                r.register(Box::new(c.clone())).expect("unique metric");
+                c
+            },
             registry: r,
             handler_meter: IdleMeter::default(),
             network_meter: IdleMeter::default(),

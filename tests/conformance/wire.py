@@ -1,0 +1,41 @@
+"""Raw Kafka protocol over a socket, for requests no client library sends as a test needs."""
+import socket
+import struct
+import time
+
+import cclient
+
+
+def leader_address(bootstrap, topic, partition):
+    """HOST:PORT of the partition's leader (Metadata); on a cluster only the leader answers
+    ListOffsets without NOT_LEADER_OR_FOLLOWER."""
+    adm = cclient.admin(bootstrap)
+    deadline = time.time() + 15
+    # A broker may learn of a new topic a moment after the one that created it: ask again.
+    while True:
+        md = adm.list_topics(topic=topic, timeout=15)
+        tmd = md.topics.get(topic)
+        if (tmd is not None and partition in tmd.partitions) or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    leader = md.topics[topic].partitions[partition].leader
+    broker = md.brokers[leader]
+    return "%s:%d" % (broker.host, broker.port)
+
+
+def call(address, request_bytes, timeout=10.0):
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(request_bytes)
+        head = b""
+        while len(head) < 4:
+            chunk = s.recv(4 - len(head))
+            assert chunk, "the broker closed the connection without a response"
+            head += chunk
+        size = struct.unpack(">i", head)[0]
+        data = b""
+        while len(data) < size:
+            chunk = s.recv(size - len(data))
+            assert chunk, "the broker closed the connection in the middle of a response"
+            data += chunk
+        return data
