@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::io::Read;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -110,20 +109,7 @@ async fn produce_to(bootstrap: &str, topic: &str, partition: i32) {
 }
 
 fn metric(port: u16, series: &str) -> f64 {
-    use std::io::Write;
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    text.lines()
-        .find(|l| l.starts_with(series))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no series {series}"))
+    common::metric_value(&common::http_get(port, "/metrics").1, series)
 }
 
 #[tokio::test]

@@ -229,6 +229,11 @@ fn error_response(code: i16, session_id: i32) -> FetchResponse {
         .with_session_id(session_id)
 }
 
+/// A fetch from a replica (replica id in the request, or in its replica state from v15).
+pub fn is_follower(req: &FetchRequest) -> bool {
+    req.replica_id.0 >= 0 || req.replica_state.replica_id.0 >= 0
+}
+
 /// Resolves the request's fetch session (KIP-227) and reads once; when fewer than
 /// `fetch.min.bytes` are there, parks a DelayedFetch watching every partition read and returns
 /// the wait as a future, so the request handler is free at once. The response is assembled by
@@ -240,7 +245,7 @@ pub fn fetch(broker: &Arc<Broker>, version: i16, req: FetchRequest) -> Outcome<F
         req.max_bytes as i64
     };
     let min_bytes = req.min_bytes.max(0) as i64;
-    let follower = req.replica_id.0 >= 0 || req.replica_state.replica_id.0 >= 0;
+    let follower = is_follower(&req);
     let (targets, forgotten) = request_targets(broker, version, &req);
     let (ctx, targets) = broker.fetch_sessions.new_context(
         version,

@@ -258,13 +258,14 @@ impl Broker {
                 })
             }
             DecodedRequest::Fetch(req) => {
-                if req.replica_id.0 >= 0 || req.replica_state.replica_id.0 >= 0 {
+                let follower = fetch::is_follower(&req);
+                if follower {
                     *label = "FetchFollower";
                 }
                 match self.fetch_pool.get() {
                     // Consumer fetches, wide ones included, are read and encoded on the fetch
                     // pool, so produce and follower fetches never queue behind them (seed 003).
-                    Some(pool) if *label == "FetchConsumer" => {
+                    Some(pool) if !follower => {
                         let broker = self.clone();
                         let task = pool.spawn(async move {
                             let r = match fetch::fetch(&broker, v, req) {

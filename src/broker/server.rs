@@ -1,7 +1,8 @@
 //! The network side: listeners on their own runtime of `num.network.threads` threads, framing
 //! with `socket.request.max.bytes`, one request in flight per connection (responses stay in
 //! order, as Kafka's muted channels keep them), a bounded request queue (`queued.max.requests`)
-//! drained by `num.io.threads` request handlers, per-request timings and the metrics endpoint.
+//! drained by `num.io.threads` request handlers, a fetch runtime for consumer fetches,
+//! per-request timings and the metrics endpoint.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -6,17 +6,12 @@ import time
 
 import cclient
 import kclient
-from wire import call
+from wire import Reader, call, string
 
 FETCH = 1
 VERSION = 7
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71
-
-
-def string(s):
-    b = s.encode()
-    return struct.pack(">h", len(b)) + b
 
 
 def encode_fetch(correlation_id, session_id, epoch, topic, parts, forget=(), max_wait_ms=0):
@@ -40,23 +35,16 @@ def encode_fetch(correlation_id, session_id, epoch, topic, parts, forget=(), max
 
 def decode_fetch(data):
     """-> (correlation_id, error_code, session_id, [(partition, error, high watermark, bytes)])"""
-    pos = 0
-
-    def take(fmt):
-        nonlocal pos
-        vals = struct.unpack_from(fmt, data, pos)
-        pos += struct.calcsize(fmt)
-        return vals if len(vals) > 1 else vals[0]
-    correlation_id, _throttle, error, session_id = take(">iihi")
+    r = Reader(data)
+    correlation_id, _throttle, error, session_id = r.take(">iihi")
     parts = []
-    for _ in range(take(">i")):
-        pos += 2 + take(">h")                                   # topic name
-        for _ in range(take(">i")):
-            partition, perr, hw, _lso, _start = take(">ihqqq")
-            aborted = take(">i")
-            pos += 16 * max(aborted, 0)
-            size = take(">i")
-            pos += max(size, 0)
+    for _ in range(r.take(">i")):
+        r.string()                                              # topic name
+        for _ in range(r.take(">i")):
+            partition, perr, hw, _lso, _start = r.take(">ihqqq")
+            r.skip(16 * r.take(">i"))                           # aborted transactions
+            size = r.take(">i")
+            r.skip(size)
             parts.append((partition, perr, hw, max(size, 0)))
     return correlation_id, error, session_id, parts
 

@@ -5,7 +5,7 @@ import struct
 import pytest
 
 import kclient
-from wire import call, leader_address
+from wire import Reader, call, leader_address, string
 
 LIST_OFFSETS = 2
 EARLIEST, LATEST = -2, -1
@@ -13,9 +13,6 @@ EARLIEST, LATEST = -2, -1
 
 def encode_request(version, correlation_id, topic, partition, timestamp):
     """ListOffsets request v1-v5, request header v1."""
-    def string(s):
-        b = s.encode()
-        return struct.pack(">h", len(b)) + b
     body = struct.pack(">i", -1)                     # replica_id: a consumer
     if version >= 2:
         body += struct.pack(">b", 0)                 # isolation_level: read_uncommitted
@@ -30,22 +27,14 @@ def encode_request(version, correlation_id, topic, partition, timestamp):
 
 def decode_response(version, data):
     """-> (correlation_id, topic, partition, error_code, timestamp, offset) of the one partition."""
-    pos = 0
-
-    def take(fmt):
-        nonlocal pos
-        vals = struct.unpack_from(fmt, data, pos)
-        pos += struct.calcsize(fmt)
-        return vals if len(vals) > 1 else vals[0]
-    correlation_id = take(">i")
+    r = Reader(data)
+    correlation_id = r.take(">i")
     if version >= 2:
-        take(">i")                                   # throttle_time_ms
-    assert take(">i") == 1
-    name_len = take(">h")
-    name = data[pos:pos + name_len].decode()
-    pos += name_len
-    assert take(">i") == 1
-    partition, error_code, timestamp, offset = take(">ihqq")
+        r.take(">i")                                 # throttle_time_ms
+    assert r.take(">i") == 1
+    name = r.string()
+    assert r.take(">i") == 1
+    partition, error_code, timestamp, offset = r.take(">ihqq")
     return correlation_id, name, partition, error_code, timestamp, offset
 
 

@@ -6,6 +6,33 @@ import time
 import cclient
 
 
+def string(s):
+    """A non-null STRING: int16 length, then UTF-8 bytes."""
+    b = s.encode()
+    return struct.pack(">h", len(b)) + b
+
+
+class Reader:
+    """Reads big-endian fields from a response body in order."""
+
+    def __init__(self, data):
+        self.data, self.pos = data, 0
+
+    def take(self, fmt):
+        vals = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += struct.calcsize(fmt)
+        return vals if len(vals) > 1 else vals[0]
+
+    def skip(self, n):
+        self.pos += max(n, 0)
+
+    def string(self):
+        n = self.take(">h")
+        s = self.data[self.pos:self.pos + n].decode()
+        self.pos += n
+        return s
+
+
 def leader_address(bootstrap, topic, partition):
     """HOST:PORT of the partition's leader (Metadata); on a cluster only the leader answers
     ListOffsets without NOT_LEADER_OR_FOLLOWER."""
