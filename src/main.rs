@@ -524,6 +524,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 props: vec![
                     ("acks".into(), "1".into()),
                     ("linger.ms".into(), "0".into()),
+                    ("statistics.interval.ms".into(), "1000".into()),
                 ],
                 round_robin: Some(partitions),
             };
@@ -576,6 +577,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 "broker-side Produce TotalTimeMs p99: {} without, {} with wide fetchers",
                 bound(kafka::bucket_quantile(&b0, &b1, 0.99)),
                 bound(kafka::bucket_quantile(&w0, &w1, 0.99))
+            );
+            let ms = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.2} ms"));
+            println!(
+                "librdkafka producer, median of 1 s windows: request round trip p99 {} without, {} with; queue wait p99 {} without, {} with",
+                ms(base.rtt_p99_ms),
+                ms(wide.rtt_p99_ms),
+                ms(base.queue_p99_ms),
+                ms(wide.queue_p99_ms)
             );
             println!(
                 "client-side produce p99: {:.1} ms without, {:.1} ms with -> ratio {:.2} (target <= 1.5)",

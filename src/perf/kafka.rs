@@ -29,13 +29,33 @@ struct Deliveries {
     latencies_us: Mutex<Vec<u32>>,
     failed: AtomicU64,
     bytes: AtomicU64,
+    /// librdkafka's per-window p99s (µs) of request round trips to the broker and of the time
+    /// records wait in its queues, when `statistics.interval.ms` is set.
+    rtt_p99_us: Mutex<Vec<i64>>,
+    queue_p99_us: Mutex<Vec<i64>>,
 }
 
 struct TimingContext {
     d: Arc<Deliveries>,
 }
 
-impl ClientContext for TimingContext {}
+impl ClientContext for TimingContext {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        for b in statistics.brokers.values().filter(|b| b.nodeid >= 0) {
+            let windows = [
+                (&b.rtt, &self.d.rtt_p99_us),
+                (&b.int_latency, &self.d.queue_p99_us),
+            ];
+            for (window, into) in windows {
+                if let (Some(w), Ok(mut v)) = (window, into.lock()) {
+                    if w.cnt > 0 {
+                        v.push(w.p99);
+                    }
+                }
+            }
+        }
+    }
+}
 
 impl ProducerContext for TimingContext {
     type DeliveryOpaque = Box<Instant>;
@@ -82,6 +102,10 @@ pub struct ProduceReport {
     pub p95_ms: f64,
     pub p99_ms: f64,
     pub p999_ms: f64,
+    /// Medians over librdkafka's statistics windows of the request round-trip p99 and the
+    /// internal queue p99, in ms (only with `statistics.interval.ms` among the properties).
+    pub rtt_p99_ms: Option<f64>,
+    pub queue_p99_ms: Option<f64>,
 }
 
 impl std::fmt::Display for ProduceReport {
@@ -204,7 +228,15 @@ pub fn produce(
         p95_ms: percentile(&lat, 0.95),
         p99_ms: percentile(&lat, 0.99),
         p999_ms: percentile(&lat, 0.999),
+        rtt_p99_ms: median_ms(&d.rtt_p99_us),
+        queue_p99_ms: median_ms(&d.queue_p99_us),
     })
+}
+
+fn median_ms(windows: &Mutex<Vec<i64>>) -> Option<f64> {
+    let mut v = windows.lock().ok()?.clone();
+    v.sort_unstable();
+    v.get(v.len() / 2).map(|us| *us as f64 / 1000.0)
 }
 
 /// Consume workload settings.
