@@ -51,16 +51,6 @@ fn fetch_threads(io_threads: usize) -> usize {
         .max(1)
 }
 
-/// Consumer fetch threads run at a lower scheduling priority (nice +5), so on a busy machine
-/// the CPU goes to produce and follower requests first; long-poll fetches tolerate the wait.
-fn lower_priority() {
-    // SAFETY: plain syscalls on the calling thread; failure only leaves the priority as it was.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, 5);
-    }
-}
-
 impl Server {
     /// Binds every listener and the metrics endpoint and starts serving. Port 0 binds an
     /// ephemeral port, which is then advertised.
@@ -75,7 +65,6 @@ impl Server {
         let fetch = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(fetch_threads(broker.config.num_io_threads))
             .thread_name("evenkeel-fetch")
-            .on_thread_start(lower_priority)
             .enable_all()
             .build()
             .map_err(bind_err("fetch runtime".into()))?;

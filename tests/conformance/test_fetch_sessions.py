@@ -4,9 +4,8 @@ session and a closed session are refused; forgotten partitions leave the session
 import struct
 import time
 
-import cclient
 import kclient
-from wire import Reader, call, string
+from wire import Reader, address, call, string, topic_metadata
 
 FETCH = 1
 VERSION = 7
@@ -65,20 +64,12 @@ class Session:
 
 def leader_and_partitions(bootstrap, topic, n):
     """The leader of partition 0 and the first `n` partitions it leads (one broker: all)."""
-    adm = cclient.admin(bootstrap)
-    deadline = time.time() + 20
-    while True:
-        md = adm.list_topics(topic=topic, timeout=15)
-        tmd = md.topics.get(topic)
-        ready = tmd is not None and tmd.partitions and all(
-            p.leader >= 0 for p in tmd.partitions.values())
-        if ready or time.time() > deadline:
-            break
-        time.sleep(0.2)
+    md = topic_metadata(bootstrap, topic, lambda t: t.partitions and all(
+        p.leader >= 0 for p in t.partitions.values()))
+    tmd = md.topics[topic]
     leader = tmd.partitions[0].leader
     mine = sorted(p for p, pm in tmd.partitions.items() if pm.leader == leader)[:n]
-    broker = md.brokers[leader]
-    return "%s:%d" % (broker.host, broker.port), mine
+    return address(md, leader), mine
 
 
 def produce(bootstrap, topic, partitions):

@@ -33,21 +33,30 @@ class Reader:
         return s
 
 
-def leader_address(bootstrap, topic, partition):
-    """HOST:PORT of the partition's leader (Metadata); on a cluster only the leader answers
-    ListOffsets without NOT_LEADER_OR_FOLLOWER."""
+def topic_metadata(bootstrap, topic, ready, timeout=20):
+    """Metadata (confluent-kafka's ClusterMetadata) once `ready(topic metadata)` holds, or the
+    last answer after `timeout` s: a broker may learn of a new topic a moment after the one that
+    created it."""
     adm = cclient.admin(bootstrap)
-    deadline = time.time() + 15
-    # A broker may learn of a new topic a moment after the one that created it: ask again.
+    deadline = time.time() + timeout
     while True:
         md = adm.list_topics(topic=topic, timeout=15)
         tmd = md.topics.get(topic)
-        if (tmd is not None and partition in tmd.partitions) or time.time() > deadline:
-            break
+        if (tmd is not None and ready(tmd)) or time.time() > deadline:
+            return md
         time.sleep(0.2)
-    leader = md.topics[topic].partitions[partition].leader
-    broker = md.brokers[leader]
+
+
+def address(md, node_id):
+    broker = md.brokers[node_id]
     return "%s:%d" % (broker.host, broker.port)
+
+
+def leader_address(bootstrap, topic, partition):
+    """HOST:PORT of the partition's leader (Metadata); on a cluster only the leader answers
+    ListOffsets without NOT_LEADER_OR_FOLLOWER."""
+    md = topic_metadata(bootstrap, topic, lambda t: partition in t.partitions, timeout=15)
+    return address(md, md.topics[topic].partitions[partition].leader)
 
 
 def call(address, request_bytes, timeout=10.0):
