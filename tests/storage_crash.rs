@@ -56,7 +56,7 @@ fn run_child(dir: &Path, seed: u64) {
     let stdout = std::io::stdout();
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
-        let mut l = log.lock().unwrap();
+        let mut l = log.lock();
         let first = l.log_end_offset();
         let n = rng.gen_range(1..12);
         let values: Vec<Vec<u8>> = (0..n).map(|i| value_for(first + i)).collect();
@@ -87,7 +87,7 @@ fn active_segment_file(pdir: &Path) -> PathBuf {
 fn verify(dir: &Path, acked: i64, clean_close: bool) -> i64 {
     let mgr = LogManager::open(manager_config(dir)).expect("reopen after the kill");
     let log = mgr.get_log(&tp()).expect("the log is still there");
-    let l = log.lock().unwrap();
+    let l = log.lock();
     let leo = l.log_end_offset();
     assert!(
         leo > acked,

@@ -32,12 +32,12 @@ fn four_thousand_1kib_records_with_1mib_segments_make_four_segments() {
         let n = 15.min(4000 - sent);
         let recs: Vec<KeyValue<'_>> = (0..n).map(|_| (None, Some(value.as_slice()))).collect();
         let mut b = build_batch(&recs, 1_787_577_612_677 + sent as i64);
-        log.lock().unwrap().append_as_leader(&mut b, 0).unwrap();
+        log.lock().append_as_leader(&mut b, 0).unwrap();
         sent += n;
     }
     let pdir = dir.path().join("seg-demo-0");
     let (bases, last_offsets): (Vec<i64>, Vec<i64>) = {
-        let l = log.lock().unwrap();
+        let l = log.lock();
         assert_eq!(l.log_end_offset(), 4000);
         l.segments()
             .map(|s| (s.base_offset(), s.next_offset() - 1))

@@ -239,20 +239,17 @@ pub fn delete_records(broker: &Arc<Broker>, req: DeleteRecordsRequest) -> Delete
                 parts.push(base.with_error_code(errors::UNKNOWN_TOPIC_OR_PARTITION));
                 continue;
             };
-            let result = part
-                .log
-                .lock()
-                .map_err(|_| errors::KAFKA_STORAGE_ERROR)
-                .and_then(|mut l| {
-                    // -1 means "up to the high watermark", as in Kafka.
-                    let target = if p.offset == -1 {
-                        l.high_watermark()
-                    } else {
-                        p.offset
-                    };
-                    l.delete_records_before(target)
-                        .map_err(|e| e.kafka_error_code())
-                });
+            let result = {
+                let mut l = part.log.lock();
+                // -1 means "up to the high watermark", as in Kafka.
+                let target = if p.offset == -1 {
+                    l.high_watermark()
+                } else {
+                    p.offset
+                };
+                l.delete_records_before(target)
+                    .map_err(|e| e.kafka_error_code())
+            };
             parts.push(match result {
                 Ok(low) => base.with_low_watermark(low),
                 Err(code) => base.with_error_code(code),

@@ -132,11 +132,10 @@ fn read_pass(broker: &Broker, targets: &[FetchTarget], max_bytes: i64) -> Pass {
             }
             Err(e) => {
                 pass.errors = true;
-                let (hw, start) = p
-                    .log
-                    .lock()
-                    .map(|l| (l.high_watermark(), l.log_start_offset()))
-                    .unwrap_or((-1, -1));
+                let (hw, start) = {
+                    let l = p.log.lock();
+                    (l.high_watermark(), l.log_start_offset())
+                };
                 pass.parts.push(
                     base.with_error_code(e.code)
                         .with_high_watermark(hw)
@@ -305,10 +304,7 @@ pub fn list_offsets(
                 parts.push(base.with_error_code(errors::UNKNOWN_TOPIC_OR_PARTITION));
                 continue;
             };
-            let Ok(l) = p.log.lock() else {
-                parts.push(base.with_error_code(errors::KAFKA_STORAGE_ERROR));
-                continue;
-            };
+            let l = p.log.lock();
             let hw = l.high_watermark();
             let found = match lp.timestamp {
                 LATEST_TIMESTAMP => Ok(Some(crate::storage::TimestampAndOffset {
@@ -383,10 +379,7 @@ pub fn offset_for_leader_epoch(
                 parts.push(base.with_error_code(errors::UNKNOWN_LEADER_EPOCH));
                 continue;
             }
-            let Ok(l) = part.log.lock() else {
-                parts.push(base.with_error_code(errors::KAFKA_STORAGE_ERROR));
-                continue;
-            };
+            let l = part.log.lock();
             let (epoch, end) = l
                 .epoch_cache()
                 .end_offset_for(p.leader_epoch, l.log_end_offset());

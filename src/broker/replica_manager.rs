@@ -134,18 +134,13 @@ impl ReplicaManager {
         for (tp, (id, epoch, cfg)) in wanted {
             if let Some(p) = current.get(&tp) {
                 if p.topic_id == id {
-                    if let Ok(mut l) = p.log.lock() {
-                        l.update_config(cfg);
-                    }
+                    p.log.lock().update_config(cfg);
                     next.insert(tp, p.clone());
                     continue;
                 }
             }
             if let Some(existing) = self.logs.get_log(&tp) {
-                let same_topic = existing
-                    .lock()
-                    .map(|l| l.topic_id().is_none_or(|old| old == id))
-                    .unwrap_or(false);
+                let same_topic = existing.lock().topic_id().is_none_or(|old| old == id);
                 if !same_topic {
                     // Re-created under the same name: the old log goes, offsets restart at 0.
                     self.logs.delete_log(&tp)?;
@@ -155,7 +150,7 @@ impl ReplicaManager {
                 .logs
                 .get_or_create_log(&tp, Some(id), Some(cfg.clone()))?;
             let producers = {
-                let mut l = log.lock().map_err(|_| lock_err())?;
+                let mut l = log.lock();
                 l.update_config(cfg);
                 l.set_topic_id(id)?;
                 if l.epoch_cache().latest_epoch().is_none_or(|e| e < epoch) {
@@ -190,7 +185,7 @@ impl ReplicaManager {
     /// already has and nothing is written; a sequence gap or stale epoch is refused.
     pub fn append(&self, p: &Partition, records: &mut [u8]) -> Result<AppendInfo, PartitionError> {
         let (info, hw) = {
-            let mut l = p.log.lock().map_err(|_| lock_err())?;
+            let mut l = p.log.lock();
             let mut psm = p.producers.lock().map_err(|_| lock_err())?;
             for h in headers(records) {
                 match psm.check(&h) {
@@ -241,7 +236,7 @@ impl ReplicaManager {
         max_bytes: usize,
         min_one_batch: bool,
     ) -> Result<ReadResult, PartitionError> {
-        let l = p.log.lock().map_err(|_| lock_err())?;
+        let l = p.log.lock();
         let hw = l.high_watermark();
         let records = l.read(offset, max_bytes, Some(hw), min_one_batch)?;
         Ok(ReadResult {
@@ -254,7 +249,8 @@ impl ReplicaManager {
     /// Writes a producer snapshot at each partition's log end (clean shutdown).
     pub fn snapshot_producer_state(&self) {
         for p in self.partitions() {
-            let (Ok(l), Ok(psm)) = (p.log.lock(), p.producers.lock()) else {
+            let l = p.log.lock();
+            let Ok(psm) = p.producers.lock() else {
                 continue;
             };
             if let Err(e) = psm
@@ -267,7 +263,7 @@ impl ReplicaManager {
     }
 
     pub fn high_watermark(&self, p: &Partition) -> i64 {
-        p.log.lock().map(|l| l.high_watermark()).unwrap_or(-1)
+        p.log.lock().high_watermark()
     }
 }
 

@@ -195,11 +195,10 @@ fn refresh_hook(
         m.under_replicated.set(0);
         m.log_size.reset();
         for p in parts {
-            if let Ok(l) = p.log.lock() {
-                m.log_size
-                    .with_label_values(&[p.tp.topic.as_str(), &p.tp.partition.to_string()])
-                    .set(l.size() as f64);
-            }
+            let size = p.log.lock().size();
+            m.log_size
+                .with_label_values(&[p.tp.topic.as_str(), &p.tp.partition.to_string()])
+                .set(size as f64);
         }
     })
 }

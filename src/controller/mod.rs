@@ -122,9 +122,7 @@ impl Controller {
         let mut image = MetadataImage::default();
         image.last_offset = -1;
         {
-            let mut l = log
-                .lock()
-                .map_err(|_| ControllerError::new(codes::KAFKA_STORAGE_ERROR, "poisoned"))?;
+            let mut l = log.lock();
             l.update_config(cfg);
             let end = l.log_end_offset();
             l.update_high_watermark(end);
@@ -182,10 +180,7 @@ impl Controller {
         let now = crate::storage::log::now_ms();
         let mut b = build_batch(&kvs, now);
         let last_offset = {
-            let mut l = self
-                .log
-                .lock()
-                .map_err(|_| ControllerError::new(codes::KAFKA_STORAGE_ERROR, "poisoned"))?;
+            let mut l = self.log.lock();
             let info = l.append_as_leader(&mut b, 0)?;
             l.flush()?;
             l.update_high_watermark(info.last_offset + 1);

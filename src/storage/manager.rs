@@ -17,8 +17,10 @@ use super::error::{Result, StorageError};
 use super::log::{now_ms, LoadParams, Log};
 use crate::config::LogConfig;
 
-/// Shared handle to one partition's log.
-pub type LogRef = Arc<Mutex<Log>>;
+/// Shared handle to one partition's log. parking_lot's mutex, not std's: std's never hands the
+/// lock to a waiter, so a stream of appends to a hot partition could starve a flush or a read for
+/// as long as it lasts; parking_lot hands it over once a waiter has waited half a millisecond.
+pub type LogRef = Arc<parking_lot::Mutex<Log>>;
 
 /// Broker-level storage settings (Kafka names in the comments).
 #[derive(Debug, Clone)]
@@ -123,7 +125,7 @@ impl LogManager {
                 .cloned()
                 .unwrap_or_else(|| config.default_config.clone());
             let log = Log::open(&entry.path(), tp.clone(), cfg, params)?;
-            logs.insert(tp, Arc::new(Mutex::new(log)));
+            logs.insert(tp, Arc::new(parking_lot::Mutex::new(log)));
         }
         if had_clean_shutdown {
             std::fs::remove_file(&marker).map_err(StorageError::io(&marker))?;
@@ -190,7 +192,7 @@ impl LogManager {
             log.set_topic_id(id)?;
         }
         sync_dir(&self.config.log_dir)?;
-        let log = Arc::new(Mutex::new(log));
+        let log = Arc::new(parking_lot::Mutex::new(log));
         logs.insert(tp.clone(), log.clone());
         Ok(log)
     }
@@ -206,7 +208,7 @@ impl LogManager {
         let Some(log) = removed else {
             return Ok(false);
         };
-        let mut log = log.lock().map_err(|_| poisoned(&self.config.log_dir))?;
+        let mut log = log.lock();
         let from = log.dir().to_path_buf();
         let delay = log.config().file_delete_delay_ms;
         log.delete_due_files(i64::MAX)?;
@@ -249,10 +251,9 @@ impl LogManager {
     ) -> BTreeMap<TopicPartition, i64> {
         let mut out = BTreeMap::new();
         for (tp, log) in self.all_logs() {
-            if let Ok(l) = log.lock() {
-                if filter(&l) {
-                    out.insert(tp, f(&l));
-                }
+            let l = log.lock();
+            if filter(&l) {
+                out.insert(tp, f(&l));
             }
         }
         out
@@ -291,7 +292,7 @@ impl LogManager {
     pub fn flush_dirty_logs(&self, now: i64) -> Result<()> {
         for (_, log) in self.all_logs() {
             let work = {
-                let Ok(mut l) = log.lock() else { continue };
+                let mut l = log.lock();
                 let roll = l.take_roll_flush();
                 if l.flush_due(now) {
                     Some(l.unflushed_handles(l.log_end_offset()))
@@ -303,9 +304,7 @@ impl LogManager {
                 for h in &handles {
                     h.sync()?;
                 }
-                if let Ok(mut l) = log.lock() {
-                    l.mark_flushed(upto);
-                }
+                log.lock().mark_flushed(upto);
             }
         }
         Ok(())
@@ -315,7 +314,7 @@ impl LogManager {
     pub fn cleanup_logs(&self, now: i64) -> Result<usize> {
         let mut deleted = 0;
         for (_, log) in self.all_logs() {
-            let Ok(mut l) = log.lock() else { continue };
+            let mut l = log.lock();
             deleted += l.delete_old_segments(now)?;
             l.delete_due_files(now)?;
         }
@@ -390,11 +389,10 @@ impl LogManager {
 
     fn delete_pending_files(&self, now: i64) {
         for (_, log) in self.all_logs() {
-            if let Ok(mut l) = log.lock() {
-                if l.has_pending_deletes() {
-                    if let Err(e) = l.delete_due_files(now) {
-                        tracing::warn!(error = %e, "cannot remove a deleted segment");
-                    }
+            let mut l = log.lock();
+            if l.has_pending_deletes() {
+                if let Err(e) = l.delete_due_files(now) {
+                    tracing::warn!(error = %e, "cannot remove a deleted segment");
                 }
             }
         }
@@ -418,7 +416,7 @@ impl LogManager {
             let _ = h.join();
         }
         for (tp, log) in self.all_logs() {
-            let mut l = log.lock().map_err(|_| poisoned(&self.config.log_dir))?;
+            let mut l = log.lock();
             l.close().inspect_err(|e| {
                 tracing::error!(partition = %tp, error = %e, "closing a log failed");
             })?;
@@ -471,7 +469,7 @@ mod tests {
         let v = vec![b'x'; 900];
         for _ in 0..n {
             let mut b = build_batch(&[(None, Some(v.as_slice()))], 1);
-            log.lock().unwrap().append_as_leader(&mut b, 0).unwrap();
+            log.lock().append_as_leader(&mut b, 0).unwrap();
         }
     }
 
@@ -486,7 +484,7 @@ mod tests {
             let log = mgr.get_or_create_log(&tp, Some(id), None).unwrap();
             append(&log, 20);
             {
-                let mut l = log.lock().unwrap();
+                let mut l = log.lock();
                 l.update_high_watermark(20);
                 l.delete_records_before(9).unwrap();
             }
@@ -502,7 +500,7 @@ mod tests {
         assert!(mgr.had_clean_shutdown());
         assert!(!dir.path().join(CLEAN_SHUTDOWN_MARKER).exists());
         let log = mgr.get_log(&tp).unwrap();
-        let l = log.lock().unwrap();
+        let l = log.lock();
         assert_eq!(l.log_end_offset(), 20);
         assert_eq!(l.log_start_offset(), 9);
         assert_eq!(l.high_watermark(), 20);
@@ -556,10 +554,7 @@ mod tests {
                 "leader-epoch-checkpoint",
             ]
         );
-        assert_eq!(
-            mgr.get_log(&tp).unwrap().lock().unwrap().log_end_offset(),
-            3
-        );
+        assert_eq!(mgr.get_log(&tp).unwrap().lock().log_end_offset(), 3);
         mgr.cleanup_logs(now_ms()).unwrap();
         assert!(!dir
             .path()
@@ -588,8 +583,8 @@ mod tests {
         // Re-creating starts again at offset 0 with a new topic id.
         let id = KafkaUuid::random();
         let log = mgr.get_or_create_log(&tp, Some(id), None).unwrap();
-        assert_eq!(log.lock().unwrap().log_end_offset(), 0);
-        assert_eq!(log.lock().unwrap().topic_id(), Some(id));
+        assert_eq!(log.lock().log_end_offset(), 0);
+        assert_eq!(log.lock().topic_id(), Some(id));
     }
 
     #[test]
@@ -605,7 +600,7 @@ mod tests {
             .unwrap();
         append(&log, 10);
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while log.lock().unwrap().recovery_point() < 10 {
+        while log.lock().recovery_point() < 10 {
             assert!(
                 std::time::Instant::now() < deadline,
                 "recovery point did not advance"
@@ -625,8 +620,8 @@ mod tests {
             .get_or_create_log(&TopicPartition::new("f", 0), None, None)
             .unwrap();
         append(&log, 2);
-        assert_eq!(log.lock().unwrap().recovery_point(), 0);
+        assert_eq!(log.lock().recovery_point(), 0);
         append(&log, 1);
-        assert_eq!(log.lock().unwrap().recovery_point(), 3);
+        assert_eq!(log.lock().recovery_point(), 3);
     }
 }

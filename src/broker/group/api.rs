@@ -106,7 +106,7 @@ pub fn load(broker: &Broker) {
         if part.tp.topic != OFFSETS_TOPIC {
             continue;
         }
-        let Ok(l) = part.log.lock() else { continue };
+        let l = part.log.lock();
         let mut at = l.log_start_offset();
         while at < l.log_end_offset() {
             let Ok(data) = l.read(at, 1 << 20, None, true) else {
