@@ -84,6 +84,10 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// With a flush policy (`flush.messages` or `flush.ms` set), the active segment's new pages are
+/// handed to writeback every this many bytes, ahead of the policy's fsync.
+const WRITE_BEHIND_BYTES: u64 = 256 << 10;
+
 fn segment_config(c: &LogConfig) -> SegmentConfig {
     SegmentConfig {
         index_interval_bytes: c.index_interval_bytes,
@@ -428,6 +432,9 @@ impl Log {
             self.roll(info.first_offset)?;
         }
         self.active_mut().append(records)?;
+        if self.config.flush_messages != i64::MAX || self.config.flush_ms != i64::MAX {
+            self.active_mut().write_behind(WRITE_BEHIND_BYTES);
+        }
         self.log_end_offset = info.last_offset + 1;
         self.unflushed_messages += info.num_messages;
         if self.unflushed_messages >= self.config.flush_messages {

@@ -69,7 +69,12 @@ pub struct LogSegment {
     rolling_based_timestamp: Option<i64>,
     created_ms: i64,
     next_offset: i64,
+    /// `.log` bytes below this were handed to the disk's writeback by `write_behind`.
+    written_behind: u64,
 }
+
+/// Write-behind hands whole pages to writeback, so that a partial last page is not written twice.
+const PAGE_BYTES: u64 = 4096;
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -152,6 +157,7 @@ impl LogSegment {
             rolling_based_timestamp: None,
             created_ms: now_ms(),
             next_offset: base_offset,
+            written_behind: size - size % PAGE_BYTES,
         })
     }
 
@@ -292,6 +298,28 @@ impl LogSegment {
             pos += h.size();
         }
         Ok(())
+    }
+
+    /// Starts writeback of the appended whole pages not yet started, once at least `step` bytes
+    /// of them wait (`sync_file_range` with `SYNC_FILE_RANGE_WRITE`: it neither waits nor makes
+    /// anything durable). A log with a flush policy calls it after each append, so that the disk
+    /// works while appends go on and the policy's fsync finds most of the pages already written.
+    pub fn write_behind(&mut self, step: u64) {
+        let upto = self.size - self.size % PAGE_BYTES;
+        if upto < self.written_behind.saturating_add(step) {
+            return;
+        }
+        if let Err(e) = start_writeback(&self.log, self.written_behind, upto - self.written_behind)
+        {
+            // Only a hint: the fsync that follows writes these pages and reports any I/O error.
+            tracing::debug!(path = %self.log_path.display(), error = %e, "write-behind not started");
+        }
+        self.written_behind = upto;
+    }
+
+    /// Where write-behind has got to in the `.log`.
+    pub fn written_behind(&self) -> u64 {
+        self.written_behind
     }
 
     /// Calls `f` with the header of every batch from the one holding `offset` (headers only).
@@ -517,6 +545,7 @@ impl LogSegment {
                 .set_len(pos)
                 .map_err(StorageError::io(&self.log_path))?;
             self.size = pos;
+            self.written_behind = self.written_behind.min(pos - pos % PAGE_BYTES);
         }
         Ok(truncated)
     }
@@ -534,6 +563,7 @@ impl LogSegment {
             .set_len(pos)
             .map_err(StorageError::io(&self.log_path))?;
         self.size = pos;
+        self.written_behind = self.written_behind.min(pos - pos % PAGE_BYTES);
         // Recompute the tail state from what is left; the data after the last index entry is small.
         self.bytes_since_last_index_entry = 0;
         self.next_offset = self.base_offset;
@@ -666,6 +696,22 @@ fn fallocate(file: &File, mode: libc::c_int, offset: u64, len: u64) -> std::io::
     };
     // SAFETY: plain syscall on an open descriptor owned by `file`; no memory is passed.
     if unsafe { libc::fallocate(file.as_raw_fd(), mode, offset, len) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// `sync_file_range(2)` with `SYNC_FILE_RANGE_WRITE` on `len` bytes of `file` from `offset`.
+fn start_writeback(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(len)) = (offset.try_into(), len.try_into()) else {
+        return Err(std::io::ErrorKind::InvalidInput.into());
+    };
+    // SAFETY: plain syscall on an open descriptor owned by `file`; no memory is passed.
+    if unsafe { libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE) }
+        == 0
+    {
         Ok(())
     } else {
         Err(std::io::Error::last_os_error())

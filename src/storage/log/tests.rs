@@ -533,3 +533,44 @@ fn a_full_offset_index_rolls_the_segment() {
     }
     assert!(log.num_segments() >= 2, "{} segments", log.num_segments());
 }
+
+#[test]
+fn write_behind_runs_only_with_a_flush_policy() {
+    // 40 batches of ~16 KiB: about 650 KiB, past two write-behind steps.
+    let append_650_kib = |log: &mut Log| {
+        for _ in 0..40 {
+            log.append_as_leader(&mut batch_of(16, 1000, 1000), 0)
+                .unwrap();
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut os_flushed = open(&dir.path().join("a"), cfg(1 << 30));
+    append_650_kib(&mut os_flushed);
+    assert_eq!(os_flushed.active().written_behind(), 0, "the OS decides");
+
+    let with_policy = LogConfig {
+        flush_ms: 60_000,
+        ..cfg(1 << 30)
+    };
+    let mut log = open(&dir.path().join("b"), with_policy);
+    append_650_kib(&mut log);
+    let size = log.active().size();
+    let behind = log.active().written_behind();
+    assert_eq!(behind % 4096, 0, "whole pages only");
+    assert!(
+        behind >= 2 * WRITE_BEHIND_BYTES && behind <= size,
+        "written behind {behind} of {size}"
+    );
+    assert!(
+        size - behind < WRITE_BEHIND_BYTES + 4096,
+        "at most a step left"
+    );
+
+    // A truncation below it pulls it back; appends then go on from there.
+    log.truncate_to(3 * 16).unwrap();
+    assert!(log.active().written_behind() <= log.active().size());
+    append_650_kib(&mut log);
+    assert_eq!(log.log_end_offset(), 43 * 16);
+    let offsets: Vec<i64> = read_all(&log, 1 << 20).iter().map(|r| r.0).collect();
+    assert_eq!(offsets, (0..43 * 16).collect::<Vec<i64>>());
+}
