@@ -112,6 +112,11 @@ fn parse_i64(key: &str, v: &str, min: i64) -> Result<i64, ConfigError> {
 }
 
 impl LogConfig {
+    /// Whether `flush.messages` or `flush.ms` is set, rather than flushing being left to the OS.
+    pub fn has_flush_policy(&self) -> bool {
+        self.flush_messages != i64::MAX || self.flush_ms != i64::MAX
+    }
+
     /// Sets one topic-level key. Unknown keys are reported as `Ok(false)`.
     pub fn set(&mut self, key: &str, value: &str) -> Result<bool, ConfigError> {
         let v = value;

@@ -120,7 +120,6 @@ fn pipelined_run(
     let appended = Arc::new(AtomicU64::new(0));
     let synced = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
-    let poisoned = || StorageError::Poisoned;
     let flusher = {
         let (log, appended, synced, done) =
             (log.clone(), appended.clone(), synced.clone(), done.clone());
@@ -166,7 +165,7 @@ fn pipelined_run(
     })();
     // Stop the flusher on every path, then report the first error.
     done.store(true, Ordering::Release);
-    let flushed = flusher.join().map_err(|_| poisoned())?;
+    let flushed = flusher.join().map_err(|_| StorageError::Poisoned)?;
     appended_all?;
     flushed?;
     Ok(Figure {

@@ -467,7 +467,8 @@ mod tests {
 
     /// Pages of `idx`'s mapping that are in the page cache (`mincore`).
     fn resident_pages(idx: &IndexFile) -> usize {
-        let page = 4096;
+        // SAFETY: sysconf reads a constant of the running system.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
         let mut vec = vec![0u8; idx.mmap.len().div_ceil(page)];
         // SAFETY: the pointer and length are the live mapping's; `vec` has a byte per page.
         let rc = unsafe {

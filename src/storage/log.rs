@@ -432,7 +432,7 @@ impl Log {
             self.roll(info.first_offset)?;
         }
         self.active_mut().append(records)?;
-        if self.config.flush_messages != i64::MAX || self.config.flush_ms != i64::MAX {
+        if self.config.has_flush_policy() {
             self.active_mut().write_behind(WRITE_BEHIND_BYTES);
         }
         self.log_end_offset = info.last_offset + 1;

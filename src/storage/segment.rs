@@ -76,6 +76,11 @@ pub struct LogSegment {
 /// Write-behind hands whole pages to writeback, so that a partial last page is not written twice.
 const PAGE_BYTES: u64 = 4096;
 
+/// `n` rounded down to whole pages.
+fn whole_pages(n: u64) -> u64 {
+    n - n % PAGE_BYTES
+}
+
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -157,7 +162,7 @@ impl LogSegment {
             rolling_based_timestamp: None,
             created_ms: now_ms(),
             next_offset: base_offset,
-            written_behind: size - size % PAGE_BYTES,
+            written_behind: whole_pages(size),
         })
     }
 
@@ -305,7 +310,7 @@ impl LogSegment {
     /// anything durable). A log with a flush policy calls it after each append, so that the disk
     /// works while appends go on and the policy's fsync finds most of the pages already written.
     pub fn write_behind(&mut self, step: u64) {
-        let upto = self.size - self.size % PAGE_BYTES;
+        let upto = whole_pages(self.size);
         if upto < self.written_behind.saturating_add(step) {
             return;
         }
@@ -541,13 +546,19 @@ impl LogSegment {
         }
         let truncated = self.size - pos;
         if truncated > 0 {
-            self.log
-                .set_len(pos)
-                .map_err(StorageError::io(&self.log_path))?;
-            self.size = pos;
-            self.written_behind = self.written_behind.min(pos - pos % PAGE_BYTES);
+            self.cut_log_at(pos)?;
         }
         Ok(truncated)
+    }
+
+    /// Cuts the `.log` file at `pos`, and write-behind back to it.
+    fn cut_log_at(&mut self, pos: u64) -> Result<()> {
+        self.log
+            .set_len(pos)
+            .map_err(StorageError::io(&self.log_path))?;
+        self.size = pos;
+        self.written_behind = self.written_behind.min(whole_pages(pos));
+        Ok(())
     }
 
     /// Cuts the segment at the batch containing `offset` and drops index entries from it on.
@@ -559,11 +570,7 @@ impl LogSegment {
         self.offset_index.truncate_to(offset);
         self.time_index.truncate_to(offset);
         let removed = self.size - pos;
-        self.log
-            .set_len(pos)
-            .map_err(StorageError::io(&self.log_path))?;
-        self.size = pos;
-        self.written_behind = self.written_behind.min(pos - pos % PAGE_BYTES);
+        self.cut_log_at(pos)?;
         // Recompute the tail state from what is left; the data after the last index entry is small.
         self.bytes_since_last_index_entry = 0;
         self.next_offset = self.base_offset;
@@ -695,7 +702,12 @@ fn fallocate(file: &File, mode: libc::c_int, offset: u64, len: u64) -> std::io::
         return Err(std::io::ErrorKind::InvalidInput.into());
     };
     // SAFETY: plain syscall on an open descriptor owned by `file`; no memory is passed.
-    if unsafe { libc::fallocate(file.as_raw_fd(), mode, offset, len) } == 0 {
+    os_result(unsafe { libc::fallocate(file.as_raw_fd(), mode, offset, len) })
+}
+
+/// A syscall's 0-or-errno return as an `io::Result`.
+fn os_result(rc: libc::c_int) -> std::io::Result<()> {
+    if rc == 0 {
         Ok(())
     } else {
         Err(std::io::Error::last_os_error())
@@ -709,13 +721,9 @@ fn start_writeback(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
         return Err(std::io::ErrorKind::InvalidInput.into());
     };
     // SAFETY: plain syscall on an open descriptor owned by `file`; no memory is passed.
-    if unsafe { libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE) }
-        == 0
-    {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    os_result(unsafe {
+        libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE)
+    })
 }
 
 /// Appends exactly `len` bytes read from `file` at `offset` to `buf`, reading into its spare

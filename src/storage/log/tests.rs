@@ -535,7 +535,7 @@ fn a_full_offset_index_rolls_the_segment() {
 }
 
 #[test]
-fn write_behind_runs_only_with_a_flush_policy() {
+fn write_behind_advances_only_with_a_flush_policy() {
     // 40 batches of ~16 KiB: about 650 KiB, past two write-behind steps.
     let append_650_kib = |log: &mut Log| {
         for _ in 0..40 {
