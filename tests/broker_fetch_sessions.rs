@@ -16,10 +16,9 @@ use kafka_protocol::protocol::StrBytes;
 use rdkafka::producer::FutureRecord;
 
 use common::raw;
-
-const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
-const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
-const FETCH_SESSION_TOPIC_ID_ERROR: i16 = 106;
+use evenkeel::protocol::errors::{
+    FETCH_SESSION_ID_NOT_FOUND, FETCH_SESSION_TOPIC_ID_ERROR, INVALID_FETCH_SESSION_EPOCH,
+};
 
 fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
@@ -96,16 +95,19 @@ fn partitions(r: &FetchResponse) -> Vec<(i32, i64, usize)> {
         .collect()
 }
 
-async fn produce_to(bootstrap: &str, topic: &str, partition: i32) {
+/// One record to each of `partitions` of `topic`, from one producer.
+async fn produce_to(bootstrap: &str, topic: &str, partitions: &[i32]) {
     let p = common::producer(bootstrap, &[]);
-    p.send(
-        FutureRecord::<(), _>::to(topic)
-            .partition(partition)
-            .payload("v"),
-        Duration::from_secs(10),
-    )
-    .await
-    .unwrap();
+    for &partition in partitions {
+        p.send(
+            FutureRecord::<(), _>::to(topic)
+                .partition(partition)
+                .payload("v"),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    }
 }
 
 fn metric(port: u16, series: &str) -> f64 {
@@ -146,7 +148,7 @@ async fn incremental_fetches_carry_only_what_changed() {
     let bootstrap = b.bootstrap.clone();
     let producer = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        produce_to(&bootstrap, "s", 1).await;
+        produce_to(&bootstrap, "s", &[1]).await;
     });
     let mut c2 = raw::connect(&b.bootstrap);
     let woken = tokio::task::spawn_blocking(move || {
@@ -199,8 +201,7 @@ async fn incremental_fetches_carry_only_what_changed() {
     // Forget partition 0; new records on 0 and 2 then show only on 2.
     let r = call(&mut c, 12, &fetch_request((id, 4), "s", None, &[], &[0], 0));
     assert_eq!(r.error_code, 0);
-    produce_to(&b.bootstrap, "s", 0).await;
-    produce_to(&b.bootstrap, "s", 2).await;
+    produce_to(&b.bootstrap, "s", &[0, 2]).await;
     let r = call(
         &mut c,
         12,
@@ -285,8 +286,7 @@ async fn sessions_from_v13_are_keyed_by_topic_id() {
         &fetch_request((session, 1), "", Some(id), &[], &[0], 0),
     );
     assert_eq!(r.error_code, 0);
-    produce_to(&b.bootstrap, "ids", 0).await;
-    produce_to(&b.bootstrap, "ids", 1).await;
+    produce_to(&b.bootstrap, "ids", &[0, 1]).await;
     let r = call(
         &mut c,
         13,

@@ -179,9 +179,6 @@ fn respond(
 ) -> FetchResponse {
     let read: Vec<_> = targets.into_iter().zip(pass.parts).collect();
     let (session_id, topics) = match ctx {
-        FetchContext::Error(code) => {
-            return error_response(code, fetch_session::INVALID_SESSION_ID)
-        }
         FetchContext::Sessionless => (fetch_session::INVALID_SESSION_ID, group(read)),
         FetchContext::Full {
             privileged,
@@ -194,10 +191,10 @@ fn respond(
             (id, group(read))
         }
         FetchContext::Incremental { session, epoch } => {
-            let mut s = session.lock().unwrap_or_else(|p| p.into_inner());
+            let mut s = session.lock();
             if s.epoch() != epoch {
                 // A later request of this session overtook this one (a duplicate).
-                return error_response(fetch_session::INVALID_FETCH_SESSION_EPOCH, s.id);
+                return error_response(errors::INVALID_FETCH_SESSION_EPOCH, s.id);
             }
             let read = s.filter_response(read);
             (s.id, group(read))
@@ -246,7 +243,7 @@ pub fn fetch(broker: &Arc<Broker>, version: i16, req: FetchRequest) -> Outcome<F
     let min_bytes = req.min_bytes.max(0) as i64;
     let follower = is_follower(&req);
     let (targets, forgotten) = request_targets(broker, version, &req);
-    let (ctx, targets) = broker.fetch_sessions.new_context(
+    let context = broker.fetch_sessions.new_context(
         version,
         req.session_id,
         req.session_epoch,
@@ -255,9 +252,10 @@ pub fn fetch(broker: &Arc<Broker>, version: i16, req: FetchRequest) -> Outcome<F
         &forgotten,
         Instant::now(),
     );
-    if let FetchContext::Error(code) = ctx {
-        return Outcome::Now(error_response(code, fetch_session::INVALID_SESSION_ID));
-    }
+    let (ctx, targets) = match context {
+        Ok(c) => c,
+        Err(code) => return Outcome::Now(error_response(code, fetch_session::INVALID_SESSION_ID)),
+    };
     let first = read_pass(broker, &targets, max_bytes);
     if first.bytes >= min_bytes || first.errors || req.max_wait_ms <= 0 || targets.is_empty() {
         return Outcome::Now(respond(broker, ctx, targets, first));

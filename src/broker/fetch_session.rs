@@ -9,11 +9,12 @@
 //! `max.incremental.fetch.session.cache.slots` into 8 shards, one table holds them all.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::fetch_response::PartitionData;
+use parking_lot::Mutex;
+use prometheus::IntCounter;
 use rand::Rng;
 use uuid::Uuid;
 
@@ -28,10 +29,6 @@ pub const TOPIC_ID_VERSION: i16 = 13;
 /// A session unused (or, for size-based eviction, existing) this long may be evicted: Kafka's
 /// hard-coded `MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS`.
 pub const EVICTION_AGE: Duration = Duration::from_millis(120_000);
-/// FetchSessionIdNotFound, InvalidFetchSessionEpoch, FetchSessionTopicIdError.
-pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
-pub const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
-pub const FETCH_SESSION_TOPIC_ID_ERROR: i16 = 106;
 
 /// The epoch that follows `epoch` (Kafka's `FetchMetadata.nextEpoch`).
 pub fn next_epoch(epoch: i32) -> i32 {
@@ -145,13 +142,14 @@ pub struct FetchSession {
 }
 
 impl FetchSession {
-    fn reindex(&mut self) {
-        self.index = self
-            .partitions
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.target.key.clone(), i))
-            .collect();
+    /// Points `index` at each partition's place again after a reorder or removal (the keys
+    /// stay; only the numbers change).
+    fn renumber(&mut self) {
+        for (i, p) in self.partitions.iter().enumerate() {
+            if let Some(slot) = self.index.get_mut(&p.target.key) {
+                *slot = i;
+            }
+        }
     }
 
     /// Adds or updates the requested partitions, then drops the forgotten ones (so a partition
@@ -173,9 +171,12 @@ impl FetchSession {
             }
         }
         if !forgotten.is_empty() {
+            for key in forgotten {
+                self.index.remove(key);
+            }
             self.partitions
                 .retain(|p| !forgotten.contains(&p.target.key));
-            self.reindex();
+            self.renumber();
         }
     }
 
@@ -221,18 +222,12 @@ impl FetchSession {
             for &i in &moved {
                 is_moved[i] = true;
             }
-            let old = std::mem::take(&mut self.partitions);
-            let (mut stay, mut go): (Vec<_>, Vec<_>) = (Vec::new(), Vec::new());
-            for (i, p) in old.into_iter().enumerate() {
-                if is_moved[i] {
-                    go.push(p);
-                } else {
-                    stay.push(p);
-                }
-            }
-            stay.append(&mut go);
-            self.partitions = stay;
-            self.reindex();
+            let (go, stay): (Vec<_>, Vec<_>) = std::mem::take(&mut self.partitions)
+                .into_iter()
+                .enumerate()
+                .partition(|(i, _)| is_moved[*i]);
+            self.partitions = stay.into_iter().chain(go).map(|(_, p)| p).collect();
+            self.renumber();
         }
         out
     }
@@ -254,8 +249,6 @@ pub enum FetchContext {
         session: Arc<Mutex<FetchSession>>,
         epoch: i32,
     },
-    /// A top-level error, session id 0, nothing read.
-    Error(i16),
 }
 
 /// Eviction bookkeeping, kept beside the session so the cache never locks a session to choose.
@@ -271,7 +264,8 @@ struct Entry {
 pub struct FetchSessionCache {
     max_slots: usize,
     sessions: Mutex<HashMap<i32, Entry>>,
-    evictions: AtomicU64,
+    /// Kafka's IncrementalFetchSessionEvictions, counted where they happen.
+    evictions: IntCounter,
 }
 
 /// Gauges for `/metrics` (Kafka's FetchSessionCache metrics).
@@ -282,21 +276,18 @@ pub struct CacheStats {
     pub evictions: u64,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl FetchSessionCache {
-    pub fn new(max_slots: usize) -> Self {
+    pub fn new(max_slots: usize, evictions: IntCounter) -> Self {
         FetchSessionCache {
             max_slots,
             sessions: Mutex::new(HashMap::new()),
-            evictions: AtomicU64::new(0),
+            evictions,
         }
     }
 
-    /// Kafka's `FetchManager.newContext`: the context and the partitions to read. `targets` and
-    /// `forgotten` are the request's own; `privileged` is true for follower fetches.
+    /// Kafka's `FetchManager.newContext`: the context and the partitions to read, or the
+    /// top-level error to answer with (session id 0, nothing read). `targets` and `forgotten`
+    /// are the request's own; `privileged` is true for follower fetches.
     #[allow(clippy::too_many_arguments)]
     pub fn new_context(
         &self,
@@ -307,50 +298,51 @@ impl FetchSessionCache {
         targets: Vec<FetchTarget>,
         forgotten: &[PartitionKey],
         now: Instant,
-    ) -> (FetchContext, Vec<FetchTarget>) {
+    ) -> Result<(FetchContext, Vec<FetchTarget>), i16> {
         if version < MIN_SESSION_VERSION {
-            return (FetchContext::Sessionless, targets);
+            return Ok((FetchContext::Sessionless, targets));
         }
         let uses_topic_ids = version >= TOPIC_ID_VERSION;
         if epoch == INITIAL_EPOCH || epoch == FINAL_EPOCH {
             // A full fetch closes the session it names, if any.
             if session_id != INVALID_SESSION_ID {
-                lock(&self.sessions).remove(&session_id);
+                self.sessions.lock().remove(&session_id);
             }
             if epoch == FINAL_EPOCH {
-                return (FetchContext::Sessionless, targets);
+                return Ok((FetchContext::Sessionless, targets));
             }
             let full = FetchContext::Full {
                 privileged,
                 uses_topic_ids,
             };
-            return (full, targets);
+            return Ok((full, targets));
         }
-        let error = |code| (FetchContext::Error(code), Vec::new());
-        let mut sessions = lock(&self.sessions);
+        let mut sessions = self.sessions.lock();
         let Some(entry) = sessions.get_mut(&session_id) else {
-            return error(FETCH_SESSION_ID_NOT_FOUND);
+            return Err(errors::FETCH_SESSION_ID_NOT_FOUND);
         };
         let session = entry.session.clone();
-        let mut s = lock(&session);
+        let mut s = session.lock();
         if s.epoch != epoch {
-            return error(INVALID_FETCH_SESSION_EPOCH);
+            return Err(errors::INVALID_FETCH_SESSION_EPOCH);
         }
         if s.uses_topic_ids != uses_topic_ids {
-            return error(FETCH_SESSION_TOPIC_ID_ERROR);
+            return Err(errors::FETCH_SESSION_TOPIC_ID_ERROR);
         }
         s.update(&targets, forgotten);
         if s.is_empty() {
             drop(s);
             sessions.remove(&session_id);
-            return (FetchContext::Sessionless, targets);
+            return Ok((FetchContext::Sessionless, targets));
         }
         entry.size = s.len();
         entry.last_used = now;
+        // The cache is free again; the session's own lock covers the copy of its partitions.
+        drop(sessions);
         s.epoch = next_epoch(s.epoch);
         let (targets, epoch) = (s.targets(), s.epoch);
         drop(s);
-        (FetchContext::Incremental { session, epoch }, targets)
+        Ok((FetchContext::Incremental { session, epoch }, targets))
     }
 
     /// Opens a session for a full fetch's partitions with what its response told the client;
@@ -362,21 +354,9 @@ impl FetchSessionCache {
         read: &[(FetchTarget, PartitionData)],
         now: Instant,
     ) -> i32 {
-        let mut sessions = lock(&self.sessions);
-        if sessions.len() >= self.max_slots
-            && !self.try_evict(&mut sessions, privileged, read.len(), now)
-        {
-            return INVALID_SESSION_ID;
-        }
-        let mut rng = rand::thread_rng();
-        let id = loop {
-            let id = rng.gen_range(1..=i32::MAX);
-            if !sessions.contains_key(&id) {
-                break id;
-            }
-        };
+        // Built before the cache is locked: the copy of every partition is the costly part.
         let mut s = FetchSession {
-            id,
+            id: INVALID_SESSION_ID,
             epoch: next_epoch(INITIAL_EPOCH),
             uses_topic_ids,
             partitions: Vec::with_capacity(read.len()),
@@ -392,6 +372,19 @@ impl FetchSessionCache {
             s.partitions.push(cached);
         }
         let size = s.len();
+        let mut sessions = self.sessions.lock();
+        if sessions.len() >= self.max_slots && !self.try_evict(&mut sessions, privileged, size, now)
+        {
+            return INVALID_SESSION_ID;
+        }
+        let mut rng = rand::thread_rng();
+        let id = loop {
+            let id = rng.gen_range(1..=i32::MAX);
+            if !sessions.contains_key(&id) {
+                break id;
+            }
+        };
+        s.id = id;
         sessions.insert(
             id,
             Entry {
@@ -438,7 +431,7 @@ impl FetchSessionCache {
         match victim {
             Some(id) => {
                 sessions.remove(&id);
-                self.evictions.fetch_add(1, Ordering::Relaxed);
+                self.evictions.inc();
                 true
             }
             None => false,
@@ -446,11 +439,11 @@ impl FetchSessionCache {
     }
 
     pub fn stats(&self) -> CacheStats {
-        let sessions = lock(&self.sessions);
+        let sessions = self.sessions.lock();
         CacheStats {
             sessions: sessions.len(),
             partitions_cached: sessions.values().map(|e| e.size).sum(),
-            evictions: self.evictions.load(Ordering::Relaxed),
+            evictions: self.evictions.get(),
         }
     }
 }
@@ -482,6 +475,23 @@ mod tests {
             .with_records(Some(Bytes::from(vec![0u8; records])))
     }
 
+    fn cache(slots: usize) -> FetchSessionCache {
+        FetchSessionCache::new(slots, IntCounter::new("evictions", "evictions").unwrap())
+    }
+
+    /// The context for a request that names no partitions.
+    fn ctx(
+        cache: &FetchSessionCache,
+        version: i16,
+        id: i32,
+        epoch: i32,
+        now: Instant,
+    ) -> Result<FetchContext, i16> {
+        cache
+            .new_context(version, id, epoch, false, vec![], &[], now)
+            .map(|(c, _)| c)
+    }
+
     /// A cache with one session over t-0..t-(n-1), all at high watermark 0.
     fn opened(cache: &FetchSessionCache, n: i32, now: Instant) -> i32 {
         let read: Vec<_> = (0..n).map(|p| (target("t", p, 0), data(0, 0))).collect();
@@ -496,8 +506,8 @@ mod tests {
         forgotten: &[PartitionKey],
     ) -> (Arc<Mutex<FetchSession>>, Vec<FetchTarget>) {
         match cache.new_context(12, id, epoch, false, targets, forgotten, Instant::now()) {
-            (FetchContext::Incremental { session, .. }, targets) => (session, targets),
-            (FetchContext::Error(code), _) => panic!("error {code}"),
+            Ok((FetchContext::Incremental { session, .. }, targets)) => (session, targets),
+            Err(code) => panic!("error {code}"),
             _ => panic!("not incremental"),
         }
     }
@@ -513,45 +523,41 @@ mod tests {
 
     #[test]
     fn epochs_choose_the_context() {
-        let cache = FetchSessionCache::new(10);
+        let cache = cache(10);
         let now = Instant::now();
         assert!(matches!(
-            cache.new_context(6, 0, 0, false, vec![], &[], now).0,
-            FetchContext::Sessionless
+            ctx(&cache, 6, 0, 0, now),
+            Ok(FetchContext::Sessionless)
         ));
         assert!(matches!(
-            cache
-                .new_context(12, 0, FINAL_EPOCH, false, vec![], &[], now)
-                .0,
-            FetchContext::Sessionless
+            ctx(&cache, 12, 0, FINAL_EPOCH, now),
+            Ok(FetchContext::Sessionless)
         ));
         assert!(matches!(
-            cache
-                .new_context(12, 0, INITIAL_EPOCH, false, vec![], &[], now)
-                .0,
-            FetchContext::Full {
+            ctx(&cache, 12, 0, INITIAL_EPOCH, now),
+            Ok(FetchContext::Full {
                 uses_topic_ids: false,
                 privileged: false,
-            }
+            })
         ));
         assert!(matches!(
             cache
                 .new_context(13, 0, INITIAL_EPOCH, true, vec![], &[], now)
-                .0,
-            FetchContext::Full {
+                .map(|(c, _)| c),
+            Ok(FetchContext::Full {
                 uses_topic_ids: true,
                 privileged: true,
-            }
+            })
         ));
         assert!(matches!(
-            cache.new_context(12, 12345, 1, false, vec![], &[], now).0,
-            FetchContext::Error(FETCH_SESSION_ID_NOT_FOUND)
+            ctx(&cache, 12, 12345, 1, now),
+            Err(errors::FETCH_SESSION_ID_NOT_FOUND)
         ));
     }
 
     #[test]
     fn incremental_epoch_must_match_and_advances() {
-        let cache = FetchSessionCache::new(10);
+        let cache = cache(10);
         let id = opened(&cache, 3, Instant::now());
         assert_ne!(id, INVALID_SESSION_ID);
         let (_, targets) = incremental(&cache, id, 1, vec![], &[]);
@@ -562,43 +568,35 @@ mod tests {
         );
         // The same epoch again is a duplicate or a stale request.
         assert!(matches!(
-            cache
-                .new_context(12, id, 1, false, vec![], &[], Instant::now())
-                .0,
-            FetchContext::Error(INVALID_FETCH_SESSION_EPOCH)
+            ctx(&cache, 12, id, 1, Instant::now()),
+            Err(errors::INVALID_FETCH_SESSION_EPOCH)
         ));
         incremental(&cache, id, 2, vec![], &[]);
         // A v13 request to a name-based session.
         assert!(matches!(
-            cache
-                .new_context(13, id, 3, false, vec![], &[], Instant::now())
-                .0,
-            FetchContext::Error(FETCH_SESSION_TOPIC_ID_ERROR)
+            ctx(&cache, 13, id, 3, Instant::now()),
+            Err(errors::FETCH_SESSION_TOPIC_ID_ERROR)
         ));
     }
 
     #[test]
     fn full_fetch_closes_the_named_session() {
-        let cache = FetchSessionCache::new(10);
+        let cache = cache(10);
         let id = opened(&cache, 2, Instant::now());
         assert!(matches!(
-            cache
-                .new_context(12, id, FINAL_EPOCH, false, vec![], &[], Instant::now())
-                .0,
-            FetchContext::Sessionless
+            ctx(&cache, 12, id, FINAL_EPOCH, Instant::now()),
+            Ok(FetchContext::Sessionless)
         ));
         assert_eq!(cache.stats().sessions, 0);
         assert!(matches!(
-            cache
-                .new_context(12, id, 1, false, vec![], &[], Instant::now())
-                .0,
-            FetchContext::Error(FETCH_SESSION_ID_NOT_FOUND)
+            ctx(&cache, 12, id, 1, Instant::now()),
+            Err(errors::FETCH_SESSION_ID_NOT_FOUND)
         ));
     }
 
     #[test]
     fn updates_and_forgets_change_what_is_read() {
-        let cache = FetchSessionCache::new(10);
+        let cache = cache(10);
         let id = opened(&cache, 3, Instant::now());
         let forget = [PartitionKey::new(false, Uuid::nil(), "t", 0)];
         let (_, targets) = incremental(
@@ -619,18 +617,18 @@ mod tests {
         assert!(matches!(
             cache
                 .new_context(12, id, 2, false, vec![], &all, Instant::now())
-                .0,
-            FetchContext::Sessionless
+                .map(|(c, _)| c),
+            Ok(FetchContext::Sessionless)
         ));
         assert_eq!(cache.stats().sessions, 0);
     }
 
     #[test]
     fn incremental_response_carries_only_changes_and_rotates_partitions_with_data() {
-        let cache = FetchSessionCache::new(10);
+        let cache = cache(10);
         let id = opened(&cache, 4, Instant::now());
         let (session, targets) = incremental(&cache, id, 1, vec![], &[]);
-        let mut s = session.lock().unwrap();
+        let mut s = session.lock();
         // t-1 got records, t-2 only a new high watermark, t-3 an error, t-0 nothing.
         let read = vec![
             (targets[0].clone(), data(0, 0)),
@@ -673,13 +671,17 @@ mod tests {
 
     #[test]
     fn no_slot_means_no_session_until_one_is_stale() {
-        let cache = FetchSessionCache::new(1);
+        let cache = cache(1);
         let t0 = Instant::now();
         assert_ne!(opened(&cache, 5, t0), INVALID_SESSION_ID);
-        // A consumer session cannot evict a young one of the same or larger size.
+        // A consumer session cannot evict a young one, whatever its size.
         assert_eq!(opened(&cache, 5, t0), INVALID_SESSION_ID);
         assert_eq!(
             opened(&cache, 3, t0 + Duration::from_secs(1)),
+            INVALID_SESSION_ID
+        );
+        assert_eq!(
+            opened(&cache, 10, t0 + Duration::from_secs(1)),
             INVALID_SESSION_ID
         );
         // Unused for longer than the eviction age: anyone may take the slot.
@@ -692,12 +694,12 @@ mod tests {
 
     #[test]
     fn an_old_smaller_session_gives_way_to_a_bigger_one_and_followers_go_first() {
-        let cache = FetchSessionCache::new(1);
+        let cache = cache(1);
         let t0 = Instant::now();
         let small = opened(&cache, 2, t0);
         // Keep it in use, so it is not stale, but let it grow older than the eviction age.
         let t1 = t0 + EVICTION_AGE + Duration::from_secs(1);
-        let _ = cache.new_context(12, small, 1, false, vec![], &[], t1).0;
+        let _ = ctx(&cache, 12, small, 1, t1);
         let big = opened(&cache, 10, t1);
         assert_ne!(big, INVALID_SESSION_ID);
         assert_eq!(
@@ -715,6 +717,6 @@ mod tests {
     }
 
     fn cache_id(cache: &FetchSessionCache) -> i32 {
-        *lock(&cache.sessions).keys().next().unwrap_or(&0)
+        *cache.sessions.lock().keys().next().unwrap_or(&0)
     }
 }

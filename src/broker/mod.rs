@@ -142,8 +142,11 @@ impl Broker {
                 config.offsets_retention_minutes.saturating_mul(60),
             ),
         });
-        let fetch_sessions =
-            fetch_session::FetchSessionCache::new(config.max_incremental_fetch_session_cache_slots);
+        let metrics = Arc::new(crate::metrics::BrokerMetrics::new());
+        let fetch_sessions = fetch_session::FetchSessionCache::new(
+            config.max_incremental_fetch_session_cache_slots,
+            metrics.fetch_session_evictions.clone(),
+        );
         let broker = Arc::new(Broker {
             cluster_id: meta.cluster_id,
             fetch_sessions,
@@ -154,7 +157,7 @@ impl Broker {
             replicas,
             endpoint: std::sync::RwLock::new(endpoint),
             producer_ids: std::sync::Mutex::new(0..0),
-            metrics: Arc::new(crate::metrics::BrokerMetrics::new()),
+            metrics,
             groups,
         });
         group::api::load(&broker);

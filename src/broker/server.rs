@@ -184,11 +184,6 @@ fn refresh_hook(
         m.fetch_sessions.set(sessions.sessions as i64);
         m.fetch_session_partitions
             .set(sessions.partitions_cached as i64);
-        m.fetch_session_evictions.inc_by(
-            sessions
-                .evictions
-                .saturating_sub(m.fetch_session_evictions.get()),
-        );
         let parts = broker.replicas.partitions();
         m.partition_count.set(parts.len() as i64);
         m.leader_count.set(parts.len() as i64);

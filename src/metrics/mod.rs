@@ -116,6 +116,14 @@ fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntC
     c
 }
 
+fn int_counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
+    let c = IntCounter::new(name, help).expect("valid counter");
+    registry
+        .register(Box::new(c.clone()))
+        .expect("unique metric");
+    c
+}
+
 fn gauge(registry: &Registry, name: &str, help: &str) -> Gauge {
     let g = Gauge::new(name, help).expect("valid gauge");
     registry
@@ -251,15 +259,11 @@ impl BrokerMetrics {
                 "kafka_server_fetchsessioncache_numincrementalfetchpartitionscached",
                 "Partitions held by all incremental fetch sessions",
             ),
-            fetch_session_evictions: {
-                let c = IntCounter::new(
-                    "kafka_server_fetchsessioncache_incrementalfetchsessionevictions_total",
-                    "Incremental fetch sessions evicted to make room for new ones",
-                )
-                .expect("valid counter");
-                r.register(Box::new(c.clone())).expect("unique metric");
-                c
-            },
+            fetch_session_evictions: int_counter(
+                &r,
+                "kafka_server_fetchsessioncache_incrementalfetchsessionevictions_total",
+                "Incremental fetch sessions evicted to make room for new ones",
+            ),
             registry: r,
             handler_meter: IdleMeter::default(),
             network_meter: IdleMeter::default(),
