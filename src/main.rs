@@ -22,7 +22,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a broker from a server.properties file.
+    /// Run a node (broker, controller or both, as process.roles says) from a server.properties file.
     Broker {
         /// Kafka-style server.properties.
         #[arg(long)]
@@ -31,9 +31,15 @@ enum Command {
         #[arg(long = "override", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
     },
-    /// Run the whole system on this machine: one broker with its data under ./.evenkeel/.
+    /// Run the whole system on this machine: a cluster of local broker processes with their
+    /// data under ./.evenkeel/.
     Dev {
-        /// Port for Kafka clients.
+        /// Brokers to run; the first three also vote in the metadata quorum. 1 runs a single
+        /// node in this process.
+        #[arg(long, default_value_t = 3)]
+        brokers: usize,
+        /// Port for Kafka clients of the first broker (the others count up from it); 0 picks
+        /// free ports.
         #[arg(long, default_value_t = 9092)]
         port: u16,
         /// Data directory.
@@ -237,41 +243,256 @@ async fn wait_for_signal() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
-/// Runs a broker until SIGTERM or Ctrl-C, then shuts it down cleanly.
+/// Runs a node until SIGTERM or Ctrl-C (or until it cannot go on), then shuts it down cleanly.
 fn serve(config: evenkeel::config::broker::BrokerConfig, banner: bool) -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
-        let broker = evenkeel::broker::Broker::open(config)?;
-        let server = evenkeel::broker::server::Server::start(broker.clone()).await?;
-        let ep = broker.endpoint();
-        let bootstrap = format!("{}:{}", ep.host, ep.port);
-        // One line a script can wait for.
-        println!("evenkeel broker {} ready on {bootstrap} (cluster {})", broker.node_id(), broker.cluster_id);
-        if banner {
-            println!();
-            println!("  bootstrap servers:  {bootstrap}");
-            println!("  data:               {}", broker.config.log_dir.display());
-            println!("  metrics:            http://{}/metrics", server.metrics_addr);
-            println!();
-            println!("  try:");
-            println!("    kcat -b {bootstrap} -L");
-            println!("    echo hello | kcat -b {bootstrap} -t demo -P");
-            println!("    kcat -b {bootstrap} -t demo -C -e");
-            println!("    kafka-topics.sh --bootstrap-server {bootstrap} --create --topic orders --partitions 3");
-            println!("    kafka-console-producer.sh --bootstrap-server {bootstrap} --topic orders");
-            println!("    kafka-console-consumer.sh --bootstrap-server {bootstrap} --topic orders --from-beginning");
-            println!();
-            println!("  Ctrl-C stops the broker cleanly.");
-        }
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
-        wait_for_signal().await;
+        let node = evenkeel::node::Node::start(config).await?;
+        print_ready(&node, banner);
+        let fatal = tokio::select! {
+            _ = wait_for_signal() => None,
+            reason = wait_for_fatal(&node) => Some(reason),
+        };
         eprintln!("shutting down ...");
-        server.stop().await;
-        broker.shutdown()?;
+        node.shutdown().await?;
+        if let Some(reason) = fatal {
+            anyhow::bail!("{reason}");
+        }
         eprintln!("stopped cleanly");
         Ok(())
     })
+}
+
+/// Resolves with the reason once the node cannot go on (e.g. its registration was refused).
+async fn wait_for_fatal(node: &evenkeel::node::Node) -> String {
+    loop {
+        if let Some(r) = node.fatal() {
+            return r;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// The line a script waits for, and for `evenkeel dev` a banner of what to try.
+fn print_ready(node: &evenkeel::node::Node, banner: bool) {
+    use std::io::Write;
+    let id = node.config.node_id;
+    let Some(broker) = node.broker() else {
+        let at = node
+            .controller_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        println!(
+            "evenkeel controller {id} ready on {at} (cluster {})",
+            node.cluster_id
+        );
+        let _ = std::io::stdout().flush();
+        return;
+    };
+    let ep = broker.endpoint();
+    let bootstrap = format!("{}:{}", ep.host, ep.port);
+    println!(
+        "evenkeel broker {id} ready on {bootstrap} (cluster {})",
+        node.cluster_id
+    );
+    if banner {
+        let metrics = node
+            .metrics_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        print_banner(
+            &bootstrap,
+            &[broker.config.log_dir.display().to_string()],
+            &metrics,
+        );
+    }
+    let _ = std::io::stdout().flush();
+}
+
+fn print_banner(bootstrap: &str, data: &[String], metrics: &str) {
+    println!();
+    println!("  bootstrap servers:  {bootstrap}");
+    println!("  data:               {}", data.join(" "));
+    if !metrics.is_empty() {
+        println!("  metrics:            http://{metrics}/metrics");
+    }
+    println!();
+    println!("  try:");
+    println!("    kcat -b {bootstrap} -L");
+    println!("    echo hello | kcat -b {bootstrap} -t demo -P");
+    println!("    kcat -b {bootstrap} -t demo -C -e");
+    println!(
+        "    kafka-topics.sh --bootstrap-server {bootstrap} --create --topic orders --partitions 3"
+    );
+    println!("    kafka-console-producer.sh --bootstrap-server {bootstrap} --topic orders");
+    println!("    kafka-console-consumer.sh --bootstrap-server {bootstrap} --topic orders --from-beginning");
+    println!();
+    println!("  Ctrl-C stops every broker cleanly.");
+}
+
+fn cmd_dev(brokers: usize, port: u16, data: PathBuf, overrides: Vec<String>) -> anyhow::Result<()> {
+    if brokers == 0 {
+        anyhow::bail!("--brokers must be at least 1");
+    }
+    if brokers == 1 {
+        return dev_single(port, data, overrides);
+    }
+    let opts = evenkeel::dev::DevOptions {
+        brokers,
+        port,
+        data: data.clone(),
+        overrides: load_props(None, &overrides)?.into_iter().collect(),
+    };
+    let exe = std::env::current_exe()?;
+    eprintln!("starting {brokers} brokers under {} ...", data.display());
+    let mut cluster = evenkeel::dev::start_cluster(&exe, &opts)?;
+    let bootstrap = cluster.bootstrap.join(",");
+    println!(
+        "evenkeel dev: {brokers} brokers ready on {bootstrap} (cluster {})",
+        cluster.cluster_id
+    );
+    let dirs: Vec<String> = (1..=brokers)
+        .map(|i| data.join(format!("broker-{i}")).display().to_string())
+        .collect();
+    print_banner(&bootstrap, &dirs, "");
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let rt = tokio::runtime::Runtime::new()?;
+    let exited = rt.block_on(async {
+        loop {
+            tokio::select! {
+                _ = wait_for_signal() => return None,
+                _ = tokio::time::sleep(std::time::Duration::from_millis(500)) => {
+                    if let Some(e) = cluster.exited() {
+                        return Some(e);
+                    }
+                }
+            }
+        }
+    });
+    eprintln!("stopping {brokers} brokers ...");
+    let clean = cluster.stop();
+    if let Some((id, status)) = exited {
+        anyhow::bail!("broker {id} exited on its own ({status}); the others were stopped");
+    }
+    if !clean {
+        anyhow::bail!("not every broker stopped cleanly");
+    }
+    eprintln!("stopped cleanly");
+    Ok(())
+}
+
+/// `evenkeel dev --brokers 1`: one node in this process, a cluster of one.
+fn dev_single(port: u16, data: PathBuf, overrides: Vec<String>) -> anyhow::Result<()> {
+    let mut props = std::collections::BTreeMap::new();
+    props.insert("node.id".to_string(), "1".to_string());
+    props.insert(
+        "listeners".to_string(),
+        format!("PLAINTEXT://127.0.0.1:{port}"),
+    );
+    props.insert(
+        "log.dirs".to_string(),
+        data.join("broker-1").display().to_string(),
+    );
+    props.insert(
+        "evenkeel.metrics.address".to_string(),
+        "127.0.0.1:9404".to_string(),
+    );
+    // One machine, quick feedback: groups form without the 3 s initial delay.
+    props.insert(
+        "group.initial.rebalance.delay.ms".to_string(),
+        "0".to_string(),
+    );
+    props.extend(load_props(None, &overrides)?);
+    let config = broker_config(&props)?;
+    let meta = evenkeel::broker::format_log_dir(
+        &config.log_dir,
+        &evenkeel::broker::random_cluster_id(),
+        config.node_id,
+    )?;
+    tracing::info!(cluster = %meta.cluster_id, "data directory ready");
+    serve(config, true)
+}
+
+fn cmd_format(
+    config: PathBuf,
+    cluster_id: Option<String>,
+    ignore_formatted: bool,
+    overrides: Vec<String>,
+) -> anyhow::Result<()> {
+    let props = load_props(Some(&config), &overrides)?;
+    let config = broker_config(&props)?;
+    if let Some(existing) = evenkeel::storage::MetaProperties::read(&config.log_dir)? {
+        let what = format!(
+            "{} is already formatted (cluster {}, node {})",
+            config.log_dir.display(),
+            existing.cluster_id,
+            existing.node_id
+        );
+        if ignore_formatted {
+            if cluster_id
+                .as_ref()
+                .is_some_and(|id| *id != existing.cluster_id)
+            {
+                anyhow::bail!("{what}, not for cluster {}", cluster_id.unwrap_or_default());
+            }
+            println!("{what}");
+            return Ok(());
+        }
+        anyhow::bail!("{what}");
+    }
+    let id = cluster_id.unwrap_or_else(evenkeel::broker::random_cluster_id);
+    if evenkeel::storage::KafkaUuid::parse(&id).is_none() {
+        anyhow::bail!("--cluster-id {id:?} is not a Kafka cluster id (22 characters of URL-safe base64, as kafka-storage random-uuid prints)");
+    }
+    evenkeel::broker::format_log_dir(&config.log_dir, &id, config.node_id)?;
+    println!(
+        "Formatting {} with cluster.id {id} and node.id {}",
+        config.log_dir.display(),
+        config.node_id
+    );
+    Ok(())
+}
+
+fn cmd_crdgen(out: PathBuf, check: bool) -> anyhow::Result<()> {
+    let mut stale = Vec::new();
+    for (name, yaml) in evenkeel::operator::crd::crd_files() {
+        let path = out.join(name);
+        if check {
+            let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+            if on_disk != yaml {
+                stale.push(path.display().to_string());
+            }
+        } else {
+            std::fs::create_dir_all(&out)?;
+            std::fs::write(&path, yaml)?;
+            println!("wrote {}", path.display());
+        }
+    }
+    if !stale.is_empty() {
+        anyhow::bail!(
+            "CRD files differ from the code, run `evenkeel crdgen`: {}",
+            stale.join(", ")
+        );
+    }
+    Ok(())
+}
+
+fn cmd_dump_log(
+    files: Vec<PathBuf>,
+    print_data_log: bool,
+    deep_iteration: bool,
+) -> anyhow::Result<()> {
+    let opts = evenkeel::tools::dump_log::DumpOptions {
+        print_data_log,
+        deep_iteration,
+    };
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    for f in files {
+        evenkeel::tools::dump_log::dump_file(&f, opts, &mut out)?;
+    }
+    Ok(())
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -281,318 +502,274 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             serve(broker_config(&props)?, false)
         }
         Command::Dev {
+            brokers,
             port,
             data,
             overrides,
-        } => {
-            let mut props = std::collections::BTreeMap::new();
-            props.insert("node.id".to_string(), "1".to_string());
-            props.insert(
-                "listeners".to_string(),
-                format!("PLAINTEXT://127.0.0.1:{port}"),
-            );
-            props.insert(
-                "log.dirs".to_string(),
-                data.join("broker-1").display().to_string(),
-            );
-            props.insert(
-                "evenkeel.metrics.address".to_string(),
-                "127.0.0.1:9404".to_string(),
-            );
-            // One machine, quick feedback: groups form without the 3 s initial delay.
-            props.insert(
-                "group.initial.rebalance.delay.ms".to_string(),
-                "0".to_string(),
-            );
-            let extra = load_props(None, &overrides)?;
-            props.extend(extra);
-            let config = broker_config(&props)?;
-            let meta = evenkeel::broker::format_log_dir(
-                &config.log_dir,
-                &evenkeel::broker::random_cluster_id(),
-                config.node_id,
-            )?;
-            tracing::info!(cluster = %meta.cluster_id, "data directory ready");
-            serve(config, true)
-        }
+        } => cmd_dev(brokers, port, data, overrides),
         Command::Format {
             config,
             cluster_id,
             ignore_formatted,
             overrides,
-        } => {
-            let props = load_props(Some(&config), &overrides)?;
-            let config = broker_config(&props)?;
-            if let Some(existing) = evenkeel::storage::MetaProperties::read(&config.log_dir)? {
-                if ignore_formatted {
-                    println!(
-                        "{} is already formatted (cluster {}, node {})",
-                        config.log_dir.display(),
-                        existing.cluster_id,
-                        existing.node_id
-                    );
-                    return Ok(());
-                }
-                anyhow::bail!(
-                    "{} is already formatted (cluster {}, node {})",
-                    config.log_dir.display(),
-                    existing.cluster_id,
-                    existing.node_id
-                );
-            }
-            let id = cluster_id.unwrap_or_else(evenkeel::broker::random_cluster_id);
-            evenkeel::broker::format_log_dir(&config.log_dir, &id, config.node_id)?;
-            println!(
-                "Formatting {} with cluster.id {id} and node.id {}",
-                config.log_dir.display(),
-                config.node_id
-            );
-            Ok(())
-        }
-        Command::Crdgen { out, check } => {
-            let mut stale = Vec::new();
-            for (name, yaml) in evenkeel::operator::crd::crd_files() {
-                let path = out.join(name);
-                if check {
-                    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
-                    if on_disk != yaml {
-                        stale.push(path.display().to_string());
-                    }
-                } else {
-                    std::fs::create_dir_all(&out)?;
-                    std::fs::write(&path, yaml)?;
-                    println!("wrote {}", path.display());
-                }
-            }
-            if !stale.is_empty() {
-                anyhow::bail!(
-                    "CRD files differ from the code, run `evenkeel crdgen`: {}",
-                    stale.join(", ")
-                );
-            }
-            Ok(())
-        }
+        } => cmd_format(config, cluster_id, ignore_formatted, overrides),
+        Command::Crdgen { out, check } => cmd_crdgen(out, check),
         Command::Operator(args) => evenkeel::operator::run(args),
         Command::DumpLog {
             files,
             print_data_log,
             deep_iteration,
-        } => {
-            let opts = evenkeel::tools::dump_log::DumpOptions {
-                print_data_log,
-                deep_iteration,
-            };
-            let stdout = std::io::stdout();
-            let mut out = std::io::BufWriter::new(stdout.lock());
-            for f in files {
-                evenkeel::tools::dump_log::dump_file(&f, opts, &mut out)?;
-            }
-            Ok(())
-        }
-        Command::Perf {
-            what:
-                PerfCommand::Storage {
-                    dir,
-                    mib,
-                    record_size,
-                    batch_bytes,
-                    runs,
-                },
-        } => {
-            let opts = evenkeel::perf::storage::StoragePerfOptions {
-                dir: dir.clone(),
-                total_bytes: mib * 1024 * 1024,
+        } => cmd_dump_log(files, print_data_log, deep_iteration),
+        Command::Perf { what } => match what {
+            PerfCommand::Storage {
+                dir,
+                mib,
                 record_size,
                 batch_bytes,
-                fsync_every_bytes: 1024 * 1024,
-            };
-            eprintln!(
-                "measuring in {} ({mib} MiB per run, {runs} runs each, sync before each) ...",
-                dir.display()
-            );
-            let report = evenkeel::perf::storage::run(&opts, runs)?;
-            let _ = std::fs::remove_dir(&dir);
-            println!("{:<52} {:>12}   range MB/s", "measurement", "median MB/s");
-            for r in &report.rows {
-                println!(
-                    "{:<52} {:>12.1}   {:.1} .. {:.1}",
-                    r.name, r.median_mb_s, r.min_mb_s, r.max_mb_s
-                );
-            }
-            if let Some(ratio) = report.fsync_vs_dd_ratio {
-                println!(
-                    "append with fsync every 1 MiB inline / dd conv=fdatasync, same round (median): {:.0} %",
-                    100.0 * ratio
-                );
-            }
-            if let Some(ratio) = report.pipelined_vs_dd_ratio {
-                println!(
-                    "append with fsync every 1 MiB by a flusher thread (at most 2 MiB unsynced, preallocate=true) / dd conv=fdatasync, same round (median): {:.0} %",
-                    100.0 * ratio
-                );
-            }
-            Ok(())
-        }
-        Command::Perf {
-            what:
-                PerfCommand::Produce {
-                    bootstrap,
-                    topic,
-                    partitions,
-                    num_records,
-                    record_size,
-                    throughput,
-                    producer_props,
-                },
-        } => {
-            use evenkeel::perf::kafka;
-            let rt = tokio::runtime::Runtime::new()?;
-            rt.block_on(kafka::ensure_topic(&bootstrap, &topic, partitions))?;
-            let o = kafka::ProduceOptions {
+                runs,
+            } => perf_storage(dir, mib, record_size, batch_bytes, runs),
+            PerfCommand::Produce {
                 bootstrap,
                 topic,
+                partitions,
                 num_records,
                 record_size,
                 throughput,
-                props: parse_props(&producer_props)?,
-                round_robin: None,
-            };
-            let report = kafka::produce(&o, &mut |line| println!("{line}"))?;
-            println!("{report}");
-            if report.failed > 0 {
-                anyhow::bail!("{} records failed", report.failed);
-            }
-            Ok(())
-        }
-        Command::Perf {
-            what:
-                PerfCommand::Consume {
-                    bootstrap,
-                    topic,
-                    messages,
-                    consumer_props,
-                },
-        } => {
-            use evenkeel::perf::kafka;
-            let o = kafka::ConsumeOptions {
+                producer_props,
+            } => perf_produce(
+                bootstrap,
+                topic,
+                partitions,
+                num_records,
+                record_size,
+                throughput,
+                producer_props,
+            ),
+            PerfCommand::Consume {
                 bootstrap,
                 topic,
                 messages,
-                timeout: std::time::Duration::from_secs(10),
-                props: parse_props(&consumer_props)?,
-            };
-            let (n, bytes, secs) = kafka::consume(&o)?;
-            let mb = bytes as f64 / 1048576.0;
-            println!("data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, seconds");
-            println!(
-                "{mb:.4}, {:.4}, {n}, {:.4}, {secs:.3}",
-                mb / secs,
-                n as f64 / secs
-            );
-            Ok(())
-        }
-        Command::Perf {
-            what:
-                PerfCommand::WideFetch {
-                    bootstrap,
-                    metrics,
-                    topic,
-                    partitions,
-                    fetchers,
-                    rate,
-                    seconds,
-                    record_size,
-                },
-        } => {
-            use evenkeel::perf::kafka;
-            use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-            use std::sync::Arc;
-            let rt = tokio::runtime::Runtime::new()?;
-            rt.block_on(kafka::ensure_topic(&bootstrap, &topic, partitions))?;
-            let o = kafka::WideFetchOptions {
-                bootstrap: bootstrap.clone(),
-                topic: topic.clone(),
+                consumer_props,
+            } => perf_consume(bootstrap, topic, messages, consumer_props),
+            PerfCommand::WideFetch {
+                bootstrap,
+                metrics,
+                topic,
                 partitions,
                 fetchers,
-            };
-            let produce = kafka::ProduceOptions {
-                bootstrap,
-                topic,
-                num_records: (rate * seconds as f64) as u64,
+                rate,
+                seconds,
                 record_size,
-                throughput: rate,
-                props: vec![
-                    ("acks".into(), "1".into()),
-                    ("linger.ms".into(), "0".into()),
-                    ("statistics.interval.ms".into(), "1000".into()),
-                ],
-                round_robin: Some(partitions),
-            };
-            eprintln!("warming up (metadata, connections) ...");
-            let warm = kafka::ProduceOptions {
-                num_records: (rate * 3.0) as u64,
-                ..produce.clone()
-            };
-            kafka::produce(&warm, &mut |_| {})?;
-            eprintln!("phase 1: producing {rate} records/s over {partitions} partitions, no wide fetchers ...");
-            let idle = "kafka_server_kafkarequesthandlerpool_requesthandleravgidle_percent";
-            let net_idle = "kafka_network_socketserver_networkprocessoravgidle_percent";
-            let series = "kafka_network_requestmetrics_totaltimems_bucket{request=\"Produce\"";
-            let _ = kafka::scrape_metric(&metrics, idle);
-            let b0 = kafka::scrape_buckets(&metrics, series);
-            let base = kafka::produce(&produce, &mut |_| {})?;
-            let base_idle = kafka::scrape_metric(&metrics, idle);
-            let b1 = kafka::scrape_buckets(&metrics, series);
-            println!("without wide fetchers: {base}");
-            eprintln!("phase 2: the same with {fetchers} consumers fetching all {partitions} partitions per request ...");
-            let stop = Arc::new(AtomicBool::new(false));
-            let fetched = Arc::new(AtomicU64::new(0));
-            let handles = kafka::start_wide_fetchers(&o, stop.clone(), fetched.clone())?;
-            std::thread::sleep(std::time::Duration::from_secs(3));
-            let _ = kafka::scrape_metric(&metrics, idle);
-            let _ = kafka::scrape_metric(&metrics, net_idle);
-            let w0 = kafka::scrape_buckets(&metrics, series);
-            let wide = kafka::produce(&produce, &mut |_| {})?;
-            let wide_idle = kafka::scrape_metric(&metrics, idle);
-            let w1 = kafka::scrape_buckets(&metrics, series);
-            let wide_net_idle = kafka::scrape_metric(&metrics, net_idle);
-            stop.store(true, Ordering::Relaxed);
-            for h in handles {
-                let _ = h.join();
-            }
-            println!("with {fetchers} wide fetchers:  {wide}");
-            println!(
-                "records fetched by the wide fetchers: {}",
-                fetched.load(Ordering::Relaxed)
-            );
-            let show = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.3}"));
-            println!(
-                "request handler idle: {} without, {} with wide fetchers; network idle with: {}",
-                show(base_idle),
-                show(wide_idle),
-                show(wide_net_idle)
-            );
-            let bound = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("<= {v} ms"));
-            println!(
-                "broker-side Produce TotalTimeMs p99: {} without, {} with wide fetchers",
-                bound(kafka::bucket_quantile(&b0, &b1, 0.99)),
-                bound(kafka::bucket_quantile(&w0, &w1, 0.99))
-            );
-            let ms = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.2} ms"));
-            println!(
-                "librdkafka producer, median of 1 s windows: request round trip p99 {} without, {} with; queue wait p99 {} without, {} with",
-                ms(base.rtt_p99_ms),
-                ms(wide.rtt_p99_ms),
-                ms(base.queue_p99_ms),
-                ms(wide.queue_p99_ms)
-            );
-            println!(
-                "client-side produce p99: {:.1} ms without, {:.1} ms with -> ratio {:.2} (target <= 1.5)",
-                base.p99_ms,
-                wide.p99_ms,
-                wide.p99_ms / base.p99_ms.max(0.001)
-            );
-            Ok(())
-        }
+            } => perf_wide_fetch(
+                bootstrap,
+                metrics,
+                topic,
+                partitions,
+                fetchers,
+                rate,
+                seconds,
+                record_size,
+            ),
+        },
     }
+}
+
+fn perf_storage(
+    dir: PathBuf,
+    mib: u64,
+    record_size: usize,
+    batch_bytes: usize,
+    runs: usize,
+) -> anyhow::Result<()> {
+    let opts = evenkeel::perf::storage::StoragePerfOptions {
+        dir: dir.clone(),
+        total_bytes: mib * 1024 * 1024,
+        record_size,
+        batch_bytes,
+        fsync_every_bytes: 1024 * 1024,
+    };
+    eprintln!(
+        "measuring in {} ({mib} MiB per run, {runs} runs each, sync before each) ...",
+        dir.display()
+    );
+    let report = evenkeel::perf::storage::run(&opts, runs)?;
+    let _ = std::fs::remove_dir(&dir);
+    println!("{:<52} {:>12}   range MB/s", "measurement", "median MB/s");
+    for r in &report.rows {
+        println!(
+            "{:<52} {:>12.1}   {:.1} .. {:.1}",
+            r.name, r.median_mb_s, r.min_mb_s, r.max_mb_s
+        );
+    }
+    if let Some(ratio) = report.fsync_vs_dd_ratio {
+        println!(
+            "append with fsync every 1 MiB inline / dd conv=fdatasync, same round (median): {:.0} %",
+            100.0 * ratio
+        );
+    }
+    if let Some(ratio) = report.pipelined_vs_dd_ratio {
+        println!(
+            "append with fsync every 1 MiB by a flusher thread (at most 2 MiB unsynced, preallocate=true) / dd conv=fdatasync, same round (median): {:.0} %",
+            100.0 * ratio
+        );
+    }
+    Ok(())
+}
+
+fn perf_produce(
+    bootstrap: String,
+    topic: String,
+    partitions: i32,
+    num_records: u64,
+    record_size: usize,
+    throughput: f64,
+    producer_props: Vec<String>,
+) -> anyhow::Result<()> {
+    use evenkeel::perf::kafka;
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(kafka::ensure_topic(&bootstrap, &topic, partitions))?;
+    let o = kafka::ProduceOptions {
+        bootstrap,
+        topic,
+        num_records,
+        record_size,
+        throughput,
+        props: parse_props(&producer_props)?,
+        round_robin: None,
+    };
+    let report = kafka::produce(&o, &mut |line| println!("{line}"))?;
+    println!("{report}");
+    if report.failed > 0 {
+        anyhow::bail!("{} records failed", report.failed);
+    }
+    Ok(())
+}
+
+fn perf_consume(
+    bootstrap: String,
+    topic: String,
+    messages: u64,
+    consumer_props: Vec<String>,
+) -> anyhow::Result<()> {
+    use evenkeel::perf::kafka;
+    let o = kafka::ConsumeOptions {
+        bootstrap,
+        topic,
+        messages,
+        timeout: std::time::Duration::from_secs(10),
+        props: parse_props(&consumer_props)?,
+    };
+    let (n, bytes, secs) = kafka::consume(&o)?;
+    let mb = bytes as f64 / 1048576.0;
+    println!("data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, seconds");
+    println!(
+        "{mb:.4}, {:.4}, {n}, {:.4}, {secs:.3}",
+        mb / secs,
+        n as f64 / secs
+    );
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn perf_wide_fetch(
+    bootstrap: String,
+    metrics: String,
+    topic: String,
+    partitions: i32,
+    fetchers: usize,
+    rate: f64,
+    seconds: u64,
+    record_size: usize,
+) -> anyhow::Result<()> {
+    use evenkeel::perf::kafka;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(kafka::ensure_topic(&bootstrap, &topic, partitions))?;
+    let o = kafka::WideFetchOptions {
+        bootstrap: bootstrap.clone(),
+        topic: topic.clone(),
+        partitions,
+        fetchers,
+    };
+    let produce = kafka::ProduceOptions {
+        bootstrap,
+        topic,
+        num_records: (rate * seconds as f64) as u64,
+        record_size,
+        throughput: rate,
+        props: vec![
+            ("acks".into(), "1".into()),
+            ("linger.ms".into(), "0".into()),
+            ("statistics.interval.ms".into(), "1000".into()),
+        ],
+        round_robin: Some(partitions),
+    };
+    eprintln!("warming up (metadata, connections) ...");
+    let warm = kafka::ProduceOptions {
+        num_records: (rate * 3.0) as u64,
+        ..produce.clone()
+    };
+    kafka::produce(&warm, &mut |_| {})?;
+    eprintln!(
+        "phase 1: producing {rate} records/s over {partitions} partitions, no wide fetchers ..."
+    );
+    let idle = "kafka_server_kafkarequesthandlerpool_requesthandleravgidle_percent";
+    let net_idle = "kafka_network_socketserver_networkprocessoravgidle_percent";
+    let series = "kafka_network_requestmetrics_totaltimems_bucket{request=\"Produce\"";
+    let _ = kafka::scrape_metric(&metrics, idle);
+    let b0 = kafka::scrape_buckets(&metrics, series);
+    let base = kafka::produce(&produce, &mut |_| {})?;
+    let base_idle = kafka::scrape_metric(&metrics, idle);
+    let b1 = kafka::scrape_buckets(&metrics, series);
+    println!("without wide fetchers: {base}");
+    eprintln!("phase 2: the same with {fetchers} consumers fetching all {partitions} partitions per request ...");
+    let stop = Arc::new(AtomicBool::new(false));
+    let fetched = Arc::new(AtomicU64::new(0));
+    let handles = kafka::start_wide_fetchers(&o, stop.clone(), fetched.clone())?;
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let _ = kafka::scrape_metric(&metrics, idle);
+    let _ = kafka::scrape_metric(&metrics, net_idle);
+    let w0 = kafka::scrape_buckets(&metrics, series);
+    let wide = kafka::produce(&produce, &mut |_| {})?;
+    let wide_idle = kafka::scrape_metric(&metrics, idle);
+    let w1 = kafka::scrape_buckets(&metrics, series);
+    let wide_net_idle = kafka::scrape_metric(&metrics, net_idle);
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        let _ = h.join();
+    }
+    println!("with {fetchers} wide fetchers:  {wide}");
+    println!(
+        "records fetched by the wide fetchers: {}",
+        fetched.load(Ordering::Relaxed)
+    );
+    let show = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.3}"));
+    println!(
+        "request handler idle: {} without, {} with wide fetchers; network idle with: {}",
+        show(base_idle),
+        show(wide_idle),
+        show(wide_net_idle)
+    );
+    let bound = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("<= {v} ms"));
+    println!(
+        "broker-side Produce TotalTimeMs p99: {} without, {} with wide fetchers",
+        bound(kafka::bucket_quantile(&b0, &b1, 0.99)),
+        bound(kafka::bucket_quantile(&w0, &w1, 0.99))
+    );
+    let ms = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.2} ms"));
+    println!(
+        "librdkafka producer, median of 1 s windows: request round trip p99 {} without, {} with; queue wait p99 {} without, {} with",
+        ms(base.rtt_p99_ms),
+        ms(wide.rtt_p99_ms),
+        ms(base.queue_p99_ms),
+        ms(wide.queue_p99_ms)
+    );
+    println!(
+        "client-side produce p99: {:.1} ms without, {:.1} ms with -> ratio {:.2} (target <= 1.5)",
+        base.p99_ms,
+        wide.p99_ms,
+        wide.p99_ms / base.p99_ms.max(0.001)
+    );
+    Ok(())
 }

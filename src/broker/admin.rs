@@ -1,228 +1,319 @@
-//! Admin APIs: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeConfigs,
-//! AlterConfigs and IncrementalAlterConfigs (topics; broker configs are read-only for now).
+//! Admin APIs. The ones that change metadata (CreateTopics, DeleteTopics, CreatePartitions,
+//! AlterConfigs, IncrementalAlterConfigs, ElectLeaders, partition reassignments, DescribeQuorum,
+//! UnregisterBroker) are forwarded to the active controller, as a KRaft broker does; DeleteRecords
+//! and DescribeConfigs are answered here.
 
-use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::Arc;
 
-use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
-use kafka_protocol::messages::create_topics_response::{
-    CreatableTopicConfigs, CreatableTopicResult,
-};
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
-use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
-use kafka_protocol::messages::{
-    AlterConfigsRequest, AlterConfigsResponse, CreatePartitionsRequest, CreatePartitionsResponse,
-    CreateTopicsRequest, CreateTopicsResponse, DeleteRecordsRequest, DeleteRecordsResponse,
-    DeleteTopicsRequest, DeleteTopicsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
-    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, TopicName,
-};
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Request, StrBytes};
 
-use super::metadata::from_uuid;
-use super::{msg, Broker};
-use crate::config::LogConfig;
+use super::controller_channel::{is_not_controller, DEFAULT_RETRY_TIMEOUT};
+use super::{msg, Broker, Outcome};
+use crate::config::{topic_config_entries, SOURCE_STATIC_BROKER};
+use crate::controller::image::MetadataImage;
+use crate::controller::is_internal_topic;
 use crate::controller::records::{RESOURCE_BROKER, RESOURCE_TOPIC};
-use crate::controller::{validate_topic_configs, ControllerError, NewTopic};
 use crate::protocol::errors;
 use crate::storage::TopicPartition;
-
-/// DescribeConfigs `ConfigSource` ids.
-const SOURCE_DYNAMIC_TOPIC: i8 = 1;
-const SOURCE_STATIC_BROKER: i8 = 4;
-const SOURCE_DEFAULT: i8 = 5;
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
 }
 
-fn refresh(broker: &Broker) {
-    if let Err(e) = broker.refresh_partitions() {
-        tracing::error!(error = %e, "cannot apply a metadata change to the local logs");
-    }
+/// Sends `req` to the active controller and answers with its response; `failed` builds the
+/// answer when no controller could be reached in time; `then` may wait for this broker to see
+/// the change before answering.
+fn forward<R, G, T, F>(
+    broker: &Arc<Broker>,
+    version: i16,
+    req: R,
+    not_controller: fn(&R::Response) -> bool,
+    failed: G,
+    then: T,
+) -> Outcome<R::Response>
+where
+    R: Request + Send + Sync + 'static,
+    R::Response: Send + 'static,
+    G: FnOnce(i16) -> R::Response + Send + 'static,
+    T: FnOnce(Arc<Broker>, R::Response) -> F + Send + 'static,
+    F: Future<Output = R::Response> + Send,
+{
+    let broker = broker.clone();
+    Outcome::Later(Box::pin(async move {
+        match broker
+            .controller
+            .call(&req, version, DEFAULT_RETRY_TIMEOUT, not_controller)
+            .await
+        {
+            Ok(resp) => then(broker, resp).await,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot reach the active controller");
+                failed(errors::REQUEST_TIMED_OUT)
+            }
+        }
+    }))
+}
+
+async fn as_is<T>(_: Arc<Broker>, r: T) -> T {
+    r
 }
 
 pub fn create_topics(
     broker: &Arc<Broker>,
-    _version: i16,
-    req: CreateTopicsRequest,
-) -> CreateTopicsResponse {
-    let mut results = Vec::new();
-    let mut changed = false;
-    for t in req.topics {
-        let name = t.name.0.to_string();
-        let configs: BTreeMap<String, String> = t
-            .configs
-            .iter()
-            .filter_map(|c| {
-                c.value
-                    .as_ref()
-                    .map(|v| (c.name.to_string(), v.to_string()))
-            })
-            .collect();
-        let new = NewTopic {
-            name: name.clone(),
-            partitions: if t.num_partitions == -1 {
-                broker.config.num_partitions
-            } else {
-                t.num_partitions
-            },
-            replication_factor: if t.replication_factor == -1 {
-                broker.config.default_replication_factor
-            } else {
-                t.replication_factor
-            },
-            configs,
-        };
-        let base = CreatableTopicResult::default()
-            .with_name(t.name.clone())
-            .with_num_partitions(-1)
-            .with_replication_factor(-1);
-        if !t.assignments.is_empty() {
-            results.push(
-                base.with_error_code(errors::INVALID_REQUEST)
-                    .with_error_message(msg(
-                    "Manual replica assignments are not supported on a single-node cluster yet.",
-                )),
+    version: i16,
+    mut req: CreateTopicsRequest,
+) -> Outcome<CreateTopicsResponse> {
+    use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+    // Clients may not create internal topics; the broker creates `__consumer_offsets` itself.
+    let mut refused = Vec::new();
+    req.topics.retain(|t| {
+        if is_internal_topic(&t.name) {
+            refused.push(
+                CreatableTopicResult::default()
+                    .with_name(t.name.clone())
+                    .with_num_partitions(-1)
+                    .with_replication_factor(-1)
+                    .with_error_code(errors::INVALID_TOPIC_EXCEPTION)
+                    .with_error_message(msg(format!(
+                        "Creation of internal topic {} is prohibited.",
+                        t.name.0
+                    ))),
             );
-            continue;
-        }
-        let outcome = if req.validate_only {
-            broker
-                .controller
-                .validate_new_topic(&new, &broker.config.log)
-                .map(|_| None)
+            false
         } else {
-            broker
-                .controller
-                .create_topic(&new, &broker.config.log)
-                .map(Some)
-        };
-        match outcome {
-            Ok(created) => {
-                changed |= created.is_some();
-                let cfg = validate_topic_configs(&new.configs, &broker.config.log)
-                    .unwrap_or_else(|_| broker.config.log.clone());
-                let configs = LogConfig::topic_keys()
-                    .into_iter()
-                    .filter_map(|k| {
-                        let (v, _) = cfg.value_of(k)?;
-                        Some(
-                            CreatableTopicConfigs::default()
-                                .with_name(s(k))
-                                .with_value(Some(s(v)))
-                                .with_config_source(source_of(broker, &new.configs, k)),
-                        )
-                    })
-                    .collect();
-                let mut r = base
-                    .with_num_partitions(new.partitions)
-                    .with_replication_factor(new.replication_factor)
-                    .with_configs(Some(configs));
-                if let Some(t) = created {
-                    r = r.with_topic_id(uuid::Uuid::from_bytes(t.id.0));
-                }
-                results.push(r);
-            }
-            Err(e) => results.push(
-                base.with_error_code(e.code)
-                    .with_error_message(msg(e.message)),
-            ),
+            true
         }
+    });
+    if req.topics.is_empty() {
+        return Outcome::Now(CreateTopicsResponse::default().with_topics(refused));
     }
-    if changed {
-        refresh(broker);
-    }
-    CreateTopicsResponse::default().with_topics(results)
+    let validate_only = req.validate_only;
+    let names: Vec<TopicName> = req.topics.iter().map(|t| t.name.clone()).collect();
+    let failed = move |code| {
+        CreateTopicsResponse::default().with_topics(
+            names
+                .into_iter()
+                .map(|n| {
+                    CreatableTopicResult::default()
+                        .with_name(n)
+                        .with_num_partitions(-1)
+                        .with_replication_factor(-1)
+                        .with_error_code(code)
+                })
+                .collect(),
+        )
+    };
+    forward(
+        broker,
+        version,
+        req,
+        |r| r.topics.iter().any(|t| is_not_controller(t.error_code)),
+        failed,
+        move |broker, mut resp| async move {
+            if !validate_only {
+                let created: Vec<String> = resp
+                    .topics
+                    .iter()
+                    .filter(|t| t.error_code == errors::NONE)
+                    .map(|t| t.name.0.to_string())
+                    .collect();
+                broker
+                    .wait_for_image(|img| created.iter().all(|n| img.topic(n).is_some()))
+                    .await;
+            }
+            resp.topics.extend(refused);
+            resp
+        },
+    )
 }
 
-pub fn delete_topics(broker: &Arc<Broker>, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
-    // v0–5 name topics in `topic_names`; v6 uses `topics` by name or id.
-    let mut wanted: Vec<(Option<String>, uuid::Uuid)> = req
-        .topic_names
-        .iter()
-        .map(|n| (Some(n.0.to_string()), uuid::Uuid::nil()))
-        .collect();
-    wanted.extend(
-        req.topics
-            .iter()
-            .map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id)),
-    );
-    let mut results = Vec::new();
-    let mut changed = false;
-    for (name, id) in wanted {
-        let img = broker.controller.image();
-        let resolved = match &name {
-            Some(n) => Some(n.clone()),
-            None => img.topic_by_id(&from_uuid(&id)).map(|t| t.name.clone()),
-        };
-        let base = DeletableTopicResult::default()
-            .with_name(name.clone().map(|n| TopicName(s(n))))
-            .with_topic_id(id);
-        let Some(n) = resolved else {
-            results.push(
-                base.with_error_code(errors::UNKNOWN_TOPIC_ID)
-                    .with_error_message(msg("This server does not host this topic ID.")),
-            );
-            continue;
-        };
-        match broker.controller.delete_topic(&n) {
-            Ok(deleted_id) => {
-                changed = true;
-                results.push(
-                    base.with_name(Some(TopicName(s(n))))
-                        .with_topic_id(uuid::Uuid::from_bytes(deleted_id.0)),
-                );
-            }
-            Err(e) => results.push(
-                base.with_error_code(e.code)
-                    .with_error_message(msg(e.message)),
-            ),
-        }
-    }
-    if changed {
-        refresh(broker);
-    }
-    DeleteTopicsResponse::default().with_responses(results)
+pub fn delete_topics(
+    broker: &Arc<Broker>,
+    version: i16,
+    req: DeleteTopicsRequest,
+) -> Outcome<DeleteTopicsResponse> {
+    forward(
+        broker,
+        version,
+        req,
+        |r| r.responses.iter().any(|t| is_not_controller(t.error_code)),
+        |_| DeleteTopicsResponse::default(),
+        |broker, resp| async move {
+            let gone: Vec<uuid::Uuid> = resp
+                .responses
+                .iter()
+                .filter(|t| t.error_code == errors::NONE)
+                .map(|t| t.topic_id)
+                .collect();
+            broker
+                .wait_for_image(|img| {
+                    gone.iter()
+                        .all(|id| img.topic_by_id(&super::metadata::from_uuid(id)).is_none())
+                })
+                .await;
+            resp
+        },
+    )
 }
 
 pub fn create_partitions(
     broker: &Arc<Broker>,
+    version: i16,
     req: CreatePartitionsRequest,
-) -> CreatePartitionsResponse {
-    let mut results = Vec::new();
-    let mut changed = false;
-    for t in req.topics {
-        let name = t.name.0.to_string();
-        let r = CreatePartitionsTopicResult::default().with_name(t.name.clone());
-        if t.assignments.is_some() {
-            results.push(
-                r.with_error_code(errors::INVALID_REQUEST)
-                    .with_error_message(msg(
-                    "Manual replica assignments are not supported on a single-node cluster yet.",
-                )),
-            );
-            continue;
-        }
-        match broker
-            .controller
-            .create_partitions(&name, t.count, req.validate_only)
-        {
-            Ok(()) => {
-                changed |= !req.validate_only;
-                results.push(r);
-            }
-            Err(e) => results.push(r.with_error_code(e.code).with_error_message(msg(e.message))),
-        }
-    }
-    if changed {
-        refresh(broker);
-    }
-    CreatePartitionsResponse::default().with_results(results)
+) -> Outcome<CreatePartitionsResponse> {
+    let wanted: Vec<(String, i32)> = if req.validate_only {
+        Vec::new()
+    } else {
+        req.topics
+            .iter()
+            .map(|t| (t.name.0.to_string(), t.count))
+            .collect()
+    };
+    forward(
+        broker,
+        version,
+        req,
+        |r| r.results.iter().any(|t| is_not_controller(t.error_code)),
+        |_| CreatePartitionsResponse::default(),
+        move |broker, resp| async move {
+            let ok: Vec<(String, i32)> = wanted
+                .into_iter()
+                .filter(|(n, _)| {
+                    resp.results
+                        .iter()
+                        .any(|r| r.name.0.as_str() == n && r.error_code == errors::NONE)
+                })
+                .collect();
+            broker
+                .wait_for_image(|img| {
+                    ok.iter().all(|(n, c)| {
+                        img.topic(n)
+                            .is_some_and(|t| t.partitions.len() as i32 >= *c)
+                    })
+                })
+                .await;
+            resp
+        },
+    )
+}
+
+pub fn alter_configs(
+    broker: &Arc<Broker>,
+    version: i16,
+    req: AlterConfigsRequest,
+) -> Outcome<AlterConfigsResponse> {
+    forward(
+        broker,
+        version,
+        req,
+        |r| r.responses.iter().any(|t| is_not_controller(t.error_code)),
+        |_| AlterConfigsResponse::default(),
+        as_is,
+    )
+}
+
+pub fn incremental_alter_configs(
+    broker: &Arc<Broker>,
+    version: i16,
+    req: IncrementalAlterConfigsRequest,
+) -> Outcome<IncrementalAlterConfigsResponse> {
+    forward(
+        broker,
+        version,
+        req,
+        |r| r.responses.iter().any(|t| is_not_controller(t.error_code)),
+        |_| IncrementalAlterConfigsResponse::default(),
+        as_is,
+    )
+}
+
+pub fn elect_leaders(
+    broker: &Arc<Broker>,
+    version: i16,
+    req: ElectLeadersRequest,
+) -> Outcome<ElectLeadersResponse> {
+    forward(
+        broker,
+        version,
+        req,
+        |r| is_not_controller(r.error_code),
+        |code| ElectLeadersResponse::default().with_error_code(code),
+        as_is,
+    )
+}
+
+pub fn alter_partition_reassignments(
+    broker: &Arc<Broker>,
+    version: i16,
+    req: AlterPartitionReassignmentsRequest,
+) -> Outcome<AlterPartitionReassignmentsResponse> {
+    forward(
+        broker,
+        version,
+        req,
+        |r| is_not_controller(r.error_code),
+        |code| AlterPartitionReassignmentsResponse::default().with_error_code(code),
+        as_is,
+    )
+}
+
+pub fn list_partition_reassignments(
+    broker: &Arc<Broker>,
+    version: i16,
+    req: ListPartitionReassignmentsRequest,
+) -> Outcome<ListPartitionReassignmentsResponse> {
+    forward(
+        broker,
+        version,
+        req,
+        |r| is_not_controller(r.error_code),
+        |code| ListPartitionReassignmentsResponse::default().with_error_code(code),
+        as_is,
+    )
+}
+
+pub fn describe_quorum(
+    broker: &Arc<Broker>,
+    version: i16,
+    req: DescribeQuorumRequest,
+) -> Outcome<DescribeQuorumResponse> {
+    forward(
+        broker,
+        version,
+        req,
+        |r| {
+            r.topics.iter().any(|t| {
+                t.partitions
+                    .iter()
+                    .any(|p| p.error_code == errors::NOT_LEADER_OR_FOLLOWER)
+            })
+        },
+        |code| DescribeQuorumResponse::default().with_error_code(code),
+        as_is,
+    )
+}
+
+pub fn unregister_broker(
+    broker: &Arc<Broker>,
+    version: i16,
+    req: UnregisterBrokerRequest,
+) -> Outcome<UnregisterBrokerResponse> {
+    forward(
+        broker,
+        version,
+        req,
+        |r| is_not_controller(r.error_code),
+        |code| UnregisterBrokerResponse::default().with_error_code(code),
+        as_is,
+    )
 }
 
 pub fn delete_records(broker: &Arc<Broker>, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
@@ -235,24 +326,16 @@ pub fn delete_records(broker: &Arc<Broker>, req: DeleteRecordsRequest) -> Delete
                 .with_partition_index(p.partition_index)
                 .with_low_watermark(-1);
             let tp = TopicPartition::new(name.clone(), p.partition_index);
-            let Some(part) = broker.replicas.get(&tp) else {
-                parts.push(base.with_error_code(errors::UNKNOWN_TOPIC_OR_PARTITION));
-                continue;
+            let part = match broker.replicas.leader_partition(&tp, -1) {
+                Ok(part) => part,
+                Err(e) => {
+                    parts.push(base.with_error_code(e.code));
+                    continue;
+                }
             };
-            let result = {
-                let mut l = part.log.lock();
-                // -1 means "up to the high watermark", as in Kafka.
-                let target = if p.offset == -1 {
-                    l.high_watermark()
-                } else {
-                    p.offset
-                };
-                l.delete_records_before(target)
-                    .map_err(|e| e.kafka_error_code())
-            };
-            parts.push(match result {
+            parts.push(match part.delete_records_before(p.offset) {
                 Ok(low) => base.with_low_watermark(low),
-                Err(code) => base.with_error_code(code),
+                Err(e) => base.with_error_code(e.kafka_error_code()),
             });
         }
         topics.push(
@@ -264,19 +347,43 @@ pub fn delete_records(broker: &Arc<Broker>, req: DeleteRecordsRequest) -> Delete
     DeleteRecordsResponse::default().with_topics(topics)
 }
 
-fn source_of(broker: &Broker, overrides: &BTreeMap<String, String>, key: &str) -> i8 {
-    if overrides.contains_key(key) {
-        return SOURCE_DYNAMIC_TOPIC;
+fn describe_topic(
+    broker: &Broker,
+    img: &MetadataImage,
+    version: i16,
+    name: &str,
+    wanted: &dyn Fn(&str) -> bool,
+    include_synonyms: bool,
+) -> Result<Vec<DescribeConfigsResourceResult>, (i16, String)> {
+    if img.topic(name).is_none() {
+        return Err((
+            errors::UNKNOWN_TOPIC_OR_PARTITION,
+            format!("Topic {name} does not exist."),
+        ));
     }
-    let broker_key = crate::config::TOPIC_CONFIG_SYNONYMS
-        .iter()
-        .find(|(t, _)| *t == key)
-        .map(|(_, b)| *b);
-    if broker_key.is_some_and(|b| broker.config.raw.contains_key(b)) {
-        SOURCE_STATIC_BROKER
-    } else {
-        SOURCE_DEFAULT
+    let overrides = img.topic_configs(name);
+    let mut configs = Vec::new();
+    for e in topic_config_entries(&broker.config.log, &overrides, &broker.config.raw) {
+        if !wanted(e.name) {
+            continue;
+        }
+        let mut r = DescribeConfigsResourceResult::default()
+            .with_name(s(e.name))
+            .with_value(Some(s(e.value.clone())))
+            .with_config_source(e.source)
+            .with_read_only(false);
+        if version >= 3 {
+            r = r.with_config_type(e.config_type);
+        }
+        if include_synonyms {
+            r = r.with_synonyms(vec![DescribeConfigsSynonym::default()
+                .with_name(s(e.name))
+                .with_value(Some(s(e.value)))
+                .with_source(e.source)]);
+        }
+        configs.push(r);
     }
+    Ok(configs)
 }
 
 pub fn describe_configs(
@@ -285,11 +392,12 @@ pub fn describe_configs(
     req: DescribeConfigsRequest,
 ) -> DescribeConfigsResponse {
     let mut results = Vec::new();
+    let img = broker.image();
     for r in req.resources {
         let name = r.resource_name.to_string();
-        let wanted = |k: &str| {
-            r.configuration_keys
-                .as_ref()
+        let keys = r.configuration_keys.clone();
+        let wanted = move |k: &str| {
+            keys.as_ref()
                 .is_none_or(|keys| keys.iter().any(|w| w.as_str() == k))
         };
         let base = DescribeConfigsResult::default()
@@ -297,43 +405,12 @@ pub fn describe_configs(
             .with_resource_name(r.resource_name.clone());
         match r.resource_type {
             RESOURCE_TOPIC => {
-                let img = broker.controller.image();
-                if img.topic(&name).is_none() {
-                    results.push(
-                        base.with_error_code(errors::UNKNOWN_TOPIC_OR_PARTITION)
-                            .with_error_message(msg(format!("Topic {name} does not exist."))),
-                    );
-                    continue;
+                match describe_topic(broker, &img, version, &name, &wanted, req.include_synonyms) {
+                    Ok(configs) => results.push(base.with_configs(configs)),
+                    Err((code, m)) => {
+                        results.push(base.with_error_code(code).with_error_message(msg(m)))
+                    }
                 }
-                let overrides = img.topic_configs(&name);
-                let cfg = validate_topic_configs(&overrides, &broker.config.log)
-                    .unwrap_or_else(|_| broker.config.log.clone());
-                let mut configs = Vec::new();
-                for k in LogConfig::topic_keys() {
-                    if !wanted(k) {
-                        continue;
-                    }
-                    let Some((v, ty)) = cfg.value_of(k) else {
-                        continue;
-                    };
-                    let source = source_of(broker, &overrides, k);
-                    let mut e = DescribeConfigsResourceResult::default()
-                        .with_name(s(k))
-                        .with_value(Some(s(v.clone())))
-                        .with_config_source(source)
-                        .with_read_only(false);
-                    if version >= 3 {
-                        e = e.with_config_type(ty);
-                    }
-                    if req.include_synonyms {
-                        e = e.with_synonyms(vec![DescribeConfigsSynonym::default()
-                            .with_name(s(k))
-                            .with_value(Some(s(v)))
-                            .with_source(source)]);
-                    }
-                    configs.push(e);
-                }
-                results.push(base.with_configs(configs));
             }
             RESOURCE_BROKER => {
                 if !name.is_empty() && name != broker.node_id().to_string() {
@@ -365,157 +442,4 @@ pub fn describe_configs(
         }
     }
     DescribeConfigsResponse::default().with_results(results)
-}
-
-/// Applies topic config changes; `None` removes an override.
-fn alter_topic(
-    broker: &Arc<Broker>,
-    name: &str,
-    changes: Vec<(String, Option<String>)>,
-    validate_only: bool,
-) -> Result<(), ControllerError> {
-    broker
-        .controller
-        .alter_topic_configs(name, &changes, &broker.config.log, validate_only)?;
-    if !validate_only {
-        refresh(broker);
-    }
-    Ok(())
-}
-
-/// Runs `topic` for a topic resource; broker resources are read-only, others unsupported.
-fn alter_resource(
-    resource_type: i8,
-    topic: impl FnOnce() -> Result<(), ControllerError>,
-) -> Result<(), ControllerError> {
-    match resource_type {
-        RESOURCE_TOPIC => topic(),
-        RESOURCE_BROKER => Err(broker_read_only()),
-        other => Err(ControllerError {
-            code: errors::INVALID_REQUEST,
-            message: format!("Unsupported resource type {other}"),
-        }),
-    }
-}
-
-fn broker_read_only() -> ControllerError {
-    ControllerError {
-        code: errors::INVALID_REQUEST,
-        message: "Broker configs are read-only in evenkeel for now; set them in server.properties."
-            .into(),
-    }
-}
-
-pub fn alter_configs(broker: &Arc<Broker>, req: AlterConfigsRequest) -> AlterConfigsResponse {
-    use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
-    let mut out = Vec::new();
-    for r in req.resources {
-        let name = r.resource_name.to_string();
-        let result = alter_resource(r.resource_type, || {
-            // AlterConfigs replaces the whole set: overrides not named are removed.
-            let existing = broker.controller.image().topic_configs(&name);
-            let mut changes: Vec<(String, Option<String>)> = r
-                .configs
-                .iter()
-                .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
-                .collect();
-            for k in existing.keys() {
-                if !changes.iter().any(|(n, _)| n == k) {
-                    changes.push((k.clone(), None));
-                }
-            }
-            alter_topic(broker, &name, changes, req.validate_only)
-        });
-        let mut resp = AlterConfigsResourceResponse::default()
-            .with_resource_type(r.resource_type)
-            .with_resource_name(r.resource_name);
-        if let Err(e) = result {
-            resp = resp
-                .with_error_code(e.code)
-                .with_error_message(msg(e.message));
-        }
-        out.push(resp);
-    }
-    AlterConfigsResponse::default().with_responses(out)
-}
-
-/// IncrementalAlterConfigs operations.
-const OP_SET: i8 = 0;
-const OP_DELETE: i8 = 1;
-const OP_APPEND: i8 = 2;
-const OP_SUBTRACT: i8 = 3;
-
-pub fn incremental_alter_configs(
-    broker: &Arc<Broker>,
-    req: IncrementalAlterConfigsRequest,
-) -> IncrementalAlterConfigsResponse {
-    use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
-    let mut out = Vec::new();
-    for r in req.resources {
-        let name = r.resource_name.to_string();
-        let result = alter_resource(r.resource_type, || {
-            let img = broker.controller.image();
-            let overrides = img.topic_configs(&name);
-            let effective = validate_topic_configs(&overrides, &broker.config.log)
-                .unwrap_or_else(|_| broker.config.log.clone());
-            let mut changes = Vec::new();
-            let mut bad = None;
-            for c in &r.configs {
-                let key = c.name.to_string();
-                let value = c.value.as_ref().map(|v| v.to_string());
-                let current: Vec<String> = effective
-                    .value_of(&key)
-                    .map(|(v, _)| {
-                        v.split(',')
-                            .map(|x| x.trim().to_string())
-                            .filter(|x| !x.is_empty())
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                match c.config_operation {
-                    OP_SET => changes.push((key, value)),
-                    OP_DELETE => changes.push((key, None)),
-                    OP_APPEND | OP_SUBTRACT => {
-                        let items: Vec<String> = value
-                            .unwrap_or_default()
-                            .split(',')
-                            .map(|x| x.trim().to_string())
-                            .filter(|x| !x.is_empty())
-                            .collect();
-                        let mut list = current;
-                        if c.config_operation == OP_APPEND {
-                            for i in items {
-                                if !list.contains(&i) {
-                                    list.push(i);
-                                }
-                            }
-                        } else {
-                            list.retain(|x| !items.contains(x));
-                        }
-                        changes.push((key, Some(list.join(","))));
-                    }
-                    op => {
-                        bad = Some(ControllerError {
-                            code: errors::INVALID_REQUEST,
-                            message: format!("Unknown config operation {op}"),
-                        })
-                    }
-                }
-            }
-            match bad {
-                Some(e) => Err(e),
-                None => alter_topic(broker, &name, changes, req.validate_only),
-            }
-        });
-        let mut resp = AlterConfigsResourceResponse::default()
-            .with_resource_type(r.resource_type)
-            .with_resource_name(r.resource_name);
-        if let Err(e) = result {
-            resp = resp
-                .with_error_code(e.code)
-                .with_error_message(msg(e.message));
-        }
-        out.push(resp);
-    }
-    IncrementalAlterConfigsResponse::default().with_responses(out)
 }

@@ -5,24 +5,24 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::fetch_response::{
+    FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
+};
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use kafka_protocol::messages::{
-    FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, TopicName,
+    BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
 use super::fetch_session::{self, FetchContext, FetchParams, FetchTarget, PartitionKey};
 use super::metadata::from_uuid;
+use super::partition::{FetchIsolation, Partition};
 use super::purgatory::DelayedOperation;
-use super::replica_manager::Partition;
 use super::{Broker, Outcome};
 use crate::protocol::errors;
-use crate::storage::log::{
-    EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP,
-};
+use crate::storage::log::{EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
 use crate::storage::TopicPartition;
 
 /// What one read pass found.
@@ -33,12 +33,13 @@ struct Pass {
     errors: bool,
     /// High watermark seen per partition, to detect data that arrives before watching begins.
     seen: Vec<(Arc<Partition>, i64)>,
+    /// Leaders named in NOT_LEADER_OR_FOLLOWER answers (KIP-951 node endpoints).
+    leaders: Vec<i32>,
 }
 
 fn topic_name(broker: &Broker, name: &TopicName, id: &uuid::Uuid) -> String {
     if name.0.is_empty() {
         broker
-            .controller
             .image()
             .topic_by_id(&from_uuid(id))
             .map(|t| t.name.clone())
@@ -86,12 +87,18 @@ fn request_targets(
     (targets, forgotten)
 }
 
-fn read_pass(broker: &Broker, targets: &[FetchTarget], max_bytes: i64) -> Pass {
+fn read_pass(broker: &Broker, targets: &[FetchTarget], max_bytes: i64, follower: bool) -> Pass {
+    let isolation = if follower {
+        FetchIsolation::LogEnd
+    } else {
+        FetchIsolation::HighWatermark
+    };
     let mut pass = Pass {
         parts: Vec::with_capacity(targets.len()),
         bytes: 0,
         errors: false,
         seen: Vec::new(),
+        leaders: Vec::new(),
     };
     for t in targets {
         let partition = t.key.partition;
@@ -101,16 +108,41 @@ fn read_pass(broker: &Broker, targets: &[FetchTarget], max_bytes: i64) -> Pass {
             .with_high_watermark(-1)
             .with_last_stable_offset(-1)
             .with_log_start_offset(-1);
-        let Some(p) = broker.replicas.get(&tp) else {
-            pass.errors = true;
-            let code = if t.topic.is_empty() {
-                errors::UNKNOWN_TOPIC_ID
-            } else {
-                errors::UNKNOWN_TOPIC_OR_PARTITION
-            };
-            pass.parts
-                .push(base.with_error_code(code).with_records(Some(Bytes::new())));
-            continue;
+        let p = match broker
+            .replicas
+            .leader_partition(&tp, t.params.current_leader_epoch)
+        {
+            Ok(p) => p,
+            Err(e) => {
+                pass.errors = true;
+                let code = if t.topic.is_empty() {
+                    errors::UNKNOWN_TOPIC_ID
+                } else {
+                    e.code
+                };
+                if let (Some((leader, epoch)), true) = (
+                    e.current_leader,
+                    matches!(
+                        code,
+                        errors::NOT_LEADER_OR_FOLLOWER | errors::FENCED_LEADER_EPOCH
+                    ),
+                ) {
+                    pass.leaders.push(leader);
+                    pass.parts.push(
+                        base.with_error_code(code)
+                            .with_current_leader(
+                                LeaderIdAndEpoch::default()
+                                    .with_leader_id(BrokerId(leader))
+                                    .with_leader_epoch(epoch),
+                            )
+                            .with_records(Some(Bytes::new())),
+                    );
+                } else {
+                    pass.parts
+                        .push(base.with_error_code(code).with_records(Some(Bytes::new())));
+                }
+                continue;
+            }
         };
         let budget = (max_bytes - pass.bytes).max(0);
         let limit = (t.params.max_bytes.max(0) as i64).min(budget) as usize;
@@ -118,7 +150,7 @@ fn read_pass(broker: &Broker, targets: &[FetchTarget], max_bytes: i64) -> Pass {
         let min_one = pass.bytes == 0;
         match broker
             .replicas
-            .read(&p, t.params.fetch_offset, limit, min_one)
+            .read(&p, t.params.fetch_offset, limit, min_one, isolation)
         {
             Ok(r) => {
                 pass.bytes += r.records.len() as i64;
@@ -132,10 +164,7 @@ fn read_pass(broker: &Broker, targets: &[FetchTarget], max_bytes: i64) -> Pass {
             }
             Err(e) => {
                 pass.errors = true;
-                let (hw, start) = {
-                    let l = p.log.lock();
-                    (l.high_watermark(), l.log_start_offset())
-                };
+                let (hw, start) = p.offsets();
                 pass.parts.push(
                     base.with_error_code(e.code)
                         .with_high_watermark(hw)
@@ -177,6 +206,16 @@ fn respond(
     targets: Vec<FetchTarget>,
     pass: Pass,
 ) -> FetchResponse {
+    let endpoints: Vec<NodeEndpoint> = super::produce::leader_endpoints(broker, &pass.leaders)
+        .into_iter()
+        .map(|(id, host, port, rack)| {
+            NodeEndpoint::default()
+                .with_node_id(BrokerId(id))
+                .with_host(StrBytes::from_string(host))
+                .with_port(port)
+                .with_rack(rack.map(StrBytes::from_string))
+        })
+        .collect();
     let read: Vec<_> = targets.into_iter().zip(pass.parts).collect();
     let (session_id, topics) = match ctx {
         FetchContext::Sessionless => (fetch_session::INVALID_SESSION_ID, group(read)),
@@ -217,6 +256,7 @@ fn respond(
     FetchResponse::default()
         .with_session_id(session_id)
         .with_responses(topics)
+        .with_node_endpoints(endpoints)
 }
 
 fn error_response(code: i16, session_id: i32) -> FetchResponse {
@@ -256,7 +296,7 @@ pub fn fetch(broker: &Arc<Broker>, version: i16, req: FetchRequest) -> Outcome<F
         Ok(c) => c,
         Err(code) => return Outcome::Now(error_response(code, fetch_session::INVALID_SESSION_ID)),
     };
-    let first = read_pass(broker, &targets, max_bytes);
+    let first = read_pass(broker, &targets, max_bytes, follower);
     if first.bytes >= min_bytes || first.errors || req.max_wait_ms <= 0 || targets.is_empty() {
         return Outcome::Now(respond(broker, ctx, targets, first));
     }
@@ -275,7 +315,7 @@ pub fn fetch(broker: &Arc<Broker>, version: i16, req: FetchRequest) -> Outcome<F
     let wait = Duration::from_millis(req.max_wait_ms as u64);
     Outcome::Later(Box::pin(async move {
         op.wait(wait).await;
-        let pass = read_pass(&broker, &targets, max_bytes);
+        let pass = read_pass(&broker, &targets, max_bytes, follower);
         respond(&broker, ctx, targets, pass)
     }))
 }
@@ -298,26 +338,33 @@ pub fn list_offsets(
                 .with_timestamp(-1)
                 .with_offset(-1)
                 .with_leader_epoch(-1);
-            let Some(p) = broker.replicas.get(&tp) else {
-                parts.push(base.with_error_code(errors::UNKNOWN_TOPIC_OR_PARTITION));
-                continue;
-            };
-            let l = p.log.lock();
-            let hw = l.high_watermark();
-            let found = match lp.timestamp {
-                LATEST_TIMESTAMP => Ok(Some(crate::storage::TimestampAndOffset {
-                    timestamp: -1,
-                    offset: hw,
-                    leader_epoch: l.epoch_cache().epoch_for_offset(hw.max(1) - 1),
-                })),
-                EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP | MAX_TIMESTAMP => {
-                    l.fetch_offset_by_timestamp(lp.timestamp)
+            let p = match broker
+                .replicas
+                .leader_partition(&tp, lp.current_leader_epoch)
+            {
+                Ok(p) => p,
+                Err(e) => {
+                    parts.push(base.with_error_code(e.code));
+                    continue;
                 }
-                ts if ts >= 0 => l.fetch_offset_by_timestamp(ts),
-                // Tiered storage (-5) and unknown special values: nothing to report.
-                _ => Ok(None),
             };
-            drop(l);
+            let (hw, found) = match p.offset_for_timestamp(lp.timestamp) {
+                Ok((hw, f)) => (hw, Ok(f)),
+                Err(e) => (0, Err(e)),
+            };
+            // Tiered storage (-5) and unknown special values: nothing to report.
+            let found = if lp.timestamp < 0
+                && !matches!(
+                    lp.timestamp,
+                    LATEST_TIMESTAMP
+                        | EARLIEST_TIMESTAMP
+                        | EARLIEST_LOCAL_TIMESTAMP
+                        | crate::storage::log::MAX_TIMESTAMP
+                ) {
+                Ok(None)
+            } else {
+                found
+            };
             let special = matches!(
                 lp.timestamp,
                 LATEST_TIMESTAMP | EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP
@@ -365,22 +412,17 @@ pub fn offset_for_leader_epoch(
                 .with_leader_epoch(-1)
                 .with_end_offset(-1);
             let tp = TopicPartition::new(name.clone(), p.partition);
-            let Some(part) = broker.replicas.get(&tp) else {
-                parts.push(base.with_error_code(errors::UNKNOWN_TOPIC_OR_PARTITION));
-                continue;
+            let part = match broker
+                .replicas
+                .leader_partition(&tp, p.current_leader_epoch)
+            {
+                Ok(part) => part,
+                Err(e) => {
+                    parts.push(base.with_error_code(e.code));
+                    continue;
+                }
             };
-            if p.current_leader_epoch >= 0 && p.current_leader_epoch < part.leader_epoch {
-                parts.push(base.with_error_code(errors::FENCED_LEADER_EPOCH));
-                continue;
-            }
-            if p.current_leader_epoch > part.leader_epoch {
-                parts.push(base.with_error_code(errors::UNKNOWN_LEADER_EPOCH));
-                continue;
-            }
-            let l = part.log.lock();
-            let (epoch, end) = l
-                .epoch_cache()
-                .end_offset_for(p.leader_epoch, l.log_end_offset());
+            let (epoch, end) = part.end_offset_for_epoch(p.leader_epoch);
             parts.push(base.with_leader_epoch(epoch).with_end_offset(end));
         }
         topics.push(

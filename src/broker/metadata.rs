@@ -1,21 +1,25 @@
-//! Metadata (with `auto.create.topics.enable`) and DescribeCluster.
+//! Metadata (with `auto.create.topics.enable`), DescribeCluster and DescribeTopicPartitions,
+//! answered from the image this broker has applied: live brokers, leaders, replicas, ISRs and
+//! offline replicas as the controller last decided them.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::{
-    BrokerId, DescribeClusterRequest, DescribeClusterResponse, MetadataRequest, MetadataResponse,
-    TopicName,
+    BrokerId, CreateTopicsRequest, DescribeClusterRequest, DescribeClusterResponse,
+    DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse, MetadataRequest,
+    MetadataResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::Broker;
-use crate::controller::image::TopicImage;
-use crate::controller::{is_hidden_topic, is_internal_topic, validate_topic_name, NewTopic};
+use super::controller_channel::{is_not_controller, DEFAULT_RETRY_TIMEOUT};
+use super::{Broker, Outcome};
+use crate::controller::image::{BrokerImage, MetadataImage, PartitionImage, TopicImage};
+use crate::controller::{is_hidden_topic, is_internal_topic, validate_topic_name};
 use crate::protocol::errors;
 use crate::storage::KafkaUuid;
 
@@ -27,128 +31,393 @@ pub(crate) fn from_uuid(id: &uuid::Uuid) -> KafkaUuid {
     KafkaUuid(*id.as_bytes())
 }
 
-fn topic_entry(t: &TopicImage) -> MetadataResponseTopic {
-    let partitions = t
-        .partitions
-        .iter()
-        .map(|(p, img)| {
-            MetadataResponsePartition::default()
-                .with_partition_index(*p)
-                .with_leader_id(BrokerId(img.leader))
-                .with_leader_epoch(img.leader_epoch)
-                .with_replica_nodes(img.replicas.iter().map(|b| BrokerId(*b)).collect())
-                .with_isr_nodes(img.isr.iter().map(|b| BrokerId(*b)).collect())
-        })
-        .collect();
+fn s(v: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(v.into())
+}
+
+/// The listener clients of this broker reach other brokers on: its first client listener.
+pub(crate) fn client_listener(broker: &Broker) -> String {
+    broker
+        .config
+        .advertised_listeners
+        .first()
+        .map(|l| l.name.clone())
+        .unwrap_or_else(|| "PLAINTEXT".into())
+}
+
+/// `(host, port)` of a live broker on `listener`.
+pub(crate) fn broker_endpoint(
+    img: &MetadataImage,
+    id: i32,
+    listener: &str,
+) -> Option<(String, i32)> {
+    let b = img.broker(id).filter(|b| !b.fenced)?;
+    let e = b.endpoint(listener)?;
+    Some((e.host.clone(), e.port as i32))
+}
+
+/// Live brokers that have `listener`, in id order.
+fn live_brokers<'a>(
+    img: &'a MetadataImage,
+    listener: &'a str,
+) -> impl Iterator<Item = &'a BrokerImage> {
+    img.live_brokers()
+        .filter(move |b| b.endpoint(listener).is_some())
+}
+
+/// The controller id clients are told: the active controller when it is a live broker (so
+/// tools that ask it find the quorum's leader), else a live broker that forwards.
+pub(crate) fn controller_id_for_clients(broker: &Broker, img: &MetadataImage) -> i32 {
+    let listener = client_listener(broker);
+    if let Some(c) = broker.active_controller() {
+        if broker_endpoint(img, c, &listener).is_some() {
+            return c;
+        }
+    }
+    let first = live_brokers(img, &listener).next().map_or(-1, |b| b.id);
+    first
+}
+
+fn partition_entry(
+    img: &MetadataImage,
+    id: i32,
+    p: &PartitionImage,
+    listener: &str,
+) -> MetadataResponsePartition {
+    let ids = |v: &[i32]| v.iter().map(|b| BrokerId(*b)).collect::<Vec<_>>();
+    let leader_registered = img.broker(p.leader).is_some();
+    let (leader, code) = match (
+        leader_registered,
+        img.broker(p.leader).and_then(|b| b.endpoint(listener)),
+    ) {
+        (true, Some(_)) => (p.leader, errors::NONE),
+        (true, None) => (-1, errors::LISTENER_NOT_FOUND),
+        (false, _) => (-1, errors::LEADER_NOT_AVAILABLE),
+    };
+    MetadataResponsePartition::default()
+        .with_error_code(code)
+        .with_partition_index(id)
+        .with_leader_id(BrokerId(leader))
+        .with_leader_epoch(p.leader_epoch)
+        .with_replica_nodes(ids(&p.replicas))
+        .with_isr_nodes(ids(&p.isr))
+        .with_offline_replicas(ids(&img.offline_replicas(p)))
+}
+
+fn topic_entry(img: &MetadataImage, t: &TopicImage, listener: &str) -> MetadataResponseTopic {
     MetadataResponseTopic::default()
-        .with_name(Some(TopicName(StrBytes::from_string(t.name.clone()))))
+        .with_name(Some(TopicName(s(t.name.clone()))))
         .with_topic_id(to_uuid(t.id))
         .with_is_internal(is_internal_topic(&t.name))
-        .with_partitions(partitions)
+        .with_partitions(
+            t.partitions
+                .iter()
+                .map(|(id, p)| partition_entry(img, *id, p, listener))
+                .collect(),
+        )
 }
 
 fn error_entry(name: Option<&str>, id: uuid::Uuid, code: i16) -> MetadataResponseTopic {
     MetadataResponseTopic::default()
-        .with_name(name.map(|n| TopicName(StrBytes::from_string(n.to_string()))))
+        .with_name(name.map(|n| TopicName(s(n.to_string()))))
         .with_topic_id(id)
         .with_error_code(code)
 }
 
-pub fn metadata(broker: &Arc<Broker>, version: i16, req: MetadataRequest) -> MetadataResponse {
-    // v0 has no null: an empty list means every topic. Versions before 4 always auto-create.
+/// A Metadata answer from one image; `missing` are names to auto-create.
+fn answer(
+    broker: &Broker,
+    img: &MetadataImage,
+    version: i16,
+    req: &MetadataRequest,
+    allow_create: bool,
+) -> (MetadataResponse, Vec<String>) {
+    let listener = client_listener(broker);
+    // v0 has no null: an empty list means every topic.
     let all = match &req.topics {
         None => true,
         Some(t) => version == 0 && t.is_empty(),
     };
-    let allow_create =
-        (version < 4 || req.allow_auto_topic_creation) && broker.config.auto_create_topics_enable;
     let mut topics = Vec::new();
+    let mut missing = Vec::new();
     if all {
-        for t in broker.controller.image().topics() {
-            if !is_hidden_topic(&t.name) {
-                topics.push(topic_entry(t));
-            }
+        for t in img.topics().filter(|t| !is_hidden_topic(&t.name)) {
+            topics.push(topic_entry(img, t, &listener));
         }
     } else {
-        let mut created = false;
-        for rt in req.topics.unwrap_or_default() {
-            let img = broker.controller.image();
+        for rt in req.topics.iter().flatten() {
             let by_name = rt.name.as_ref().map(|n| n.0.to_string());
             let found = match &by_name {
-                Some(n) => img.topic(n).cloned(),
-                None => img.topic_by_id(&from_uuid(&rt.topic_id)).cloned(),
+                Some(n) => img.topic(n),
+                None => img.topic_by_id(&from_uuid(&rt.topic_id)),
             };
             match (found, by_name) {
-                (Some(t), _) if !is_hidden_topic(&t.name) => topics.push(topic_entry(&t)),
+                (Some(t), _) if !is_hidden_topic(&t.name) => {
+                    topics.push(topic_entry(img, t, &listener))
+                }
                 (_, None) => topics.push(error_entry(None, rt.topic_id, errors::UNKNOWN_TOPIC_ID)),
                 (_, Some(name)) => {
-                    if let Err(e) = validate_topic_name(&name) {
-                        topics.push(error_entry(Some(&name), rt.topic_id, e.code));
-                        continue;
-                    }
-                    if !allow_create || is_internal_topic(&name) {
-                        topics.push(error_entry(
-                            Some(&name),
-                            rt.topic_id,
-                            errors::UNKNOWN_TOPIC_OR_PARTITION,
-                        ));
-                        continue;
-                    }
-                    let new = NewTopic {
-                        name: name.clone(),
-                        partitions: broker.config.num_partitions,
-                        replication_factor: broker.config.default_replication_factor,
-                        configs: BTreeMap::new(),
+                    let code = match validate_topic_name(&name) {
+                        Err(e) => e.code,
+                        Ok(()) if allow_create && !is_internal_topic(&name) => {
+                            missing.push(name.clone());
+                            errors::UNKNOWN_TOPIC_OR_PARTITION
+                        }
+                        Ok(()) => errors::UNKNOWN_TOPIC_OR_PARTITION,
                     };
-                    match broker.controller.create_topic(&new, &broker.config.log) {
-                        Ok(t) => {
-                            tracing::info!(topic = %name, "auto-created topic");
-                            created = true;
-                            topics.push(topic_entry(&t));
-                        }
-                        // Another request created it first: answer with it.
-                        Err(e) if e.code == errors::TOPIC_ALREADY_EXISTS => {
-                            match broker.controller.image().topic(&name) {
-                                Some(t) => topics.push(topic_entry(t)),
-                                None => topics.push(error_entry(
-                                    Some(&name),
-                                    rt.topic_id,
-                                    errors::LEADER_NOT_AVAILABLE,
-                                )),
-                            }
-                        }
-                        Err(e) => topics.push(error_entry(Some(&name), rt.topic_id, e.code)),
-                    }
+                    topics.push(error_entry(Some(&name), rt.topic_id, code));
                 }
             }
         }
-        if created {
-            if let Err(e) = broker.refresh_partitions() {
-                tracing::error!(error = %e, "cannot create the logs of auto-created topics");
-            }
+    }
+    let brokers = live_brokers(img, &listener)
+        .map(|b| {
+            let e = b.endpoint(&listener).expect("filtered on the listener");
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(b.id))
+                .with_host(s(e.host.clone()))
+                .with_port(e.port as i32)
+                .with_rack(b.rack.clone().map(s))
+        })
+        .collect();
+    let resp = MetadataResponse::default()
+        .with_brokers(brokers)
+        .with_cluster_id(Some(s(broker.cluster_id.clone())))
+        .with_controller_id(BrokerId(controller_id_for_clients(broker, img)))
+        .with_topics(topics);
+    (resp, missing)
+}
+
+/// Asks the controller to create `names` with the broker defaults (Kafka's
+/// AutoTopicCreationManager); returns the names that exist now (created or already there).
+/// Errors are only logged.
+pub(crate) async fn create_missing(
+    broker: &Broker,
+    names: &[String],
+    partitions: i32,
+    rf: i16,
+    configs: &[(&str, &str)],
+) -> Vec<String> {
+    use kafka_protocol::messages::create_topics_request::CreatableTopicConfig;
+    let req = CreateTopicsRequest::default()
+        .with_timeout_ms(30_000)
+        .with_topics(
+            names
+                .iter()
+                .map(|n| {
+                    CreatableTopic::default()
+                        .with_name(TopicName(s(n.clone())))
+                        .with_num_partitions(partitions)
+                        .with_replication_factor(rf)
+                        .with_configs(
+                            configs
+                                .iter()
+                                .map(|(k, v)| {
+                                    CreatableTopicConfig::default()
+                                        .with_name(s(*k))
+                                        .with_value(Some(s(*v)))
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        );
+    match broker
+        .controller
+        .call(&req, 7, DEFAULT_RETRY_TIMEOUT, |r| {
+            r.topics.iter().any(|t| is_not_controller(t.error_code))
+        })
+        .await
+    {
+        Ok(r) => r
+            .topics
+            .into_iter()
+            .filter_map(|t| {
+                if t.error_code == errors::NONE {
+                    tracing::info!(topic = %t.name.0, "auto-created topic");
+                } else if t.error_code != errors::TOPIC_ALREADY_EXISTS {
+                    tracing::warn!(topic = %t.name.0, error = errors::error_name(t.error_code), message = ?t.error_message, "cannot create topic");
+                    return None;
+                }
+                Some(t.name.0.to_string())
+            })
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot reach the controller to create topics");
+            Vec::new()
         }
     }
-    let ep = broker.endpoint();
-    MetadataResponse::default()
-        .with_brokers(vec![MetadataResponseBroker::default()
-            .with_node_id(BrokerId(broker.node_id()))
-            .with_host(StrBytes::from_string(ep.host))
-            .with_port(ep.port)])
-        .with_cluster_id(Some(StrBytes::from_string(broker.cluster_id.clone())))
-        .with_controller_id(BrokerId(broker.node_id()))
-        .with_topics(topics)
+}
+
+pub fn metadata(
+    broker: &Arc<Broker>,
+    version: i16,
+    req: MetadataRequest,
+) -> Outcome<MetadataResponse> {
+    // Versions before 4 always auto-create.
+    let allow_create =
+        (version < 4 || req.allow_auto_topic_creation) && broker.config.auto_create_topics_enable;
+    let img = broker.image();
+    let (resp, missing) = answer(broker, &img, version, &req, allow_create);
+    if missing.is_empty() {
+        return Outcome::Now(resp);
+    }
+    // Create, wait to see the topics, and answer with them (clients need not retry).
+    tracing::debug!(topics = ?missing, "Metadata names unknown topics: creating them");
+    let broker = broker.clone();
+    Outcome::Later(Box::pin(async move {
+        let created = create_missing(
+            &broker,
+            &missing,
+            broker.config.num_partitions,
+            broker.config.default_replication_factor,
+            &[],
+        )
+        .await;
+        if !created.is_empty() {
+            let seen = broker
+                .wait_for_image(|img| created.iter().all(|n| img.topic(n).is_some()))
+                .await;
+            tracing::debug!(topics = ?created, seen, "created topics for Metadata");
+        }
+        answer(&broker, &broker.image(), version, &req, false).0
+    }))
 }
 
 pub fn describe_cluster(
     broker: &Arc<Broker>,
-    _req: DescribeClusterRequest,
+    version: i16,
+    req: DescribeClusterRequest,
 ) -> DescribeClusterResponse {
-    let ep = broker.endpoint();
-    DescribeClusterResponse::default()
-        .with_cluster_id(StrBytes::from_string(broker.cluster_id.clone()))
-        .with_controller_id(BrokerId(broker.node_id()))
-        .with_brokers(vec![DescribeClusterBroker::default()
-            .with_broker_id(BrokerId(broker.node_id()))
-            .with_host(StrBytes::from_string(ep.host))
-            .with_port(ep.port)])
+    const BROKER_ENDPOINTS: i8 = 1;
+    let base = DescribeClusterResponse::default()
+        .with_cluster_id(s(broker.cluster_id.clone()))
+        .with_endpoint_type(BROKER_ENDPOINTS);
+    if version >= 1 && req.endpoint_type != BROKER_ENDPOINTS {
+        return base
+            .with_error_code(errors::MISMATCHED_ENDPOINT_TYPE)
+            .with_error_message(Some(s(
+                "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type CONTROLLER",
+            )))
+            .with_controller_id(BrokerId(-1));
+    }
+    let img = broker.image();
+    let listener = client_listener(broker);
+    let brokers = img
+        .brokers()
+        .filter(|b| !b.fenced || (version >= 2 && req.include_fenced_brokers))
+        .filter_map(|b| {
+            let e = b.endpoint(&listener)?;
+            Some(
+                DescribeClusterBroker::default()
+                    .with_broker_id(BrokerId(b.id))
+                    .with_host(s(e.host.clone()))
+                    .with_port(e.port as i32)
+                    .with_rack(b.rack.clone().map(s))
+                    .with_is_fenced(b.fenced),
+            )
+        })
+        .collect();
+    base.with_controller_id(BrokerId(controller_id_for_clients(broker, &img)))
+        .with_brokers(brokers)
+}
+
+pub fn describe_topic_partitions(
+    broker: &Arc<Broker>,
+    req: DescribeTopicPartitionsRequest,
+) -> DescribeTopicPartitionsResponse {
+    use kafka_protocol::messages::describe_topic_partitions_response::{
+        Cursor, DescribeTopicPartitionsResponsePartition, DescribeTopicPartitionsResponseTopic,
+    };
+    let img = broker.image();
+    let listener = client_listener(broker);
+    let limit = req.response_partition_limit.max(1) as usize;
+    let cursor = req
+        .cursor
+        .as_ref()
+        .map(|c| (c.topic_name.0.to_string(), c.partition_index));
+    if cursor.as_ref().is_some_and(|(_, p)| *p < 0) {
+        return DescribeTopicPartitionsResponse::default();
+    }
+    let mut names: Vec<String> = if req.topics.is_empty() {
+        img.topics()
+            .filter(|t| !is_hidden_topic(&t.name))
+            .map(|t| t.name.clone())
+            .collect()
+    } else {
+        req.topics.iter().map(|t| t.name.to_string()).collect()
+    };
+    names.sort();
+    if let Some((c, _)) = &cursor {
+        names.retain(|n| n >= c);
+    }
+    let ids = |v: &[i32]| v.iter().map(|b| BrokerId(*b)).collect::<Vec<_>>();
+    let mut topics = Vec::new();
+    let mut left = limit;
+    let mut next_cursor = None;
+    for name in names {
+        if left == 0 {
+            next_cursor = Some(
+                Cursor::default()
+                    .with_topic_name(TopicName(s(name)))
+                    .with_partition_index(0),
+            );
+            break;
+        }
+        let Some(t) = img.topic(&name) else {
+            topics.push(
+                DescribeTopicPartitionsResponseTopic::default()
+                    .with_name(Some(TopicName(s(name))))
+                    .with_error_code(errors::UNKNOWN_TOPIC_OR_PARTITION),
+            );
+            continue;
+        };
+        let start = match &cursor {
+            Some((c, p)) if *c == name => *p,
+            _ => 0,
+        };
+        let mut parts = Vec::new();
+        for (id, p) in t.partitions.range(start..) {
+            if left == 0 {
+                next_cursor = Some(
+                    Cursor::default()
+                        .with_topic_name(TopicName(s(name.clone())))
+                        .with_partition_index(*id),
+                );
+                break;
+            }
+            left -= 1;
+            let leader = if img
+                .broker(p.leader)
+                .and_then(|b| b.endpoint(&listener))
+                .is_some()
+            {
+                p.leader
+            } else {
+                -1
+            };
+            parts.push(
+                DescribeTopicPartitionsResponsePartition::default()
+                    .with_partition_index(*id)
+                    .with_leader_id(BrokerId(leader))
+                    .with_leader_epoch(p.leader_epoch)
+                    .with_replica_nodes(ids(&p.replicas))
+                    .with_isr_nodes(ids(&p.isr))
+                    .with_offline_replicas(ids(&img.offline_replicas(p))),
+            );
+        }
+        topics.push(
+            DescribeTopicPartitionsResponseTopic::default()
+                .with_name(Some(TopicName(s(name))))
+                .with_topic_id(to_uuid(t.id))
+                .with_is_internal(is_internal_topic(&t.name))
+                .with_partitions(parts),
+        );
+        if next_cursor.is_some() {
+            break;
+        }
+    }
+    DescribeTopicPartitionsResponse::default()
+        .with_topics(topics)
+        .with_next_cursor(next_cursor)
 }

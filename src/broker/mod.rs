@@ -1,11 +1,15 @@
 //! The broker: listeners, request channel, handlers per API family, ReplicaManager and the
-//! purgatory. It joins storage, protocol and controller; nothing else reaches into it.
+//! purgatory; the lifecycle with the controller and the metadata publisher. It joins storage,
+//! protocol and controller; nothing else reaches into it.
 
 pub mod admin;
+pub mod controller_channel;
 pub mod fetch;
 pub mod fetch_session;
 pub mod group;
+pub mod lifecycle;
 pub mod metadata;
+pub mod partition;
 pub mod produce;
 pub mod producer_state;
 pub mod purgatory;
@@ -13,15 +17,18 @@ pub mod replica_manager;
 pub mod server;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 use kafka_protocol::protocol::{Encodable, HeaderVersion, StrBytes};
+use tokio::sync::watch;
 
 use crate::config::broker::BrokerConfig;
-use crate::controller::Controller;
+use crate::controller::image::MetadataImage;
 use crate::protocol::{self, api_versions, errors, DecodedRequest, FrameError};
 use crate::storage::{LogManager, LogManagerConfig, MetaProperties, StorageError};
+use controller_channel::ControllerChannel;
 use replica_manager::ReplicaManager;
 
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +51,11 @@ pub enum BrokerError {
         #[source]
         source: std::io::Error,
     },
+    #[error("the metadata quorum: {0}")]
+    Quorum(String),
+    /// The node cannot go on (another cluster, a refused registration): the reason.
+    #[error("{0}")]
+    Fatal(String),
 }
 
 /// Where clients are told to connect.
@@ -58,18 +70,30 @@ pub struct Broker {
     pub config: BrokerConfig,
     pub cluster_id: String,
     pub logs: Arc<LogManager>,
-    pub controller: Controller,
     pub replicas: ReplicaManager,
     /// Incremental fetch sessions (KIP-227).
     pub fetch_sessions: fetch_session::FetchSessionCache,
     /// Where consumer fetches are read and encoded, once the server has started its fetch pool.
     fetch_pool: std::sync::OnceLock<tokio::runtime::Handle>,
-    endpoint: std::sync::RwLock<Endpoint>,
+    /// Advertised listeners, ports filled in once bound.
+    listeners: parking_lot::RwLock<Vec<crate::config::broker::Listener>>,
     pub metrics: Arc<crate::metrics::BrokerMetrics>,
-    /// The classic group coordinator (this node coordinates every group).
+    /// The classic group coordinator, for the groups whose `__consumer_offsets` partition
+    /// this broker leads.
     pub groups: group::coordinator::Coordinator,
-    /// Producer ids this broker may hand out (a block reserved in the metadata log).
-    producer_ids: std::sync::Mutex<std::ops::Range<i64>>,
+    /// Producer ids this broker may hand out (a block from the controller).
+    producer_ids: tokio::sync::Mutex<std::ops::Range<i64>>,
+    /// The image the partitions and coordinators were last brought in line with.
+    published: watch::Sender<Arc<MetadataImage>>,
+    /// The active controller, as the quorum names it.
+    controller_id: watch::Receiver<Option<i32>>,
+    /// Admin requests and producer-id blocks go to the active controller through this.
+    pub controller: Arc<ControllerChannel>,
+    /// Registration and heartbeats.
+    lifecycle: std::sync::OnceLock<Arc<lifecycle::Lifecycle>>,
+    /// `__consumer_offsets` partitions whose groups are loaded here.
+    coordinated: parking_lot::Mutex<std::collections::HashSet<i32>>,
+    strays_deleted: std::sync::atomic::AtomicBool,
 }
 
 /// Writes `meta.properties` into an empty log directory (Kafka's `kafka-storage format`).
@@ -99,46 +123,47 @@ pub fn random_cluster_id() -> String {
     crate::storage::KafkaUuid::random().to_string()
 }
 
+/// Opens the log directory of a formatted node: `meta.properties` must name this node.
+pub fn open_log_dir(
+    config: &BrokerConfig,
+) -> Result<(MetaProperties, Arc<LogManager>), BrokerError> {
+    let meta = MetaProperties::read(&config.log_dir)?
+        .ok_or_else(|| BrokerError::NotFormatted(config.log_dir.display().to_string()))?;
+    if meta.node_id != config.node_id {
+        return Err(BrokerError::NodeIdMismatch {
+            dir: config.log_dir.display().to_string(),
+            found: meta.node_id,
+            expected: config.node_id,
+        });
+    }
+    let mut lmc = LogManagerConfig::new(&config.log_dir, config.log.clone());
+    lmc.retention_check_interval_ms = config.log_retention_check_interval_ms;
+    lmc.recovery_checkpoint_interval_ms = config.log_flush_offset_checkpoint_interval_ms;
+    lmc.start_offset_checkpoint_interval_ms = config.log_flush_start_offset_checkpoint_interval_ms;
+    let logs = LogManager::open(lmc)?;
+    Ok((meta, logs))
+}
+
+/// The longest a handler waits for this broker to see a change it asked the controller for.
+const SEE_OWN_CHANGE: Duration = Duration::from_secs(5);
+
 impl Broker {
-    /// Loads the log directory and the metadata log, and brings the partitions in line.
-    pub fn open(config: BrokerConfig) -> Result<Arc<Broker>, BrokerError> {
-        let meta = MetaProperties::read(&config.log_dir)?
-            .ok_or_else(|| BrokerError::NotFormatted(config.log_dir.display().to_string()))?;
-        if meta.node_id != config.node_id {
-            return Err(BrokerError::NodeIdMismatch {
-                dir: config.log_dir.display().to_string(),
-                found: meta.node_id,
-                expected: config.node_id,
-            });
-        }
-        let mut lmc = LogManagerConfig::new(&config.log_dir, config.log.clone());
-        lmc.retention_check_interval_ms = config.log_retention_check_interval_ms;
-        lmc.recovery_checkpoint_interval_ms = config.log_flush_offset_checkpoint_interval_ms;
-        lmc.start_offset_checkpoint_interval_ms =
-            config.log_flush_start_offset_checkpoint_interval_ms;
-        let logs = LogManager::open(lmc)?;
-        let controller = Controller::open(&logs, config.node_id)?;
+    /// A broker over opened logs, following the controller `controller_id` names.
+    pub fn open(
+        config: BrokerConfig,
+        cluster_id: String,
+        logs: Arc<LogManager>,
+        controller: Arc<ControllerChannel>,
+        controller_id: watch::Receiver<Option<i32>>,
+    ) -> Result<Arc<Broker>, BrokerError> {
         let replicas = ReplicaManager::new(config.node_id, logs.clone());
-        replicas.apply_image(&controller.image(), &config.log)?;
-        logs.start_background();
-        let adv = &config.advertised_listeners[0];
-        let endpoint = Endpoint {
-            host: if adv.host.is_empty() {
-                "localhost".into()
-            } else {
-                adv.host.clone()
-            },
-            port: adv.port as i32,
-        };
         let groups = group::coordinator::Coordinator::new(group::coordinator::GroupConfig {
-            initial_rebalance_delay: std::time::Duration::from_millis(
-                config.group_initial_rebalance_delay_ms,
-            ),
+            initial_rebalance_delay: Duration::from_millis(config.group_initial_rebalance_delay_ms),
             min_session_timeout_ms: config.group_min_session_timeout_ms,
             max_session_timeout_ms: config.group_max_session_timeout_ms,
             max_size: config.group_max_size,
             offset_metadata_max_bytes: config.offset_metadata_max_bytes,
-            offsets_retention: std::time::Duration::from_secs(
+            offsets_retention: Duration::from_secs(
                 config.offsets_retention_minutes.saturating_mul(60),
             ),
         });
@@ -147,21 +172,25 @@ impl Broker {
             config.max_incremental_fetch_session_cache_slots,
             metrics.fetch_session_evictions.clone(),
         );
-        let broker = Arc::new(Broker {
-            cluster_id: meta.cluster_id,
+        let (published, _) = watch::channel(Arc::new(MetadataImage::empty()));
+        Ok(Arc::new(Broker {
+            cluster_id,
             fetch_sessions,
             fetch_pool: std::sync::OnceLock::new(),
+            listeners: parking_lot::RwLock::new(config.advertised_listeners.clone()),
             config,
             logs,
-            controller,
             replicas,
-            endpoint: std::sync::RwLock::new(endpoint),
-            producer_ids: std::sync::Mutex::new(0..0),
             metrics,
             groups,
-        });
-        group::api::load(&broker);
-        Ok(broker)
+            producer_ids: tokio::sync::Mutex::new(0..0),
+            published,
+            controller_id,
+            controller,
+            lifecycle: std::sync::OnceLock::new(),
+            coordinated: parking_lot::Mutex::new(Default::default()),
+            strays_deleted: std::sync::atomic::AtomicBool::new(false),
+        }))
     }
 
     /// Hands consumer fetches to `pool` from now on (set once, by the server).
@@ -169,41 +198,140 @@ impl Broker {
         let _ = self.fetch_pool.set(pool);
     }
 
+    pub fn set_lifecycle(&self, l: Arc<lifecycle::Lifecycle>) {
+        let _ = self.lifecycle.set(l);
+    }
+
+    pub fn lifecycle(&self) -> Option<&Arc<lifecycle::Lifecycle>> {
+        self.lifecycle.get()
+    }
+
     pub fn node_id(&self) -> i32 {
         self.config.node_id
     }
 
-    pub fn endpoint(&self) -> Endpoint {
-        self.endpoint
-            .read()
-            .map(|e| e.clone())
-            .unwrap_or_else(|p| p.into_inner().clone())
+    /// The metadata image this broker's partitions and coordinators follow.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.published.borrow().clone()
     }
 
-    /// Sets the advertised port once the listener is bound (for port 0).
-    pub fn set_advertised_port(&self, port: u16) {
-        if let Ok(mut e) = self.endpoint.write() {
-            if e.port == 0 {
-                e.port = port as i32;
+    /// Changes of the published image.
+    pub fn image_changes(&self) -> watch::Receiver<Arc<MetadataImage>> {
+        self.published.subscribe()
+    }
+
+    /// The offset of the last metadata record this broker has applied.
+    pub fn applied_offset(&self) -> i64 {
+        self.published.borrow().last_offset
+    }
+
+    /// The active controller's id, if known.
+    pub fn active_controller(&self) -> Option<i32> {
+        *self.controller_id.borrow()
+    }
+
+    /// The advertised endpoint of the first client listener.
+    pub fn endpoint(&self) -> Endpoint {
+        let l = self.listeners.read();
+        let first = &l[0];
+        Endpoint {
+            host: if first.host.is_empty() {
+                "localhost".into()
+            } else {
+                first.host.clone()
+            },
+            port: first.port as i32,
+        }
+    }
+
+    /// The advertised listeners, ports filled in.
+    pub fn advertised_listeners(&self) -> Vec<crate::config::broker::Listener> {
+        self.listeners.read().clone()
+    }
+
+    /// Sets the advertised port of listener `i` once it is bound (for port 0).
+    pub fn set_advertised_port(&self, i: usize, port: u16) {
+        let mut l = self.listeners.write();
+        if let Some(l) = l.get_mut(i) {
+            if l.port == 0 {
+                l.port = port;
             }
         }
     }
 
-    /// The next producer id, reserving a new block of 1,000 in the metadata log when needed.
-    pub fn next_producer_id(&self) -> Result<i64, crate::controller::ControllerError> {
-        let mut ids = self.producer_ids.lock().unwrap_or_else(|p| p.into_inner());
+    /// The next producer id, asking the controller for a new block of 1,000 when needed.
+    pub async fn next_producer_id(&self) -> Result<i64, i16> {
+        let mut ids = self.producer_ids.lock().await;
         if ids.is_empty() {
-            *ids = self.controller.allocate_producer_ids(1000)?;
+            let epoch = self.lifecycle().map_or(-1, |l| l.epoch());
+            let req = kafka_protocol::messages::AllocateProducerIdsRequest::default()
+                .with_broker_id(kafka_protocol::messages::BrokerId(self.node_id()))
+                .with_broker_epoch(epoch);
+            let resp = self
+                .controller
+                .call(&req, 0, controller_channel::DEFAULT_RETRY_TIMEOUT, |r| {
+                    controller_channel::is_not_controller(r.error_code)
+                })
+                .await
+                .map_err(|_| errors::REQUEST_TIMED_OUT)?;
+            if resp.error_code != errors::NONE {
+                return Err(resp.error_code);
+            }
+            let start = resp.producer_id_start.0;
+            *ids = start..start + resp.producer_id_len as i64;
         }
         let id = ids.start;
         ids.start += 1;
         Ok(id)
     }
 
-    /// Re-applies the metadata image to the hosted partitions after a change.
-    pub fn refresh_partitions(&self) -> Result<(), StorageError> {
-        self.replicas
-            .apply_image(&self.controller.image(), &self.config.log)
+    /// Applies a new image: partitions first (logs, leaders, followers), then the group
+    /// coordinators of `__consumer_offsets` partitions gained or lost, then publishes it.
+    pub fn publish(&self, image: Arc<MetadataImage>) -> Result<(), StorageError> {
+        let changes = self.replicas.apply_image(&image, &self.config.log)?;
+        group::api::on_partition_changes(self, &changes);
+        let caught_up = self.lifecycle().is_some_and(|l| l.is_caught_up());
+        if caught_up
+            && !self
+                .strays_deleted
+                .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            self.replicas.delete_strays(&image)?;
+        }
+        self.published.send_replace(image);
+        Ok(())
+    }
+
+    /// Waits (bounded) until the published image satisfies `ready`.
+    pub async fn wait_for_image(&self, ready: impl Fn(&MetadataImage) -> bool) -> bool {
+        let mut rx = self.image_changes();
+        let wait = async {
+            loop {
+                if ready(&rx.borrow_and_update()) {
+                    return true;
+                }
+                if rx.changed().await.is_err() {
+                    return false;
+                }
+            }
+        };
+        tokio::time::timeout(SEE_OWN_CHANGE, wait)
+            .await
+            .unwrap_or(false)
+    }
+
+    /// `__consumer_offsets` partitions whose groups are loaded here.
+    pub fn coordinated_partitions(&self) -> std::collections::HashSet<i32> {
+        self.coordinated.lock().clone()
+    }
+
+    pub(crate) fn set_coordinated(&self, p: i32, loaded: bool) {
+        let mut c = self.coordinated.lock();
+        if loaded {
+            c.insert(p);
+        } else {
+            c.remove(&p);
+        }
     }
 
     /// Flushes everything and writes the clean-shutdown marker.
@@ -249,9 +377,14 @@ impl Broker {
             DecodedRequest::ApiVersions(_req) => {
                 respond(v, cid, &api_versions::response(errors::NONE))
             }
-            DecodedRequest::Metadata(req) => respond(v, cid, &metadata::metadata(self, v, req)),
+            DecodedRequest::Metadata(req) => reply(metadata::metadata(self, v, req), move |r| {
+                response_frame(v, cid, &r)
+            }),
             DecodedRequest::DescribeCluster(req) => {
-                respond(v, cid, &metadata::describe_cluster(self, req))
+                respond(v, cid, &metadata::describe_cluster(self, v, req))
+            }
+            DecodedRequest::DescribeTopicPartitions(req) => {
+                respond(v, cid, &metadata::describe_topic_partitions(self, req))
             }
             DecodedRequest::Produce(req) => {
                 // acks=0 answers nothing.
@@ -290,17 +423,27 @@ impl Broker {
             }
             DecodedRequest::ListOffsets(req) => respond(v, cid, &fetch::list_offsets(self, v, req)),
             DecodedRequest::CreateTopics(req) => {
-                respond(v, cid, &admin::create_topics(self, v, req))
+                reply(admin::create_topics(self, v, req), move |r| {
+                    response_frame(v, cid, &r)
+                })
             }
-            DecodedRequest::DeleteTopics(req) => respond(v, cid, &admin::delete_topics(self, req)),
+            DecodedRequest::DeleteTopics(req) => {
+                reply(admin::delete_topics(self, v, req), move |r| {
+                    response_frame(v, cid, &r)
+                })
+            }
             DecodedRequest::CreatePartitions(req) => {
-                respond(v, cid, &admin::create_partitions(self, req))
+                reply(admin::create_partitions(self, v, req), move |r| {
+                    response_frame(v, cid, &r)
+                })
             }
             DecodedRequest::OffsetForLeaderEpoch(req) => {
                 respond(v, cid, &fetch::offset_for_leader_epoch(self, req))
             }
             DecodedRequest::InitProducerId(req) => {
-                respond(v, cid, &produce::init_producer_id(self, req))
+                reply(produce::init_producer_id(self, req), move |r| {
+                    response_frame(v, cid, &r)
+                })
             }
             DecodedRequest::DeleteRecords(req) => {
                 respond(v, cid, &admin::delete_records(self, req))
@@ -308,12 +451,43 @@ impl Broker {
             DecodedRequest::DescribeConfigs(req) => {
                 respond(v, cid, &admin::describe_configs(self, v, req))
             }
-            DecodedRequest::AlterConfigs(req) => respond(v, cid, &admin::alter_configs(self, req)),
+            DecodedRequest::AlterConfigs(req) => {
+                reply(admin::alter_configs(self, v, req), move |r| {
+                    response_frame(v, cid, &r)
+                })
+            }
             DecodedRequest::IncrementalAlterConfigs(req) => {
-                respond(v, cid, &admin::incremental_alter_configs(self, req))
+                reply(admin::incremental_alter_configs(self, v, req), move |r| {
+                    response_frame(v, cid, &r)
+                })
+            }
+            DecodedRequest::ElectLeaders(req) => {
+                reply(admin::elect_leaders(self, v, req), move |r| {
+                    response_frame(v, cid, &r)
+                })
+            }
+            DecodedRequest::AlterPartitionReassignments(req) => reply(
+                admin::alter_partition_reassignments(self, v, req),
+                move |r| response_frame(v, cid, &r),
+            ),
+            DecodedRequest::ListPartitionReassignments(req) => reply(
+                admin::list_partition_reassignments(self, v, req),
+                move |r| response_frame(v, cid, &r),
+            ),
+            DecodedRequest::DescribeQuorum(req) => {
+                reply(admin::describe_quorum(self, v, req), move |r| {
+                    response_frame(v, cid, &r)
+                })
+            }
+            DecodedRequest::UnregisterBroker(req) => {
+                reply(admin::unregister_broker(self, v, req), move |r| {
+                    response_frame(v, cid, &r)
+                })
             }
             DecodedRequest::FindCoordinator(req) => {
-                respond(v, cid, &group::api::find_coordinator(self, v, req))
+                reply(group::api::find_coordinator(self, v, req), move |r| {
+                    response_frame(v, cid, &r)
+                })
             }
             DecodedRequest::JoinGroup(req) => {
                 let host = peer.map(|p| format!("/{}", p.ip())).unwrap_or_default();
@@ -348,6 +522,15 @@ impl Broker {
             DecodedRequest::OffsetDelete(req) => {
                 respond(v, cid, &group::api::offset_delete(self, req))
             }
+            // Controller APIs are not served here; decoding refuses them first.
+            DecodedRequest::AlterPartition(_)
+            | DecodedRequest::FetchSnapshot(_)
+            | DecodedRequest::BrokerRegistration(_)
+            | DecodedRequest::BrokerHeartbeat(_)
+            | DecodedRequest::AllocateProducerIds(_) => Err(FrameError::UnsupportedVersion {
+                key: ApiKey::try_from(header.request_api_key).unwrap_or(ApiKey::ApiVersions),
+                version: v,
+            }),
         }
     }
 }
@@ -387,6 +570,12 @@ fn request_name(key: ApiKey) -> &'static str {
         ApiKey::CreatePartitions => "CreatePartitions",
         ApiKey::IncrementalAlterConfigs => "IncrementalAlterConfigs",
         ApiKey::DescribeCluster => "DescribeCluster",
+        ApiKey::ElectLeaders => "ElectLeaders",
+        ApiKey::AlterPartitionReassignments => "AlterPartitionReassignments",
+        ApiKey::ListPartitionReassignments => "ListPartitionReassignments",
+        ApiKey::DescribeQuorum => "DescribeQuorum",
+        ApiKey::UnregisterBroker => "UnregisterBroker",
+        ApiKey::DescribeTopicPartitions => "DescribeTopicPartitions",
         _ => "Other",
     }
 }

@@ -4,15 +4,55 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
-use kafka_protocol::messages::{
-    InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
+use kafka_protocol::messages::produce_response::{
+    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
 };
+use kafka_protocol::messages::{
+    BrokerId, InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse,
+    ProducerId,
+};
+use kafka_protocol::protocol::StrBytes;
 
+use super::partition::PartitionError;
 use super::purgatory::DelayedOperation;
 use super::{msg, Broker, Outcome};
 use crate::protocol::errors;
 use crate::storage::TopicPartition;
+
+/// NOT_LEADER_OR_FOLLOWER with the leader this broker knows of (KIP-951, Produce v10+).
+fn refused(index: i32, e: PartitionError, leaders: &mut Vec<i32>) -> PartitionProduceResponse {
+    let r = partition_error(index, e.code, Some(e.message));
+    match e.current_leader {
+        Some((leader, epoch)) if e.code == errors::NOT_LEADER_OR_FOLLOWER => {
+            if leader >= 0 && !leaders.contains(&leader) {
+                leaders.push(leader);
+            }
+            r.with_current_leader(
+                LeaderIdAndEpoch::default()
+                    .with_leader_id(BrokerId(leader))
+                    .with_leader_epoch(epoch),
+            )
+        }
+        _ => r,
+    }
+}
+
+/// The endpoints of the leaders named in NOT_LEADER_OR_FOLLOWER answers.
+pub(crate) fn leader_endpoints(
+    broker: &Broker,
+    leaders: &[i32],
+) -> Vec<(i32, String, i32, Option<String>)> {
+    let img = broker.image();
+    let listener = super::metadata::client_listener(broker);
+    leaders
+        .iter()
+        .filter_map(|id| {
+            let (host, port) = super::metadata::broker_endpoint(&img, *id, &listener)?;
+            let rack = img.broker(*id).and_then(|b| b.rack.clone());
+            Some((*id, host, port, rack))
+        })
+        .collect()
+}
 
 fn partition_error(index: i32, code: i16, message: Option<String>) -> PartitionProduceResponse {
     PartitionProduceResponse::default()
@@ -34,7 +74,8 @@ pub fn produce(
     let mut responses = Vec::with_capacity(req.topic_data.len());
     // (topic index, partition index, tp, offset the high watermark must reach)
     let mut waiting: Vec<(usize, usize, TopicPartition, i64)> = Vec::new();
-    let image = broker.controller.image();
+    let mut leaders: Vec<i32> = Vec::new();
+    let image = broker.image();
     for (ti, topic) in req.topic_data.into_iter().enumerate() {
         let name = if topic.name.0.is_empty() {
             image
@@ -63,13 +104,12 @@ pub fn produce(
                 continue;
             }
             let tp = TopicPartition::new(name.clone(), pd.index);
-            let Some(partition) = broker.replicas.get(&tp) else {
-                parts.push(partition_error(
-                    pd.index,
-                    errors::UNKNOWN_TOPIC_OR_PARTITION,
-                    None,
-                ));
-                continue;
+            let partition = match broker.replicas.leader_partition(&tp, -1) {
+                Ok(p) => p,
+                Err(e) => {
+                    parts.push(refused(pd.index, e, &mut leaders));
+                    continue;
+                }
             };
             let Some(records) = pd.records else {
                 parts.push(partition_error(
@@ -80,7 +120,7 @@ pub fn produce(
                 continue;
             };
             let mut buf = records.to_vec();
-            match broker.replicas.append(&partition, &mut buf) {
+            match broker.replicas.append(&partition, &mut buf, acks) {
                 Ok(info) => {
                     let m = &broker.metrics;
                     m.bytes_in
@@ -102,7 +142,7 @@ pub fn produce(
                 }
                 Err(e) => {
                     tracing::debug!(partition = %tp, error = %e.message, "produce refused");
-                    parts.push(partition_error(pd.index, e.code, Some(e.message)));
+                    parts.push(refused(pd.index, e, &mut leaders));
                 }
             }
         }
@@ -118,8 +158,22 @@ pub fn produce(
     if acks == 0 {
         return Outcome::Now(None);
     }
+    let endpoints: Vec<NodeEndpoint> = leader_endpoints(broker, &leaders)
+        .into_iter()
+        .map(|(id, host, port, rack)| {
+            NodeEndpoint::default()
+                .with_node_id(BrokerId(id))
+                .with_host(StrBytes::from_string(host))
+                .with_port(port)
+                .with_rack(rack.map(StrBytes::from_string))
+        })
+        .collect();
     if waiting.is_empty() {
-        return Outcome::Now(Some(ProduceResponse::default().with_responses(responses)));
+        return Outcome::Now(Some(
+            ProduceResponse::default()
+                .with_responses(responses)
+                .with_node_endpoints(endpoints),
+        ));
     }
     let op = DelayedOperation::produce(waiting.iter().map(|(_, _, tp, o)| (tp.clone(), *o)));
     let purg = &broker.replicas.produce_purgatory;
@@ -131,7 +185,11 @@ pub fn produce(
         }
     }
     if op.is_completed() {
-        return Outcome::Now(Some(ProduceResponse::default().with_responses(responses)));
+        return Outcome::Now(Some(
+            ProduceResponse::default()
+                .with_responses(responses)
+                .with_node_endpoints(endpoints),
+        ));
     }
     let broker = broker.clone();
     let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
@@ -149,7 +207,11 @@ pub fn produce(
                 }
             }
         }
-        Some(ProduceResponse::default().with_responses(responses))
+        Some(
+            ProduceResponse::default()
+                .with_responses(responses)
+                .with_node_endpoints(endpoints),
+        )
     }))
 }
 
@@ -159,24 +221,35 @@ pub fn produce(
 pub fn init_producer_id(
     broker: &Arc<Broker>,
     req: InitProducerIdRequest,
-) -> InitProducerIdResponse {
+) -> Outcome<InitProducerIdResponse> {
     let resp = InitProducerIdResponse::default()
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
     if req.transactional_id.is_some() {
-        return resp.with_error_code(errors::INVALID_REQUEST);
+        return Outcome::Now(resp.with_error_code(errors::INVALID_REQUEST));
     }
     // A known producer with an epoch left to bump keeps its id; otherwise a new id, as Kafka does.
     if req.producer_id.0 >= 0 && (0..i16::MAX - 1).contains(&req.producer_epoch) {
-        return resp
-            .with_producer_id(req.producer_id)
-            .with_producer_epoch(req.producer_epoch + 1);
+        return Outcome::Now(
+            resp.with_producer_id(req.producer_id)
+                .with_producer_epoch(req.producer_epoch + 1),
+        );
     }
-    match broker.next_producer_id() {
-        Ok(id) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(0),
-        Err(e) => {
-            tracing::error!(error = %e, "cannot allocate producer ids");
-            resp.with_error_code(errors::KAFKA_STORAGE_ERROR)
+    let broker = broker.clone();
+    Outcome::Later(Box::pin(async move {
+        match broker.next_producer_id().await {
+            Ok(id) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(0),
+            Err(code) => {
+                tracing::warn!(
+                    error = errors::error_name(code),
+                    "cannot allocate producer ids"
+                );
+                resp.with_error_code(if code == errors::REQUEST_TIMED_OUT {
+                    errors::COORDINATOR_NOT_AVAILABLE
+                } else {
+                    code
+                })
+            }
         }
-    }
+    }))
 }

@@ -1,67 +1,48 @@
-//! ReplicaManager: the partitions this broker hosts, kept in step with the metadata image;
-//! appends (advancing the high watermark, notifying the purgatory) and reads for fetches.
+//! ReplicaManager: the only door to this broker's partitions. It applies each published
+//! metadata image (creating logs, making replicas leaders or followers, deleting what the
+//! broker no longer hosts), and runs appends and reads with their purgatory notifications.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
-use super::producer_state::{ProducerStateManager, SequenceCheck};
+use parking_lot::{Mutex, RwLock};
+
+use super::partition::{FetchIsolation, Partition, PartitionError, ReadResult, Role};
 use super::purgatory::Purgatory;
 use crate::config::LogConfig;
-use crate::controller::image::MetadataImage;
+use crate::controller::image::{MetadataImage, TopicImage};
 use crate::controller::is_hidden_topic;
-use crate::storage::batch::{self, BatchHeader, LOG_OVERHEAD};
+use crate::protocol::errors;
 use crate::storage::log::AppendInfo;
-use crate::storage::{KafkaUuid, LogManager, LogRef, StorageError, TopicPartition};
+use crate::storage::{LogManager, StorageError, TopicPartition};
 
-/// One hosted partition.
-pub struct Partition {
-    pub tp: TopicPartition,
-    pub topic_id: KafkaUuid,
-    pub leader_epoch: i32,
-    pub log: LogRef,
-    /// Idempotent-producer state; always locked after `log`.
-    pub producers: Mutex<ProducerStateManager>,
-}
-
-/// What a read found: whole batches and the partition's offsets at the time.
+/// What a metadata change did to this broker's replicas.
 #[derive(Debug, Default)]
-pub struct ReadResult {
-    pub records: Vec<u8>,
-    pub high_watermark: i64,
-    pub log_start_offset: i64,
-}
-
-/// A failed partition operation: Kafka error code and message.
-#[derive(Debug, Clone)]
-pub struct PartitionError {
-    pub code: i16,
-    pub message: String,
-}
-
-impl From<StorageError> for PartitionError {
-    fn from(e: StorageError) -> Self {
-        PartitionError {
-            code: e.kafka_error_code(),
-            message: e.to_string(),
-        }
-    }
-}
-
-fn lock_err() -> PartitionError {
-    PartitionError {
-        code: crate::protocol::errors::KAFKA_STORAGE_ERROR,
-        message: "partition lock poisoned".into(),
-    }
+pub struct ReplicaChanges {
+    pub became_leader: Vec<TopicPartition>,
+    pub became_follower: Vec<TopicPartition>,
+    /// Replicas this broker no longer hosts (their logs are deleted).
+    pub removed: Vec<TopicPartition>,
 }
 
 pub struct ReplicaManager {
     node_id: i32,
     logs: Arc<LogManager>,
     partitions: RwLock<HashMap<TopicPartition, Arc<Partition>>>,
+    /// The image the partitions were last brought in line with.
+    image: RwLock<Arc<MetadataImage>>,
     /// Serialises `apply_image`.
     apply_lock: Mutex<()>,
     pub fetch_purgatory: Purgatory,
     pub produce_purgatory: Purgatory,
+}
+
+fn topic_config(image: &MetadataImage, t: &TopicImage, defaults: &LogConfig) -> LogConfig {
+    let overrides = image.topic_configs(&t.name);
+    defaults
+        .with_overrides(overrides.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .map(|(c, _)| c)
+        .unwrap_or_else(|_| defaults.clone())
 }
 
 impl ReplicaManager {
@@ -70,6 +51,7 @@ impl ReplicaManager {
             node_id,
             logs,
             partitions: RwLock::new(HashMap::new()),
+            image: RwLock::new(Arc::new(MetadataImage::empty())),
             apply_lock: Mutex::new(()),
             fetch_purgatory: Purgatory::default(),
             produce_purgatory: Purgatory::default(),
@@ -77,153 +59,197 @@ impl ReplicaManager {
     }
 
     pub fn get(&self, tp: &TopicPartition) -> Option<Arc<Partition>> {
-        self.partitions.read().ok()?.get(tp).cloned()
+        self.partitions.read().get(tp).cloned()
     }
 
     pub fn partitions(&self) -> Vec<Arc<Partition>> {
-        self.partitions
-            .read()
-            .map(|m| m.values().cloned().collect())
-            .unwrap_or_default()
+        self.partitions.read().values().cloned().collect()
     }
 
-    /// Makes the hosted partitions match `image`: creates logs for new partitions (and for a
-    /// topic re-created under the same name), applies topic configs, deletes removed partitions.
+    /// Partitions this broker leads.
+    pub fn leader_count(&self) -> usize {
+        self.partitions
+            .read()
+            .values()
+            .filter(|p| p.is_leader())
+            .count()
+    }
+
+    /// The partition if this broker hosts it; otherwise NOT_LEADER_OR_FOLLOWER (with the
+    /// leader, KIP-951) when the cluster has it, UNKNOWN_TOPIC_OR_PARTITION when not.
+    pub fn hosted(&self, tp: &TopicPartition) -> Result<Arc<Partition>, PartitionError> {
+        if let Some(p) = self.get(tp) {
+            return Ok(p);
+        }
+        let img = self.image.read().clone();
+        match img.partition(&tp.topic, tp.partition) {
+            Some(p) => Err(PartitionError::not_leader(p.leader, p.leader_epoch)),
+            None => Err(PartitionError::new(
+                errors::UNKNOWN_TOPIC_OR_PARTITION,
+                "This server does not host this topic-partition.",
+            )),
+        }
+    }
+
+    /// The partition if this broker leads it at `current_leader_epoch` (-1: any).
+    pub fn leader_partition(
+        &self,
+        tp: &TopicPartition,
+        current_leader_epoch: i32,
+    ) -> Result<Arc<Partition>, PartitionError> {
+        let p = self.hosted(tp)?;
+        p.check_leader(current_leader_epoch)?;
+        Ok(p)
+    }
+
+    /// Brings the hosted partitions in line with `image`: creates logs for new replicas (a
+    /// topic re-created under its name gets a fresh log), makes each replica leader or
+    /// follower, applies topic configs, and deletes replicas the broker no longer holds.
     pub fn apply_image(
         &self,
-        image: &MetadataImage,
+        image: &Arc<MetadataImage>,
         defaults: &LogConfig,
-    ) -> Result<(), StorageError> {
-        let mut wanted: HashMap<TopicPartition, (KafkaUuid, i32, LogConfig)> = HashMap::new();
+    ) -> Result<ReplicaChanges, StorageError> {
+        let _applying = self.apply_lock.lock();
+        let prev = self.image.read().clone();
+        let mut changes = ReplicaChanges::default();
+        let topic_changes = image.topic_changes(&prev);
+        let mut touched: Vec<&TopicImage> = topic_changes.changed;
+        // Config changes alone leave the topic shared between images: look for them too.
         for t in image.topics() {
+            if image.topic_configs_changed(&prev, &t.name)
+                && !touched.iter().any(|c| c.name == t.name)
+            {
+                touched.push(t);
+            }
+        }
+        let current: HashMap<TopicPartition, Arc<Partition>> = self.partitions.read().clone();
+        let mut added: Vec<(TopicPartition, Arc<Partition>)> = Vec::new();
+        let mut dropped: HashSet<TopicPartition> = HashSet::new();
+        for name in &topic_changes.removed {
+            for tp in current.keys().filter(|tp| &tp.topic == name) {
+                dropped.insert(tp.clone());
+            }
+        }
+        for t in touched {
             if is_hidden_topic(&t.name) {
                 continue;
             }
-            let overrides = image.topic_configs(&t.name);
-            let cfg = defaults
-                .with_overrides(overrides.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-                .map(|(c, _)| c)
-                .unwrap_or_else(|_| defaults.clone());
-            for (p, img) in &t.partitions {
-                if img.replicas.contains(&self.node_id) {
-                    wanted.insert(
-                        TopicPartition::new(&t.name, *p),
-                        (t.id, img.leader_epoch, cfg.clone()),
-                    );
+            let cfg = topic_config(image, t, defaults);
+            for (id, pimg) in &t.partitions {
+                let tp = TopicPartition::new(&t.name, *id);
+                if !pimg.replicas.contains(&self.node_id) {
+                    if current.contains_key(&tp) {
+                        dropped.insert(tp);
+                    }
+                    continue;
+                }
+                let existing = current.get(&tp).filter(|p| p.topic_id == t.id);
+                let (p, role, changed) = match existing {
+                    Some(p) => {
+                        p.update_config(cfg.clone());
+                        let (role, changed) = p.apply(pimg, self.node_id)?;
+                        dropped.remove(&tp);
+                        (p.clone(), role, changed)
+                    }
+                    None => {
+                        let p = Arc::new(self.open_partition(&tp, t, pimg, cfg.clone())?);
+                        dropped.remove(&tp);
+                        let role = if p.is_leader() {
+                            Role::Leader
+                        } else {
+                            Role::Follower
+                        };
+                        added.push((tp.clone(), p.clone()));
+                        (p, role, true)
+                    }
+                };
+                let _ = p;
+                if changed {
+                    match role {
+                        Role::Leader => changes.became_leader.push(tp),
+                        Role::Follower => changes.became_follower.push(tp),
+                    }
                 }
             }
         }
-        // One change at a time; readers keep the partition map until the new one is ready, so
-        // creating a thousand logs (fsyncs) never stalls produce or fetch.
-        let _applying = self.apply_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let current: HashMap<TopicPartition, Arc<Partition>> = self
-            .partitions
-            .read()
-            .map(|m| m.clone())
-            .unwrap_or_default();
-        let lock_err = || StorageError::DirectoryLocked(self.logs.log_dir().to_path_buf());
-        // Removed partitions, and logs on disk that the image no longer names.
-        let stale: Vec<TopicPartition> = self
+        {
+            let mut map = self.partitions.write();
+            for tp in &dropped {
+                map.remove(tp);
+            }
+            for (tp, p) in added {
+                map.insert(tp, p);
+            }
+        }
+        for tp in dropped {
+            self.logs.delete_log(&tp)?;
+            changes.removed.push(tp);
+        }
+        *self.image.write() = image.clone();
+        Ok(changes)
+    }
+
+    fn open_partition(
+        &self,
+        tp: &TopicPartition,
+        t: &TopicImage,
+        pimg: &crate::controller::image::PartitionImage,
+        cfg: LogConfig,
+    ) -> Result<Partition, StorageError> {
+        if let Some(existing) = self.logs.get_log(tp) {
+            let same_topic = existing.lock().topic_id().is_none_or(|old| old == t.id);
+            if !same_topic {
+                // Re-created under the same name: the old log goes, offsets restart at 0.
+                self.logs.delete_log(tp)?;
+            }
+        }
+        let log = self
+            .logs
+            .get_or_create_log(tp, Some(t.id), Some(cfg.clone()))?;
+        {
+            let mut l = log.lock();
+            l.update_config(cfg);
+            l.set_topic_id(t.id)?;
+        }
+        Partition::open(tp.clone(), t.id, log, pimg, self.node_id)
+    }
+
+    /// Deletes logs on disk that `image` gives this broker no replica of. Only call this once
+    /// the image is caught up, or logs of topics not yet replayed would go.
+    pub fn delete_strays(&self, image: &MetadataImage) -> Result<usize, StorageError> {
+        let stray: Vec<TopicPartition> = self
             .logs
             .all_logs()
             .into_iter()
             .map(|(tp, _)| tp)
-            .filter(|tp| !is_hidden_topic(&tp.topic) && !wanted.contains_key(tp))
+            .filter(|tp| !is_hidden_topic(&tp.topic))
+            .filter(|tp| {
+                image
+                    .partition(&tp.topic, tp.partition)
+                    .is_none_or(|p| !p.replicas.contains(&self.node_id))
+            })
             .collect();
-        let mut next: HashMap<TopicPartition, Arc<Partition>> = HashMap::new();
-        for (tp, (id, epoch, cfg)) in wanted {
-            if let Some(p) = current.get(&tp) {
-                if p.topic_id == id {
-                    p.log.lock().update_config(cfg);
-                    next.insert(tp, p.clone());
-                    continue;
-                }
-            }
-            if let Some(existing) = self.logs.get_log(&tp) {
-                let same_topic = existing.lock().topic_id().is_none_or(|old| old == id);
-                if !same_topic {
-                    // Re-created under the same name: the old log goes, offsets restart at 0.
-                    self.logs.delete_log(&tp)?;
-                }
-            }
-            let log = self
-                .logs
-                .get_or_create_log(&tp, Some(id), Some(cfg.clone()))?;
-            let producers = {
-                let mut l = log.lock();
-                l.update_config(cfg);
-                l.set_topic_id(id)?;
-                if l.epoch_cache().latest_epoch().is_none_or(|e| e < epoch) {
-                    let leo = l.log_end_offset();
-                    l.epoch_cache_mut().assign(epoch, leo)?;
-                }
-                // A single node is the whole ISR: everything it has is committed.
-                let leo = l.log_end_offset();
-                l.update_high_watermark(leo);
-                ProducerStateManager::load(&l)?
-            };
-            next.insert(
-                tp.clone(),
-                Arc::new(Partition {
-                    tp,
-                    topic_id: id,
-                    leader_epoch: epoch,
-                    log,
-                    producers: Mutex::new(producers),
-                }),
-            );
+        for tp in &stray {
+            tracing::info!(partition = %tp, "deleting a log this broker holds no replica of");
+            self.partitions.write().remove(tp);
+            self.logs.delete_log(tp)?;
         }
-        *self.partitions.write().map_err(|_| lock_err())? = next;
-        for tp in stale {
-            self.logs.delete_log(&tp)?;
-        }
-        Ok(())
+        Ok(stray.len())
     }
 
-    /// Appends client batches as leader; the high watermark follows (the ISR is this node).
-    /// Idempotent batches are checked first: a duplicate is answered with the offsets it
-    /// already has and nothing is written; a sequence gap or stale epoch is refused.
-    pub fn append(&self, p: &Partition, records: &mut [u8]) -> Result<AppendInfo, PartitionError> {
-        let (info, hw) = {
-            let mut l = p.log.lock();
-            let mut psm = p.producers.lock().map_err(|_| lock_err())?;
-            for h in headers(records) {
-                match psm.check(&h) {
-                    Ok(SequenceCheck::Append) => {}
-                    Ok(SequenceCheck::Duplicate(m)) => {
-                        return Ok(AppendInfo {
-                            first_offset: m.first_offset,
-                            last_offset: m.last_offset,
-                            max_timestamp: m.timestamp,
-                            log_append_time: -1,
-                            num_messages: 0,
-                            valid_bytes: 0,
-                            log_start_offset: l.log_start_offset(),
-                        });
-                    }
-                    Err(e) => {
-                        return Err(PartitionError {
-                            code: e.code,
-                            message: e.message,
-                        })
-                    }
-                }
-            }
-            let active_before = l.segments().last().map(|s| s.base_offset());
-            let info = l.append_as_leader(records, p.leader_epoch)?;
-            if l.segments().last().map(|s| s.base_offset()) != active_before {
-                // A roll: snapshot the producer state as of the new segment's base, as Kafka does.
-                if let Err(e) = psm.take_snapshot(info.first_offset) {
-                    tracing::warn!(partition = %p.tp, error = %e, "cannot write a producer snapshot");
-                }
-            }
-            for h in headers(records) {
-                psm.record(&h);
-            }
-            let hw = l.update_high_watermark(info.last_offset + 1);
-            (info, hw)
-        };
-        self.fetch_purgatory.on_bytes(&p.tp, records.len() as i64);
+    /// Appends client batches to a partition this broker leads, then wakes fetches waiting
+    /// for bytes and acks=all produces waiting for the high watermark.
+    pub fn append(
+        &self,
+        p: &Partition,
+        records: &mut [u8],
+        required_acks: i16,
+    ) -> Result<AppendInfo, PartitionError> {
+        let (info, hw) = p.append_as_leader(records, required_acks)?;
+        if info.num_messages > 0 {
+            self.fetch_purgatory.on_bytes(&p.tp, records.len() as i64);
+        }
         self.produce_purgatory.on_high_watermark(&p.tp, hw);
         Ok(info)
     }
@@ -235,53 +261,19 @@ impl ReplicaManager {
         offset: i64,
         max_bytes: usize,
         min_one_batch: bool,
+        isolation: FetchIsolation,
     ) -> Result<ReadResult, PartitionError> {
-        let l = p.log.lock();
-        let hw = l.high_watermark();
-        let records = l.read(offset, max_bytes, Some(hw), min_one_batch)?;
-        Ok(ReadResult {
-            records,
-            high_watermark: hw,
-            log_start_offset: l.log_start_offset(),
-        })
+        Ok(p.read(offset, max_bytes, min_one_batch, isolation)?)
     }
 
     /// Writes a producer snapshot at each partition's log end (clean shutdown).
     pub fn snapshot_producer_state(&self) {
         for p in self.partitions() {
-            let l = p.log.lock();
-            let Ok(psm) = p.producers.lock() else {
-                continue;
-            };
-            if let Err(e) = psm
-                .take_snapshot(l.log_end_offset())
-                .and_then(|_| psm.delete_snapshots_before(l.log_start_offset()))
-            {
-                tracing::warn!(partition = %p.tp, error = %e, "cannot write a producer snapshot");
-            }
+            p.snapshot_producer_state();
         }
     }
 
     pub fn high_watermark(&self, p: &Partition) -> i64 {
-        p.log.lock().high_watermark()
+        p.high_watermark()
     }
-}
-
-/// Headers of the batches in a produce request's records, without validation (the append
-/// validates); stops at the first batch that does not fit.
-fn headers(records: &[u8]) -> Vec<BatchHeader> {
-    let mut out = Vec::new();
-    let mut pos = 0;
-    while let Some((_, len)) = batch::peek_offset_and_size(&records[pos..]) {
-        let size = LOG_OVERHEAD as i64 + len as i64;
-        if len < 0 || pos as i64 + size > records.len() as i64 {
-            break;
-        }
-        match BatchHeader::parse(&records[pos..]) {
-            Ok(h) => out.push(h),
-            Err(_) => break,
-        }
-        pos += size as usize;
-    }
-    out
 }

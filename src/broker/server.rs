@@ -39,8 +39,26 @@ pub struct Server {
     pub metrics_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
-    network: Option<tokio::runtime::Runtime>,
-    fetch: Option<tokio::runtime::Runtime>,
+    network: BackgroundRuntime,
+    fetch: BackgroundRuntime,
+}
+
+/// A runtime of the server's own; dropped (on stop, or when starting fails half-way) it shuts
+/// down in the background, which is allowed inside the async context that owns it.
+struct BackgroundRuntime(Option<tokio::runtime::Runtime>);
+
+impl BackgroundRuntime {
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("running until dropped").handle()
+    }
+}
+
+impl Drop for BackgroundRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 /// One fetch thread per core, at most `num.io.threads`.
@@ -56,18 +74,22 @@ impl Server {
     /// ephemeral port, which is then advertised.
     pub async fn start(broker: Arc<Broker>) -> Result<Server, super::BrokerError> {
         let bind_err = |addr: String| move |source| super::BrokerError::Bind { addr, source };
-        let network = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(broker.config.num_network_threads)
-            .thread_name("evenkeel-network")
-            .enable_all()
-            .build()
-            .map_err(bind_err("network runtime".into()))?;
-        let fetch = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(fetch_threads(broker.config.num_io_threads))
-            .thread_name("evenkeel-fetch")
-            .enable_all()
-            .build()
-            .map_err(bind_err("fetch runtime".into()))?;
+        let network = BackgroundRuntime(Some(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(broker.config.num_network_threads)
+                .thread_name("evenkeel-network")
+                .enable_all()
+                .build()
+                .map_err(bind_err("network runtime".into()))?,
+        ));
+        let fetch = BackgroundRuntime(Some(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(fetch_threads(broker.config.num_io_threads))
+                .thread_name("evenkeel-fetch")
+                .enable_all()
+                .build()
+                .map_err(bind_err("fetch runtime".into()))?,
+        ));
         broker.set_fetch_pool(fetch.handle().clone());
         let (shutdown, stop) = watch::channel(false);
         let (tx, rx) = async_channel::bounded::<Job>(broker.config.queued_max_requests);
@@ -78,7 +100,7 @@ impl Server {
             tasks.push(tokio::spawn(async move { handler(i, broker, rx).await }));
         }
         let mut addrs = Vec::new();
-        for l in &broker.config.listeners {
+        for (i, l) in broker.config.listeners.iter().enumerate() {
             let host = if l.host.is_empty() {
                 "0.0.0.0"
             } else {
@@ -91,13 +113,19 @@ impl Server {
                 .set_nonblocking(true)
                 .map_err(bind_err(addr.clone()))?;
             let local = std_listener.local_addr().map_err(bind_err(addr.clone()))?;
-            if addrs.is_empty() {
-                broker.set_advertised_port(local.port());
+            if let Some(j) = broker
+                .config
+                .advertised_listeners
+                .iter()
+                .position(|a| a.name == l.name)
+                .or((i == 0).then_some(0))
+            {
+                broker.set_advertised_port(j, local.port());
             }
             addrs.push(local);
             tracing::info!(listener = %l.name, address = %local, "listening");
             let (broker, tx, stop) = (broker.clone(), tx.clone(), stop.clone());
-            tasks.push(network.spawn(async move {
+            tasks.push(network.handle().spawn(async move {
                 match TcpListener::from_std(std_listener) {
                     Ok(listener) => accept_loop(listener, broker, tx, stop).await,
                     Err(e) => tracing::error!(error = %e, "cannot register the listener"),
@@ -134,8 +162,8 @@ impl Server {
             metrics_addr,
             shutdown,
             tasks,
-            network: Some(network),
-            fetch: Some(fetch),
+            network,
+            fetch,
         })
     }
 
@@ -146,12 +174,8 @@ impl Server {
             t.abort();
             let _ = t.await;
         }
-        for rt in [self.network.take(), self.fetch.take()]
-            .into_iter()
-            .flatten()
-        {
-            rt.shutdown_background();
-        }
+        drop(self.network);
+        drop(self.fetch);
     }
 }
 
@@ -186,15 +210,23 @@ fn refresh_hook(
             .set(sessions.partitions_cached as i64);
         let parts = broker.replicas.partitions();
         m.partition_count.set(parts.len() as i64);
-        m.leader_count.set(parts.len() as i64);
-        m.under_replicated.set(0);
+        let mut leaders = 0;
+        let mut under_replicated = 0;
         m.log_size.reset();
         for p in parts {
-            let size = p.log.lock().size();
+            let st = p.state();
+            if st.role == crate::broker::partition::Role::Leader {
+                leaders += 1;
+                if st.isr.len() < st.replicas.len() {
+                    under_replicated += 1;
+                }
+            }
             m.log_size
                 .with_label_values(&[p.tp.topic.as_str(), &p.tp.partition.to_string()])
-                .set(size as f64);
+                .set(p.size() as f64);
         }
+        m.leader_count.set(leaders);
+        m.under_replicated.set(under_replicated);
     })
 }
 
@@ -302,10 +334,10 @@ async fn connection(
             .read_exact(&mut frame)
             .await
             .map_err(|e| format!("read failed mid-request: {e}"))?;
-        let version = crate::protocol::peek_header(&frame)
-            .map(|h| h.api_version)
-            .unwrap_or(-1);
-        let (tx, rx) = oneshot::channel();
+        let raw = crate::protocol::peek_header(&frame).ok();
+        let version = raw.map_or(-1, |h| h.api_version);
+        tracing::trace!(%peer, key = raw.map(|h| h.api_key), correlation_id = raw.map(|h| h.correlation_id), "request");
+        let (tx, mut rx) = oneshot::channel();
         queue
             .send(Job {
                 frame: Bytes::from(frame),
@@ -315,10 +347,16 @@ async fn connection(
             })
             .await
             .map_err(|_| "the broker is shutting down".to_string())?;
-        let answer = rx
-            .await
-            .map_err(|_| "the request was dropped".to_string())?;
+        let answer = match tokio::time::timeout(Duration::from_secs(5), &mut rx).await {
+            Ok(a) => a,
+            Err(_) => {
+                tracing::warn!(%peer, key = raw.map(|h| h.api_key), correlation_id = raw.map(|h| h.correlation_id), "a request has waited 5 s for its answer");
+                rx.await
+            }
+        }
+        .map_err(|_| "the request was dropped".to_string())?;
         let mut times = answer.times;
+        tracing::trace!(%peer, request = answer.label, correlation_id = raw.map(|h| h.correlation_id), "answered");
         match answer.reply {
             Ok(Some(resp)) => {
                 let t = Instant::now();

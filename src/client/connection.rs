@@ -357,20 +357,9 @@ mod tests {
 
     #[test]
     fn negotiated_against_our_own_broker_every_api_is_available() {
-        // Partition reassignment needs brokers that replicate; evenkeel does not serve it yet,
-        // and the client then answers with a Protocol error naming the API. When the broker
-        // starts serving them, this test fails: move them to the checked list.
-        let multi_broker_only = [
-            ApiKey::AlterPartitionReassignments,
-            ApiKey::ListPartitionReassignments,
-        ];
         let t = negotiate(&crate::protocol::api_versions::response(0).api_keys);
         for (key, _, hi) in CLIENT_VERSIONS {
-            if multi_broker_only.contains(key) {
-                assert_eq!(t.get(key), None, "{key:?} is served now: check it here");
-            } else {
-                assert_eq!(t.get(key), Some(hi), "{key:?}");
-            }
+            assert_eq!(t.get(key), Some(hi), "{key:?}");
         }
     }
 

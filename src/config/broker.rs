@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use super::cluster::{self, ClusterConfig};
 use super::{ConfigError, LogConfig};
 
 /// One `NAME://host:port` listener.
@@ -44,6 +45,8 @@ pub struct BrokerConfig {
     pub offsets_retention_minutes: u64,
     pub offset_metadata_max_bytes: usize,
     pub log: LogConfig,
+    /// Roles, the metadata quorum, racks and the controller's settings.
+    pub cluster: ClusterConfig,
     /// The properties as given, for DescribeConfigs.
     pub raw: BTreeMap<String, String>,
 }
@@ -73,16 +76,9 @@ const KNOWN: &[&str] = &[
     "log.retention.minutes",
     "log.roll.jitter.hours",
     // Accepted for compatibility with Kafka's sample server.properties.
-    "process.roles",
-    "controller.quorum.voters",
-    "controller.quorum.bootstrap.servers",
-    "controller.listener.names",
-    "listener.security.protocol.map",
-    "inter.broker.listener.name",
     "num.recovery.threads.per.data.dir",
     "socket.send.buffer.bytes",
     "socket.receive.buffer.bytes",
-    "offsets.topic.replication.factor",
     "share.coordinator.state.topic.replication.factor",
     "share.coordinator.state.topic.min.isr",
     "transaction.state.log.replication.factor",
@@ -158,7 +154,10 @@ impl BrokerConfig {
             .collect();
         let unknown = props
             .keys()
-            .filter(|k| !KNOWN.contains(&k.as_str()) && !topic_synonyms.contains(&k.as_str()))
+            .filter(|k| {
+                let k = k.as_str();
+                !KNOWN.contains(&k) && !cluster::KEYS.contains(&k) && !topic_synonyms.contains(&k)
+            })
             .cloned()
             .collect();
         let node_id = match props.get("node.id").or_else(|| props.get("broker.id")) {
@@ -177,21 +176,15 @@ impl BrokerConfig {
             }
         };
         // Listeners named in controller.listener.names belong to the quorum, not to clients.
-        let controller_names: Vec<&str> = props
-            .get("controller.listener.names")
-            .map(|v| v.split(',').map(str::trim).collect())
-            .unwrap_or_default();
-        let listeners: Vec<Listener> = parse_listeners(
-            "listeners",
-            props
-                .get("listeners")
-                .map(String::as_str)
-                .unwrap_or("PLAINTEXT://:9092"),
-        )?
-        .into_iter()
-        .filter(|l| !controller_names.contains(&l.name.as_str()))
-        .collect();
-        if listeners.is_empty() {
+        let all_listeners = cluster::all_listeners(props)?;
+        let cluster = ClusterConfig::from_props(props, node_id, &all_listeners)?;
+        let for_clients = |ls: Vec<Listener>| -> Vec<Listener> {
+            ls.into_iter()
+                .filter(|l| !cluster.controller_listener_names.contains(&l.name))
+                .collect()
+        };
+        let listeners = for_clients(all_listeners.clone());
+        if listeners.is_empty() && cluster.roles.broker {
             return Err(bad(
                 "listeners",
                 props.get("listeners").map(String::as_str).unwrap_or(""),
@@ -199,9 +192,20 @@ impl BrokerConfig {
             ));
         }
         let advertised_listeners = match props.get("advertised.listeners") {
-            Some(v) => parse_listeners("advertised.listeners", v)?,
+            Some(v) => for_clients(parse_listeners("advertised.listeners", v)?),
             None => listeners.clone(),
         };
+        if cluster.roles.broker
+            && !listeners
+                .iter()
+                .any(|l| l.name == cluster.inter_broker_listener_name)
+        {
+            return Err(bad(
+                "inter.broker.listener.name",
+                &cluster.inter_broker_listener_name,
+                "names no listener in listeners",
+            ));
+        }
         let log_dir = props
             .get("log.dirs")
             .or_else(|| props.get("log.dir"))
@@ -267,6 +271,7 @@ impl BrokerConfig {
             offsets_retention_minutes: parse(props, "offsets.retention.minutes", 10_080u64)?,
             offset_metadata_max_bytes: parse(props, "offset.metadata.max.bytes", 4096usize)?,
             log,
+            cluster,
             raw: props.clone(),
         };
         if c.num_partitions < 1 {
@@ -289,12 +294,14 @@ mod tests {
     fn a_kafka_sample_server_properties_parses() {
         let p = parse_properties(
             "process.roles=broker,controller\nnode.id=1\nlisteners=PLAINTEXT://:9092,CONTROLLER://:9093\n\
+             controller.listener.names=CONTROLLER\n\
              advertised.listeners=PLAINTEXT://localhost:9092\nlog.dirs=/tmp/kraft-combined-logs\n\
              num.partitions=3\nlog.segment.bytes=1073741824\nsomething.else=1\n",
         );
         let (c, unknown) = BrokerConfig::from_props(&p).unwrap();
         assert_eq!(c.node_id, 1);
-        assert_eq!(c.listeners.len(), 2);
+        assert_eq!(c.listeners.len(), 1);
+        assert_eq!(c.cluster.controller_listeners[0].port, 9093);
         assert_eq!(c.advertised_listeners[0].host, "localhost");
         assert_eq!(c.num_partitions, 3);
         assert_eq!(c.queued_max_requests, 500);

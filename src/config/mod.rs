@@ -53,6 +53,9 @@ pub struct LogConfig {
     pub compression_type: String,
     /// Reserve a new segment's disk space up front (`preallocate`, default false as in Kafka).
     pub preallocate: bool,
+    /// Whether a replica outside the ISR may become leader when no ISR member is left
+    /// (`unclean.leader.election.enable`, false as in Kafka).
+    pub unclean_leader_election_enable: bool,
 }
 
 impl Default for LogConfig {
@@ -74,11 +77,13 @@ impl Default for LogConfig {
             cleanup_policy: "delete".into(),
             compression_type: "producer".into(),
             preallocate: false,
+            unclean_leader_election_enable: false,
         }
     }
 }
 
 pub mod broker;
+pub mod cluster;
 
 /// Topic config keys with the broker key that sets their default (Kafka's `TopicConfigSynonyms`).
 pub const TOPIC_CONFIG_SYNONYMS: &[(&str, &str)] = &[
@@ -98,6 +103,10 @@ pub const TOPIC_CONFIG_SYNONYMS: &[(&str, &str)] = &[
     ("cleanup.policy", "log.cleanup.policy"),
     ("compression.type", "compression.type"),
     ("preallocate", "log.preallocate"),
+    (
+        "unclean.leader.election.enable",
+        "unclean.leader.election.enable",
+    ),
 ];
 
 fn parse_i64(key: &str, v: &str, min: i64) -> Result<i64, ConfigError> {
@@ -109,6 +118,15 @@ fn parse_i64(key: &str, v: &str, min: i64) -> Result<i64, ConfigError> {
         return Err(invalid(key, v, format!("must be at least {min}")));
     }
     Ok(n)
+}
+
+/// Kafka's booleans: `true` or `false`, in any case.
+pub fn parse_bool(key: &str, v: &str) -> Result<bool, ConfigError> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(invalid(key, v, "must be true or false")),
+    }
 }
 
 impl LogConfig {
@@ -133,12 +151,9 @@ impl LogConfig {
             "file.delete.delay.ms" => self.file_delete_delay_ms = parse_i64(key, v, 0)?,
             "max.message.bytes" => self.max_message_bytes = parse_i64(key, v, 0)? as u64,
             "min.insync.replicas" => self.min_insync_replicas = parse_i64(key, v, 1)? as i32,
-            "preallocate" => {
-                self.preallocate = match v.trim() {
-                    "true" => true,
-                    "false" => false,
-                    _ => return Err(invalid(key, v, "must be true or false")),
-                }
+            "preallocate" => self.preallocate = parse_bool(key, v)?,
+            "unclean.leader.election.enable" => {
+                self.unclean_leader_election_enable = parse_bool(key, v)?
             }
             "message.timestamp.type" => {
                 self.message_timestamp_type = match v.trim() {
@@ -253,6 +268,10 @@ impl LogConfig {
             "cleanup.policy" => (self.cleanup_policy.clone(), CONFIG_TYPE_LIST),
             "compression.type" => (self.compression_type.clone(), CONFIG_TYPE_STRING),
             "preallocate" => (self.preallocate.to_string(), CONFIG_TYPE_BOOLEAN),
+            "unclean.leader.election.enable" => (
+                self.unclean_leader_election_enable.to_string(),
+                CONFIG_TYPE_BOOLEAN,
+            ),
             _ => return None,
         };
         Some(v)
@@ -355,4 +374,53 @@ mod tests {
             .with_overrides([("segment.bytes", "10")])
             .is_err());
     }
+}
+
+/// DescribeConfigs `ConfigSource` ids.
+pub const SOURCE_DYNAMIC_TOPIC: i8 = 1;
+pub const SOURCE_STATIC_BROKER: i8 = 4;
+pub const SOURCE_DEFAULT: i8 = 5;
+
+/// One topic config as DescribeConfigs and CreateTopics report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicConfigEntry {
+    pub name: &'static str,
+    pub value: String,
+    pub config_type: i8,
+    pub source: i8,
+}
+
+/// Every topic config of a topic with `overrides`, its value and where the value comes from:
+/// the override, the broker's `server.properties` (`broker_props`), or Kafka's default.
+pub fn topic_config_entries(
+    defaults: &LogConfig,
+    overrides: &BTreeMap<String, String>,
+    broker_props: &BTreeMap<String, String>,
+) -> Vec<TopicConfigEntry> {
+    let cfg = defaults
+        .with_overrides(overrides.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .map(|(c, _)| c)
+        .unwrap_or_else(|_| defaults.clone());
+    LogConfig::topic_keys()
+        .into_iter()
+        .filter_map(|k| {
+            let (value, config_type) = cfg.value_of(k)?;
+            let source = if overrides.contains_key(k) {
+                SOURCE_DYNAMIC_TOPIC
+            } else if TOPIC_CONFIG_SYNONYMS
+                .iter()
+                .any(|(t, b)| *t == k && broker_props.contains_key(*b))
+            {
+                SOURCE_STATIC_BROKER
+            } else {
+                SOURCE_DEFAULT
+            };
+            Some(TopicConfigEntry {
+                name: k,
+                value,
+                config_type,
+                source,
+            })
+        })
+        .collect()
 }

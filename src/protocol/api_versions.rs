@@ -1,5 +1,6 @@
-//! The APIs this broker implements, advertised in ranges a real Kafka 4.x broker advertises
-//! (capped where the latest version is not stable in Kafka), and the ApiVersions answer.
+//! The APIs each listener implements — the client listener of a broker and the controller
+//! listener of a controller — advertised in ranges a real Kafka 4.x node advertises (capped
+//! where the latest version is not stable in Kafka), and the ApiVersions answer.
 
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
@@ -21,7 +22,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
-    (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::DescribeCluster, 0, 2),
     (ApiKey::FindCoordinator, 0, 6),
     (ApiKey::JoinGroup, 0, 9),
     (ApiKey::SyncGroup, 0, 5),
@@ -33,48 +34,103 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::AlterPartitionReassignments, 0, 1),
+    (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::DescribeQuorum, 0, 2),
+    (ApiKey::UnregisterBroker, 0, 0),
+    (ApiKey::DescribeTopicPartitions, 0, 0),
 ];
+
+/// What the controller listener answers: the quorum's own traffic aside (a private key), the
+/// broker-to-controller APIs, the admin requests brokers forward, and the observers' fetch.
+pub const CONTROLLER_SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Fetch, 12, 17),
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DescribeCluster, 0, 2),
+    (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::AlterPartitionReassignments, 0, 1),
+    (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::DescribeQuorum, 0, 2),
+    (ApiKey::AlterPartition, 2, 3),
+    (ApiKey::FetchSnapshot, 0, 1),
+    (ApiKey::BrokerRegistration, 0, 4),
+    (ApiKey::BrokerHeartbeat, 0, 1),
+    (ApiKey::UnregisterBroker, 0, 0),
+    (ApiKey::AllocateProducerIds, 0, 0),
+];
+
+/// One listener's API table.
+#[derive(Debug, Clone, Copy)]
+pub struct ApiSet(pub &'static [(ApiKey, i16, i16)]);
+
+/// The client listener of a broker.
+pub const BROKER: ApiSet = ApiSet(SUPPORTED);
+/// The controller listener.
+pub const CONTROLLER: ApiSet = ApiSet(CONTROLLER_SUPPORTED);
+
+impl ApiSet {
+    pub fn range(&self, key: ApiKey) -> Option<(i16, i16)> {
+        self.0
+            .iter()
+            .find(|(k, _, _)| *k == key)
+            .map(|(_, lo, hi)| (*lo, *hi))
+    }
+
+    /// Whether a request of `key` at `version` is served here.
+    pub fn is_served(&self, key: ApiKey, version: i16) -> bool {
+        match self.range(key) {
+            Some((lo, hi)) => {
+                let lo = if key == ApiKey::Produce {
+                    PRODUCE_MIN_SERVED
+                } else {
+                    lo
+                };
+                version >= lo && version <= hi
+            }
+            None => false,
+        }
+    }
+
+    /// The ApiVersions response body listing this set, with `error_code`.
+    pub fn response(&self, error_code: i16) -> ApiVersionsResponse {
+        let keys = self
+            .0
+            .iter()
+            .map(|(k, lo, hi)| {
+                ApiVersion::default()
+                    .with_api_key(*k as i16)
+                    .with_min_version(*lo)
+                    .with_max_version(*hi)
+            })
+            .collect();
+        ApiVersionsResponse::default()
+            .with_error_code(error_code)
+            .with_api_keys(keys)
+    }
+}
 
 /// The lowest Produce version actually served.
 pub const PRODUCE_MIN_SERVED: i16 = 3;
 
-/// The advertised range of `key`, if implemented.
+/// The advertised range of `key` on the client listener, if implemented.
 pub fn range(key: ApiKey) -> Option<(i16, i16)> {
-    SUPPORTED
-        .iter()
-        .find(|(k, _, _)| *k == key)
-        .map(|(_, lo, hi)| (*lo, *hi))
+    BROKER.range(key)
 }
 
-/// Whether a request of `key` at `version` is served.
+/// Whether a request of `key` at `version` is served on the client listener.
 pub fn is_served(key: ApiKey, version: i16) -> bool {
-    match range(key) {
-        Some((lo, hi)) => {
-            let lo = if key == ApiKey::Produce {
-                PRODUCE_MIN_SERVED
-            } else {
-                lo
-            };
-            version >= lo && version <= hi
-        }
-        None => false,
-    }
+    BROKER.is_served(key, version)
 }
 
-/// The ApiVersions response body listing `SUPPORTED`, with `error_code`.
+/// The client listener's ApiVersions response body, with `error_code`.
 pub fn response(error_code: i16) -> ApiVersionsResponse {
-    let keys = SUPPORTED
-        .iter()
-        .map(|(k, lo, hi)| {
-            ApiVersion::default()
-                .with_api_key(*k as i16)
-                .with_min_version(*lo)
-                .with_max_version(*hi)
-        })
-        .collect();
-    ApiVersionsResponse::default()
-        .with_error_code(error_code)
-        .with_api_keys(keys)
+    BROKER.response(error_code)
 }
 
 #[cfg(test)]
@@ -83,7 +139,7 @@ mod tests {
 
     #[test]
     fn advertised_ranges_fit_what_the_codec_supports() {
-        for (k, lo, hi) in SUPPORTED {
+        for (k, lo, hi) in SUPPORTED.iter().chain(CONTROLLER_SUPPORTED) {
             let v = k.valid_versions();
             let lo = if *k == ApiKey::Produce {
                 PRODUCE_MIN_SERVED

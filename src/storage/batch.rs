@@ -395,9 +395,31 @@ pub fn set_log_append_time(batch: &mut [u8], now_ms: i64) {
 /// A record to build: optional key and optional value.
 pub type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
 
+/// A record header to build: key and value.
+pub type Header<'a> = (&'a [u8], &'a [u8]);
+
 /// Builds an uncompressed v2 batch of `(key, value)` records with base offset 0 and every
 /// record at `timestamp_ms`. Used by tests, `evenkeel perf storage` and internal writers.
 pub fn build_batch(records: &[KeyValue<'_>], timestamp_ms: i64) -> Vec<u8> {
+    let with_headers: Vec<(KeyValue<'_>, &[Header<'_>])> =
+        records.iter().map(|kv| (*kv, &[][..])).collect();
+    build_batch_with(&with_headers, timestamp_ms, false)
+}
+
+/// A control batch (attributes bit 5), as KRaft writes its leader-change, voter and snapshot
+/// header records: the keys are control keys.
+pub fn build_control_batch(records: &[KeyValue<'_>], timestamp_ms: i64) -> Vec<u8> {
+    let with_headers: Vec<(KeyValue<'_>, &[Header<'_>])> =
+        records.iter().map(|kv| (*kv, &[][..])).collect();
+    build_batch_with(&with_headers, timestamp_ms, true)
+}
+
+/// Builds an uncompressed v2 batch of records with headers; `control` marks a control batch.
+pub fn build_batch_with(
+    records: &[(KeyValue<'_>, &[Header<'_>])],
+    timestamp_ms: i64,
+    control: bool,
+) -> Vec<u8> {
     fn put_varlong(out: &mut Vec<u8>, v: i64) {
         let mut z = ((v << 1) ^ (v >> 63)) as u64;
         while z >= 0x80 {
@@ -417,14 +439,18 @@ pub fn build_batch(records: &[KeyValue<'_>], timestamp_ms: i64) -> Vec<u8> {
     }
     let mut out = vec![0u8; BATCH_HEADER_SIZE];
     let mut body = Vec::new();
-    for (i, (k, v)) in records.iter().enumerate() {
+    for (i, ((k, v), headers)) in records.iter().enumerate() {
         body.clear();
         body.push(0); // attributes
         put_varlong(&mut body, 0); // timestamp delta
         put_varlong(&mut body, i as i64); // offset delta
         put_bytes(&mut body, *k);
         put_bytes(&mut body, *v);
-        put_varlong(&mut body, 0); // headers
+        put_varlong(&mut body, headers.len() as i64);
+        for (hk, hv) in headers.iter() {
+            put_bytes(&mut body, Some(hk));
+            put_bytes(&mut body, Some(hv));
+        }
         put_varlong(&mut out, body.len() as i64);
         out.extend_from_slice(&body);
     }
@@ -432,6 +458,8 @@ pub fn build_batch(records: &[KeyValue<'_>], timestamp_ms: i64) -> Vec<u8> {
     out[LENGTH..LENGTH + 4].copy_from_slice(&len.to_be_bytes());
     out[PARTITION_LEADER_EPOCH..PARTITION_LEADER_EPOCH + 4].copy_from_slice(&(-1i32).to_be_bytes());
     out[MAGIC] = 2;
+    let attributes: i16 = if control { CONTROL_MASK } else { 0 };
+    out[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
     let last_delta = records.len() as i32 - 1;
     out[LAST_OFFSET_DELTA..LAST_OFFSET_DELTA + 4].copy_from_slice(&last_delta.to_be_bytes());
     out[BASE_TIMESTAMP..BASE_TIMESTAMP + 8].copy_from_slice(&timestamp_ms.to_be_bytes());

@@ -186,7 +186,7 @@ pub fn read_epoch_checkpoint(path: &Path) -> Result<Vec<(i32, i64)>> {
 }
 
 /// A 16-byte Kafka UUID, printed as Kafka does: URL-safe base64 without padding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct KafkaUuid(pub [u8; 16]);
 
 impl KafkaUuid {

@@ -1,6 +1,8 @@
 //! Starts the real `evenkeel` binary on an ephemeral loopback port for black-box tests.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -31,9 +33,16 @@ impl BrokerProcess {
     /// `evenkeel dev --port PORT` on a data dir (a fixed port lets clients reconnect after a restart).
     pub fn start_on(data: &Path, port: u16, overrides: &[&str]) -> BrokerProcess {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_evenkeel"));
-        cmd.args(["dev", "--port", &port.to_string(), "--data"])
-            .arg(data)
-            .args(["--override", "evenkeel.metrics.address=127.0.0.1:0"]);
+        cmd.args([
+            "dev",
+            "--brokers",
+            "1",
+            "--port",
+            &port.to_string(),
+            "--data",
+        ])
+        .arg(data)
+        .args(["--override", "evenkeel.metrics.address=127.0.0.1:0"]);
         for o in overrides {
             cmd.args(["--override", o]);
         }

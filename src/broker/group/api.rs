@@ -12,8 +12,9 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::coordinator::{codes, CommitCheck, CommittedOffset, JoinRequest, Pending};
 use super::records::{GroupMetadataValue, GroupRecordKey, MemberMetadata, OffsetCommitValue};
+use crate::broker::partition::Partition;
+use crate::broker::replica_manager::ReplicaChanges;
 use crate::broker::{msg, Broker, Outcome};
-use crate::controller::NewTopic;
 use crate::protocol::errors;
 use crate::storage::batch::{self, KeyValue};
 use crate::storage::TopicPartition;
@@ -42,36 +43,54 @@ pub fn partition_for_group(group: &str, partitions: i32) -> i32 {
     abs % partitions.max(1)
 }
 
-/// Creates `__consumer_offsets` on first use, as Kafka does.
-pub fn ensure_offsets_topic(broker: &Broker) -> Result<(), i16> {
-    if broker.controller.image().topic(OFFSETS_TOPIC).is_some() {
-        return Ok(());
+/// The replication factor `__consumer_offsets` is created with: `offsets.topic.replication.factor`,
+/// except on a cluster of one node, which has one replica to give.
+fn offsets_replication_factor(broker: &Broker) -> i16 {
+    if broker.config.cluster.is_single_node() {
+        1
+    } else {
+        broker.config.cluster.offsets_topic_replication_factor
     }
-    let mut configs = BTreeMap::new();
-    configs.insert("cleanup.policy".to_string(), "compact".to_string());
-    configs.insert("segment.bytes".to_string(), "104857600".to_string());
-    configs.insert("compression.type".to_string(), "producer".to_string());
-    let t = NewTopic {
-        name: OFFSETS_TOPIC.to_string(),
-        partitions: broker.config.offsets_topic_num_partitions,
-        replication_factor: 1,
-        configs,
-    };
-    match broker
-        .controller
-        .create_internal_topic(&t, &broker.config.log)
-    {
-        Ok(_) => {}
-        Err(e) if e.code == errors::TOPIC_ALREADY_EXISTS => {}
-        Err(e) => {
-            tracing::error!(error = %e, "cannot create {OFFSETS_TOPIC}");
-            return Err(codes::COORDINATOR_NOT_AVAILABLE);
-        }
+}
+
+/// Creates `__consumer_offsets` through the controller, as Kafka does on first use, and
+/// waits (bounded) until this broker sees it.
+async fn create_offsets_topic(broker: &Broker) {
+    super::super::metadata::create_missing(
+        broker,
+        &[OFFSETS_TOPIC.to_string()],
+        broker.config.offsets_topic_num_partitions,
+        offsets_replication_factor(broker),
+        &[
+            ("cleanup.policy", "compact"),
+            ("segment.bytes", "104857600"),
+            ("compression.type", "producer"),
+        ],
+    )
+    .await;
+    broker
+        .wait_for_image(|img| {
+            img.topic(OFFSETS_TOPIC)
+                .is_some_and(|t| t.partitions.values().all(|p| p.has_leader()))
+        })
+        .await;
+}
+
+/// The `__consumer_offsets` partition of `group`, if this broker coordinates it: it leads the
+/// partition and has loaded its groups. NOT_COORDINATOR otherwise, or COORDINATOR_NOT_AVAILABLE
+/// while the topic does not exist.
+pub fn coordinator_partition(broker: &Broker, group: &str) -> Result<Arc<Partition>, i16> {
+    if broker.image().topic(OFFSETS_TOPIC).is_none() {
+        return Err(codes::COORDINATOR_NOT_AVAILABLE);
     }
-    broker.refresh_partitions().map_err(|e| {
-        tracing::error!(error = %e, "cannot create the {OFFSETS_TOPIC} logs");
-        codes::COORDINATOR_NOT_AVAILABLE
-    })
+    let p = partition_for_group(group, broker.config.offsets_topic_num_partitions);
+    if !broker.coordinated_partitions().contains(&p) {
+        return Err(errors::NOT_COORDINATOR);
+    }
+    broker
+        .replicas
+        .leader_partition(&TopicPartition::new(OFFSETS_TOPIC, p), -1)
+        .map_err(|_| errors::NOT_COORDINATOR)
 }
 
 /// Appends group records (key, value or tombstone) to the group's `__consumer_offsets` partition.
@@ -79,11 +98,7 @@ fn append_records(broker: &Broker, group: &str, records: &[RecordKv]) -> Result<
     if records.is_empty() {
         return Ok(());
     }
-    ensure_offsets_topic(broker)?;
-    let p = partition_for_group(group, broker.config.offsets_topic_num_partitions);
-    let Some(part) = broker.replicas.get(&TopicPartition::new(OFFSETS_TOPIC, p)) else {
-        return Err(codes::COORDINATOR_NOT_AVAILABLE);
-    };
+    let part = coordinator_partition(broker, group)?;
     let kvs: Vec<KeyValue<'_>> = records
         .iter()
         .map(|(k, v)| (Some(k.as_slice()), v.as_deref()))
@@ -91,51 +106,72 @@ fn append_records(broker: &Broker, group: &str, records: &[RecordKv]) -> Result<
     let mut b = batch::build_batch(&kvs, crate::storage::log::now_ms());
     broker
         .replicas
-        .append(&part, &mut b)
+        .append(&part, &mut b, 1)
         .map(|_| ())
         .map_err(|e| {
             tracing::error!(group, error = %e.message, "cannot write to {OFFSETS_TOPIC}");
-            errors::KAFKA_STORAGE_ERROR
+            if e.code == errors::NOT_LEADER_OR_FOLLOWER {
+                errors::NOT_COORDINATOR
+            } else {
+                errors::KAFKA_STORAGE_ERROR
+            }
         })
 }
 
-/// Replays every `__consumer_offsets` partition into the coordinator (at start).
-pub fn load(broker: &Broker) {
+/// Loads or unloads coordinators as this broker gains or loses `__consumer_offsets` leaders.
+pub fn on_partition_changes(broker: &Broker, changes: &ReplicaChanges) {
+    let (mut loaded, mut records) = (Vec::new(), 0);
+    for tp in changes
+        .became_leader
+        .iter()
+        .filter(|tp| tp.topic == OFFSETS_TOPIC)
+    {
+        records += load_partition(broker, tp.partition);
+        loaded.push(tp.partition);
+    }
+    let (mut unloaded, mut groups) = (Vec::new(), 0);
+    for tp in changes
+        .became_follower
+        .iter()
+        .chain(&changes.removed)
+        .filter(|tp| tp.topic == OFFSETS_TOPIC)
+    {
+        groups += unload_partition(broker, tp.partition);
+        unloaded.push(tp.partition);
+    }
+    if !loaded.is_empty() {
+        tracing::info!(partitions = ?loaded, records, "loaded group coordinators of {OFFSETS_TOPIC}");
+    }
+    if !unloaded.is_empty() {
+        tracing::info!(partitions = ?unloaded, groups, "unloaded group coordinators of {OFFSETS_TOPIC}");
+    }
+}
+
+/// Replays one `__consumer_offsets` partition into the coordinator: this broker now leads it.
+/// Returns the records replayed.
+fn load_partition(broker: &Broker, p: i32) -> usize {
+    let Some(part) = broker.replicas.get(&TopicPartition::new(OFFSETS_TOPIC, p)) else {
+        return 0;
+    };
     let mut loaded = 0usize;
-    for part in broker.replicas.partitions() {
-        if part.tp.topic != OFFSETS_TOPIC {
-            continue;
-        }
-        let l = part.log.lock();
-        let mut at = l.log_start_offset();
-        while at < l.log_end_offset() {
-            let Ok(data) = l.read(at, 1 << 20, None, true) else {
-                break;
-            };
-            if data.is_empty() {
-                break;
-            }
-            let Ok(infos) = batch::validate_batches(&data) else {
-                break;
-            };
-            for info in infos {
-                let b = &data[info.position..info.position + info.header.size()];
-                for r in batch::uncompressed_records(b) {
-                    if let Some(k) = r.key {
-                        apply_record(broker, k, r.value);
-                        loaded += 1;
-                    }
-                }
-                at = info.header.next_offset();
+    part.for_each_batch(|b| {
+        for r in batch::uncompressed_records(b) {
+            if let Some(k) = r.key {
+                apply_record(broker, k, r.value);
+                loaded += 1;
             }
         }
-    }
-    if loaded > 0 {
-        tracing::info!(
-            records = loaded,
-            "loaded consumer groups from {OFFSETS_TOPIC}"
-        );
-    }
+    });
+    broker.set_coordinated(p, true);
+    loaded
+}
+
+/// Drops the groups of a partition this broker no longer leads; their members find the new
+/// coordinator. Returns how many groups went.
+fn unload_partition(broker: &Broker, p: i32) -> usize {
+    broker.set_coordinated(p, false);
+    let n = broker.config.offsets_topic_num_partitions;
+    broker.groups.unload(|g| partition_for_group(g, n) == p)
 }
 
 fn apply_record(broker: &Broker, key: &[u8], value: Option<&[u8]>) {
@@ -176,9 +212,26 @@ pub fn find_coordinator(
     broker: &Arc<Broker>,
     version: i16,
     req: FindCoordinatorRequest,
+) -> Outcome<FindCoordinatorResponse> {
+    if req.key_type == 0 && broker.image().topic(OFFSETS_TOPIC).is_none() {
+        let broker = broker.clone();
+        return Outcome::Later(Box::pin(async move {
+            create_offsets_topic(&broker).await;
+            coordinator_answer(&broker, version, &req)
+        }));
+    }
+    Outcome::Now(coordinator_answer(broker, version, &req))
+}
+
+/// The coordinator of each key: the leader of its `__consumer_offsets` partition.
+fn coordinator_answer(
+    broker: &Broker,
+    version: i16,
+    req: &FindCoordinatorRequest,
 ) -> FindCoordinatorResponse {
     use kafka_protocol::messages::find_coordinator_response::Coordinator;
-    let ep = broker.endpoint();
+    let img = broker.image();
+    let listener = crate::broker::metadata::client_listener(broker);
     let answer = |key: &str| -> Coordinator {
         let base = Coordinator::default()
             .with_key(s(key))
@@ -189,12 +242,16 @@ pub fn find_coordinator(
                 .with_error_code(codes::COORDINATOR_NOT_AVAILABLE)
                 .with_error_message(msg("Transaction coordinators are not supported yet."));
         }
-        match ensure_offsets_topic(broker) {
-            Ok(()) => base
-                .with_node_id(BrokerId(broker.node_id()))
-                .with_host(s(ep.host.clone()))
-                .with_port(ep.port),
-            Err(code) => base.with_error_code(code),
+        let p = partition_for_group(key, broker.config.offsets_topic_num_partitions);
+        let leader = img.partition(OFFSETS_TOPIC, p).map(|p| p.leader);
+        match leader.and_then(|l| {
+            crate::broker::metadata::broker_endpoint(&img, l, &listener).map(|e| (l, e))
+        }) {
+            Some((id, (host, port))) => base
+                .with_node_id(BrokerId(id))
+                .with_host(s(host))
+                .with_port(port),
+            None => base.with_error_code(codes::COORDINATOR_NOT_AVAILABLE),
         }
     };
     if version >= 4 {
@@ -243,12 +300,34 @@ pub fn join_group(
     client_host: &str,
     req: JoinGroupRequest,
 ) -> Outcome<JoinGroupResponse> {
-    if let Err(code) = ensure_offsets_topic(broker) {
-        return Outcome::Now(
-            JoinGroupResponse::default()
-                .with_error_code(code)
-                .with_generation_id(-1),
+    let refuse = |code| {
+        JoinGroupResponse::default()
+            .with_error_code(code)
+            .with_generation_id(-1)
+    };
+    if req.group_id.0.is_empty() {
+        return Outcome::Now(refuse(codes::INVALID_GROUP_ID));
+    }
+    if broker.image().topic(OFFSETS_TOPIC).is_none() {
+        // A first join before any FindCoordinator: create the topic, then join.
+        let (broker, client_id, client_host) = (
+            broker.clone(),
+            client_id.to_string(),
+            client_host.to_string(),
         );
+        return Outcome::Later(Box::pin(async move {
+            create_offsets_topic(&broker).await;
+            if broker.image().topic(OFFSETS_TOPIC).is_none() {
+                return refuse(codes::COORDINATOR_NOT_AVAILABLE);
+            }
+            match join_group(&broker, version, &client_id, &client_host, req) {
+                Outcome::Now(r) => r,
+                Outcome::Later(f) => f.await,
+            }
+        }));
+    }
+    if let Err(code) = coordinator_partition(broker, &req.group_id.0) {
+        return Outcome::Now(refuse(code));
     }
     let j = JoinRequest {
         group_id: req.group_id.0.to_string(),
@@ -276,8 +355,9 @@ pub fn join_group(
         Pending::Later(rx) => Outcome::Later(Box::pin(async move {
             match rx.await {
                 Ok(r) => join_response(r),
+                // The coordinator moved while the member waited.
                 Err(_) => JoinGroupResponse::default()
-                    .with_error_code(codes::UNKNOWN_MEMBER_ID)
+                    .with_error_code(errors::NOT_COORDINATOR)
                     .with_generation_id(-1),
             }
         })),
@@ -294,6 +374,9 @@ fn sync_response(r: super::coordinator::SyncResult) -> SyncGroupResponse {
 
 pub fn sync_group(broker: &Arc<Broker>, req: SyncGroupRequest) -> Outcome<SyncGroupResponse> {
     let group = req.group_id.0.to_string();
+    if let Err(code) = coordinator_partition(broker, &group) {
+        return Outcome::Now(SyncGroupResponse::default().with_error_code(code));
+    }
     let member = req.member_id.to_string();
     // v5: the protocol the member thinks it is in must be the group's.
     let mismatch = broker
@@ -334,7 +417,7 @@ pub fn sync_group(broker: &Arc<Broker>, req: SyncGroupRequest) -> Outcome<SyncGr
         Pending::Later(rx) => Outcome::Later(Box::pin(async move {
             match rx.await {
                 Ok(r) => sync_response(r),
-                Err(_) => SyncGroupResponse::default().with_error_code(codes::UNKNOWN_MEMBER_ID),
+                Err(_) => SyncGroupResponse::default().with_error_code(errors::NOT_COORDINATOR),
             }
         })),
     }
@@ -382,6 +465,9 @@ fn persist_group(broker: &Broker, group: &str) {
 }
 
 pub fn heartbeat(broker: &Arc<Broker>, req: HeartbeatRequest) -> HeartbeatResponse {
+    if let Err(code) = coordinator_partition(broker, &req.group_id.0) {
+        return HeartbeatResponse::default().with_error_code(code);
+    }
     let code = broker.groups.heartbeat(
         req.group_id.0.as_str(),
         req.generation_id,
@@ -397,6 +483,9 @@ pub fn leave_group(
     req: LeaveGroupRequest,
 ) -> LeaveGroupResponse {
     let group = req.group_id.0.to_string();
+    if let Err(code) = coordinator_partition(broker, &group) {
+        return LeaveGroupResponse::default().with_error_code(code);
+    }
     let members: Vec<(String, Option<String>)> = if version >= 3 {
         req.members
             .iter()
@@ -431,12 +520,15 @@ pub fn leave_group(
 pub fn offset_commit(broker: &Arc<Broker>, req: OffsetCommitRequest) -> OffsetCommitResponse {
     use offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
     let group = req.group_id.0.to_string();
-    let check = broker.groups.check_commit(
-        &group,
-        req.generation_id_or_member_epoch,
-        req.member_id.as_str(),
-    );
-    let image = broker.controller.image();
+    let check = match coordinator_partition(broker, &group) {
+        Ok(_) => broker.groups.check_commit(
+            &group,
+            req.generation_id_or_member_epoch,
+            req.member_id.as_str(),
+        ),
+        Err(code) => CommitCheck::Error(code),
+    };
+    let image = broker.image();
     let now = crate::storage::log::now_ms();
     let mut records = Vec::new();
     let mut stored = Vec::new();
@@ -556,6 +648,11 @@ pub fn offset_fetch(
             .groups
             .into_iter()
             .map(|g| {
+                if let Err(code) = coordinator_partition(broker, &g.group_id.0) {
+                    return OffsetFetchResponseGroup::default()
+                        .with_group_id(g.group_id)
+                        .with_error_code(code);
+                }
                 let wanted = g.topics.map(|ts| {
                     ts.into_iter()
                         .map(|t| (t.name.0.to_string(), t.partition_indexes))
@@ -587,6 +684,9 @@ pub fn offset_fetch(
             })
             .collect();
         return OffsetFetchResponse::default().with_groups(groups);
+    }
+    if let Err(code) = coordinator_partition(broker, &req.group_id.0) {
+        return OffsetFetchResponse::default().with_error_code(code);
     }
     let wanted = req.topics.map(|ts| {
         ts.into_iter()
@@ -663,6 +763,11 @@ pub fn describe_groups(
         .groups
         .into_iter()
         .map(|gid| {
+            if let Err(code) = coordinator_partition(broker, &gid.0) {
+                return DescribedGroup::default()
+                    .with_group_id(gid)
+                    .with_error_code(code);
+            }
             let described = broker.groups.with_group(gid.0.as_str(), |g| {
                 let protocol = g.protocol_name.clone().unwrap_or_default();
                 let stable = matches!(
@@ -719,7 +824,9 @@ pub fn delete_groups(broker: &Arc<Broker>, req: DeleteGroupsRequest) -> DeleteGr
         .into_iter()
         .map(|gid| {
             let group = gid.0.to_string();
-            let code = match broker.groups.delete_group(&group) {
+            let code = match coordinator_partition(broker, &group)
+                .and_then(|_| broker.groups.delete_group(&group))
+            {
                 Ok(offsets) => {
                     let mut tombstones: Vec<RecordKv> = offsets
                         .into_iter()
@@ -756,6 +863,9 @@ pub fn delete_groups(broker: &Arc<Broker>, req: DeleteGroupsRequest) -> DeleteGr
 pub fn offset_delete(broker: &Arc<Broker>, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
     use offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
     let group = req.group_id.0.to_string();
+    if let Err(code) = coordinator_partition(broker, &group) {
+        return OffsetDeleteResponse::default().with_error_code(code);
+    }
     if broker.groups.with_group(&group, |_| ()).is_none() {
         return OffsetDeleteResponse::default().with_error_code(codes::GROUP_ID_NOT_FOUND);
     }

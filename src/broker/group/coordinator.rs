@@ -8,23 +8,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 /// Kafka error codes of the group APIs.
-pub mod codes {
-    pub const NONE: i16 = 0;
-    pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
-    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-    pub const ILLEGAL_GENERATION: i16 = 22;
-    pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
-    pub const INVALID_GROUP_ID: i16 = 24;
-    pub const UNKNOWN_MEMBER_ID: i16 = 25;
-    pub const INVALID_SESSION_TIMEOUT: i16 = 26;
-    pub const REBALANCE_IN_PROGRESS: i16 = 27;
-    pub const NON_EMPTY_GROUP: i16 = 68;
-    pub const GROUP_ID_NOT_FOUND: i16 = 69;
-    pub const MEMBER_ID_REQUIRED: i16 = 79;
-    pub const FENCED_INSTANCE_ID: i16 = 82;
-    pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
-    pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
-}
+/// Group error codes live in the one table, `protocol::errors`.
+pub use crate::protocol::errors as codes;
 
 /// Settings of the coordinator (Kafka's `group.*` and `offsets.*` broker keys).
 #[derive(Debug, Clone)]
@@ -951,6 +936,15 @@ impl Coordinator {
         if !protocol_type.is_empty() {
             g.protocol_type = Some(protocol_type.to_string());
         }
+    }
+
+    /// Drops the groups `leaves` names (their partition moved to another broker); waiting
+    /// joins and syncs end. Returns how many went.
+    pub fn unload(&self, leaves: impl Fn(&str) -> bool) -> usize {
+        let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+        let before = groups.len();
+        groups.retain(|id, _| !leaves(id));
+        before - groups.len()
     }
 
     /// Drops a group record on load (a tombstone for its metadata).

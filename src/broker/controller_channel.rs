@@ -1,0 +1,137 @@
+//! The broker's channel to the active controller (Kafka's NodeToControllerChannelManager):
+//! requests go to the controller the quorum names, over a few pooled connections to its
+//! controller listener, and are sent again elsewhere on NOT_CONTROLLER or a broken connection
+//! until their deadline.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::protocol::Request;
+use tokio::sync::watch;
+
+use crate::client::{ClientError, Connection};
+use crate::protocol::errors;
+
+/// How long a forwarded request may keep looking for the controller.
+pub const DEFAULT_RETRY_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct ControllerChannel {
+    /// `(voter id, address)`; id -1 for bootstrap servers.
+    controllers: Vec<(i32, String)>,
+    leader: watch::Receiver<Option<i32>>,
+    request_timeout: Duration,
+    idle: parking_lot::Mutex<Vec<(String, Arc<Connection>)>>,
+    next: std::sync::atomic::AtomicUsize,
+    max_idle: usize,
+}
+
+impl ControllerChannel {
+    pub fn new(
+        controllers: Vec<(i32, String)>,
+        leader: watch::Receiver<Option<i32>>,
+        request_timeout: Duration,
+        max_idle: usize,
+    ) -> ControllerChannel {
+        ControllerChannel {
+            controllers,
+            leader,
+            request_timeout,
+            idle: parking_lot::Mutex::new(Vec::new()),
+            next: std::sync::atomic::AtomicUsize::new(0),
+            max_idle: max_idle.max(1),
+        }
+    }
+
+    /// The address to try: the known leader's, else the next one in turn.
+    fn target(&self, avoid: Option<&str>) -> String {
+        let leader = *self.leader.borrow();
+        if let Some(l) = leader {
+            if let Some((_, a)) = self.controllers.iter().find(|(id, _)| *id == l) {
+                if Some(a.as_str()) != avoid {
+                    return a.clone();
+                }
+            }
+        }
+        let n = self.controllers.len().max(1);
+        let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.controllers
+            .get(i % n)
+            .map(|(_, a)| a.clone())
+            .unwrap_or_default()
+    }
+
+    async fn connection(&self, addr: &str) -> Result<Arc<Connection>, ClientError> {
+        let pooled = {
+            let mut idle = self.idle.lock();
+            idle.iter()
+                .position(|(a, c)| a == addr && !c.is_broken())
+                .map(|i| idle.swap_remove(i).1)
+        };
+        match pooled {
+            Some(c) => Ok(c),
+            None => Ok(Arc::new(
+                Connection::connect(addr, self.request_timeout).await?,
+            )),
+        }
+    }
+
+    fn give_back(&self, addr: String, c: Arc<Connection>) {
+        if c.is_broken() {
+            return;
+        }
+        let mut idle = self.idle.lock();
+        idle.retain(|(_, c)| !c.is_broken());
+        if idle.len() < self.max_idle {
+            idle.push((addr, c));
+        }
+    }
+
+    /// Sends `req` at `version` to the active controller, again elsewhere while
+    /// `not_controller(response)` says it went to the wrong node or the connection fails,
+    /// until `deadline` passes.
+    pub async fn call<R: Request>(
+        &self,
+        req: &R,
+        version: i16,
+        retry_for: Duration,
+        not_controller: impl Fn(&R::Response) -> bool,
+    ) -> Result<R::Response, ClientError> {
+        let deadline = Instant::now() + retry_for;
+        let mut avoid: Option<String> = None;
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let addr = self.target(avoid.as_deref());
+            let outcome = match self.connection(&addr).await {
+                Ok(c) => {
+                    let r = c.call_at(req, version).await;
+                    self.give_back(addr.clone(), c);
+                    r
+                }
+                Err(e) => Err(e),
+            };
+            let retry = match &outcome {
+                Ok(resp) if not_controller(resp) => true,
+                Ok(_) => return outcome,
+                Err(ClientError::Io(_) | ClientError::Timeout(_) | ClientError::NoBroker(_)) => {
+                    true
+                }
+                Err(_) => return outcome,
+            };
+            if !retry || Instant::now() + backoff > deadline {
+                return match outcome {
+                    Ok(resp) => Ok(resp),
+                    Err(e) => Err(e),
+                };
+            }
+            tracing::debug!(%addr, "the controller asked is not active; trying again");
+            avoid = Some(addr);
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+    }
+}
+
+/// Whether an error code says the request reached a node that is not the active controller.
+pub fn is_not_controller(code: i16) -> bool {
+    code == errors::NOT_CONTROLLER
+}

@@ -1,0 +1,410 @@
+//! Partition: this broker's replica of one topic-partition — its log, its role (leader or
+//! follower), the leader and partition epochs, the replica set and ISR from the metadata, the
+//! high watermark and the idempotent-producer state. ReplicaManager is the only way to one.
+
+use parking_lot::{Mutex, RwLock};
+
+use super::producer_state::{ProducerStateManager, SequenceCheck};
+use crate::config::LogConfig;
+use crate::controller::image::PartitionImage;
+use crate::protocol::errors;
+use crate::storage::batch::{self, BatchHeader, LOG_OVERHEAD};
+use crate::storage::log::AppendInfo;
+use crate::storage::{KafkaUuid, LogRef, StorageError, TimestampAndOffset, TopicPartition};
+
+/// Whether this broker leads the partition or follows its leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Leader,
+    Follower,
+}
+
+/// The replica's view of its partition, as the last metadata change left it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaState {
+    pub role: Role,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+}
+
+/// A failed partition operation: Kafka error code, message, and for NOT_LEADER_OR_FOLLOWER the
+/// leader this broker knows of (KIP-951).
+#[derive(Debug, Clone)]
+pub struct PartitionError {
+    pub code: i16,
+    pub message: String,
+    /// `(leader id, leader epoch)` when known.
+    pub current_leader: Option<(i32, i32)>,
+}
+
+impl PartitionError {
+    pub fn new(code: i16, message: impl Into<String>) -> PartitionError {
+        PartitionError {
+            code,
+            message: message.into(),
+            current_leader: None,
+        }
+    }
+
+    pub fn not_leader(leader: i32, epoch: i32) -> PartitionError {
+        PartitionError {
+            code: errors::NOT_LEADER_OR_FOLLOWER,
+            message: "This server is not the leader for that topic-partition.".into(),
+            current_leader: Some((leader, epoch)),
+        }
+    }
+}
+
+impl From<StorageError> for PartitionError {
+    fn from(e: StorageError) -> Self {
+        PartitionError::new(e.kafka_error_code(), e.to_string())
+    }
+}
+
+/// What a read found: whole batches and the partition's offsets at the time.
+#[derive(Debug, Default)]
+pub struct ReadResult {
+    pub records: Vec<u8>,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+}
+
+/// Up to where a fetch may read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchIsolation {
+    /// Consumers: committed records only.
+    HighWatermark,
+    /// Follower replicas: everything the leader has.
+    LogEnd,
+}
+
+pub struct Partition {
+    pub tp: TopicPartition,
+    pub topic_id: KafkaUuid,
+    log: LogRef,
+    /// Idempotent-producer state; always locked after `log`.
+    producers: Mutex<ProducerStateManager>,
+    state: RwLock<ReplicaState>,
+}
+
+impl std::fmt::Debug for Partition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Partition")
+            .field("tp", &self.tp)
+            .field("state", &*self.state.read())
+            .finish()
+    }
+}
+
+impl Partition {
+    /// A replica over `log`, taking its role from `image` (this broker is `local`).
+    pub fn open(
+        tp: TopicPartition,
+        topic_id: KafkaUuid,
+        log: LogRef,
+        image: &PartitionImage,
+        local: i32,
+    ) -> Result<Partition, StorageError> {
+        let producers = ProducerStateManager::load(&log.lock())?;
+        let p = Partition {
+            tp,
+            topic_id,
+            log,
+            producers: Mutex::new(producers),
+            state: RwLock::new(ReplicaState {
+                role: Role::Follower,
+                leader: -1,
+                leader_epoch: -1,
+                partition_epoch: -1,
+                replicas: Vec::new(),
+                isr: Vec::new(),
+            }),
+        };
+        p.apply(image, local)?;
+        Ok(p)
+    }
+
+    pub fn state(&self) -> ReplicaState {
+        self.state.read().clone()
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.state.read().role == Role::Leader
+    }
+
+    pub fn leader_epoch(&self) -> i32 {
+        self.state.read().leader_epoch
+    }
+
+    /// Takes the role the metadata gives this broker: `make_leader` or `make_follower`.
+    /// Returns the role, and whether it changed.
+    pub fn apply(&self, image: &PartitionImage, local: i32) -> Result<(Role, bool), StorageError> {
+        let role = if image.leader == local {
+            Role::Leader
+        } else {
+            Role::Follower
+        };
+        let before = self.state.read().role;
+        match role {
+            Role::Leader => self.make_leader(image)?,
+            Role::Follower => self.make_follower(image),
+        }
+        Ok((role, before != role))
+    }
+
+    /// Becomes (or stays) the leader at the image's epoch: the epoch starts at the log end.
+    fn make_leader(&self, image: &PartitionImage) -> Result<(), StorageError> {
+        let mut l = self.log.lock();
+        if l.epoch_cache()
+            .latest_epoch()
+            .is_none_or(|e| e < image.leader_epoch)
+        {
+            let leo = l.log_end_offset();
+            l.epoch_cache_mut().assign(image.leader_epoch, leo)?;
+        }
+        // Until followers replicate, the leader's own log end is what it can vouch for.
+        let leo = l.log_end_offset();
+        l.update_high_watermark(leo);
+        drop(l);
+        *self.state.write() = ReplicaState {
+            role: Role::Leader,
+            leader: image.leader,
+            leader_epoch: image.leader_epoch,
+            partition_epoch: image.partition_epoch,
+            replicas: image.replicas.clone(),
+            isr: image.isr.clone(),
+        };
+        Ok(())
+    }
+
+    /// Follows the image's leader.
+    fn make_follower(&self, image: &PartitionImage) {
+        *self.state.write() = ReplicaState {
+            role: Role::Follower,
+            leader: image.leader,
+            leader_epoch: image.leader_epoch,
+            partition_epoch: image.partition_epoch,
+            replicas: image.replicas.clone(),
+            isr: image.isr.clone(),
+        };
+    }
+
+    pub fn update_config(&self, cfg: LogConfig) {
+        self.log.lock().update_config(cfg);
+    }
+
+    /// `Err` unless this broker leads, or when the caller's epoch is not ours.
+    pub fn check_leader(&self, current_leader_epoch: i32) -> Result<ReplicaState, PartitionError> {
+        let st = self.state.read().clone();
+        if current_leader_epoch >= 0 && current_leader_epoch < st.leader_epoch {
+            return Err(PartitionError {
+                code: errors::FENCED_LEADER_EPOCH,
+                message: format!(
+                    "The leader epoch in the request is older than the epoch on the broker ({})",
+                    st.leader_epoch
+                ),
+                current_leader: Some((st.leader, st.leader_epoch)),
+            });
+        }
+        if current_leader_epoch > st.leader_epoch {
+            return Err(PartitionError::new(
+                errors::UNKNOWN_LEADER_EPOCH,
+                "The leader epoch in the request is newer than the epoch on the broker.",
+            ));
+        }
+        if st.role != Role::Leader {
+            return Err(PartitionError::not_leader(st.leader, st.leader_epoch));
+        }
+        Ok(st)
+    }
+
+    /// Appends client batches as leader. Idempotent batches are checked first: a duplicate is
+    /// answered with the offsets it already has and nothing is written; a sequence gap or
+    /// stale epoch is refused. With `acks=all`, an ISR below `min.insync.replicas` refuses the
+    /// append (NOT_ENOUGH_REPLICAS). Returns what was appended and the new high watermark.
+    pub fn append_as_leader(
+        &self,
+        records: &mut [u8],
+        required_acks: i16,
+    ) -> Result<(AppendInfo, i64), PartitionError> {
+        let st = self.check_leader(-1)?;
+        let mut l = self.log.lock();
+        let min_isr = l.config().min_insync_replicas.max(1) as usize;
+        if required_acks == -1 && st.isr.len() < min_isr {
+            return Err(PartitionError::new(
+                errors::NOT_ENOUGH_REPLICAS,
+                format!(
+                    "The size of the current ISR {:?} is insufficient to satisfy the min.isr requirement of {min_isr} for partition {}",
+                    st.isr, self.tp
+                ),
+            ));
+        }
+        let mut psm = self.producers.lock();
+        for h in headers(records) {
+            match psm.check(&h) {
+                Ok(SequenceCheck::Append) => {}
+                Ok(SequenceCheck::Duplicate(m)) => {
+                    let hw = l.high_watermark();
+                    return Ok((
+                        AppendInfo {
+                            first_offset: m.first_offset,
+                            last_offset: m.last_offset,
+                            max_timestamp: m.timestamp,
+                            log_append_time: -1,
+                            num_messages: 0,
+                            valid_bytes: 0,
+                            log_start_offset: l.log_start_offset(),
+                        },
+                        hw,
+                    ));
+                }
+                Err(e) => return Err(PartitionError::new(e.code, e.message)),
+            }
+        }
+        let active_before = l.segments().last().map(|s| s.base_offset());
+        let info = l.append_as_leader(records, st.leader_epoch)?;
+        if l.segments().last().map(|s| s.base_offset()) != active_before {
+            // A roll: snapshot the producer state as of the new segment's base, as Kafka does.
+            if let Err(e) = psm.take_snapshot(info.first_offset) {
+                tracing::warn!(partition = %self.tp, error = %e, "cannot write a producer snapshot");
+            }
+        }
+        for h in headers(records) {
+            psm.record(&h);
+        }
+        let hw = l.update_high_watermark(info.last_offset + 1);
+        Ok((info, hw))
+    }
+
+    /// Whole batches from `offset` up to the high watermark (consumers) or the log end
+    /// (followers).
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        min_one_batch: bool,
+        isolation: FetchIsolation,
+    ) -> Result<ReadResult, StorageError> {
+        let l = self.log.lock();
+        let hw = l.high_watermark();
+        let upto = match isolation {
+            FetchIsolation::HighWatermark => hw,
+            FetchIsolation::LogEnd => l.log_end_offset(),
+        };
+        let records = l.read(offset, max_bytes, Some(upto), min_one_batch)?;
+        Ok(ReadResult {
+            records,
+            high_watermark: hw,
+            log_start_offset: l.log_start_offset(),
+            log_end_offset: l.log_end_offset(),
+        })
+    }
+
+    pub fn high_watermark(&self) -> i64 {
+        self.log.lock().high_watermark()
+    }
+
+    /// `(high watermark, log start offset)`.
+    pub fn offsets(&self) -> (i64, i64) {
+        let l = self.log.lock();
+        (l.high_watermark(), l.log_start_offset())
+    }
+
+    pub fn size(&self) -> u64 {
+        self.log.lock().size()
+    }
+
+    /// ListOffsets: the high watermark for LATEST, else the log's answer for the timestamp.
+    pub fn offset_for_timestamp(
+        &self,
+        timestamp: i64,
+    ) -> Result<(i64, Option<TimestampAndOffset>), StorageError> {
+        use crate::storage::log::LATEST_TIMESTAMP;
+        let l = self.log.lock();
+        let hw = l.high_watermark();
+        if timestamp == LATEST_TIMESTAMP {
+            return Ok((
+                hw,
+                Some(TimestampAndOffset {
+                    timestamp: -1,
+                    offset: hw,
+                    leader_epoch: l.epoch_cache().epoch_for_offset(hw.max(1) - 1),
+                }),
+            ));
+        }
+        Ok((hw, l.fetch_offset_by_timestamp(timestamp)?))
+    }
+
+    /// OffsetForLeaderEpoch: where `epoch` ended in this log.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        let l = self.log.lock();
+        l.epoch_cache().end_offset_for(epoch, l.log_end_offset())
+    }
+
+    /// DeleteRecords: moves the log start to `offset` (-1: the high watermark).
+    pub fn delete_records_before(&self, offset: i64) -> Result<i64, StorageError> {
+        let mut l = self.log.lock();
+        let target = if offset == -1 {
+            l.high_watermark()
+        } else {
+            offset
+        };
+        l.delete_records_before(target)
+    }
+
+    /// Calls `f` with every batch of the log, in order (for loading `__consumer_offsets`).
+    pub fn for_each_batch(&self, mut f: impl FnMut(&[u8])) {
+        let l = self.log.lock();
+        let mut at = l.log_start_offset();
+        while at < l.log_end_offset() {
+            let Ok(data) = l.read(at, 1 << 20, None, true) else {
+                return;
+            };
+            if data.is_empty() {
+                return;
+            }
+            let Ok(infos) = batch::validate_batches(&data) else {
+                return;
+            };
+            for info in infos {
+                f(&data[info.position..info.position + info.header.size()]);
+                at = info.header.next_offset();
+            }
+        }
+    }
+
+    /// Writes a producer snapshot at the log end (clean shutdown).
+    pub fn snapshot_producer_state(&self) {
+        let l = self.log.lock();
+        let psm = self.producers.lock();
+        if let Err(e) = psm
+            .take_snapshot(l.log_end_offset())
+            .and_then(|_| psm.delete_snapshots_before(l.log_start_offset()))
+        {
+            tracing::warn!(partition = %self.tp, error = %e, "cannot write a producer snapshot");
+        }
+    }
+}
+
+/// Headers of the batches in a produce request's records, without validation (the append
+/// validates); stops at the first batch that does not fit.
+fn headers(records: &[u8]) -> Vec<BatchHeader> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while let Some((_, len)) = batch::peek_offset_and_size(&records[pos..]) {
+        let size = LOG_OVERHEAD as i64 + len as i64;
+        if len < 0 || pos as i64 + size > records.len() as i64 {
+            break;
+        }
+        match BatchHeader::parse(&records[pos..]) {
+            Ok(h) => out.push(h),
+            Err(_) => break,
+        }
+        pos += size as usize;
+    }
+    out
+}

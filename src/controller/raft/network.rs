@@ -1,0 +1,318 @@
+//! Quorum traffic between voters on the controller listener: openraft's AppendEntries, Vote
+//! and InstallSnapshot carried in Kafka-framed requests of a private API key, each naming the
+//! cluster id so that a node of another cluster is refused (INCONSISTENT_CLUSTER_ID).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::{NodeId, Raft, TypeConfig};
+use crate::protocol::errors;
+
+/// The API key of quorum requests: outside Kafka's range, never sent by a client.
+pub const RAFT_API_KEY: i16 = 10_001;
+const KIND_APPEND: i8 = 0;
+const KIND_VOTE: i8 = 1;
+const KIND_SNAPSHOT: i8 = 2;
+/// Largest quorum response accepted.
+const MAX_FRAME: usize = 256 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Protocol(String),
+    /// The peer belongs to another cluster.
+    #[error("the peer belongs to cluster {0}")]
+    OtherCluster(String),
+}
+
+/// Set once a voter answers with another cluster id: this node must not go on.
+#[derive(Clone, Default)]
+pub struct ClusterMismatch(Arc<parking_lot::Mutex<Option<String>>>);
+
+impl ClusterMismatch {
+    pub fn report(&self, message: String) {
+        let mut m = self.0.lock();
+        if m.is_none() {
+            *m = Some(message);
+        }
+    }
+    pub fn get(&self) -> Option<String> {
+        self.0.lock().clone()
+    }
+}
+
+/// Dials voters and keeps idle connections for reuse.
+#[derive(Clone)]
+pub struct Network {
+    cluster_id: Arc<str>,
+    node_id: i32,
+    idle: Arc<parking_lot::Mutex<HashMap<String, Vec<TcpStream>>>>,
+    mismatch: ClusterMismatch,
+    acks: Acks,
+}
+
+/// When each voter last answered an AppendEntries (milliseconds since the epoch).
+pub type Acks = Arc<parking_lot::Mutex<HashMap<i32, i64>>>;
+
+impl Network {
+    pub fn new(cluster_id: &str, node_id: i32, mismatch: ClusterMismatch, acks: Acks) -> Network {
+        Network {
+            cluster_id: cluster_id.into(),
+            node_id,
+            idle: Arc::default(),
+            mismatch,
+            acks,
+        }
+    }
+}
+
+/// One voter as openraft talks to it.
+pub struct Peer {
+    target: NodeId,
+    addr: String,
+    net: Network,
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = Peer;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Peer {
+        Peer {
+            target,
+            addr: node.addr.clone(),
+            net: self.clone(),
+        }
+    }
+}
+
+/// The request frame: a v1 request header with our key, then cluster id, kind and payload.
+fn request_frame(cluster_id: &str, node_id: i32, kind: i8, payload: &[u8]) -> Bytes {
+    let mut b = BytesMut::with_capacity(32 + cluster_id.len() + payload.len());
+    b.put_i32(0);
+    b.put_i16(RAFT_API_KEY);
+    b.put_i16(0);
+    b.put_i32(node_id);
+    b.put_i16(-1);
+    b.put_i16(cluster_id.len() as i16);
+    b.put_slice(cluster_id.as_bytes());
+    b.put_i8(kind);
+    b.put_slice(payload);
+    let size = (b.len() - 4) as i32;
+    b[..4].copy_from_slice(&size.to_be_bytes());
+    b.freeze()
+}
+
+impl Peer {
+    async fn exchange(&self, frame: &[u8], timeout: Duration) -> Result<Bytes, WireError> {
+        let pooled = self.net.idle.lock().get_mut(&self.addr).and_then(Vec::pop);
+        let mut stream = match pooled {
+            Some(s) => s,
+            None => {
+                let s = tokio::time::timeout(timeout, TcpStream::connect(&self.addr))
+                    .await
+                    .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect"))??;
+                s.set_nodelay(true)?;
+                s
+            }
+        };
+        let body = tokio::time::timeout(timeout, async {
+            stream.write_all(frame).await?;
+            let mut size = [0u8; 4];
+            stream.read_exact(&mut size).await?;
+            let size = i32::from_be_bytes(size);
+            if size < 4 || size as usize > MAX_FRAME {
+                return Err(WireError::Protocol(format!(
+                    "quorum response of {size} bytes"
+                )));
+            }
+            let mut buf = vec![0u8; size as usize];
+            stream.read_exact(&mut buf).await?;
+            Ok::<_, WireError>(Bytes::from(buf))
+        })
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "quorum request"))??;
+        self.net
+            .idle
+            .lock()
+            .entry(self.addr.clone())
+            .or_default()
+            .push(stream);
+        Ok(body)
+    }
+
+    async fn call<Req, Resp, E>(
+        &self,
+        kind: i8,
+        req: &Req,
+        option: RPCOption,
+    ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let payload =
+            bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let frame = request_frame(&self.net.cluster_id, self.net.node_id, kind, &payload);
+        let mut body = match self.exchange(&frame, option.hard_ttl()).await {
+            Ok(b) => b,
+            Err(WireError::Io(e)) => return Err(RPCError::Unreachable(Unreachable::new(&e))),
+            Err(e) => return Err(RPCError::Network(NetworkError::new(&e))),
+        };
+        if body.len() < 6 {
+            let e = WireError::Protocol("short quorum response".into());
+            return Err(RPCError::Network(NetworkError::new(&e)));
+        }
+        body.advance(4); // correlation id
+        let code = body.get_i16();
+        if code == errors::INCONSISTENT_CLUSTER_ID {
+            let theirs = String::from_utf8_lossy(&body).to_string();
+            let e = WireError::OtherCluster(theirs.clone());
+            self.net.mismatch.report(format!(
+                "voter {} at {} belongs to cluster {theirs}, but this node was formatted for cluster {}",
+                self.target, self.addr, self.net.cluster_id
+            ));
+            return Err(RPCError::Unreachable(Unreachable::new(&e)));
+        }
+        if code != errors::NONE {
+            let e = WireError::Protocol(format!(
+                "quorum request refused with {}",
+                errors::error_name(code)
+            ));
+            return Err(RPCError::Network(NetworkError::new(&e)));
+        }
+        let result: Result<Resp, RaftError<NodeId, E>> =
+            bincode::deserialize(&body).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for Peer {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let r = self.call(KIND_APPEND, &rpc, option).await;
+        if r.is_ok() {
+            self.net
+                .acks
+                .lock()
+                .insert(self.target as i32, crate::storage::log::now_ms());
+        }
+        r
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        self.call(KIND_SNAPSHOT, &rpc, option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        self.call(KIND_VOTE, &rpc, option).await
+    }
+}
+
+/// A response body: error code, then the payload.
+fn response_body(code: i16, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(2 + payload.len());
+    out.extend_from_slice(&code.to_be_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Answers one quorum request (the frame after its size prefix). Returns the response body
+/// (after the correlation id), or `None` for a frame that is not a quorum request.
+pub async fn serve(raft: &Raft, cluster_id: &str, frame: &[u8]) -> Result<Vec<u8>, WireError> {
+    let mut b = frame;
+    if b.len() < 10 {
+        return Err(WireError::Protocol("short quorum request".into()));
+    }
+    b.advance(8); // key, version, correlation id
+    let client_id_len = b.get_i16();
+    if client_id_len > 0 {
+        if b.len() < client_id_len as usize {
+            return Err(WireError::Protocol("truncated client id".into()));
+        }
+        b.advance(client_id_len as usize);
+    }
+    if b.len() < 3 {
+        return Err(WireError::Protocol("truncated quorum request".into()));
+    }
+    let n = b.get_i16();
+    if n < 0 || b.len() < n as usize + 1 {
+        return Err(WireError::Protocol("truncated cluster id".into()));
+    }
+    let theirs = std::str::from_utf8(&b[..n as usize])
+        .map_err(|_| WireError::Protocol("cluster id is not UTF-8".into()))?;
+    if theirs != cluster_id {
+        tracing::warn!(
+            theirs,
+            ours = cluster_id,
+            "refused a quorum request from another cluster"
+        );
+        return Ok(response_body(
+            errors::INCONSISTENT_CLUSTER_ID,
+            cluster_id.as_bytes(),
+        ));
+    }
+    b.advance(n as usize);
+    let kind = b.get_i8();
+    let bad = |e: bincode::Error| WireError::Protocol(format!("undecodable quorum request: {e}"));
+    let ok = |payload: Result<Vec<u8>, bincode::Error>| {
+        payload
+            .map(|p| response_body(errors::NONE, &p))
+            .map_err(|e| WireError::Protocol(e.to_string()))
+    };
+    match kind {
+        KIND_APPEND => {
+            let req: AppendEntriesRequest<TypeConfig> = bincode::deserialize(b).map_err(bad)?;
+            ok(bincode::serialize(&raft.append_entries(req).await))
+        }
+        KIND_VOTE => {
+            let req: VoteRequest<NodeId> = bincode::deserialize(b).map_err(bad)?;
+            ok(bincode::serialize(&raft.vote(req).await))
+        }
+        KIND_SNAPSHOT => {
+            let req: InstallSnapshotRequest<TypeConfig> = bincode::deserialize(b).map_err(bad)?;
+            ok(bincode::serialize(&raft.install_snapshot(req).await))
+        }
+        other => Err(WireError::Protocol(format!(
+            "unknown quorum request kind {other}"
+        ))),
+    }
+}
+
+/// A quorum request naming `cluster_id`, for tests that play a node of another cluster.
+pub fn vote_request_frame(cluster_id: &str, node_id: i32, req: &VoteRequest<NodeId>) -> Bytes {
+    let payload = bincode::serialize(req).unwrap_or_default();
+    request_frame(cluster_id, node_id, KIND_VOTE, &payload)
+}

@@ -1,0 +1,370 @@
+//! One evenkeel process: the roles `process.roles` names — the controller (a quorum voter
+//! with the active-controller logic and its listener) and the broker — started in order, and
+//! stopped in reverse with the broker's controlled shutdown first.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::broker::controller_channel::ControllerChannel;
+use crate::broker::lifecycle::{Lifecycle, Registration};
+use crate::broker::server::Server;
+use crate::broker::{open_log_dir, Broker, BrokerError};
+use crate::config::broker::BrokerConfig;
+use crate::controller::apis::ControllerNode;
+use crate::controller::image::MetadataImage;
+use crate::controller::listener::ControllerListener;
+use crate::controller::quorum_controller::{ControllerSettings, QuorumController};
+use crate::controller::raft::entries::DEFAULT_CONTROLLER_LISTENER;
+use crate::controller::raft::observer::{Observer, ObserverConfig};
+use crate::controller::raft::state_machine::SnapshotPolicy;
+use crate::controller::raft::{Quorum, QuorumConfig};
+use crate::controller::replication::TopicDefaults;
+use crate::storage::LogManager;
+
+/// Where this node's metadata comes from.
+enum Metadata {
+    Voter(Arc<Quorum>),
+    Observer(Arc<Observer>),
+}
+
+impl Metadata {
+    fn images(&self) -> watch::Receiver<Arc<MetadataImage>> {
+        match self {
+            Metadata::Voter(q) => q.images(),
+            Metadata::Observer(o) => o.images(),
+        }
+    }
+    fn leader_changes(&self) -> watch::Receiver<Option<i32>> {
+        match self {
+            Metadata::Voter(q) => q.leader_changes(),
+            Metadata::Observer(o) => o.leader_changes(),
+        }
+    }
+    fn cluster_mismatch(&self) -> Option<String> {
+        match self {
+            Metadata::Voter(q) => q.cluster_mismatch(),
+            Metadata::Observer(o) => o.cluster_mismatch(),
+        }
+    }
+}
+
+/// A running node.
+pub struct Node {
+    pub config: BrokerConfig,
+    pub cluster_id: String,
+    logs: Arc<LogManager>,
+    metadata: Metadata,
+    controller: Option<(Arc<ControllerNode>, ControllerListener)>,
+    broker: Option<(Arc<Broker>, Server, Arc<Lifecycle>)>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+fn snapshot_policy(cfg: &BrokerConfig) -> SnapshotPolicy {
+    SnapshotPolicy {
+        max_bytes: cfg.cluster.snapshot_bytes,
+        max_interval_ms: cfg.cluster.snapshot_interval_ms,
+    }
+}
+
+fn controller_listener_name(cfg: &BrokerConfig) -> String {
+    cfg.cluster
+        .controller_listener_names
+        .first()
+        .cloned()
+        .unwrap_or_else(|| DEFAULT_CONTROLLER_LISTENER.to_string())
+}
+
+impl Node {
+    /// Opens the log directory and starts every role; for a broker, returns once the
+    /// controller has unfenced it. A node that cannot join (another cluster, a refused
+    /// registration) stops with the reason.
+    pub async fn start(config: BrokerConfig) -> Result<Node, BrokerError> {
+        let (meta, logs) = open_log_dir(&config)?;
+        let cluster_id = meta.cluster_id.clone();
+        logs.start_background();
+        let mut node = Node {
+            cluster_id: cluster_id.clone(),
+            logs: logs.clone(),
+            metadata: Self::open_metadata(&config, &cluster_id, &logs).await?,
+            config,
+            controller: None,
+            broker: None,
+            tasks: Vec::new(),
+        };
+        if let Metadata::Voter(q) = &node.metadata {
+            node.controller = Some(node.start_controller(q.clone()).await?);
+        }
+        if let Metadata::Observer(o) = &node.metadata {
+            node.tasks.push(tokio::spawn(o.clone().run()));
+        }
+        if node.config.cluster.roles.broker {
+            node.start_broker().await?;
+        }
+        Ok(node)
+    }
+
+    async fn open_metadata(
+        config: &BrokerConfig,
+        cluster_id: &str,
+        logs: &LogManager,
+    ) -> Result<Metadata, BrokerError> {
+        let c = &config.cluster;
+        if c.roles.controller {
+            let q = Quorum::start(
+                logs,
+                QuorumConfig {
+                    node_id: config.node_id,
+                    cluster_id: cluster_id.to_string(),
+                    voters: c.voters.clone(),
+                    listener: controller_listener_name(config),
+                    election_timeout_ms: c.election_timeout_ms,
+                    snapshot: snapshot_policy(config),
+                    segment_bytes: c.metadata_segment_bytes,
+                },
+            )
+            .await
+            .map_err(|e| BrokerError::Quorum(e.to_string()))?;
+            return Ok(Metadata::Voter(Arc::new(q)));
+        }
+        let controllers = if c.voters.is_empty() {
+            c.bootstrap_servers
+                .iter()
+                .map(|a| (-1, a.clone()))
+                .collect()
+        } else {
+            c.voters.iter().map(|v| (v.id, v.address())).collect()
+        };
+        let o = Observer::open(
+            logs,
+            ObserverConfig {
+                node_id: config.node_id,
+                cluster_id: cluster_id.to_string(),
+                controllers,
+                listener: controller_listener_name(config),
+                segment_bytes: c.metadata_segment_bytes,
+                snapshot: snapshot_policy(config),
+                request_timeout: Duration::from_millis(c.request_timeout_ms.max(1000)),
+            },
+        )?;
+        Ok(Metadata::Observer(o))
+    }
+
+    async fn start_controller(
+        &self,
+        quorum: Arc<Quorum>,
+    ) -> Result<(Arc<ControllerNode>, ControllerListener), BrokerError> {
+        let cfg = &self.config;
+        let settings = ControllerSettings {
+            session_timeout: Duration::from_millis(cfg.cluster.broker_session_timeout_ms),
+            auto_leader_rebalance: cfg.cluster.auto_leader_rebalance_enable,
+            leader_imbalance_check_interval: Duration::from_secs(
+                cfg.cluster.leader_imbalance_check_interval_seconds,
+            ),
+            topics: TopicDefaults {
+                log: cfg.log.clone(),
+                num_partitions: cfg.num_partitions,
+                default_replication_factor: cfg.default_replication_factor,
+            },
+        };
+        let controller = QuorumController::start(quorum.clone(), settings);
+        let node = Arc::new(ControllerNode {
+            quorum,
+            controller,
+            listener: controller_listener_name(cfg),
+            voters: cfg.cluster.voters.clone(),
+            broker_props: cfg.raw.clone(),
+        });
+        // A cluster of one may have no controller listener: its broker reaches it on loopback.
+        let (host, port) = match cfg.cluster.controller_listeners.first() {
+            Some(l) => (l.host.clone(), l.port),
+            None => ("127.0.0.1".to_string(), 0),
+        };
+        let listener =
+            ControllerListener::start(node.clone(), &host, port, cfg.socket_request_max_bytes)
+                .await
+                .map_err(|source| BrokerError::Bind {
+                    addr: format!("{host}:{port}"),
+                    source,
+                })?;
+        Ok((node, listener))
+    }
+
+    /// Where the broker finds the active controller: the voters' controller listeners (this
+    /// node's own bound address for a cluster of one).
+    fn controller_addresses(&self) -> Vec<(i32, String)> {
+        let c = &self.config.cluster;
+        if c.is_single_node() {
+            if let Some((_, l)) = &self.controller {
+                return vec![(self.config.node_id, format!("127.0.0.1:{}", l.addr.port()))];
+            }
+        }
+        if c.voters.is_empty() {
+            c.bootstrap_servers
+                .iter()
+                .map(|a| (-1, a.clone()))
+                .collect()
+        } else {
+            c.voters.iter().map(|v| (v.id, v.address())).collect()
+        }
+    }
+
+    async fn start_broker(&mut self) -> Result<(), BrokerError> {
+        let cfg = &self.config;
+        let timeout = Duration::from_millis(cfg.cluster.request_timeout_ms.max(1000));
+        let addrs = self.controller_addresses();
+        let forwarding = Arc::new(ControllerChannel::new(
+            addrs.clone(),
+            self.metadata.leader_changes(),
+            timeout,
+            4,
+        ));
+        let broker = Broker::open(
+            cfg.clone(),
+            self.cluster_id.clone(),
+            self.logs.clone(),
+            forwarding,
+            self.metadata.leader_changes(),
+        )?;
+        let server = Server::start(broker.clone()).await?;
+        let applied = {
+            let b = broker.clone();
+            Arc::new(move || b.applied_offset()) as Arc<dyn Fn() -> i64 + Send + Sync>
+        };
+        let unfenced_locally = {
+            let (b, id) = (broker.clone(), cfg.node_id);
+            Arc::new(move || b.image().broker(id).is_some_and(|r| !r.fenced))
+                as Arc<dyn Fn() -> bool + Send + Sync>
+        };
+        let lifecycle = Lifecycle::new(
+            Registration {
+                node_id: cfg.node_id,
+                cluster_id: self.cluster_id.clone(),
+                listeners: broker
+                    .advertised_listeners()
+                    .into_iter()
+                    .map(|l| {
+                        let host = if l.host.is_empty() {
+                            "localhost".into()
+                        } else {
+                            l.host
+                        };
+                        (l.name, host, l.port)
+                    })
+                    .collect(),
+                rack: cfg.cluster.rack.clone(),
+                heartbeat_interval: Duration::from_millis(cfg.cluster.broker_heartbeat_interval_ms),
+                registration_timeout: Duration::from_millis(cfg.cluster.registration_timeout_ms),
+            },
+            Arc::new(ControllerChannel::new(
+                addrs,
+                self.metadata.leader_changes(),
+                timeout,
+                1,
+            )),
+            applied,
+            unfenced_locally,
+        );
+        broker.set_lifecycle(lifecycle.clone());
+        self.tasks.push(tokio::spawn(publish(
+            broker.clone(),
+            self.metadata.images(),
+        )));
+        self.tasks.push(tokio::spawn(lifecycle.clone().run()));
+        let waited = self.wait_running(&lifecycle).await;
+        self.broker = Some((broker, server, lifecycle));
+        waited
+    }
+
+    /// Waits until the controller unfences the broker; a refusal or another cluster's
+    /// quorum ends the wait with the reason.
+    async fn wait_running(&self, lifecycle: &Lifecycle) -> Result<(), BrokerError> {
+        let running = lifecycle.wait_running();
+        tokio::pin!(running);
+        loop {
+            tokio::select! {
+                r = &mut running => return r.map_err(BrokerError::Fatal),
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                    if let Some(m) = self.metadata.cluster_mismatch() {
+                        return Err(BrokerError::Fatal(m));
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn broker(&self) -> Option<&Arc<Broker>> {
+        self.broker.as_ref().map(|(b, _, _)| b)
+    }
+
+    /// The client listeners' addresses, when the node is a broker.
+    pub fn client_addrs(&self) -> Vec<std::net::SocketAddr> {
+        self.broker
+            .as_ref()
+            .map(|(_, s, _)| s.addrs.clone())
+            .unwrap_or_default()
+    }
+
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.broker.as_ref().map(|(_, s, _)| s.metrics_addr)
+    }
+
+    pub fn controller_addr(&self) -> Option<std::net::SocketAddr> {
+        self.controller.as_ref().map(|(_, l)| l.addr)
+    }
+
+    /// Why the node must stop, if something made it impossible to go on.
+    pub fn fatal(&self) -> Option<String> {
+        if let Some(m) = self.metadata.cluster_mismatch() {
+            return Some(m);
+        }
+        self.broker
+            .as_ref()
+            .and_then(|(_, _, l)| l.fatal().borrow().clone())
+    }
+
+    /// Stops the node: the broker moves its leaderships away (controlled shutdown), stops
+    /// serving and flushes; then the controller and the quorum stop.
+    pub async fn shutdown(self) -> Result<(), BrokerError> {
+        if let Some((broker, server, lifecycle)) = self.broker {
+            let wait = Duration::from_millis(self.config.cluster.broker_session_timeout_ms);
+            lifecycle.controlled_shutdown(wait).await;
+            server.stop().await;
+            for t in &self.tasks {
+                t.abort();
+            }
+            broker.replicas.snapshot_producer_state();
+        }
+        for t in &self.tasks {
+            t.abort();
+        }
+        if let Some((_, listener)) = self.controller {
+            listener.stop().await;
+        }
+        if let Metadata::Voter(q) = &self.metadata {
+            q.shutdown().await;
+        }
+        self.logs.shutdown()?;
+        Ok(())
+    }
+}
+
+/// The metadata publisher: applies each new image to the broker, one at a time, off the
+/// runtime's worker threads (creating logs fsyncs).
+async fn publish(broker: Arc<Broker>, mut images: watch::Receiver<Arc<MetadataImage>>) {
+    loop {
+        let img = images.borrow_and_update().clone();
+        let b = broker.clone();
+        match tokio::task::spawn_blocking(move || b.publish(img)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "cannot apply a metadata change to the local logs")
+            }
+            Err(e) => tracing::error!(error = %e, "the metadata publisher failed"),
+        }
+        if images.changed().await.is_err() {
+            return;
+        }
+    }
+}

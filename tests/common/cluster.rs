@@ -1,0 +1,243 @@
+//! A cluster of real `evenkeel broker` processes on loopback, laid out as `evenkeel dev
+//! --brokers N` lays it out (the first three vote), with kill -9, SIGTERM, SIGSTOP/SIGCONT and
+//! restart per node, for black-box cluster tests.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use evenkeel::dev::{node_properties, plan_ports, DevOptions, NodePorts};
+
+pub struct Node {
+    pub id: usize,
+    child: Option<Child>,
+    config: PathBuf,
+    pub ports: NodePorts,
+    /// Where the node serves /metrics (bound when it starts).
+    pub metrics: Option<u16>,
+}
+
+pub struct Cluster {
+    pub nodes: Vec<Node>,
+    pub data: PathBuf,
+    pub cluster_id: String,
+    _tmp: tempfile::TempDir,
+}
+
+/// Reads the node's stdout until its ready line; returns the metrics port from its banner
+/// if any. Keeps draining stdout afterwards.
+fn wait_ready(child: &mut Child, timeout: Duration) -> Result<(), String> {
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if line.contains(" ready on ") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    let deadline = Instant::now() + timeout;
+    loop {
+        if rx.recv_timeout(Duration::from_millis(100)).is_ok() {
+            return Ok(());
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("exited with {status}"));
+        }
+        if Instant::now() > deadline {
+            return Err("no ready line in time".into());
+        }
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill").arg(sig).arg(pid.to_string()).status();
+}
+
+impl Cluster {
+    /// Starts `n` nodes (all at once, as a cluster must) with extra `key=value` overrides for
+    /// every node, and waits until each is ready.
+    pub fn start(n: usize, overrides: &[&str]) -> Cluster {
+        Self::start_with(n, overrides, |_| Vec::new())
+    }
+
+    /// As `start`, with per-node overrides (e.g. `broker.rack`).
+    pub fn start_with(
+        n: usize,
+        overrides: &[&str],
+        per_node: impl Fn(usize) -> Vec<(String, String)>,
+    ) -> Cluster {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().to_path_buf();
+        let mut opts = DevOptions {
+            brokers: n,
+            port: 0,
+            data: data.clone(),
+            overrides: overrides
+                .iter()
+                .map(|kv| {
+                    let (k, v) = kv.split_once('=').unwrap();
+                    (k.to_string(), v.to_string())
+                })
+                .collect(),
+        };
+        opts.overrides
+            .push(("evenkeel.metrics.address".into(), "127.0.0.1:0".into()));
+        let ports = plan_ports(n, 0).unwrap();
+        let cluster_id = evenkeel::broker::random_cluster_id();
+        let mut nodes = Vec::new();
+        for id in 1..=n {
+            let mut props: BTreeMap<String, String> = node_properties(&opts, &ports, id);
+            for (k, v) in per_node(id) {
+                props.insert(k, v);
+            }
+            let dir = data.join(format!("broker-{id}"));
+            evenkeel::broker::format_log_dir(&dir, &cluster_id, id as i32).unwrap();
+            let config = data.join(format!("broker-{id}.properties"));
+            let text: String = props.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+            std::fs::write(&config, text).unwrap();
+            nodes.push(Node {
+                id,
+                child: None,
+                config,
+                ports: ports[id - 1],
+                metrics: None,
+            });
+        }
+        let mut c = Cluster {
+            nodes,
+            data,
+            cluster_id,
+            _tmp: tmp,
+        };
+        for i in 0..n {
+            c.spawn(i + 1);
+        }
+        for i in 0..n {
+            c.wait(i + 1);
+        }
+        c
+    }
+
+    fn node(&mut self, id: usize) -> &mut Node {
+        &mut self.nodes[id - 1]
+    }
+
+    /// Starts node `id` (again) without waiting.
+    pub fn spawn(&mut self, id: usize) {
+        let n = self.node(id);
+        assert!(n.child.is_none(), "node {id} is running");
+        let child = Command::new(env!("CARGO_BIN_EXE_evenkeel"))
+            .arg("broker")
+            .arg("--config")
+            .arg(&n.config)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start evenkeel");
+        n.child = Some(child);
+    }
+
+    /// Waits for node `id`'s ready line.
+    pub fn wait(&mut self, id: usize) {
+        let n = self.node(id);
+        let child = n.child.as_mut().expect("started");
+        if let Err(e) = wait_ready(child, Duration::from_secs(90)) {
+            panic!("node {id} did not start: {e}");
+        }
+    }
+
+    /// Starts node `id` and waits until it is ready.
+    pub fn restart(&mut self, id: usize) {
+        self.spawn(id);
+        self.wait(id);
+    }
+
+    pub fn is_running(&mut self, id: usize) -> bool {
+        let n = self.node(id);
+        match n.child.as_mut() {
+            Some(c) => c.try_wait().ok().flatten().is_none(),
+            None => false,
+        }
+    }
+
+    /// kill -9.
+    pub fn kill(&mut self, id: usize) {
+        if let Some(mut c) = self.node(id).child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait; true when it exited cleanly.
+    pub fn stop(&mut self, id: usize) -> bool {
+        let Some(mut c) = self.node(id).child.take() else {
+            return true;
+        };
+        signal(c.id(), "-TERM");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(s)) = c.try_wait() {
+                return s.success();
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                let _ = c.wait();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn sigstop(&mut self, id: usize) {
+        if let Some(c) = &self.node(id).child {
+            signal(c.id(), "-STOP");
+        }
+    }
+
+    pub fn sigcont(&mut self, id: usize) {
+        if let Some(c) = &self.node(id).child {
+            signal(c.id(), "-CONT");
+        }
+    }
+
+    /// `127.0.0.1:port` of node `id`'s client listener.
+    pub fn addr(&self, id: usize) -> String {
+        format!("127.0.0.1:{}", self.nodes[id - 1].ports.client)
+    }
+
+    /// Every node's client address, comma-separated.
+    pub fn bootstrap(&self) -> String {
+        (1..=self.nodes.len())
+            .map(|i| self.addr(i))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The client addresses of the running nodes.
+    pub fn live_bootstrap(&mut self) -> String {
+        let ids: Vec<usize> = (1..=self.nodes.len())
+            .filter(|i| self.is_running(*i))
+            .collect();
+        ids.iter()
+            .map(|i| self.addr(*i))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            if let Some(mut c) = n.child.take() {
+                signal(c.id(), "-CONT");
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
