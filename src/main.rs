@@ -181,7 +181,9 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("EVENKEEL_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                // openraft reports every unreachable voter, twice a second, as an error; the
+                // quorum's own warnings say what matters.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,openraft=off")),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

@@ -18,9 +18,9 @@ use kafka_protocol::messages::incremental_alter_configs_request::{
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
     AlterPartitionReassignmentsRequest, ApiKey, BrokerId, CreatePartitionsRequest,
-    CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
-    IncrementalAlterConfigsRequest, ListPartitionReassignmentsRequest, MetadataRequest,
-    MetadataResponse, TopicName,
+    CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, DescribeQuorumRequest,
+    ElectLeadersRequest, IncrementalAlterConfigsRequest, ListPartitionReassignmentsRequest,
+    MetadataRequest, MetadataResponse, TopicName,
 };
 use kafka_protocol::protocol::{Request, StrBytes};
 use tokio::sync::Mutex;
@@ -83,6 +83,25 @@ pub struct PartitionInfo {
     pub leader: i32,
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
+}
+
+/// One replica of the metadata quorum as DescribeQuorum reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumReplica {
+    pub id: i32,
+    pub log_end_offset: i64,
+    pub last_fetch_ms: i64,
+    pub last_caught_up_ms: i64,
+}
+
+/// The metadata quorum (DescribeQuorum).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumInfo {
+    pub leader_id: i32,
+    pub leader_epoch: i32,
+    pub high_watermark: i64,
+    pub voters: Vec<QuorumReplica>,
+    pub observers: Vec<QuorumReplica>,
 }
 
 /// Where a config value comes from (DescribeConfigs `config_source`).
@@ -278,21 +297,55 @@ impl AdminClient {
         replication_factor: i16,
         configs: &BTreeMap<String, String>,
     ) -> Result<Uuid, ClientError> {
-        let timeout_ms = broker_timeout_ms(self.timeout);
         let topic = CreatableTopic::default()
-            .with_name(TopicName(str_bytes(name)))
             .with_num_partitions(partitions)
-            .with_replication_factor(replication_factor)
-            .with_configs(
-                configs
+            .with_replication_factor(replication_factor);
+        self.create(name, topic, configs).await
+    }
+
+    /// Creates a topic whose partition `i` has the replicas `assignment[i]` (the first leads),
+    /// as `kafka-topics --replica-assignment` does.
+    pub async fn create_topic_with_assignment(
+        &self,
+        name: &str,
+        assignment: &[Vec<i32>],
+        configs: &BTreeMap<String, String>,
+    ) -> Result<Uuid, ClientError> {
+        use kafka_protocol::messages::create_topics_request::CreatableReplicaAssignment;
+        let topic = CreatableTopic::default()
+            .with_num_partitions(-1)
+            .with_replication_factor(-1)
+            .with_assignments(
+                assignment
                     .iter()
-                    .map(|(k, v)| {
-                        CreatableTopicConfig::default()
-                            .with_name(str_bytes(k))
-                            .with_value(Some(str_bytes(v)))
+                    .enumerate()
+                    .map(|(i, r)| {
+                        CreatableReplicaAssignment::default()
+                            .with_partition_index(i as i32)
+                            .with_broker_ids(r.iter().map(|b| BrokerId(*b)).collect())
                     })
                     .collect(),
             );
+        self.create(name, topic, configs).await
+    }
+
+    async fn create(
+        &self,
+        name: &str,
+        topic: CreatableTopic,
+        configs: &BTreeMap<String, String>,
+    ) -> Result<Uuid, ClientError> {
+        let timeout_ms = broker_timeout_ms(self.timeout);
+        let topic = topic.with_name(TopicName(str_bytes(name))).with_configs(
+            configs
+                .iter()
+                .map(|(k, v)| {
+                    CreatableTopicConfig::default()
+                        .with_name(str_bytes(k))
+                        .with_value(Some(str_bytes(v)))
+                })
+                .collect(),
+        );
         let req = CreateTopicsRequest::default()
             .with_topics(vec![topic])
             .with_timeout_ms(timeout_ms);
@@ -430,6 +483,80 @@ impl AdminClient {
         }
         out.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
         Ok(out)
+    }
+
+    /// ElectLeaders: PREFERRED (`preferred`) or UNCLEAN elections for `partitions` (`None`:
+    /// every partition). Returns each partition's Kafka error code (0: elected;
+    /// ELECTION_NOT_NEEDED and PREFERRED_LEADER_NOT_AVAILABLE are answers, not failures).
+    pub async fn elect_leaders(
+        &self,
+        preferred: bool,
+        partitions: Option<&[(String, i32)]>,
+    ) -> Result<Vec<(String, i32, i16)>, ClientError> {
+        use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
+        let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+        for (t, p) in partitions.unwrap_or_default() {
+            by_topic.entry(t.as_str()).or_default().push(*p);
+        }
+        let req = ElectLeadersRequest::default()
+            .with_election_type(if preferred { 0 } else { 1 })
+            .with_timeout_ms(broker_timeout_ms(self.timeout))
+            .with_topic_partitions(partitions.map(|_| {
+                by_topic
+                    .into_iter()
+                    .map(|(t, ps)| {
+                        TopicPartitions::default()
+                            .with_topic(TopicName(str_bytes(t)))
+                            .with_partitions(ps)
+                    })
+                    .collect()
+            }));
+        let resp = self.controller_call(&req).await?;
+        check("ElectLeaders", resp.error_code, None)?;
+        let mut out = Vec::new();
+        for t in resp.replica_election_results {
+            for p in t.partition_result {
+                out.push((t.topic.0.to_string(), p.partition_id, p.error_code));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// The metadata quorum: its leader (the active controller), epoch and replicas.
+    pub async fn describe_quorum(&self) -> Result<QuorumInfo, ClientError> {
+        use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
+        let req = DescribeQuorumRequest::default().with_topics(vec![TopicData::default()
+            .with_topic_name(TopicName(str_bytes("__cluster_metadata")))
+            .with_partitions(vec![PartitionData::default().with_partition_index(0)])]);
+        let conn = self.any_connection().await?;
+        let resp = conn.call(&req).await?;
+        check("DescribeQuorum", resp.error_code, resp.error_message)?;
+        let p = resp
+            .topics
+            .into_iter()
+            .next()
+            .and_then(|t| t.partitions.into_iter().next())
+            .ok_or_else(|| missing("DescribeQuorum", "__cluster_metadata"))?;
+        check("DescribeQuorum", p.error_code, p.error_message)?;
+        let replicas =
+            |v: Vec<kafka_protocol::messages::describe_quorum_response::ReplicaState>| {
+                v.into_iter()
+                    .map(|r| QuorumReplica {
+                        id: r.replica_id.0,
+                        log_end_offset: r.log_end_offset,
+                        last_fetch_ms: r.last_fetch_timestamp,
+                        last_caught_up_ms: r.last_caught_up_timestamp,
+                    })
+                    .collect()
+            };
+        Ok(QuorumInfo {
+            leader_id: p.leader_id.0,
+            leader_epoch: p.leader_epoch,
+            high_watermark: p.high_watermark,
+            voters: replicas(p.current_voters),
+            observers: replicas(p.observers),
+        })
     }
 
     /// Every config of a topic with its value and source.
@@ -673,6 +800,12 @@ trait PerResourceErrors {
 impl PerResourceErrors for kafka_protocol::messages::CreateTopicsResponse {
     fn error_codes(&self) -> impl Iterator<Item = i16> + '_ {
         self.topics.iter().map(|t| t.error_code)
+    }
+}
+
+impl PerResourceErrors for kafka_protocol::messages::ElectLeadersResponse {
+    fn error_codes(&self) -> impl Iterator<Item = i16> + '_ {
+        std::iter::once(self.error_code)
     }
 }
 

@@ -36,6 +36,8 @@ pub const CLIENT_VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::DescribeQuorum, 0, 2),
 ];
 
 /// For each API in `CLIENT_VERSIONS`, the highest version both sides speak; APIs with no

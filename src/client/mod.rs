@@ -6,7 +6,8 @@ pub mod connection;
 
 pub use admin::{
     AdminClient, AlterConfigOp, AlterOpType, BrokerInfo, ClusterDescription, ConfigEntry,
-    ConfigSource, OngoingReassignment, PartitionInfo, Reassignment, TopicDescription,
+    ConfigSource, OngoingReassignment, PartitionInfo, QuorumInfo, QuorumReplica, Reassignment,
+    TopicDescription,
 };
 pub use connection::Connection;
 

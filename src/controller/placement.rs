@@ -176,7 +176,7 @@ impl<'a> RackList<'a> {
         }
         if rf as usize > self.total {
             return Err(PlacementError(format!(
-                "The target replication factor of {rf} cannot be reached because only {} broker(s) are registered.",
+                "The target replication factor of {rf} cannot be reached because only {} broker(s) are registered and unfenced.",
                 self.total
             )));
         }
@@ -348,7 +348,7 @@ mod tests {
         let e = place(&mut rng(1), &bs, &[], 1, 3).unwrap_err();
         assert_eq!(
             e.0,
-            "The target replication factor of 3 cannot be reached because only 1 broker(s) are registered."
+            "The target replication factor of 3 cannot be reached because only 1 broker(s) are registered and unfenced."
         );
         let all_fenced = brokers(&[(1, None, true), (2, None, true)]);
         assert_eq!(

@@ -70,11 +70,13 @@ pub struct CreatedTopic {
     pub configs: BTreeMap<String, String>,
 }
 
-/// Brokers placement may use: registered and not in controlled shutdown.
+/// Brokers placement may use: registered, unfenced and not in controlled shutdown. (Kafka
+/// also places replicas on fenced brokers; a fenced broker is most likely down, so evenkeel
+/// does not start a partition under-replicated.)
 pub fn usable_brokers(image: &MetadataImage) -> Vec<UsableBroker> {
     image
         .brokers()
-        .filter(|b| !b.in_controlled_shutdown)
+        .filter(|b| b.is_active())
         .map(|b| UsableBroker {
             id: b.id,
             rack: b.rack.clone(),
@@ -884,7 +886,7 @@ mod tests {
         assert_eq!(e.code, errors::INVALID_REPLICATION_FACTOR);
         assert_eq!(
             e.message,
-            "Unable to replicate the partition 3 time(s): The target replication factor of 3 cannot be reached because only 1 broker(s) are registered."
+            "Unable to replicate the partition 3 time(s): The target replication factor of 3 cannot be reached because only 1 broker(s) are registered and unfenced."
         );
     }
 

@@ -67,6 +67,8 @@ pub struct Network {
     idle: Arc<parking_lot::Mutex<HashMap<String, Vec<TcpStream>>>>,
     mismatch: ClusterMismatch,
     acks: Acks,
+    /// Voters last found unreachable, to warn once per outage rather than per retry.
+    down: Arc<parking_lot::Mutex<std::collections::HashSet<NodeId>>>,
 }
 
 /// When each voter last answered an AppendEntries (milliseconds since the epoch).
@@ -80,6 +82,16 @@ impl Network {
             idle: Arc::default(),
             mismatch,
             acks,
+            down: Arc::default(),
+        }
+    }
+
+    fn note_reachable(&self, target: NodeId, addr: &str, reachable: bool, why: &str) {
+        let mut down = self.down.lock();
+        if reachable && down.remove(&target) {
+            tracing::info!(voter = target, %addr, "voter reachable again");
+        } else if !reachable && down.insert(target) {
+            tracing::warn!(voter = target, %addr, reason = why, "cannot reach voter");
         }
     }
 }
@@ -173,8 +185,15 @@ impl Peer {
             bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let frame = request_frame(&self.net.cluster_id, self.net.node_id, kind, &payload);
         let mut body = match self.exchange(&frame, option.hard_ttl()).await {
-            Ok(b) => b,
-            Err(WireError::Io(e)) => return Err(RPCError::Unreachable(Unreachable::new(&e))),
+            Ok(b) => {
+                self.net.note_reachable(self.target, &self.addr, true, "");
+                b
+            }
+            Err(WireError::Io(e)) => {
+                self.net
+                    .note_reachable(self.target, &self.addr, false, &e.to_string());
+                return Err(RPCError::Unreachable(Unreachable::new(&e)));
+            }
             Err(e) => return Err(RPCError::Network(NetworkError::new(&e))),
         };
         if body.len() < 6 {
