@@ -293,6 +293,9 @@ fn print_ready(node: &evenkeel::node::Node, banner: bool) {
     };
     let ep = broker.endpoint();
     let bootstrap = format!("{}:{}", ep.host, ep.port);
+    if let Some(m) = node.metrics_addr() {
+        println!("evenkeel broker {id} metrics on http://{m}/metrics");
+    }
     println!(
         "evenkeel broker {id} ready on {bootstrap} (cluster {})",
         node.cluster_id

@@ -288,7 +288,10 @@ impl Broker {
     /// Applies a new image: partitions first (logs, leaders, followers), then the group
     /// coordinators of `__consumer_offsets` partitions gained or lost, then publishes it.
     pub fn publish(&self, image: Arc<MetadataImage>) -> Result<(), StorageError> {
-        let changes = self.replicas.apply_image(&image, &self.config.log)?;
+        let changes = self
+            .replicas
+            .apply_image(&image, &self.config.log)
+            .inspect_err(|_| self.metrics.metadata_apply_errors.inc())?;
         group::api::on_partition_changes(self, &changes);
         let caught_up = self.lifecycle().is_some_and(|l| l.is_caught_up());
         if caught_up
@@ -298,6 +301,12 @@ impl Broker {
         {
             self.replicas.delete_strays(&image)?;
         }
+        self.metrics
+            .metadata_last_applied_offset
+            .set(image.last_offset);
+        self.metrics
+            .metadata_last_applied_timestamp
+            .set(image.last_timestamp);
         self.published.send_replace(image);
         Ok(())
     }

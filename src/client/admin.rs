@@ -81,6 +81,8 @@ pub struct PartitionInfo {
     pub partition: i32,
     /// -1 when the partition has no leader.
     pub leader: i32,
+    /// The partition's leader epoch (-1 when the broker does not report one).
+    pub leader_epoch: i32,
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
 }
@@ -273,6 +275,7 @@ impl AdminClient {
                 .map(|p| PartitionInfo {
                     partition: p.partition_index,
                     leader: p.leader_id.0,
+                    leader_epoch: p.leader_epoch,
                     replicas: p.replica_nodes.into_iter().map(|b| b.0).collect(),
                     isr: p.isr_nodes.into_iter().map(|b| b.0).collect(),
                 })

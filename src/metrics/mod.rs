@@ -86,6 +86,11 @@ pub struct BrokerMetrics {
     pub leader_count: IntGauge,
     pub partition_count: IntGauge,
     pub under_replicated: IntGauge,
+    /// Kafka's broker-metadata-metrics: the last metadata record this broker applied, and
+    /// failed applies.
+    pub metadata_last_applied_offset: IntGauge,
+    pub metadata_last_applied_timestamp: IntGauge,
+    pub metadata_apply_errors: IntCounter,
     pub log_size: GaugeVec,
     /// Kafka's FetchSessionCache metrics (KIP-227 sessions).
     pub fetch_sessions: IntGauge,
@@ -242,6 +247,21 @@ impl BrokerMetrics {
                 &r,
                 "kafka_server_replicamanager_underreplicatedpartitions",
                 "Led partitions whose ISR is smaller than their replica set",
+            ),
+            metadata_last_applied_offset: int_gauge(
+                &r,
+                "kafka_server_broker_metadata_metrics_last_applied_record_offset",
+                "Offset of the last metadata record applied to this broker's image",
+            ),
+            metadata_last_applied_timestamp: int_gauge(
+                &r,
+                "kafka_server_broker_metadata_metrics_last_applied_record_timestamp",
+                "Append time of the last metadata record applied (ms)",
+            ),
+            metadata_apply_errors: int_counter(
+                &r,
+                "kafka_server_broker_metadata_metrics_metadata_apply_error_count",
+                "Metadata changes this broker failed to apply to its logs",
             ),
             log_size: gauge_vec(
                 &r,

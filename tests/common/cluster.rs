@@ -29,21 +29,31 @@ pub struct Cluster {
 
 /// Reads the node's stdout until its ready line; returns the metrics port from its banner
 /// if any. Keeps draining stdout afterwards.
-fn wait_ready(child: &mut Child, timeout: Duration) -> Result<(), String> {
+fn wait_ready(child: &mut Child, timeout: Duration) -> Result<Option<u16>, String> {
     let stdout = child.stdout.take().ok_or("no stdout")?;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
+        let mut metrics = None;
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { return };
+            if let Some(url) = line.split(" metrics on ").nth(1) {
+                metrics = url
+                    .trim()
+                    .trim_start_matches("http://")
+                    .trim_end_matches("/metrics")
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| p.parse::<u16>().ok());
+            }
             if line.contains(" ready on ") {
-                let _ = tx.send(());
+                let _ = tx.send(metrics);
             }
         }
     });
     let deadline = Instant::now() + timeout;
     loop {
-        if rx.recv_timeout(Duration::from_millis(100)).is_ok() {
-            return Ok(());
+        if let Ok(metrics) = rx.recv_timeout(Duration::from_millis(100)) {
+            return Ok(metrics);
         }
         if let Ok(Some(status)) = child.try_wait() {
             return Err(format!("exited with {status}"));
@@ -52,6 +62,18 @@ fn wait_ready(child: &mut Child, timeout: Duration) -> Result<(), String> {
             return Err("no ready line in time".into());
         }
     }
+}
+
+/// GET /metrics over a plain TCP socket.
+fn scrape(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.split_once("\r\n\r\n").map(|(_, body)| body.to_string())
 }
 
 fn signal(pid: u32, sig: &str) {
@@ -146,8 +168,9 @@ impl Cluster {
     pub fn wait(&mut self, id: usize) {
         let n = self.node(id);
         let child = n.child.as_mut().expect("started");
-        if let Err(e) = wait_ready(child, Duration::from_secs(90)) {
-            panic!("node {id} did not start: {e}");
+        match wait_ready(child, Duration::from_secs(90)) {
+            Ok(metrics) => n.metrics = metrics,
+            Err(e) => panic!("node {id} did not start: {e}"),
         }
     }
 
@@ -208,6 +231,22 @@ impl Cluster {
     /// `127.0.0.1:port` of node `id`'s client listener.
     pub fn addr(&self, id: usize) -> String {
         format!("127.0.0.1:{}", self.nodes[id - 1].ports.client)
+    }
+
+    /// One series of node `id`'s /metrics, summed over its labels (None when the node
+    /// cannot be scraped or has no such series).
+    pub fn metric(&self, id: usize, name: &str) -> Option<f64> {
+        let port = self.nodes[id - 1].metrics?;
+        let body = scrape(port)?;
+        let mut total = None;
+        for line in body.lines().filter(|l| !l.starts_with('#')) {
+            let (series, value) = line.rsplit_once(' ')?;
+            let bare = series.split('{').next().unwrap_or(series);
+            if bare == name {
+                *total.get_or_insert(0.0) += value.parse::<f64>().ok()?;
+            }
+        }
+        total
     }
 
     /// Every node's client address, comma-separated.
