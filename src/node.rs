@@ -42,9 +42,9 @@ impl Metadata {
             Metadata::Observer(o) => o.leader_changes(),
         }
     }
-    fn cluster_mismatch(&self) -> Option<String> {
+    fn fatal(&self) -> Option<String> {
         match self {
-            Metadata::Voter(q) => q.cluster_mismatch(),
+            Metadata::Voter(q) => q.fatal(),
             Metadata::Observer(o) => o.cluster_mismatch(),
         }
     }
@@ -286,7 +286,7 @@ impl Node {
             tokio::select! {
                 r = &mut running => return r.map_err(BrokerError::Fatal),
                 _ = tokio::time::sleep(Duration::from_millis(100)) => {
-                    if let Some(m) = self.metadata.cluster_mismatch() {
+                    if let Some(m) = self.metadata.fatal() {
                         return Err(BrokerError::Fatal(m));
                     }
                 }
@@ -316,7 +316,7 @@ impl Node {
 
     /// Why the node must stop, if something made it impossible to go on.
     pub fn fatal(&self) -> Option<String> {
-        if let Some(m) = self.metadata.cluster_mismatch() {
+        if let Some(m) = self.metadata.fatal() {
             return Some(m);
         }
         self.broker

@@ -106,6 +106,7 @@ pub const KEYS: &[&str] = &[
     "metadata.log.max.record.bytes.between.snapshots",
     "metadata.log.max.snapshot.interval.ms",
     "metadata.log.segment.bytes",
+    "metadata.log.segment.min.bytes",
     "metadata.log.dir",
     "metadata.max.idle.interval.ms",
     "metadata.log.max.retention.bytes",
@@ -412,7 +413,12 @@ impl ClusterConfig {
                 "metadata.log.segment.bytes",
                 1024 * 1024 * 1024u64,
             )?
-            .max(8 * 1024 * 1024),
+            // Kafka's internal floor, lowered only by tests.
+            .max(number(
+                props,
+                "metadata.log.segment.min.bytes",
+                8 * 1024 * 1024u64,
+            )?),
             registration_timeout_ms: number(
                 props,
                 "initial.broker.registration.timeout.ms",

@@ -206,6 +206,19 @@ impl MetadataLog {
         Ok(())
     }
 
+    /// A voter installed a snapshot from the leader: unless its log holds the snapshot's last
+    /// entry, the log starts again at the snapshot's end offset.
+    pub fn installed_snapshot(&self, a: Anchor) -> Result<(), StorageError> {
+        self.set_anchor(a);
+        let mut ix = self.index.lock();
+        let last = a.last_log_id.index;
+        if ix.get(last).is_none() && ix.next_index() <= last + 1 {
+            self.log.lock().truncate_fully_and_start_at(a.end_offset)?;
+            *ix = BatchIndex::starting_at(last + 1);
+        }
+        Ok(())
+    }
+
     /// An observer that installed a snapshot ending at `end_offset` starts its log there.
     pub fn restart_at(&self, a: Anchor) -> Result<(), StorageError> {
         self.log.lock().truncate_fully_and_start_at(a.end_offset)?;
@@ -293,15 +306,17 @@ impl MetadataLog {
             ix.purge_through(id.index);
             return Ok(());
         }
-        // Beyond the end of the log: a snapshot from the leader replaced everything.
-        let a = self.anchor().filter(|a| a.last_log_id.index == id.index);
-        let Some(a) = a else {
-            return Err(io_err(format!(
-                "purge to {id} beyond the log end without a snapshot there"
-            )));
-        };
-        self.log.lock().truncate_fully_and_start_at(a.end_offset)?;
-        *ix = BatchIndex::starting_at(id.index + 1);
+        // Beyond the end of the log: a snapshot from the leader replaces everything. openraft
+        // may purge before its state machine has installed that snapshot; then the log moves
+        // to the snapshot's end offset in `installed_snapshot`, before any later entry comes.
+        let anchored = self.anchor().filter(|a| a.last_log_id.index == id.index);
+        match anchored {
+            Some(a) => {
+                self.log.lock().truncate_fully_and_start_at(a.end_offset)?;
+                *ix = BatchIndex::starting_at(id.index + 1);
+            }
+            None => *ix = BatchIndex::starting_at(id.index + 1),
+        }
         Ok(())
     }
 
@@ -460,5 +475,92 @@ pub fn anchor_of(snapshot: &snapshot::SnapshotFile) -> Anchor {
     Anchor {
         last_log_id: snapshot.last_log_id,
         end_offset: snapshot.end_offset,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::raft::MetadataBatch;
+    use crate::storage::manager::LogManagerConfig;
+    use openraft::EntryPayload;
+
+    fn open(dir: &Path) -> (Arc<LogManager>, MetadataLog) {
+        let logs = LogManager::open(LogManagerConfig::new(dir, LogConfig::default())).unwrap();
+        let ctx = EntryContext {
+            leader: 1,
+            leader_term: 2,
+            voters: vec![1, 2, 3],
+            listener: "CONTROLLER".into(),
+        };
+        let log = MetadataLog::open(&logs, 1 << 20, None, ctx).unwrap();
+        (logs, log)
+    }
+
+    fn entries(from: u64, to: u64) -> Vec<Entry> {
+        (from..to)
+            .map(|i| Entry {
+                log_id: log_id(2, i),
+                payload: EntryPayload::Normal(MetadataBatch {
+                    records: vec![vec![1, 20, 0, 0]],
+                }),
+            })
+            .collect()
+    }
+
+    /// The leader's snapshot covers entries 0..=41 and ends at Kafka offset 500; this voter's
+    /// log stopped at entry 15.
+    fn snap() -> Anchor {
+        Anchor {
+            last_log_id: log_id(2, 41),
+            end_offset: 500,
+        }
+    }
+
+    fn assert_restarted_at_the_snapshot(log: &MetadataLog) {
+        assert_eq!(log.log_start_offset(), 500);
+        assert_eq!(log.log_end_offset(), 500);
+        // The next entry from the leader follows the snapshot, at its end offset.
+        log.append_entries(entries(42, 43)).unwrap();
+        assert_eq!(log.end_offset_of(42), Some(501));
+        assert_eq!(log.end_offset_of(41), Some(500));
+    }
+
+    #[test]
+    fn a_purge_before_the_snapshot_is_installed_waits_for_its_end_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_logs, log) = open(dir.path());
+        log.append_entries(entries(0, 16)).unwrap();
+        // openraft purges through the snapshot's last entry before its state machine
+        // has installed the snapshot.
+        log.purge_through(snap().last_log_id).unwrap();
+        log.installed_snapshot(snap()).unwrap();
+        assert_restarted_at_the_snapshot(&log);
+    }
+
+    #[test]
+    fn a_snapshot_installed_before_the_purge_moves_the_log_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_logs, log) = open(dir.path());
+        log.append_entries(entries(0, 16)).unwrap();
+        log.installed_snapshot(snap()).unwrap();
+        log.purge_through(snap().last_log_id).unwrap();
+        assert_restarted_at_the_snapshot(&log);
+    }
+
+    #[test]
+    fn a_snapshot_inside_the_log_keeps_the_entries_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_logs, log) = open(dir.path());
+        log.append_entries(entries(0, 50)).unwrap();
+        let inside = Anchor {
+            last_log_id: log_id(2, 41),
+            end_offset: 42,
+        };
+        log.installed_snapshot(inside).unwrap();
+        log.purge_through(inside.last_log_id).unwrap();
+        assert_eq!(log.log_start_offset(), 42);
+        assert_eq!(log.log_end_offset(), 50);
+        assert_eq!(log.end_offset_of(49), Some(50));
     }
 }

@@ -295,9 +295,19 @@ impl Quorum {
         rx
     }
 
-    /// Set when a voter of another cluster answered: the message to exit with.
-    pub fn cluster_mismatch(&self) -> Option<String> {
-        self.mismatch.get()
+    /// Why this node's part in the quorum cannot go on: a voter of another cluster answered,
+    /// or openraft stopped on an error (its storage failed). The message to exit with.
+    pub fn fatal(&self) -> Option<String> {
+        if let Some(m) = self.mismatch.get() {
+            return Some(m);
+        }
+        match &self.raft.metrics().borrow().running_state {
+            Ok(()) => None,
+            Err(e) => Some(format!(
+                "the metadata quorum stopped on node {}: {e}",
+                self.node_id
+            )),
+        }
     }
 
     /// Commits `records` as one entry and waits until this node has applied it.

@@ -234,10 +234,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let dir = self.shared.log.dir().to_path_buf();
         snapshot::write(&dir, &bytes, snap.end_offset, snap.epoch).map_err(sm_err)?;
         snapshot::remove_older(&dir, snap.end_offset).map_err(sm_err)?;
-        self.shared.log.set_anchor(Anchor {
-            last_log_id: snap.last_log_id,
-            end_offset: snap.end_offset,
-        });
+        self.shared
+            .log
+            .installed_snapshot(Anchor {
+                last_log_id: snap.last_log_id,
+                end_offset: snap.end_offset,
+            })
+            .map_err(sm_err)?;
         let img = Arc::new(snap.image());
         {
             let mut st = self.shared.state.lock();
