@@ -3,6 +3,7 @@
 //! UnregisterBroker) are forwarded to the active controller, as a KRaft broker does; DeleteRecords
 //! and DescribeConfigs are answered here.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -420,19 +421,7 @@ pub fn describe_configs(
                     );
                     continue;
                 }
-                let configs = broker
-                    .config
-                    .raw
-                    .iter()
-                    .filter(|(k, _)| wanted(k))
-                    .map(|(k, v)| {
-                        DescribeConfigsResourceResult::default()
-                            .with_name(s(k.clone()))
-                            .with_value(Some(s(v.clone())))
-                            .with_config_source(SOURCE_STATIC_BROKER)
-                            .with_read_only(true)
-                    })
-                    .collect();
+                let configs = describe_broker(broker, &img, &name, &wanted, req.include_synonyms);
                 results.push(base.with_configs(configs));
             }
             other => results.push(
@@ -442,4 +431,64 @@ pub fn describe_configs(
         }
     }
     DescribeConfigsResponse::default().with_results(results)
+}
+
+/// A broker resource's configs: the dynamic ones from the metadata image (the broker's own,
+/// then the cluster default), then server.properties for the rest, read-only. Synonyms list
+/// every layer that sets a key, strongest first, as Kafka does.
+fn describe_broker(
+    broker: &Broker,
+    img: &MetadataImage,
+    name: &str,
+    wanted: &dyn Fn(&str) -> bool,
+    include_synonyms: bool,
+) -> Vec<DescribeConfigsResourceResult> {
+    use crate::config::{SOURCE_DYNAMIC_BROKER, SOURCE_DYNAMIC_DEFAULT_BROKER};
+    let empty = BTreeMap::new();
+    let own = if name.is_empty() {
+        &empty
+    } else {
+        img.broker_configs(name).unwrap_or(&empty)
+    };
+    let layers = [
+        (own, SOURCE_DYNAMIC_BROKER),
+        (
+            img.broker_configs("").unwrap_or(&empty),
+            SOURCE_DYNAMIC_DEFAULT_BROKER,
+        ),
+        (&broker.config.raw, SOURCE_STATIC_BROKER),
+    ];
+    let mut keys = std::collections::BTreeSet::new();
+    for (m, _) in &layers {
+        keys.extend(m.keys().filter(|k| wanted(k)).cloned());
+    }
+    let mut out = Vec::new();
+    for k in keys {
+        let set: Vec<(&String, i8)> = layers
+            .iter()
+            .filter_map(|(m, source)| m.get(&k).map(|v| (v, *source)))
+            .collect();
+        let Some((value, source)) = set.first().copied() else {
+            continue;
+        };
+        let mut r = DescribeConfigsResourceResult::default()
+            .with_name(s(k.clone()))
+            .with_value(Some(s(value.clone())))
+            .with_config_source(source)
+            .with_read_only(source == SOURCE_STATIC_BROKER);
+        if include_synonyms {
+            r = r.with_synonyms(
+                set.iter()
+                    .map(|(v, source)| {
+                        DescribeConfigsSynonym::default()
+                            .with_name(s(k.clone()))
+                            .with_value(Some(s((*v).clone())))
+                            .with_source(*source)
+                    })
+                    .collect(),
+            );
+        }
+        out.push(r);
+    }
+    out
 }

@@ -403,6 +403,10 @@ pub fn describe_topic_partitions(
                     .with_leader_epoch(p.leader_epoch)
                     .with_replica_nodes(ids(&p.replicas))
                     .with_isr_nodes(ids(&p.isr))
+                    // No ELR (KIP-966): empty lists, as Kafka sends with ELR off; Kafka's
+                    // admin client cannot take null here.
+                    .with_eligible_leader_replicas(Some(Vec::new()))
+                    .with_last_known_elr(Some(Vec::new()))
                     .with_offline_replicas(ids(&img.offline_replicas(p))),
             );
         }

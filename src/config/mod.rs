@@ -378,6 +378,8 @@ mod tests {
 
 /// DescribeConfigs `ConfigSource` ids.
 pub const SOURCE_DYNAMIC_TOPIC: i8 = 1;
+pub const SOURCE_DYNAMIC_BROKER: i8 = 2;
+pub const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = 3;
 pub const SOURCE_STATIC_BROKER: i8 = 4;
 pub const SOURCE_DEFAULT: i8 = 5;
 

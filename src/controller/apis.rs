@@ -429,10 +429,11 @@ impl ControllerNode {
                     .alter_topic_configs(name, ops, incremental, validate_only)
                     .await
             }
-            RESOURCE_BROKER => Err(ControllerError::new(
-                errors::INVALID_REQUEST,
-                "Broker configs are read-only in evenkeel for now; set them in server.properties.",
-            )),
+            RESOURCE_BROKER => {
+                self.controller
+                    .alter_broker_configs(name, ops, incremental, validate_only)
+                    .await
+            }
             other => Err(ControllerError::new(
                 errors::INVALID_REQUEST,
                 format!("Unsupported resource type {other}"),

@@ -98,7 +98,9 @@ pub struct MetadataImage {
     topics: BTreeMap<String, Arc<TopicImage>>,
     names_by_id: HashMap<KafkaUuid, String>,
     topic_configs: BTreeMap<String, BTreeMap<String, String>>,
-    broker_configs: BTreeMap<String, String>,
+    /// Dynamic broker configs by resource name: "" for the cluster-wide default, else a
+    /// broker id.
+    broker_configs: BTreeMap<String, BTreeMap<String, String>>,
     brokers: BTreeMap<i32, BrokerImage>,
     features: BTreeMap<String, i16>,
     /// Offset of the last record applied, or -1.
@@ -109,6 +111,32 @@ pub struct MetadataImage {
     pub last_timestamp: i64,
     /// The first producer id not yet handed out.
     pub next_producer_id: i64,
+}
+
+/// Sets or (with `None`) removes one config of a resource; a resource left without configs
+/// is dropped, so an image rebuilt from a snapshot equals the one that replayed the log.
+fn set_config(
+    table: &mut BTreeMap<String, BTreeMap<String, String>>,
+    resource: &str,
+    name: &str,
+    value: Option<&str>,
+) {
+    match value {
+        Some(v) => {
+            table
+                .entry(resource.to_string())
+                .or_default()
+                .insert(name.to_string(), v.to_string());
+        }
+        None => {
+            if let Some(m) = table.get_mut(resource) {
+                m.remove(name);
+                if m.is_empty() {
+                    table.remove(resource);
+                }
+            }
+        }
+    }
 }
 
 impl MetadataImage {
@@ -140,8 +168,18 @@ impl MetadataImage {
     pub fn topic_configs(&self, name: &str) -> BTreeMap<String, String> {
         self.topic_configs.get(name).cloned().unwrap_or_default()
     }
-    pub fn broker_configs(&self) -> &BTreeMap<String, String> {
-        &self.broker_configs
+    /// The dynamic configs of broker resource `name` ("" is the cluster-wide default).
+    pub fn broker_configs(&self, name: &str) -> Option<&BTreeMap<String, String>> {
+        self.broker_configs.get(name)
+    }
+
+    /// A dynamic broker config as broker `id` sees it: its own value, else the cluster default.
+    pub fn dynamic_broker_config(&self, id: i32, key: &str) -> Option<&str> {
+        self.broker_configs
+            .get(&id.to_string())
+            .and_then(|m| m.get(key))
+            .or_else(|| self.broker_configs.get("").and_then(|m| m.get(key)))
+            .map(String::as_str)
     }
     pub fn brokers(&self) -> impl Iterator<Item = &BrokerImage> {
         self.brokers.values()
@@ -255,19 +293,12 @@ impl MetadataImage {
                 name,
                 value,
             } => {
-                let map = match *resource_type {
-                    RESOURCE_TOPIC => self.topic_configs.entry(resource_name.clone()).or_default(),
+                let table = match *resource_type {
+                    RESOURCE_TOPIC => &mut self.topic_configs,
                     RESOURCE_BROKER => &mut self.broker_configs,
                     _ => return,
                 };
-                match value {
-                    Some(v) => {
-                        map.insert(name.clone(), v.clone());
-                    }
-                    None => {
-                        map.remove(name);
-                    }
-                }
+                set_config(table, resource_name, name, value.as_deref());
             }
             MetadataRecord::ProducerIds {
                 next_producer_id, ..
@@ -354,13 +385,15 @@ impl MetadataImage {
                 in_controlled_shutdown: b.in_controlled_shutdown,
             }));
         }
-        for (k, v) in &self.broker_configs {
-            out.push(MetadataRecord::Config {
-                resource_type: RESOURCE_BROKER,
-                resource_name: String::new(),
-                name: k.clone(),
-                value: Some(v.clone()),
-            });
+        for (resource, configs) in &self.broker_configs {
+            for (k, v) in configs {
+                out.push(MetadataRecord::Config {
+                    resource_type: RESOURCE_BROKER,
+                    resource_name: resource.clone(),
+                    name: k.clone(),
+                    value: Some(v.clone()),
+                });
+            }
         }
         for t in self.topics.values() {
             out.push(MetadataRecord::Topic {

@@ -383,6 +383,49 @@ impl QuorumController {
         .map(|_| ())
     }
 
+    /// AlterConfigs / IncrementalAlterConfigs on a broker resource: `name` is a broker id, or
+    /// "" for the cluster-wide default. Only the configs a running broker reads again can be
+    /// changed (Kafka's per-broker dynamic replication throttles); the rest live in
+    /// server.properties.
+    pub async fn alter_broker_configs(
+        &self,
+        name: &str,
+        ops: Vec<(String, ConfigOp)>,
+        incremental: bool,
+        validate_only: bool,
+    ) -> Result<(), ControllerError> {
+        if !name.is_empty() && name.parse::<i32>().is_err() {
+            return Err(ControllerError::new(
+                errors::INVALID_REQUEST,
+                format!("Invalid broker id {name}"),
+            ));
+        }
+        let defaults = self.settings.topics.log.clone();
+        self.commit(|img| {
+            let current = img.broker_configs(name).cloned().unwrap_or_default();
+            let changes = resolve_config_ops(&current, &defaults, ops, incremental)?;
+            validate_dynamic_broker_configs(&changes)?;
+            if validate_only {
+                return Ok((Vec::new(), ()));
+            }
+            let mut recs: Vec<MetadataRecord> = Vec::new();
+            if !incremental {
+                for k in current
+                    .keys()
+                    .filter(|k| !changes.iter().any(|(c, _)| c == *k))
+                {
+                    recs.push(broker_config_record(name, k, None));
+                }
+            }
+            for (k, v) in changes {
+                recs.push(broker_config_record(name, &k, v));
+            }
+            Ok((recs, ()))
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// ElectLeaders.
     pub async fn elect_leaders(
         &self,
@@ -499,6 +542,53 @@ fn config_record(topic: &str, key: &str, value: Option<String>) -> MetadataRecor
     MetadataRecord::Config {
         resource_type: RESOURCE_TOPIC,
         resource_name: topic.to_string(),
+        name: key.to_string(),
+        value,
+    }
+}
+
+/// The broker configs that can change while the brokers run: the replication throttles, in
+/// bytes per second (Kafka's DynamicReplicationConfig).
+pub const DYNAMIC_BROKER_CONFIGS: [&str; 3] = [
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
+];
+
+fn validate_dynamic_broker_configs(
+    changes: &[(String, Option<String>)],
+) -> Result<(), ControllerError> {
+    let fixed: Vec<&str> = changes
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .filter(|k| !DYNAMIC_BROKER_CONFIGS.contains(k))
+        .collect();
+    if !fixed.is_empty() {
+        return Err(ControllerError::new(
+            errors::INVALID_REQUEST,
+            format!(
+                "Cannot update these configs dynamically: Set({}); set them in server.properties",
+                fixed.join(", ")
+            ),
+        ));
+    }
+    for (k, v) in changes {
+        if let Some(v) = v {
+            if !v.trim().parse::<i64>().is_ok_and(|n| n >= 0) {
+                return Err(ControllerError::new(
+                    errors::INVALID_CONFIG,
+                    format!("Invalid value {v} for configuration {k}: Value must be at least 0"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn broker_config_record(broker: &str, key: &str, value: Option<String>) -> MetadataRecord {
+    MetadataRecord::Config {
+        resource_type: RESOURCE_BROKER,
+        resource_name: broker.to_string(),
         name: key.to_string(),
         value,
     }
