@@ -49,17 +49,22 @@ enum Command {
         #[arg(long = "override", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
     },
-    /// Format a log directory for a broker (writes meta.properties), like kafka-storage format.
+    /// Format a log directory for a broker (writes meta.properties), like kafka-storage format
+    /// (same flags: -c/--config, -t/--cluster-id, -g/--ignore-formatted, --standalone).
     Format {
-        #[arg(long)]
+        #[arg(short = 'c', long)]
         config: PathBuf,
         /// Cluster id; a new random one when omitted.
-        #[arg(long)]
+        #[arg(short = 't', long)]
         cluster_id: Option<String>,
         /// Succeed without change when the directory is already formatted (as kafka-storage's
         /// --ignore-formatted); for containers that format on every start.
-        #[arg(long)]
+        #[arg(short = 'g', long)]
         ignore_formatted: bool,
+        /// The controller is the only voter of its quorum (Kafka's quickstart, with
+        /// controller.quorum.bootstrap.servers naming this node's controller listener).
+        #[arg(short = 's', long)]
+        standalone: bool,
         #[arg(long = "override", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
     },
@@ -423,9 +428,13 @@ fn cmd_format(
     config: PathBuf,
     cluster_id: Option<String>,
     ignore_formatted: bool,
+    standalone: bool,
     overrides: Vec<String>,
 ) -> anyhow::Result<()> {
     let props = load_props(Some(&config), &overrides)?;
+    if standalone && props.contains_key("controller.quorum.voters") {
+        anyhow::bail!("You cannot specify controller.quorum.voters and format the node with --standalone. If you want to use dynamic quorum, please remove controller.quorum.voters and specify controller.quorum.bootstrap.servers instead.");
+    }
     let config = broker_config(&props)?;
     if let Some(existing) = evenkeel::storage::MetaProperties::read(&config.log_dir)? {
         let what = format!(
@@ -516,8 +525,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             config,
             cluster_id,
             ignore_formatted,
+            standalone,
             overrides,
-        } => cmd_format(config, cluster_id, ignore_formatted, overrides),
+        } => cmd_format(config, cluster_id, ignore_formatted, standalone, overrides),
         Command::Crdgen { out, check } => cmd_crdgen(out, check),
         Command::Operator(args) => evenkeel::operator::run(args),
         Command::DumpLog {

@@ -133,13 +133,7 @@ impl Server {
             }));
         }
         let refresh = refresh_hook(broker.clone(), tx.clone(), network.handle().clone());
-        let (metrics_addr, metrics_task) = crate::metrics::serve(
-            broker.config.metrics_address,
-            broker.metrics.clone(),
-            refresh,
-        )
-        .await
-        .map_err(bind_err(broker.config.metrics_address.to_string()))?;
+        let (metrics_addr, metrics_task) = serve_metrics(&broker, refresh).await?;
         tracing::info!(address = %metrics_addr, "metrics on /metrics, /healthz, /readyz");
         tasks.push(metrics_task);
         // Group sessions, rebalance timeouts and offset retention.
@@ -228,6 +222,35 @@ fn refresh_hook(
         m.leader_count.set(leaders);
         m.under_replicated.set(under_replicated);
     })
+}
+
+/// Serves /metrics on the configured address. The default port, when another process (another
+/// node on the same machine) holds it, gives way to a free port, with a warning; an address
+/// set in the config must be free.
+async fn serve_metrics(
+    broker: &Arc<Broker>,
+    refresh: Arc<dyn Fn() + Send + Sync>,
+) -> Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>), super::BrokerError> {
+    let bind_err = |addr: String| move |source| super::BrokerError::Bind { addr, source };
+    let want = broker.config.metrics_address;
+    match crate::metrics::serve(want, broker.metrics.clone(), refresh.clone()).await {
+        Err(e)
+            if e.kind() == std::io::ErrorKind::AddrInUse && !broker.config.metrics_address_set =>
+        {
+            let any = std::net::SocketAddr::new(want.ip(), 0);
+            let served = crate::metrics::serve(any, broker.metrics.clone(), refresh)
+                .await
+                .map_err(bind_err(any.to_string()))?;
+            tracing::warn!(
+                default = %want,
+                address = %served.0,
+                "the default metrics port is taken; serving /metrics on a free port \
+                 (set evenkeel.metrics.address to choose one)"
+            );
+            Ok(served)
+        }
+        other => other.map_err(bind_err(want.to_string())),
+    }
 }
 
 async fn handler(id: usize, broker: Arc<Broker>, rx: async_channel::Receiver<Job>) {

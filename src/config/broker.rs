@@ -36,6 +36,9 @@ pub struct BrokerConfig {
     pub log_flush_start_offset_checkpoint_interval_ms: i64,
     /// Where `/metrics`, `/healthz` and `/readyz` listen (`evenkeel.metrics.address`).
     pub metrics_address: SocketAddr,
+    /// Whether `evenkeel.metrics.address` was set; the default port falls back to a free one
+    /// when it is taken (several nodes on one machine from Kafka's own server.properties).
+    pub metrics_address_set: bool,
     /// `group.initial.rebalance.delay.ms` (3000; `evenkeel dev` uses 0).
     pub group_initial_rebalance_delay_ms: u64,
     pub group_min_session_timeout_ms: i32,
@@ -142,6 +145,9 @@ pub fn parse_listeners(key: &str, value: &str) -> Result<Vec<Listener>, ConfigEr
     Ok(out)
 }
 
+/// Where /metrics listens unless `evenkeel.metrics.address` says otherwise.
+pub const DEFAULT_METRICS_ADDRESS: &str = "0.0.0.0:9404";
+
 impl BrokerConfig {
     /// Builds the config; returns it with the keys that are not known, for a warning.
     pub fn from_props(
@@ -214,10 +220,11 @@ impl BrokerConfig {
         if log_dir.is_empty() {
             return Err(bad("log.dirs", "", "must name a directory"));
         }
+        let metrics_address_set = props.contains_key("evenkeel.metrics.address");
         let metrics = props
             .get("evenkeel.metrics.address")
             .map(String::as_str)
-            .unwrap_or("0.0.0.0:9404");
+            .unwrap_or(DEFAULT_METRICS_ADDRESS);
         let metrics_address = metrics
             .parse()
             .map_err(|_| bad("evenkeel.metrics.address", metrics, "expected host:port"))?;
@@ -254,6 +261,7 @@ impl BrokerConfig {
                 60_000i64,
             )?,
             metrics_address,
+            metrics_address_set,
             group_initial_rebalance_delay_ms: parse(
                 props,
                 "group.initial.rebalance.delay.ms",
@@ -308,6 +316,55 @@ mod tests {
         assert_eq!(c.max_incremental_fetch_session_cache_slots, 1000);
         assert_eq!(c.socket_request_max_bytes, 104_857_600);
         assert_eq!(unknown, vec!["something.else".to_string()]);
+    }
+
+    /// config/server.properties as the Kafka 4.1 distribution ships it (comments left out),
+    /// started after `kafka-storage format --standalone`.
+    const KAFKA_QUICKSTART: &str = "process.roles=broker,controller\nnode.id=1\n\
+        controller.quorum.bootstrap.servers=localhost:9093\n\
+        listeners=PLAINTEXT://:9092,CONTROLLER://:9093\ninter.broker.listener.name=PLAINTEXT\n\
+        advertised.listeners=PLAINTEXT://localhost:9092,CONTROLLER://localhost:9093\n\
+        controller.listener.names=CONTROLLER\n\
+        listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,\
+        SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL\n\
+        num.network.threads=3\nnum.io.threads=8\nsocket.send.buffer.bytes=102400\n\
+        socket.receive.buffer.bytes=102400\nsocket.request.max.bytes=104857600\n\
+        log.dirs=/tmp/kraft-combined-logs\nnum.partitions=1\nnum.recovery.threads.per.data.dir=1\n\
+        offsets.topic.replication.factor=1\nshare.coordinator.state.topic.replication.factor=1\n\
+        share.coordinator.state.topic.min.isr=1\ntransaction.state.log.replication.factor=1\n\
+        transaction.state.log.min.isr=1\nlog.retention.hours=168\nlog.segment.bytes=1073741824\n\
+        log.retention.check.interval.ms=300000\n";
+
+    #[test]
+    fn kafkas_quickstart_server_properties_start_a_standalone_controller() {
+        let (c, _) = BrokerConfig::from_props(&parse_properties(KAFKA_QUICKSTART)).unwrap();
+        // The one bootstrap server is this node's own controller listener: it is the only
+        // voter, at that address.
+        assert_eq!(c.cluster.voters.len(), 1);
+        assert_eq!(c.cluster.voters[0].id, 1);
+        assert_eq!(c.cluster.voters[0].address(), "localhost:9093");
+        assert_eq!(
+            c.advertised_listeners.len(),
+            1,
+            "the controller is not for clients"
+        );
+        assert_eq!(c.cluster.offsets_topic_replication_factor, 1);
+    }
+
+    #[test]
+    fn a_controller_bootstrapping_from_another_controller_is_refused() {
+        let text = KAFKA_QUICKSTART.replace(
+            "controller.quorum.bootstrap.servers=localhost:9093",
+            "controller.quorum.bootstrap.servers=other:9093",
+        );
+        let text = text.replace("CONTROLLER://:9093", "CONTROLLER://:9193");
+        let err = BrokerConfig::from_props(&parse_properties(&text))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("dynamic quorum of several controllers"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -293,6 +293,26 @@ impl ClusterConfig {
                 controller: false,
             },
         };
+        // Kafka's quickstart: one controller that finds itself through the bootstrap servers
+        // (formatted with `--standalone`) is the only voter of a dynamic quorum.
+        if roles.controller && voters.is_empty() && bootstrap_servers.len() == 1 {
+            let item = format!("{node_id}@{}", bootstrap_servers[0]);
+            let me = parse_voters(&item).map_err(|_| {
+                bad(
+                    "controller.quorum.bootstrap.servers",
+                    &bootstrap_servers[0],
+                    "is not host:port",
+                )
+            })?;
+            let own_port = |port: u16| {
+                all_listeners
+                    .iter()
+                    .any(|l| controller_listener_names.contains(&l.name) && l.port == port)
+            };
+            if me.iter().all(|v| own_port(v.port)) {
+                voters = me;
+            }
+        }
         let standalone = voters.is_empty() && bootstrap_servers.is_empty();
         if standalone && !roles.controller {
             return Err(bad(
@@ -310,7 +330,8 @@ impl ClusterConfig {
                     .unwrap_or(""),
                 format!(
                     "node {node_id} has the controller role but is not one of the voters \
-                     (dynamic quorums are not supported; list every controller here)"
+                     (a dynamic quorum of several controllers is not supported; list every \
+                     controller in controller.quorum.voters)"
                 ),
             ));
         }
