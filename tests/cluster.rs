@@ -238,3 +238,131 @@ async fn replicas_are_placed_across_three_racks() {
         assert_eq!(r.len(), 3, "partition {} on racks {r:?}", p.partition);
     }
 }
+
+/// Reorders partition 0's replicas so that `first` is preferred, keeping the same set (the ISR
+/// does not change, and the leader stays where it is).
+async fn prefer(addr: &str, topic: &str, replicas: Vec<i32>) {
+    let a = admin(addr).await;
+    a.alter_partition_reassignments(&[evenkeel::client::Reassignment {
+        topic: topic.into(),
+        partition: 0,
+        replicas: Some(replicas),
+    }])
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn the_controller_moves_leadership_back_to_the_preferred_replica() {
+    let c = Cluster::start(
+        3,
+        &[
+            "leader.imbalance.check.interval.seconds=2",
+            "auto.leader.rebalance.enable=true",
+        ],
+    );
+    let a = admin(&c.addr(1)).await;
+    a.create_topic_with_assignment("rebalanced", &[vec![1, 2, 3]], &BTreeMap::new())
+        .await
+        .unwrap();
+    prefer(&c.addr(1), "rebalanced", vec![2, 1, 3]).await;
+    let moved = eventually(Duration::from_secs(15), || async {
+        let p = describe(c.addr(3), "rebalanced").await?.partitions[0].clone();
+        (p.replicas == vec![2, 1, 3] && p.leader == 2).then_some(p)
+    })
+    .await;
+    assert!(
+        moved.is_some(),
+        "the leader did not move to the preferred replica: {:?}",
+        describe(c.addr(3), "rebalanced").await
+    );
+}
+
+#[tokio::test]
+async fn without_auto_rebalance_the_leader_stays_where_it_is() {
+    let c = Cluster::start(
+        3,
+        &[
+            "leader.imbalance.check.interval.seconds=1",
+            "auto.leader.rebalance.enable=false",
+        ],
+    );
+    let a = admin(&c.addr(1)).await;
+    a.create_topic_with_assignment("unbalanced", &[vec![1, 2, 3]], &BTreeMap::new())
+        .await
+        .unwrap();
+    prefer(&c.addr(1), "unbalanced", vec![2, 1, 3]).await;
+    let reordered = eventually(T, || async {
+        let p = describe(c.addr(3), "unbalanced").await?.partitions[0].clone();
+        (p.replicas == vec![2, 1, 3]).then_some(p)
+    })
+    .await
+    .expect("the reorder did not apply");
+    assert_eq!(reordered.leader, 1);
+    // Three check intervals later the leader has not moved.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let p = describe(c.addr(3), "unbalanced").await.unwrap().partitions[0].clone();
+    assert_eq!(p.leader, 1, "{p:?}");
+}
+
+/// Whether anything accepts connections on `addr`.
+fn listening(addr: &str) -> bool {
+    std::net::TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_millis(500)).is_ok()
+}
+
+#[tokio::test]
+async fn dev_runs_three_brokers_and_ctrl_c_stops_them_all() {
+    use std::io::{BufRead, BufReader};
+    let data = tempfile::tempdir().unwrap();
+    let mut dev = std::process::Command::new(env!("CARGO_BIN_EXE_evenkeel"))
+        .args(["dev", "--brokers", "3", "--port", "0", "--data"])
+        .arg(data.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = dev.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(rest) = line.strip_prefix("evenkeel dev: 3 brokers ready on ") {
+                let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_string());
+            }
+        }
+    });
+    let bootstrap = rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("no ready line from evenkeel dev");
+    let addrs: Vec<String> = bootstrap.split(',').map(String::from).collect();
+    assert_eq!(addrs.len(), 3, "{bootstrap}");
+    let cluster = admin(&bootstrap).await.describe_cluster().await.unwrap();
+    assert_eq!(cluster.brokers.len(), 3);
+    create(&addrs[2], "dev-topic", 3, 3).await;
+    // One quorum: every node formatted with the cluster id dev prints.
+    let ids: Vec<String> = (1..=3)
+        .map(|i| {
+            let meta = data.path().join(format!("broker-{i}/meta.properties"));
+            let text = std::fs::read_to_string(meta).unwrap();
+            text.lines()
+                .find_map(|l| l.strip_prefix("cluster.id=").map(String::from))
+                .unwrap()
+        })
+        .collect();
+    assert!(ids.iter().all(|id| *id == cluster.cluster_id), "{ids:?}");
+    // Ctrl-C: every broker stops cleanly, then dev exits 0.
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &dev.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = dev.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "evenkeel dev did not stop");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "evenkeel dev exited with {status}");
+    for a in &addrs {
+        assert!(!listening(a), "a broker still listens on {a}");
+    }
+}

@@ -67,8 +67,8 @@ pub struct Network {
     idle: Arc<parking_lot::Mutex<HashMap<String, Vec<TcpStream>>>>,
     mismatch: ClusterMismatch,
     acks: Acks,
-    /// Voters last found unreachable, to warn once per outage rather than per retry.
-    down: Arc<parking_lot::Mutex<std::collections::HashSet<NodeId>>>,
+    /// Voters that do not answer: since when, and whether that was logged yet.
+    down: Arc<parking_lot::Mutex<HashMap<NodeId, (std::time::Instant, bool)>>>,
 }
 
 /// When each voter last answered an AppendEntries (milliseconds since the epoch).
@@ -86,15 +86,28 @@ impl Network {
         }
     }
 
+    /// Logs a voter that has not answered for `OUTAGE_WARNING` once, and its return; the
+    /// moments while the voters of a new cluster start one after another stay quiet.
     fn note_reachable(&self, target: NodeId, addr: &str, reachable: bool, why: &str) {
         let mut down = self.down.lock();
-        if reachable && down.remove(&target) {
-            tracing::info!(voter = target, %addr, "voter reachable again");
-        } else if !reachable && down.insert(target) {
+        if reachable {
+            if let Some((_, true)) = down.remove(&target) {
+                tracing::info!(voter = target, %addr, "voter reachable again");
+            }
+            return;
+        }
+        let (since, warned) = down
+            .entry(target)
+            .or_insert((std::time::Instant::now(), false));
+        if !*warned && since.elapsed() >= OUTAGE_WARNING {
+            *warned = true;
             tracing::warn!(voter = target, %addr, reason = why, "cannot reach voter");
         }
     }
 }
+
+/// How long a voter must stay unreachable before it is logged.
+const OUTAGE_WARNING: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// One voter as openraft talks to it.
 pub struct Peer {
