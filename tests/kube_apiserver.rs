@@ -384,6 +384,66 @@ async fn kafkacluster_objects_status_config_hash_and_cleanup() {
         .collect::<Vec<_>>()
         .join("\n");
     assert!(props.contains("log.retention.hours=24"), "{props}");
+    // One quorum: the first three pods vote, no process.roles (a pod's node id tells it).
+    let voters = "controller.quorum.voters=0@main-kafka-0.main-kafka-brokers.";
+    assert!(props.contains(voters), "{props}");
+    assert!(!props.contains("3@main-kafka-3"), "{props}");
+    assert!(!props.contains("process.roles="), "{props}");
+    let controllers = |s: &StatefulSet| {
+        s.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("kafka.evenkeel.dev/controllers").cloned())
+    };
+    assert_eq!(controllers(&sts).as_deref(), Some("3"));
+
+    // Scaling out adds broker-only pods: the voters, the file and the hash stay.
+    clusters
+        .patch(
+            "main",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 5}})),
+        )
+        .await
+        .unwrap();
+    let scaled = wait_for("5 replicas", 60, || async {
+        let s = sts_api.get("main-kafka").await.ok()?;
+        (s.spec.as_ref()?.replicas == Some(5)).then_some(s)
+    })
+    .await;
+    assert_eq!(controllers(&scaled).as_deref(), Some("3"));
+    assert_eq!(hash_of(&scaled).as_deref(), Some(hash2.as_str()));
+    let cm = cm_api.get("main-kafka-config").await.unwrap();
+    assert_eq!(
+        cm.data
+            .unwrap_or_default()
+            .into_values()
+            .collect::<Vec<_>>()
+            .join("\n"),
+        props,
+        "scaling changed server.properties"
+    );
+    // Below the controllers is refused, with the reason, and nothing is removed.
+    clusters
+        .patch(
+            "main",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 2}})),
+        )
+        .await
+        .unwrap();
+    let refused = wait_for("ScaleDownBlocked", 60, || async {
+        let v = serde_json::to_value(clusters.get("main").await.ok()?).unwrap();
+        let (status, reason, message) = condition(&v, "Degraded")?;
+        (status == "True" && reason == "ScaleDownBlocked").then_some(message)
+    })
+    .await;
+    assert!(
+        refused.contains("controllers of the metadata quorum"),
+        "{refused}"
+    );
+    let kept = sts_api.get("main-kafka").await.unwrap();
+    assert_eq!(kept.spec.as_ref().unwrap().replicas, Some(5));
 
     // Deletion: the garbage collector removes everything the cluster owned.
     clusters

@@ -27,17 +27,16 @@ while ((SECONDS < deadline)); do
     reason="$(k get kafkatopic "$TOPIC" -o jsonpath='{.status.conditions[?(@.type=="Ready")].reason}')"
     msg="$(k get kafkatopic "$TOPIC" -o jsonpath='{.status.conditions[?(@.type=="Ready")].message}')"
     [[ "$status" == True ]] && break
-    # Today's brokers are single-node (replication is a later issue): a replication factor of 3
-    # is refused with Kafka's own error, and that is the operator reporting it correctly.
-    [[ "$reason" == InvalidReplicationFactor && "${E2E_STRICT_TOPIC:-0}" != 1 ]] && break
     sleep 3
 done
-case "$status/$reason" in
-True/*) ok "Ready: ${msg}" ;;
-False/InvalidReplicationFactor) info "Ready=False InvalidReplicationFactor: ${msg}"
-    info "expected while each broker runs on its own (set E2E_STRICT_TOPIC=1 once replication lands)" ;;
-*) die "KafkaTopic ${TOPIC} not Ready after ${E2E_TIMEOUT}s: ${status:-no status} ${reason} ${msg}" ;;
-esac
+# The three brokers form one cluster, so a replication factor of 3 is placed on all of them.
+[[ "$status" == True ]] \
+    || die "KafkaTopic ${TOPIC} not Ready after ${E2E_TIMEOUT}s: ${status:-no status} ${reason} ${msg}"
+ok "Ready: ${msg}"
+leaders="$(kc_field '{range .status.brokers[*]}{.leaders} {end}')"
+total=0; for n in $leaders; do total=$((total + n)); done
+(( total >= 6 )) || die "status.brokers[*].leaders is '${leaders}': the brokers do not share one image of the 6 partitions"
+ok "one cluster: leaders per broker ${leaders}"
 grep -q 'kafka.evenkeel.dev/topic' <<<"$(k get kafkatopic "$TOPIC" -o jsonpath='{.metadata.finalizers}')" \
     || die "KafkaTopic ${TOPIC} has no finalizer kafka.evenkeel.dev/topic"
 ok "finalizer kafka.evenkeel.dev/topic in place"

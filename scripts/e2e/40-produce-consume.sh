@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
 # Produces and consumes 1,000 records from a client pod running the same image
-# (`evenkeel perf produce|consume`, librdkafka inside). The client bootstraps from broker 0's
-# stable address: today each broker is a single node of its own, so the bootstrap Service, which
-# spreads connections over all of them, would send the consumer to another broker than the
-# producer. Set E2E_BOOTSTRAP to override (e.g. the bootstrap Service once replication lands).
+# (`evenkeel perf produce|consume`, librdkafka inside), through the bootstrap Service: the
+# brokers are one cluster, so any of them can answer Metadata. E2E_BOOTSTRAP overrides it.
 source "$(dirname "$0")/lib.sh"
-bootstrap="${E2E_BOOTSTRAP:-${CLUSTER}-kafka-0.${CLUSTER}-kafka-brokers.${NS}.svc:9092}"
+bootstrap="${E2E_BOOTSTRAP:-${CLUSTER}-kafka-bootstrap.${NS}.svc:9092}"
 records="${E2E_RECORDS:-1000}"
 topic="e2e-$(date +%s)"
 

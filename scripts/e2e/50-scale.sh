@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Scales the KafkaCluster from 3 to 4 brokers and waits until the fourth is ready and listed in
-# the status. The existing brokers do not roll (the voter list is not part of the config hash).
+# Scales the KafkaCluster from 3 to 4 brokers and waits until the fourth (a broker-only node that
+# follows the quorum of pods 0-2) is ready and listed in the status. The existing brokers do not
+# roll: the voters and the config hash stay.
 source "$(dirname "$0")/lib.sh"
 step "scale ${CLUSTER}: 3 -> 4 brokers"
 k patch kafkacluster "$CLUSTER" --type merge -p '{"spec":{"replicas":4}}'

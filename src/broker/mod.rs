@@ -409,7 +409,7 @@ impl Broker {
                 }
                 match self.fetch_pool.get() {
                     // Consumer fetches, wide ones included, are read and encoded on the fetch
-                    // pool, so produce and follower fetches never queue behind them (seed 003).
+                    // pool, so produce and follower fetches never queue behind them.
                     Some(pool) if !follower => {
                         let broker = self.clone();
                         let task = pool.spawn(async move {

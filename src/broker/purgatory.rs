@@ -1,4 +1,5 @@
-//! The purgatory for DelayedFetch and DelayedProduce, built so it cannot convoy (seed 003):
+//! The purgatory for DelayedFetch and DelayedProduce, built so it cannot convoy (Kafka's can stall for
+//! tens of seconds under wide fetches):
 //! an append's completion check costs O(1) atomics per watcher and takes no operation lock;
 //! an operation completes exactly once (an atomic flag); the woken request assembles its
 //! response itself, off the append path; completed watchers are purged lazily.

@@ -21,7 +21,7 @@ use crate::protocol::FrameError;
 struct Job {
     frame: Bytes,
     peer: Option<SocketAddr>,
-    /// When the request's first bytes arrived (seed 003: measure from here, not from dequeue).
+    /// When the request's first bytes arrived (queue time counts from here, not from dequeue).
     arrived: Instant,
     respond: oneshot::Sender<Answer>,
 }

@@ -11,8 +11,8 @@ use prometheus::{
     Opts, Registry, TextEncoder,
 };
 
-/// Millisecond buckets for request timings, from sub-millisecond to minutes (seed 003's
-/// 30–240 s stalls must land in a bucket of their own).
+/// Millisecond buckets for request timings, from sub-millisecond to minutes (the 30–240 s
+/// stalls a convoyed purgatory causes in Kafka must land in a bucket of their own).
 const TIME_BUCKETS_MS: &[f64] = &[
     0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0,
     10000.0, 30000.0, 60000.0, 120000.0, 240000.0,

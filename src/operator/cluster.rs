@@ -158,15 +158,176 @@ async fn reconcile_inner<C: AdminConnector>(
     ctx: &Context<C>,
 ) -> Result<Action, Error> {
     let names = Names::of(kc)?;
-    let ns = names.namespace.clone();
-    let client = ctx.client.clone();
-    let clusters: Api<KafkaCluster> = Api::namespaced(client.clone(), &ns);
-    let image = resources::image_of(kc, &ctx.default_image).to_string();
-    let mut st = kc.status.clone().unwrap_or_default();
-    let now = status::now_rfc3339();
-    let generation = kc.metadata.generation;
+    let clusters: Api<KafkaCluster> = Api::namespaced(ctx.client.clone(), &names.namespace);
+    let mut pass = Pass::new(kc);
+    let (effective, unavailable) = without_unavailable_roles(kc);
+    let kc = &effective;
+    pass.degrade_if(
+        !unavailable.is_empty(),
+        "RoleUnavailable",
+        unavailable.join("; "),
+    );
 
-    // Roles this version does not ship yet are left out and reported, never run to crash-loop.
+    let sts_api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &names.namespace);
+    let existing = sts_api.get_opt(&names.statefulset()).await?;
+    let current = existing
+        .as_ref()
+        .and_then(|s| s.spec.as_ref()?.replicas)
+        .unwrap_or(0);
+    let controllers = resources::controller_count(kc, existing.as_ref());
+    let image = resources::image_of(kc, &ctx.default_image).to_string();
+    let mut objects = match Objects::build(kc, &image, controllers) {
+        Ok(objects) => objects,
+        Err(resources::BuildError::Invalid(msg)) => {
+            return report_invalid_spec(ctx, &clusters, kc, pass, msg).await;
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let brokers = observe_brokers(ctx, kc, current).await;
+    let replicas = decide_replicas(ctx, kc, &brokers, current, controllers, &mut pass).await;
+    objects.set_replicas(replicas);
+    let applied = objects.apply(ctx, &names).await?;
+    if current != replicas {
+        let note = format!("brokers {current} -> {replicas}");
+        ctx.event(kc, EventType::Normal, "Scaled", &note).await;
+    }
+
+    let views = broker_pods(ctx, &names, &applied).await?;
+    let step = next_roll_step(&views, current.min(replicas), brokers.state.as_ref().ok());
+    roll(ctx, kc, &step, &mut pass).await?;
+    spread_after_scale_up(ctx, kc, &brokers, &views, &step, replicas, &mut pass).await;
+
+    let mut st = pass.status.clone();
+    fill_status(&mut st, kc, &names, &views, &brokers, &objects.sts)?;
+    let requeue = pass.conclude(ctx, kc, &mut st).await;
+    patch_status(&clusters, kc, st).await?;
+    Ok(Action::requeue(requeue))
+}
+
+/// What one reconcile pass found: the status it started from, why the cluster is degraded,
+/// what is moving or rolling, and when to look again.
+struct Pass {
+    status: KafkaClusterStatus,
+    generation: Option<i64>,
+    now: String,
+    degraded: Option<(String, String)>,
+    /// Partition moves for a scale (drain before a scale-down, spread after a scale-up).
+    moving: Option<(String, String)>,
+    rolling: Option<(String, String)>,
+    requeue: Option<Duration>,
+}
+
+impl Pass {
+    fn new(kc: &KafkaCluster) -> Pass {
+        Pass {
+            status: kc.status.clone().unwrap_or_default(),
+            generation: kc.metadata.generation,
+            now: status::now_rfc3339(),
+            degraded: None,
+            moving: None,
+            rolling: None,
+            requeue: None,
+        }
+    }
+
+    fn degrade_if(&mut self, cond: bool, reason: &str, message: String) {
+        if cond {
+            self.degraded = Some((reason.to_string(), message));
+        }
+    }
+
+    /// Look again within `d` at the latest.
+    fn requeue_within(&mut self, d: Duration) {
+        self.requeue = Some(self.requeue.map_or(d, |r| r.min(d)));
+    }
+
+    /// Sets the Ready, Reconciling and Degraded conditions; returns the requeue delay.
+    async fn conclude<C: AdminConnector>(
+        mut self,
+        ctx: &Context<C>,
+        kc: &KafkaCluster,
+        st: &mut KafkaClusterStatus,
+    ) -> Duration {
+        if self.moving.is_some() {
+            self.requeue_within(Duration::from_secs(15));
+        }
+        let rolling = self.rolling.take().or(self.moving.take());
+        let all_ready = st.ready_brokers == kc.spec.replicas && rolling.is_none();
+        let ready = all_ready && self.degraded.is_none();
+        let (reason, message) = if ready {
+            (
+                "Ready".to_string(),
+                format!("{} brokers ready", st.ready_brokers),
+            )
+        } else if let Some(d) = self.degraded.clone().or(rolling.clone()) {
+            d
+        } else {
+            (
+                "BrokersNotReady".to_string(),
+                format!("{} of {} brokers ready", st.ready_brokers, kc.spec.replicas),
+            )
+        };
+        let (g, now) = (self.generation, self.now.clone());
+        set_condition(
+            &mut st.conditions,
+            status::READY,
+            ready,
+            &reason,
+            message,
+            g,
+            &now,
+        );
+        let (reconciling, r, m) = match &rolling {
+            Some((r, m)) => (true, r.clone(), m.clone()),
+            None if !all_ready => (
+                true,
+                "BrokersStarting".to_string(),
+                format!("{} of {} brokers ready", st.ready_brokers, kc.spec.replicas),
+            ),
+            None => (false, "Reconciled".to_string(), String::new()),
+        };
+        set_condition(
+            &mut st.conditions,
+            status::RECONCILING,
+            reconciling,
+            &r,
+            m,
+            g,
+            &now,
+        );
+        match &self.degraded {
+            Some((r, m)) => {
+                ctx.event(kc, EventType::Warning, r, m).await;
+                set_condition(
+                    &mut st.conditions,
+                    status::DEGRADED,
+                    true,
+                    r,
+                    m.clone(),
+                    g,
+                    &now,
+                )
+            }
+            None => set_condition(
+                &mut st.conditions,
+                status::DEGRADED,
+                false,
+                "AsExpected",
+                "",
+                g,
+                &now,
+            ),
+        }
+        if !all_ready {
+            self.requeue_within(Duration::from_secs(15));
+        }
+        st.observed_generation = g;
+        self.requeue.unwrap_or(ctx.resync)
+    }
+}
+
+/// Roles this version does not ship yet are left out and reported, never run to crash-loop.
+fn without_unavailable_roles(kc: &KafkaCluster) -> (KafkaCluster, Vec<&'static str>) {
     let mut unavailable = Vec::new();
     let mut effective = kc.clone();
     if effective.spec.rebalancer.enabled {
@@ -183,139 +344,200 @@ async fn reconcile_inner<C: AdminConnector>(
     {
         unavailable.push("spec.proxy: the producer proxy is not part of this version yet");
     }
-    let kc = &effective;
+    (effective, unavailable)
+}
 
-    // Objects first: a spec the operator cannot turn into objects is reported, not applied.
-    let built = (|| -> Result<_, resources::BuildError> {
-        Ok((
-            resources::config_map(kc)?,
-            resources::headless_service(kc)?,
-            resources::bootstrap_service(kc)?,
-            resources::pod_disruption_budget(kc)?,
-            resources::statefulset(kc, &image)?,
-        ))
-    })();
-    let (cm, headless, bootstrap, pdb, mut sts) = match built {
-        Ok(objects) => objects,
-        Err(resources::BuildError::Invalid(msg)) => {
-            set_condition(
-                &mut st.conditions,
-                status::READY,
-                false,
-                "InvalidSpec",
-                msg.clone(),
-                generation,
-                &now,
-            );
-            set_condition(
-                &mut st.conditions,
-                status::DEGRADED,
-                true,
-                "InvalidSpec",
-                msg.clone(),
-                generation,
-                &now,
-            );
-            ctx.event(kc, EventType::Warning, "InvalidSpec", &msg).await;
-            st.observed_generation = generation;
-            patch_status(&clusters, kc, st).await?;
-            return Ok(Action::await_change());
+/// The objects a KafkaCluster becomes.
+struct Objects {
+    cm: ConfigMap,
+    headless: Service,
+    bootstrap: Service,
+    pdb: PodDisruptionBudget,
+    sts: StatefulSet,
+}
+
+impl Objects {
+    /// A spec the operator cannot turn into objects is an error, reported before anything is
+    /// applied.
+    fn build(
+        kc: &KafkaCluster,
+        image: &str,
+        controllers: i32,
+    ) -> Result<Objects, resources::BuildError> {
+        Ok(Objects {
+            cm: resources::config_map(kc, controllers)?,
+            headless: resources::headless_service(kc)?,
+            bootstrap: resources::bootstrap_service(kc)?,
+            pdb: resources::pod_disruption_budget(kc)?,
+            sts: resources::statefulset(kc, image, controllers)?,
+        })
+    }
+
+    fn set_replicas(&mut self, replicas: i32) {
+        if let Some(spec) = self.sts.spec.as_mut() {
+            spec.replicas = Some(replicas);
         }
-        Err(e) => return Err(e.into()),
-    };
+    }
 
-    let sts_api: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
-    let existing = sts_api.get_opt(&names.statefulset()).await?;
-    let current = existing
-        .as_ref()
-        .and_then(|s| s.spec.as_ref()?.replicas)
-        .unwrap_or(0);
+    /// Server-side apply of every object; returns the StatefulSet as the API server has it.
+    async fn apply<C: AdminConnector>(
+        &self,
+        ctx: &Context<C>,
+        names: &Names,
+    ) -> Result<StatefulSet, Error> {
+        let ns = &names.namespace;
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        let cm_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+        cm_api
+            .patch(&names.config_map(), &pp, &Patch::Apply(&self.cm))
+            .await?;
+        let svc_api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
+        svc_api
+            .patch(
+                &names.headless_service(),
+                &pp,
+                &Patch::Apply(&self.headless),
+            )
+            .await?;
+        svc_api
+            .patch(
+                &names.bootstrap_service(),
+                &pp,
+                &Patch::Apply(&self.bootstrap),
+            )
+            .await?;
+        let pdb_api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), ns);
+        pdb_api
+            .patch(&names.pdb(), &pp, &Patch::Apply(&self.pdb))
+            .await?;
+        let sts_api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), ns);
+        Ok(sts_api
+            .patch(&names.statefulset(), &pp, &Patch::Apply(&self.sts))
+            .await?)
+    }
+}
 
-    // The brokers' view: partitions, ISR, controller. Only needed once brokers exist.
+async fn report_invalid_spec<C: AdminConnector>(
+    ctx: &Context<C>,
+    clusters: &Api<KafkaCluster>,
+    kc: &KafkaCluster,
+    pass: Pass,
+    msg: String,
+) -> Result<Action, Error> {
+    let mut st = pass.status;
+    let (g, now) = (pass.generation, pass.now);
+    set_condition(
+        &mut st.conditions,
+        status::READY,
+        false,
+        "InvalidSpec",
+        msg.clone(),
+        g,
+        &now,
+    );
+    set_condition(
+        &mut st.conditions,
+        status::DEGRADED,
+        true,
+        "InvalidSpec",
+        msg.clone(),
+        g,
+        &now,
+    );
+    ctx.event(kc, EventType::Warning, "InvalidSpec", &msg).await;
+    st.observed_generation = g;
+    patch_status(clusters, kc, st).await?;
+    Ok(Action::await_change())
+}
+
+/// The brokers' view (partitions, ISR, controller), once brokers exist.
+struct BrokerView<A> {
+    admin: Result<A, String>,
+    state: Result<ClusterState, String>,
+}
+
+async fn observe_brokers<C: AdminConnector>(
+    ctx: &Context<C>,
+    kc: &KafkaCluster,
+    current: i32,
+) -> BrokerView<C::Admin> {
     let admin = if current > 0 {
-        ctx.connector
-            .connect(&ctx.bootstrap_of(kc)?)
-            .await
-            .map_err(|e| e.to_string())
+        match ctx.bootstrap_of(kc) {
+            Ok(b) => ctx.connector.connect(&b).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        }
     } else {
         Err("no brokers yet".to_string())
     };
-    let cluster_state = match &admin {
+    let state = match &admin {
         Ok(a) => a.cluster_state().await.map_err(|e| e.to_string()),
         Err(e) => Err(e.clone()),
     };
+    BrokerView { admin, state }
+}
 
-    let mut degraded: Option<(String, String)> =
-        (!unavailable.is_empty()).then(|| ("RoleUnavailable".to_string(), unavailable.join("; ")));
-    // Partition moves in progress for a scale (drain before a scale-down, spread after a scale-up).
-    let mut moving: Option<(String, String)> = None;
-    let mut replicas = kc.spec.replicas;
-    if replicas < current {
-        let verdict = match &cluster_state {
-            Ok(state) => check_scale_down(current, replicas, state),
-            Err(e) => Err(format!(
-                "cannot scale down from {current} to {replicas} brokers: cannot check which \
-                 brokers hold replicas: {e}"
-            )),
-        };
-        if let Err(why) = verdict {
-            replicas = current;
-            match (&admin, &cluster_state) {
-                (Ok(admin), Ok(state)) if kc.spec.rebalance_on_scale => {
-                    let keep: Vec<i32> = (0..kc.spec.replicas).collect();
-                    match drain(admin, state, &keep).await {
-                        Ok(note) => {
-                            ctx.event(kc, EventType::Normal, "Draining", &note).await;
-                            moving = Some(("Draining".into(), note));
-                        }
-                        Err(e) => {
-                            degraded = Some(("ScaleDownBlocked".into(), format!("{why}; {e}")))
-                        }
-                    }
+/// The replica count to apply: the spec's, unless a scale-down is unsafe (brokers to remove
+/// still hold replicas, or it would remove controllers); then the current one, draining the
+/// brokers first when `rebalanceOnScale` allows.
+async fn decide_replicas<C: AdminConnector>(
+    ctx: &Context<C>,
+    kc: &KafkaCluster,
+    brokers: &BrokerView<C::Admin>,
+    current: i32,
+    controllers: i32,
+    pass: &mut Pass,
+) -> i32 {
+    let wanted = kc.spec.replicas;
+    if wanted >= current {
+        return wanted;
+    }
+    if wanted < controllers {
+        pass.degraded = Some((
+            "ScaleDownBlocked".into(),
+            format!(
+                "cannot scale down from {current} to {wanted} brokers: the first {controllers} \
+                 pods are the controllers of the metadata quorum, whose voters are fixed"
+            ),
+        ));
+        return current;
+    }
+    let verdict = match &brokers.state {
+        Ok(state) => check_scale_down(current, wanted, state),
+        Err(e) => Err(format!(
+            "cannot scale down from {current} to {wanted} brokers: cannot check which \
+             brokers hold replicas: {e}"
+        )),
+    };
+    let Err(why) = verdict else {
+        return wanted;
+    };
+    match (&brokers.admin, &brokers.state) {
+        (Ok(admin), Ok(state)) if kc.spec.rebalance_on_scale => {
+            let keep: Vec<i32> = (0..wanted).collect();
+            match drain(admin, state, &keep).await {
+                Ok(note) => {
+                    ctx.event(kc, EventType::Normal, "Draining", &note).await;
+                    pass.moving = Some(("Draining".into(), note));
                 }
-                _ => degraded = Some(("ScaleDownBlocked".into(), why)),
+                Err(e) => pass.degraded = Some(("ScaleDownBlocked".into(), format!("{why}; {e}"))),
             }
         }
+        _ => pass.degraded = Some(("ScaleDownBlocked".into(), why)),
     }
-    if let Some(spec) = sts.spec.as_mut() {
-        spec.replicas = Some(replicas);
-    }
+    current
+}
 
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
-    let cm_api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    cm_api
-        .patch(&names.config_map(), &pp, &Patch::Apply(&cm))
-        .await?;
-    let svc_api: Api<Service> = Api::namespaced(client.clone(), &ns);
-    svc_api
-        .patch(&names.headless_service(), &pp, &Patch::Apply(&headless))
-        .await?;
-    svc_api
-        .patch(&names.bootstrap_service(), &pp, &Patch::Apply(&bootstrap))
-        .await?;
-    let pdb_api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
-    pdb_api
-        .patch(&names.pdb(), &pp, &Patch::Apply(&pdb))
-        .await?;
-    let applied = sts_api
-        .patch(&names.statefulset(), &pp, &Patch::Apply(&sts))
-        .await?;
-    if current != replicas {
-        ctx.event(
-            kc,
-            EventType::Normal,
-            "Scaled",
-            &format!("brokers {current} -> {replicas}"),
-        )
-        .await;
-    }
-
-    // The rolling restart: pods whose revision is not the StatefulSet's update revision.
+/// The cluster's broker pods as the roll sees them.
+async fn broker_pods<C: AdminConnector>(
+    ctx: &Context<C>,
+    names: &Names,
+    applied: &StatefulSet,
+) -> Result<Vec<PodView>, Error> {
     let update_revision = applied
         .status
         .as_ref()
         .and_then(|s| s.update_revision.clone());
-    let pod_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &names.namespace);
     let selector = resources::selector(&names.cluster)
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
@@ -325,76 +547,103 @@ async fn reconcile_inner<C: AdminConnector>(
         .list(&ListParams::default().labels(&selector))
         .await?
         .items;
-    let views: Vec<PodView> = pods
+    Ok(pods
         .iter()
         .filter_map(|p| pod_view(p, update_revision.as_deref()))
-        .collect();
-    let step = next_roll_step(&views, current.min(replicas), cluster_state.as_ref().ok());
-    let mut requeue = ctx.resync;
-    let mut rolling: Option<(String, String)> = None;
-    match &step {
+        .collect())
+}
+
+/// Carries out one step of the rolling restart.
+async fn roll<C: AdminConnector>(
+    ctx: &Context<C>,
+    kc: &KafkaCluster,
+    step: &RollStep,
+    pass: &mut Pass,
+) -> Result<(), Error> {
+    match step {
         RollStep::Done => {}
         RollStep::Restart(pod) => {
+            let ns = kc.namespace().unwrap_or_default();
+            let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
             pod_api.delete(pod, &DeleteParams::default()).await?;
             let note = format!("restarting {pod} to apply the new configuration");
             ctx.event(kc, EventType::Normal, "RollingRestart", &note)
                 .await;
-            rolling = Some(("RollingRestart".into(), note));
-            requeue = Duration::from_secs(10);
+            pass.rolling = Some(("RollingRestart".into(), note));
+            pass.requeue_within(Duration::from_secs(10));
         }
         RollStep::Wait(why) => {
-            rolling = Some(("RollingRestart".into(), why.clone()));
-            requeue = Duration::from_secs(10);
+            pass.rolling = Some(("RollingRestart".into(), why.clone()));
+            pass.requeue_within(Duration::from_secs(10));
         }
         RollStep::Blocked(why) => {
             ctx.event(kc, EventType::Warning, "RollBlocked", why).await;
-            rolling = Some(("RollBlocked".into(), why.clone()));
-            requeue = Duration::from_secs(30);
+            pass.rolling = Some(("RollBlocked".into(), why.clone()));
+            pass.requeue_within(Duration::from_secs(30));
         }
     }
+    Ok(())
+}
 
-    // After a scale-up, once every broker serves and has registered, new brokers get replicas.
+/// After a scale-up, once every broker serves and has registered, new brokers get replicas.
+async fn spread_after_scale_up<C: AdminConnector>(
+    ctx: &Context<C>,
+    kc: &KafkaCluster,
+    brokers: &BrokerView<C::Admin>,
+    views: &[PodView],
+    step: &RollStep,
+    replicas: i32,
+    pass: &mut Pass,
+) {
     let all_pods_ready =
         views.len() as i32 == replicas && views.iter().all(|v| v.ready && !v.stale);
-    if let (true, RollStep::Done, true, Ok(admin), Ok(state)) = (
+    let (true, RollStep::Done, true, Ok(admin), Ok(state)) = (
         kc.spec.rebalance_on_scale,
-        &step,
+        step,
         all_pods_ready,
-        &admin,
-        &cluster_state,
-    ) {
-        let brokers: Vec<i32> = (0..replicas).collect();
-        // Never while a scale-down is draining brokers: that would move replicas back.
-        let scaling_down = replicas != kc.spec.replicas || moving.is_some();
-        let registered = !scaling_down && brokers.iter().all(|b| state.brokers.contains(b));
-        let empty = brokers
-            .iter()
-            .any(|b| !state.partitions.iter().any(|p| p.replicas.contains(b)));
-        if registered && empty && !state.partitions.is_empty() {
-            match spread(admin, state, &brokers).await {
-                Ok(Some(note)) => {
-                    ctx.event(kc, EventType::Normal, "Rebalancing", &note).await;
-                    moving = Some(("Rebalancing".into(), note));
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    ctx.event(kc, EventType::Warning, "RebalanceFailed", &e)
-                        .await;
-                    degraded = Some(("RebalanceFailed".into(), e));
-                }
-            }
+        &brokers.admin,
+        &brokers.state,
+    ) else {
+        return;
+    };
+    let ids: Vec<i32> = (0..replicas).collect();
+    // Never while a scale-down is draining brokers: that would move replicas back.
+    let scaling_down = replicas != kc.spec.replicas || pass.moving.is_some();
+    let registered = !scaling_down && ids.iter().all(|b| state.brokers.contains(b));
+    let empty = ids
+        .iter()
+        .any(|b| !state.partitions.iter().any(|p| p.replicas.contains(b)));
+    if !(registered && empty && !state.partitions.is_empty()) {
+        return;
+    }
+    match spread(admin, state, &ids).await {
+        Ok(Some(note)) => {
+            ctx.event(kc, EventType::Normal, "Rebalancing", &note).await;
+            pass.moving = Some(("Rebalancing".into(), note));
+        }
+        Ok(None) => {}
+        Err(e) => {
+            ctx.event(kc, EventType::Warning, "RebalanceFailed", &e)
+                .await;
+            pass.degraded = Some(("RebalanceFailed".into(), e));
         }
     }
-    if moving.is_some() {
-        requeue = requeue.min(Duration::from_secs(15));
-    }
-    let rolling = rolling.or(moving);
+}
 
-    // Status.
+/// The status fields that describe the brokers, listeners and configuration.
+fn fill_status<A>(
+    st: &mut KafkaClusterStatus,
+    kc: &KafkaCluster,
+    names: &Names,
+    views: &[PodView],
+    brokers: &BrokerView<A>,
+    sts: &StatefulSet,
+) -> Result<(), Error> {
     // Leader counts only from a view that has every broker: a partial one would flip the status
     // between passes.
     let leaders = |id: i32| {
-        cluster_state
+        brokers
+            .state
             .as_ref()
             .ok()
             .filter(|s| views.iter().all(|v| s.brokers.contains(&v.ordinal)))
@@ -442,90 +691,7 @@ async fn reconcile_inner<C: AdminConnector>(
             .get(resources::CONFIG_HASH_ANNOTATION)
             .cloned()
     });
-    st.observed_generation = generation;
-
-    let all_ready = st.ready_brokers == kc.spec.replicas && rolling.is_none();
-    let (ready_reason, ready_msg) = if all_ready && degraded.is_none() {
-        (
-            "Ready".to_string(),
-            format!("{} brokers ready", st.ready_brokers),
-        )
-    } else if let Some((r, m)) = &degraded {
-        (r.clone(), m.clone())
-    } else if let Some((r, m)) = &rolling {
-        (r.clone(), m.clone())
-    } else {
-        (
-            "BrokersNotReady".to_string(),
-            format!("{} of {} brokers ready", st.ready_brokers, kc.spec.replicas),
-        )
-    };
-    set_condition(
-        &mut st.conditions,
-        status::READY,
-        all_ready && degraded.is_none(),
-        &ready_reason,
-        ready_msg,
-        generation,
-        &now,
-    );
-    match &rolling {
-        Some((r, m)) => set_condition(
-            &mut st.conditions,
-            status::RECONCILING,
-            true,
-            r,
-            m.clone(),
-            generation,
-            &now,
-        ),
-        None if !all_ready => set_condition(
-            &mut st.conditions,
-            status::RECONCILING,
-            true,
-            "BrokersStarting",
-            format!("{} of {} brokers ready", st.ready_brokers, kc.spec.replicas),
-            generation,
-            &now,
-        ),
-        None => set_condition(
-            &mut st.conditions,
-            status::RECONCILING,
-            false,
-            "Reconciled",
-            "",
-            generation,
-            &now,
-        ),
-    }
-    match &degraded {
-        Some((r, m)) => {
-            ctx.event(kc, EventType::Warning, r, m).await;
-            set_condition(
-                &mut st.conditions,
-                status::DEGRADED,
-                true,
-                r,
-                m.clone(),
-                generation,
-                &now,
-            )
-        }
-        None => set_condition(
-            &mut st.conditions,
-            status::DEGRADED,
-            false,
-            "AsExpected",
-            "",
-            generation,
-            &now,
-        ),
-    }
-    if !all_ready {
-        requeue = requeue.min(Duration::from_secs(15));
-    }
-    patch_status(&clusters, kc, st).await?;
-    Ok(Action::requeue(requeue))
+    Ok(())
 }
 
 /// Moves replicas off the brokers not in `keep`, unless moves are already in progress.

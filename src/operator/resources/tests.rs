@@ -34,11 +34,11 @@ fn s(v: &serde_yaml::Value) -> &str {
 fn every_object_is_owned_by_the_cluster_and_labelled() {
     let kc = cluster("replicas: 3");
     let objects = [
-        yaml(&config_map(&kc).unwrap()),
+        yaml(&config_map(&kc, 3).unwrap()),
         yaml(&headless_service(&kc).unwrap()),
         yaml(&bootstrap_service(&kc).unwrap()),
         yaml(&pod_disruption_budget(&kc).unwrap()),
-        yaml(&statefulset(&kc, "evenkeel:test").unwrap()),
+        yaml(&statefulset(&kc, "evenkeel:test", 3).unwrap()),
     ];
     for o in &objects {
         assert_eq!(s(at(o, "metadata.namespace")), "streams");
@@ -71,12 +71,11 @@ fn every_object_is_owned_by_the_cluster_and_labelled() {
 #[test]
 fn server_properties_hold_kraft_settings_and_user_config() {
     let kc = cluster("replicas: 3\nconfig:\n  num.io.threads: '16'\n  log.retention.hours: '24'\n");
-    let props = server_properties(&kc).unwrap();
+    let props = server_properties(&kc, 3).unwrap();
     let lines: Vec<&str> = props.lines().filter(|l| !l.starts_with('#')).collect();
     assert_eq!(
         lines,
         [
-            "process.roles=broker,controller",
             "listeners=PLAIN://0.0.0.0:9092,CONTROLLER://0.0.0.0:9093",
             "listener.security.protocol.map=PLAIN:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "controller.listener.names=CONTROLLER",
@@ -90,38 +89,44 @@ fn server_properties_hold_kraft_settings_and_user_config() {
             "num.io.threads=16",
         ]
     );
-    let cm = yaml(&config_map(&kc).unwrap());
+    let cm = yaml(&config_map(&kc, 3).unwrap());
     assert_eq!(s(at(&cm, "data.server.properties")), "<not a string>");
     assert_eq!(s(&at(&cm, "data")["server.properties"]), props);
 }
 
 #[test]
 fn reserved_and_tls_settings_are_refused_with_a_message() {
-    let err = server_properties(&cluster("replicas: 1\nconfig:\n  node.id: '7'\n")).unwrap_err();
+    let err = server_properties(&cluster("replicas: 1\nconfig:\n  node.id: '7'\n"), 3).unwrap_err();
     assert_eq!(
         err.to_string(),
         "spec.config.node.id is set by the operator and cannot be overridden"
     );
-    let err = server_properties(&cluster(
-        "replicas: 1\nlisteners:\n- {name: secure, port: 9094, tls: true}\n",
-    ))
+    let err = server_properties(
+        &cluster("replicas: 1\nlisteners:\n- {name: secure, port: 9094, tls: true}\n"),
+        3,
+    )
     .unwrap_err();
     assert!(
         err.to_string()
             .contains("TLS listeners are not supported yet"),
         "{err}"
     );
-    let err = server_properties(&cluster(
-        "replicas: 1\nlisteners:\n- {name: plain, port: 9092}\n- {name: other, port: 9092}\n",
-    ))
+    let err = server_properties(
+        &cluster(
+            "replicas: 1\nlisteners:\n- {name: plain, port: 9092}\n- {name: other, port: 9092}\n",
+        ),
+        3,
+    )
     .unwrap_err();
     assert!(err.to_string().contains("share a name or a port"), "{err}");
-    let err = server_properties(&cluster(
-        "replicas: 1\nlisteners:\n- {name: plain, port: 9404}\n",
-    ))
+    let err = server_properties(
+        &cluster("replicas: 1\nlisteners:\n- {name: plain, port: 9404}\n"),
+        3,
+    )
     .unwrap_err();
     assert!(err.to_string().contains("port 9404 is taken"), "{err}");
-    let err = server_properties(&cluster("replicas: 1\nconfig:\n  a: \"x\\ny=z\"\n")).unwrap_err();
+    let err =
+        server_properties(&cluster("replicas: 1\nconfig:\n  a: \"x\\ny=z\"\n"), 3).unwrap_err();
     assert!(err.to_string().contains("newlines"), "{err}");
 }
 
@@ -175,7 +180,7 @@ fn statefulset_runs_brokers_on_delete_with_probes_storage_and_hash() {
         "replicas: 3\nstorage: {size: 50Gi, storageClassName: fast, deleteClaim: true}\n\
          resources: {requests: {cpu: '1', memory: 2Gi}, limits: {memory: 4Gi}}\n",
     );
-    let st = yaml(&statefulset(&kc, "ghcr.io/evenkeel/evenkeel:0.1.0").unwrap());
+    let st = yaml(&statefulset(&kc, "ghcr.io/evenkeel/evenkeel:0.1.0", 3).unwrap());
     assert_eq!(at(&st, "spec.replicas").as_i64(), Some(3));
     assert_eq!(s(at(&st, "spec.serviceName")), "main-kafka-brokers");
     assert_eq!(s(at(&st, "spec.updateStrategy.type")), "OnDelete");
@@ -190,7 +195,7 @@ fn statefulset_runs_brokers_on_delete_with_probes_storage_and_hash() {
     assert_eq!(
         hash,
         config_hash(
-            &server_properties(&kc).unwrap(),
+            &server_properties(&kc, 3).unwrap(),
             "ghcr.io/evenkeel/evenkeel:0.1.0"
         )
     );
@@ -264,21 +269,21 @@ fn statefulset_runs_brokers_on_delete_with_probes_storage_and_hash() {
 fn config_change_changes_the_hash_and_nothing_else_in_the_selector() {
     let a = cluster("replicas: 3");
     let b = cluster("replicas: 3\nconfig: {num.io.threads: '16'}\n");
-    let sa = yaml(&statefulset(&a, "img").unwrap());
-    let sb = yaml(&statefulset(&b, "img").unwrap());
+    let sa = yaml(&statefulset(&a, "img", 3).unwrap());
+    let sb = yaml(&statefulset(&b, "img", 3).unwrap());
     let hash = |st: &serde_yaml::Value| {
         s(&at(st, "spec.template.metadata.annotations")[CONFIG_HASH_ANNOTATION]).to_string()
     };
     assert_ne!(hash(&sa), hash(&sb));
     assert_eq!(at(&sa, "spec.selector"), at(&sb, "spec.selector"));
     // A new image is a restart too.
-    let sc = yaml(&statefulset(&a, "img2").unwrap());
+    let sc = yaml(&statefulset(&a, "img2", 3).unwrap());
     assert_ne!(hash(&sa), hash(&sc));
-    // Scaling is not, though the voter list in server.properties grows.
-    let sd = yaml(&statefulset(&cluster("replicas: 4"), "img").unwrap());
-    assert_ne!(
-        server_properties(&cluster("replicas: 3")).unwrap(),
-        server_properties(&cluster("replicas: 4")).unwrap()
+    // Scaling is not: the voters stay the first three pods.
+    let sd = yaml(&statefulset(&cluster("replicas: 4"), "img", 3).unwrap());
+    assert_eq!(
+        server_properties(&cluster("replicas: 3"), 3).unwrap(),
+        server_properties(&cluster("replicas: 4"), 3).unwrap()
     );
     assert_eq!(hash(&sa), hash(&sd));
 }
@@ -290,7 +295,7 @@ fn rack_awareness_and_the_rebalancer_sidecar() {
     kc.spec.rack = Some(Rack {
         topology_key: "topology.kubernetes.io/zone".into(),
     });
-    let st = yaml(&statefulset(&kc, "img").unwrap());
+    let st = yaml(&statefulset(&kc, "img", 3).unwrap());
     let pod = at(&st, "spec.template.spec");
     assert_eq!(
         s(at(pod, "topologySpreadConstraints.0.topologyKey")),
@@ -327,4 +332,38 @@ fn cluster_id_is_the_uid_in_kafka_form() {
     let id = cluster_id(&kc).unwrap();
     assert_eq!(id.len(), 22);
     assert_eq!(id, "DyprPB1OT1CKa3yNng8aKw");
+}
+
+#[test]
+fn the_first_three_pods_vote_and_the_rest_are_brokers() {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    // A new cluster: up to three controllers.
+    assert_eq!(controller_count(&cluster("replicas: 1"), None), 1);
+    assert_eq!(controller_count(&cluster("replicas: 5"), None), 3);
+    // An existing one keeps what its StatefulSet recorded, whatever the spec says now.
+    let st = statefulset(&cluster("replicas: 1"), "img", 1).unwrap();
+    assert_eq!(
+        st.metadata.annotations.as_ref().unwrap()[CONTROLLERS_ANNOTATION],
+        "1"
+    );
+    assert_eq!(controller_count(&cluster("replicas: 6"), Some(&st)), 1);
+    assert_eq!(
+        controller_count(&cluster("replicas: 6"), Some(&StatefulSet::default())),
+        3
+    );
+    // Pod 4 of a five-pod cluster reads the shared file as a broker that follows pods 0-2.
+    let props = server_properties(&cluster("replicas: 5"), 3).unwrap();
+    let mut p = crate::config::parse_properties(&props);
+    for (k, v) in [
+        ("node.id", "4"),
+        ("advertised.listeners", "PLAIN://main-kafka-4:9092"),
+    ] {
+        p.insert(k.into(), v.into());
+    }
+    let (broker, _) = crate::config::broker::BrokerConfig::from_props(&p).unwrap();
+    assert!(broker.cluster.roles.broker && !broker.cluster.roles.controller);
+    assert_eq!(broker.cluster.voters.len(), 3);
+    p.insert("node.id".into(), "2".into());
+    let (voter, _) = crate::config::broker::BrokerConfig::from_props(&p).unwrap();
+    assert!(voter.cluster.roles.broker && voter.cluster.roles.controller);
 }
