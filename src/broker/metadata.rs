@@ -65,8 +65,22 @@ fn live_brokers<'a>(
         .filter(move |b| b.endpoint(listener).is_some())
 }
 
-/// The controller id clients are told: the active controller when it is a live broker (so
-/// tools that ask it find the quorum's leader), else a live broker that forwards.
+/// The controller id Metadata gives: this broker when it is live, else a live broker. Clients
+/// send admin requests there and the broker forwards them, as Kafka's brokers do (Kafka names a
+/// random live broker); naming the active controller would leave clients waiting on it when it
+/// dies (librdkafka keeps asking a dead controller until its next metadata refresh).
+fn controller_id_in_metadata(broker: &Broker, img: &MetadataImage) -> i32 {
+    let listener = client_listener(broker);
+    let me = broker.node_id();
+    if broker_endpoint(img, me, &listener).is_some() {
+        return me;
+    }
+    let first = live_brokers(img, &listener).next().map_or(-1, |b| b.id);
+    first
+}
+
+/// The controller id DescribeCluster gives: the active controller when it is a live broker (so
+/// `DescribeCluster` shows who leads the quorum), else as Metadata.
 pub(crate) fn controller_id_for_clients(broker: &Broker, img: &MetadataImage) -> i32 {
     let listener = client_listener(broker);
     if let Some(c) = broker.active_controller() {
@@ -74,8 +88,7 @@ pub(crate) fn controller_id_for_clients(broker: &Broker, img: &MetadataImage) ->
             return c;
         }
     }
-    let first = live_brokers(img, &listener).next().map_or(-1, |b| b.id);
-    first
+    controller_id_in_metadata(broker, img)
 }
 
 fn partition_entry(
@@ -183,7 +196,7 @@ fn answer(
     let resp = MetadataResponse::default()
         .with_brokers(brokers)
         .with_cluster_id(Some(s(broker.cluster_id.clone())))
-        .with_controller_id(BrokerId(controller_id_for_clients(broker, img)))
+        .with_controller_id(BrokerId(controller_id_in_metadata(broker, img)))
         .with_topics(topics);
     (resp, missing)
 }

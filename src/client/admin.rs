@@ -18,9 +18,9 @@ use kafka_protocol::messages::incremental_alter_configs_request::{
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
     AlterPartitionReassignmentsRequest, ApiKey, BrokerId, CreatePartitionsRequest,
-    CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, DescribeQuorumRequest,
-    ElectLeadersRequest, IncrementalAlterConfigsRequest, ListPartitionReassignmentsRequest,
-    MetadataRequest, MetadataResponse, TopicName,
+    CreateTopicsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
+    DescribeQuorumRequest, ElectLeadersRequest, IncrementalAlterConfigsRequest,
+    ListPartitionReassignmentsRequest, MetadataRequest, MetadataResponse, TopicName,
 };
 use kafka_protocol::protocol::{Request, StrBytes};
 use tokio::sync::Mutex;
@@ -225,8 +225,43 @@ impl AdminClient {
         Ok(client)
     }
 
-    /// The cluster id, controller and brokers.
+    /// The cluster id, controller and brokers: DescribeCluster where the broker has it (its
+    /// controller id is the active controller on evenkeel), else Metadata.
     pub async fn describe_cluster(&self) -> Result<ClusterDescription, ClientError> {
+        let conn = self.any_connection().await?;
+        if conn.version(ApiKey::DescribeCluster).is_none() {
+            return self.describe_cluster_by_metadata().await;
+        }
+        let resp = self
+            .any_call_with(|version| {
+                let req = DescribeClusterRequest::default();
+                if version >= 1 {
+                    req.with_endpoint_type(1)
+                } else {
+                    req
+                }
+            })
+            .await?;
+        check("DescribeCluster", resp.error_code, resp.error_message)?;
+        let mut brokers: Vec<BrokerInfo> = resp
+            .brokers
+            .into_iter()
+            .map(|b| BrokerInfo {
+                id: b.broker_id.0,
+                host: b.host.to_string(),
+                port: b.port,
+                rack: opt_string(b.rack),
+            })
+            .collect();
+        brokers.sort_by_key(|b| b.id);
+        Ok(ClusterDescription {
+            cluster_id: resp.cluster_id.to_string(),
+            controller_id: resp.controller_id.0,
+            brokers,
+        })
+    }
+
+    async fn describe_cluster_by_metadata(&self) -> Result<ClusterDescription, ClientError> {
         let resp = self.metadata(Some(&[])).await?;
         let mut brokers: Vec<BrokerInfo> = resp
             .brokers

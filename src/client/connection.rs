@@ -38,6 +38,7 @@ pub const CLIENT_VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::DescribeQuorum, 0, 2),
+    (ApiKey::DescribeCluster, 0, 1),
 ];
 
 /// For each API in `CLIENT_VERSIONS`, the highest version both sides speak; APIs with no
