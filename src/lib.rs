@@ -12,5 +12,6 @@ pub mod node;
 pub mod operator;
 pub mod perf;
 pub mod protocol;
+pub mod replication;
 pub mod storage;
 pub mod tools;

@@ -334,6 +334,7 @@ impl Node {
             for t in &self.tasks {
                 t.abort();
             }
+            broker.fetchers.shutdown();
             broker.replicas.snapshot_producer_state();
         }
         for t in &self.tasks {

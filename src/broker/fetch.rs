@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::{
-    FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
+    EpochEndOffset, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
 };
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -31,7 +31,8 @@ struct Pass {
     parts: Vec<PartitionData>,
     bytes: i64,
     errors: bool,
-    /// High watermark seen per partition, to detect data that arrives before watching begins.
+    /// The offset reads stop at (high watermark, or log end for followers) per partition, to
+    /// detect data that arrives before watching begins.
     seen: Vec<(Arc<Partition>, i64)>,
     /// Leaders named in NOT_LEADER_OR_FOLLOWER answers (KIP-951 node endpoints).
     leaders: Vec<i32>,
@@ -87,12 +88,21 @@ fn request_targets(
     (targets, forgotten)
 }
 
-fn read_pass(broker: &Broker, targets: &[FetchTarget], max_bytes: i64, follower: bool) -> Pass {
-    let isolation = if follower {
-        FetchIsolation::LogEnd
-    } else {
-        FetchIsolation::HighWatermark
-    };
+/// Who is fetching: a consumer (from v11 it may read from a follower, KIP-392, and says its
+/// rack), or a follower replica with its broker epoch.
+#[derive(Debug, Clone)]
+enum Fetcher {
+    Consumer {
+        from_followers: bool,
+        rack: Option<String>,
+    },
+    Replica {
+        id: i32,
+        broker_epoch: i64,
+    },
+}
+
+fn read_pass(broker: &Broker, targets: &[FetchTarget], max_bytes: i64, who: &Fetcher) -> Pass {
     let mut pass = Pass {
         parts: Vec::with_capacity(targets.len()),
         bytes: 0,
@@ -108,10 +118,15 @@ fn read_pass(broker: &Broker, targets: &[FetchTarget], max_bytes: i64, follower:
             .with_high_watermark(-1)
             .with_last_stable_offset(-1)
             .with_log_start_offset(-1);
-        let p = match broker
-            .replicas
-            .leader_partition(&tp, t.params.current_leader_epoch)
-        {
+        let epoch = t.params.current_leader_epoch;
+        let found = match who {
+            Fetcher::Consumer {
+                from_followers: true,
+                ..
+            } => broker.replicas.readable_partition(&tp, epoch),
+            _ => broker.replicas.leader_partition(&tp, epoch),
+        };
+        let p = match found {
             Ok(p) => p,
             Err(e) => {
                 pass.errors = true;
@@ -148,19 +163,76 @@ fn read_pass(broker: &Broker, targets: &[FetchTarget], max_bytes: i64, follower:
         let limit = (t.params.max_bytes.max(0) as i64).min(budget) as usize;
         // Like Kafka, the first partition with data may exceed the limits by one batch.
         let min_one = pass.bytes == 0;
-        match broker
-            .replicas
-            .read(&p, t.params.fetch_offset, limit, min_one, isolation)
+        if let Fetcher::Consumer {
+            rack: Some(rack), ..
+        } = who
         {
-            Ok(r) => {
-                pass.bytes += r.records.len() as i64;
-                pass.seen.push((p.clone(), r.high_watermark));
+            let rack = rack.as_str();
+            if let Some(other) =
+                broker
+                    .replicas
+                    .preferred_read_replica(&p, rack, t.params.fetch_offset)
+            {
+                // KIP-392: read from `other`; answered at once, without records.
+                pass.errors = true;
+                let (hw, start) = p.offsets();
                 pass.parts.push(
-                    base.with_high_watermark(r.high_watermark)
-                        .with_last_stable_offset(r.high_watermark)
-                        .with_log_start_offset(r.log_start_offset)
-                        .with_records(Some(Bytes::from(r.records))),
+                    base.with_high_watermark(hw)
+                        .with_last_stable_offset(hw)
+                        .with_log_start_offset(start)
+                        .with_preferred_read_replica(BrokerId(other))
+                        .with_records(Some(Bytes::new())),
                 );
+                continue;
+            }
+        }
+        let read = match who {
+            Fetcher::Consumer { .. } => broker
+                .replicas
+                .read(
+                    &p,
+                    t.params.fetch_offset,
+                    limit,
+                    min_one,
+                    FetchIsolation::HighWatermark,
+                )
+                .map(|r| (r, None)),
+            Fetcher::Replica { id, broker_epoch } => broker
+                .replicas
+                .read_for_follower(
+                    &p,
+                    *id,
+                    *broker_epoch,
+                    t.params.fetch_offset,
+                    t.params.last_fetched_epoch,
+                    limit,
+                    min_one,
+                )
+                .map(|f| (f.read, f.divergence)),
+        };
+        match read {
+            Ok((r, divergence)) => {
+                pass.bytes += r.records.len() as i64;
+                let upto = match who {
+                    Fetcher::Consumer { .. } => r.high_watermark,
+                    Fetcher::Replica { .. } => p.fetch_position().0,
+                };
+                pass.seen.push((p.clone(), upto));
+                let mut data = base
+                    .with_high_watermark(r.high_watermark)
+                    .with_last_stable_offset(r.high_watermark)
+                    .with_log_start_offset(r.log_start_offset)
+                    .with_records(Some(Bytes::from(r.records)));
+                if let Some(d) = divergence {
+                    // Answered at once: the follower truncates before it fetches again.
+                    pass.errors = true;
+                    data = data.with_diverging_epoch(
+                        EpochEndOffset::default()
+                            .with_epoch(d.epoch)
+                            .with_end_offset(d.end_offset),
+                    );
+                }
+                pass.parts.push(data);
             }
             Err(e) => {
                 pass.errors = true;
@@ -282,6 +354,23 @@ pub fn fetch(broker: &Arc<Broker>, version: i16, req: FetchRequest) -> Outcome<F
     };
     let min_bytes = req.min_bytes.max(0) as i64;
     let follower = is_follower(&req);
+    let rack = req.rack_id.as_str().trim().to_string();
+    let who = if !follower {
+        Fetcher::Consumer {
+            from_followers: version >= 11,
+            rack: (version >= 11 && !rack.is_empty()).then_some(rack),
+        }
+    } else if version >= 15 {
+        Fetcher::Replica {
+            id: req.replica_state.replica_id.0,
+            broker_epoch: req.replica_state.replica_epoch,
+        }
+    } else {
+        Fetcher::Replica {
+            id: req.replica_id.0,
+            broker_epoch: -1,
+        }
+    };
     let (targets, forgotten) = request_targets(broker, version, &req);
     let context = broker.fetch_sessions.new_context(
         version,
@@ -296,26 +385,33 @@ pub fn fetch(broker: &Arc<Broker>, version: i16, req: FetchRequest) -> Outcome<F
         Ok(c) => c,
         Err(code) => return Outcome::Now(error_response(code, fetch_session::INVALID_SESSION_ID)),
     };
-    let first = read_pass(broker, &targets, max_bytes, follower);
+    let first = read_pass(broker, &targets, max_bytes, &who);
     if first.bytes >= min_bytes || first.errors || req.max_wait_ms <= 0 || targets.is_empty() {
         return Outcome::Now(respond(broker, ctx, targets, first));
     }
     let op = DelayedOperation::fetch(min_bytes, first.bytes);
-    let purg = &broker.replicas.fetch_purgatory;
+    let purg = if follower {
+        &broker.replicas.follower_fetch_purgatory
+    } else {
+        &broker.replicas.fetch_purgatory
+    };
     purg.watch(&op, first.seen.iter().map(|(p, _)| p.tp.clone()));
     // Data that arrived between the read and the watch: complete now and read again.
-    if first
-        .seen
-        .iter()
-        .any(|(p, hw)| broker.replicas.high_watermark(p) > *hw)
-    {
+    let moved = |p: &Partition| {
+        if follower {
+            p.fetch_position().0
+        } else {
+            broker.replicas.high_watermark(p)
+        }
+    };
+    if first.seen.iter().any(|(p, upto)| moved(p) > *upto) {
         op.force_complete();
     }
     let broker = broker.clone();
     let wait = Duration::from_millis(req.max_wait_ms as u64);
     Outcome::Later(Box::pin(async move {
         op.wait(wait).await;
-        let pass = read_pass(&broker, &targets, max_bytes, follower);
+        let pass = read_pass(&broker, &targets, max_bytes, &who);
         respond(&broker, ctx, targets, pass)
     }))
 }

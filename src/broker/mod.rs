@@ -3,6 +3,7 @@
 //! protocol and controller; nothing else reaches into it.
 
 pub mod admin;
+pub mod alter_partition;
 pub mod controller_channel;
 pub mod fetch;
 pub mod fetch_session;
@@ -71,6 +72,8 @@ pub struct Broker {
     pub cluster_id: String,
     pub logs: Arc<LogManager>,
     pub replicas: ReplicaManager,
+    /// The fetchers that follow other brokers' partitions.
+    pub fetchers: crate::replication::ReplicaFetcherManager,
     /// Incremental fetch sessions (KIP-227).
     pub fetch_sessions: fetch_session::FetchSessionCache,
     /// Where consumer fetches are read and encoded, once the server has started its fetch pool.
@@ -139,6 +142,8 @@ pub fn open_log_dir(
     let mut lmc = LogManagerConfig::new(&config.log_dir, config.log.clone());
     lmc.retention_check_interval_ms = config.log_retention_check_interval_ms;
     lmc.recovery_checkpoint_interval_ms = config.log_flush_offset_checkpoint_interval_ms;
+    lmc.high_watermark_checkpoint_interval_ms =
+        config.replication.high_watermark_checkpoint_interval_ms;
     lmc.start_offset_checkpoint_interval_ms = config.log_flush_start_offset_checkpoint_interval_ms;
     let logs = LogManager::open(lmc)?;
     Ok((meta, logs))
@@ -156,7 +161,17 @@ impl Broker {
         controller: Arc<ControllerChannel>,
         controller_id: watch::Receiver<Option<i32>>,
     ) -> Result<Arc<Broker>, BrokerError> {
-        let replicas = ReplicaManager::new(config.node_id, logs.clone());
+        let metrics = Arc::new(crate::metrics::BrokerMetrics::new());
+        let replicas = ReplicaManager::new(
+            config.node_id,
+            logs.clone(),
+            replica_manager::IsrCounters {
+                shrinks: metrics.isr_shrinks.clone(),
+                expands: metrics.isr_expands.clone(),
+            },
+            config.replication.rack_aware_selector,
+        );
+        let fetchers = crate::replication::ReplicaFetcherManager::new(config.replication.clone());
         let groups = group::coordinator::Coordinator::new(group::coordinator::GroupConfig {
             initial_rebalance_delay: Duration::from_millis(config.group_initial_rebalance_delay_ms),
             min_session_timeout_ms: config.group_min_session_timeout_ms,
@@ -167,7 +182,6 @@ impl Broker {
                 config.offsets_retention_minutes.saturating_mul(60),
             ),
         });
-        let metrics = Arc::new(crate::metrics::BrokerMetrics::new());
         let fetch_sessions = fetch_session::FetchSessionCache::new(
             config.max_incremental_fetch_session_cache_slots,
             metrics.fetch_session_evictions.clone(),
@@ -181,6 +195,7 @@ impl Broker {
             config,
             logs,
             replicas,
+            fetchers,
             metrics,
             groups,
             producer_ids: tokio::sync::Mutex::new(0..0),
@@ -301,6 +316,7 @@ impl Broker {
         {
             self.replicas.delete_strays(&image)?;
         }
+        self.follow_leaders(&image);
         self.metrics
             .metadata_last_applied_offset
             .set(image.last_offset);
@@ -309,6 +325,30 @@ impl Broker {
             .set(image.last_timestamp);
         self.published.send_replace(image);
         Ok(())
+    }
+
+    /// Points the fetchers at the leaders the published image names (once they can run).
+    pub fn follow_now(&self, image: &MetadataImage) {
+        self.follow_leaders(image);
+    }
+
+    /// Points the fetchers at the leaders of the partitions this broker follows, and takes the
+    /// replication throttles from the dynamic broker configs.
+    fn follow_leaders(&self, image: &MetadataImage) {
+        let listener = &self.config.cluster.inter_broker_listener_name;
+        self.fetchers
+            .sync(&self.replicas.follow_targets(image, listener));
+        let rate = |key: &str| {
+            image
+                .dynamic_broker_config(self.node_id(), key)
+                .and_then(|v| v.trim().parse::<i64>().ok())
+        };
+        self.replicas
+            .leader_throttle
+            .set_rate(rate("leader.replication.throttled.rate"));
+        self.fetchers
+            .follower_throttle
+            .set_rate(rate("follower.replication.throttled.rate"));
     }
 
     /// Waits (bounded) until the published image satisfies `ready`.
@@ -514,7 +554,9 @@ impl Broker {
                 respond(v, cid, &group::api::leave_group(self, v, req))
             }
             DecodedRequest::OffsetCommit(req) => {
-                respond(v, cid, &group::api::offset_commit(self, req))
+                reply(group::api::offset_commit(self, req), move |r| {
+                    response_frame(v, cid, &r)
+                })
             }
             DecodedRequest::OffsetFetch(req) => {
                 respond(v, cid, &group::api::offset_fetch(self, v, req))

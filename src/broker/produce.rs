@@ -72,8 +72,7 @@ pub fn produce(
     let acks = req.acks;
     let valid_acks = matches!(acks, -1..=1);
     let mut responses = Vec::with_capacity(req.topic_data.len());
-    // (topic index, partition index, tp, offset the high watermark must reach)
-    let mut waiting: Vec<(usize, usize, TopicPartition, i64)> = Vec::new();
+    let mut waiting: Vec<Waiting> = Vec::new();
     let mut leaders: Vec<i32> = Vec::new();
     let image = broker.image();
     for (ti, topic) in req.topic_data.into_iter().enumerate() {
@@ -130,7 +129,13 @@ pub fn produce(
                         .with_label_values(&[&name])
                         .inc_by(info.num_messages.max(0) as u64);
                     if acks == -1 {
-                        waiting.push((ti, pi, tp, info.last_offset + 1));
+                        waiting.push(Waiting {
+                            topic: ti,
+                            partition: pi,
+                            leader_epoch: partition.leader_epoch(),
+                            tp,
+                            required: info.last_offset + 1,
+                        });
                     }
                     parts.push(
                         PartitionProduceResponse::default()
@@ -175,16 +180,18 @@ pub fn produce(
                 .with_node_endpoints(endpoints),
         ));
     }
-    let op = DelayedOperation::produce(waiting.iter().map(|(_, _, tp, o)| (tp.clone(), *o)));
+    let op = DelayedOperation::produce(waiting.iter().map(|w| (w.tp.clone(), w.required)));
     let purg = &broker.replicas.produce_purgatory;
-    purg.watch(&op, waiting.iter().map(|(_, _, tp, _)| tp.clone()));
+    purg.watch(&op, waiting.iter().map(|w| w.tp.clone()));
     // The high watermark may already be there (always, while the ISR is this node alone).
-    for (_, _, tp, _) in &waiting {
-        if let Some(p) = broker.replicas.get(tp) {
-            purg.on_high_watermark(tp, broker.replicas.high_watermark(&p));
+    for w in &waiting {
+        if let Some(p) = broker.replicas.get(&w.tp) {
+            purg.on_high_watermark(&w.tp, broker.replicas.high_watermark(&p));
         }
     }
+    let mut responses = responses;
     if op.is_completed() {
+        settle(broker, &waiting, &mut responses);
         return Outcome::Now(Some(
             ProduceResponse::default()
                 .with_responses(responses)
@@ -194,25 +201,54 @@ pub fn produce(
     let broker = broker.clone();
     let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
     Outcome::Later(Box::pin(async move {
-        let mut responses = responses;
-        if !op.wait(timeout).await {
-            for (ti, pi, tp, required) in &waiting {
-                let reached = broker
-                    .replicas
-                    .get(tp)
-                    .map(|p| broker.replicas.high_watermark(&p) >= *required)
-                    .unwrap_or(false);
-                if !reached {
-                    responses[*ti].partition_responses[*pi].error_code = errors::REQUEST_TIMED_OUT;
-                }
-            }
-        }
+        op.wait(timeout).await;
+        settle(&broker, &waiting, &mut responses);
         Some(
             ProduceResponse::default()
                 .with_responses(responses)
                 .with_node_endpoints(endpoints),
         )
     }))
+}
+
+/// An acks=all append waiting for the high watermark.
+struct Waiting {
+    topic: usize,
+    partition: usize,
+    tp: TopicPartition,
+    /// The leader epoch the batch was appended under.
+    leader_epoch: i32,
+    /// The offset the high watermark must reach.
+    required: i64,
+}
+
+/// The answer of each acks=all append once its wait is over (Kafka's DelayedProduce
+/// onComplete): a leader that changed since the append cannot vouch for it; a high watermark
+/// short of it timed out; one past it with the ISR below `min.insync.replicas` is
+/// NOT_ENOUGH_REPLICAS_AFTER_APPEND.
+fn settle(broker: &Broker, waiting: &[Waiting], responses: &mut [TopicProduceResponse]) {
+    for w in waiting {
+        let code = match broker.replicas.get(&w.tp) {
+            None => errors::NOT_LEADER_OR_FOLLOWER,
+            Some(p) => {
+                let st = p.state();
+                if st.role != super::partition::Role::Leader || st.leader_epoch != w.leader_epoch {
+                    errors::NOT_LEADER_OR_FOLLOWER
+                } else if broker.replicas.high_watermark(&p) < w.required {
+                    errors::REQUEST_TIMED_OUT
+                } else if st.isr.len() < p.min_insync_replicas() {
+                    errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                } else {
+                    errors::NONE
+                }
+            }
+        };
+        if code != errors::NONE {
+            let r = &mut responses[w.topic].partition_responses[w.partition];
+            r.error_code = code;
+            r.base_offset = -1;
+        }
+    }
 }
 
 /// InitProducerId for idempotent producers: a fresh id at epoch 0, or (v3+, KIP-360) the same

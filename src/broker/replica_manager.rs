@@ -1,20 +1,50 @@
 //! ReplicaManager: the only door to this broker's partitions. It applies each published
 //! metadata image (creating logs, making replicas leaders or followers, deleting what the
-//! broker no longer hosts), and runs appends and reads with their purgatory notifications.
+//! broker no longer hosts), runs appends and reads with their purgatory notifications, serves
+//! followers' fetches (moving the high watermark, proposing ISR changes) and takes what this
+//! broker's own fetchers bring back from leaders.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
+use prometheus::IntCounter;
+use tokio::sync::mpsc;
 
-use super::partition::{FetchIsolation, Partition, PartitionError, ReadResult, Role};
+use super::partition::{
+    Divergence, FetchIsolation, IsrProposal, Partition, PartitionError, ReadResult, Role,
+};
 use super::purgatory::Purgatory;
 use crate::config::LogConfig;
 use crate::controller::image::{MetadataImage, TopicImage};
 use crate::controller::is_hidden_topic;
 use crate::protocol::errors;
-use crate::storage::log::AppendInfo;
-use crate::storage::{LogManager, StorageError, TopicPartition};
+use crate::replication::{FollowTarget, Throttle};
+use crate::storage::log::{now_ms, AppendInfo};
+use crate::storage::{KafkaUuid, LogManager, StorageError, TopicPartition};
+
+/// An ISR change for the controller, from this broker as a partition's leader.
+#[derive(Debug, Clone)]
+pub struct IsrChangeRequest {
+    pub tp: TopicPartition,
+    pub topic_id: KafkaUuid,
+    pub proposal: IsrProposal,
+}
+
+/// What a follower's fetch of one partition read.
+#[derive(Debug, Default)]
+pub struct FollowerRead {
+    pub read: ReadResult,
+    /// The follower's log diverged: where to truncate to, instead of records.
+    pub divergence: Option<Divergence>,
+}
+
+/// ISR change counters (Kafka's IsrShrinksPerSec and IsrExpandsPerSec).
+#[derive(Clone)]
+pub struct IsrCounters {
+    pub shrinks: IntCounter,
+    pub expands: IntCounter,
+}
 
 /// What a metadata change did to this broker's replicas.
 #[derive(Debug, Default)]
@@ -33,8 +63,20 @@ pub struct ReplicaManager {
     image: RwLock<Arc<MetadataImage>>,
     /// Serialises `apply_image`.
     apply_lock: Mutex<()>,
+    /// Consumer fetches, woken when a high watermark moves.
     pub fetch_purgatory: Purgatory,
+    /// Follower fetches, woken when a leader appends.
+    pub follower_fetch_purgatory: Purgatory,
+    /// acks=all produces, woken when a high watermark moves.
     pub produce_purgatory: Purgatory,
+    /// Where ISR changes go to be sent to the controller (AlterPartition).
+    isr_changes: Mutex<Option<mpsc::UnboundedSender<IsrChangeRequest>>>,
+    counters: IsrCounters,
+    /// Bytes per second this broker may send to followers of throttled replicas
+    /// (`leader.replication.throttled.rate`).
+    pub leader_throttle: Throttle,
+    /// `replica.selector.class` is Kafka's RackAwareReplicaSelector (KIP-392).
+    rack_aware_selector: bool,
 }
 
 fn topic_config(image: &MetadataImage, t: &TopicImage, defaults: &LogConfig) -> LogConfig {
@@ -45,8 +87,20 @@ fn topic_config(image: &MetadataImage, t: &TopicImage, defaults: &LogConfig) -> 
         .unwrap_or_else(|_| defaults.clone())
 }
 
+/// Whether broker `id` may join an ISR: registered, unfenced, not shutting down.
+fn isr_eligible(image: &MetadataImage, id: i32) -> bool {
+    image
+        .broker(id)
+        .is_some_and(|b| !b.fenced && !b.in_controlled_shutdown)
+}
+
 impl ReplicaManager {
-    pub fn new(node_id: i32, logs: Arc<LogManager>) -> Self {
+    pub fn new(
+        node_id: i32,
+        logs: Arc<LogManager>,
+        counters: IsrCounters,
+        rack_aware_selector: bool,
+    ) -> Self {
         ReplicaManager {
             node_id,
             logs,
@@ -54,8 +108,18 @@ impl ReplicaManager {
             image: RwLock::new(Arc::new(MetadataImage::empty())),
             apply_lock: Mutex::new(()),
             fetch_purgatory: Purgatory::default(),
+            follower_fetch_purgatory: Purgatory::default(),
             produce_purgatory: Purgatory::default(),
+            isr_changes: Mutex::new(None),
+            counters,
+            leader_throttle: Throttle::default(),
+            rack_aware_selector,
         }
+    }
+
+    /// From now on ISR changes go to `tx` (the AlterPartition sender).
+    pub fn set_isr_change_sender(&self, tx: mpsc::UnboundedSender<IsrChangeRequest>) {
+        *self.isr_changes.lock() = Some(tx);
     }
 
     pub fn get(&self, tp: &TopicPartition) -> Option<Arc<Partition>> {
@@ -100,6 +164,47 @@ impl ReplicaManager {
         let p = self.hosted(tp)?;
         p.check_leader(current_leader_epoch)?;
         Ok(p)
+    }
+
+    /// A partition a consumer may read here at `current_leader_epoch`: its leader, or a
+    /// follower (KIP-392; it reads up to the high watermark the leader reported).
+    pub fn readable_partition(
+        &self,
+        tp: &TopicPartition,
+        current_leader_epoch: i32,
+    ) -> Result<Arc<Partition>, PartitionError> {
+        let p = self.hosted(tp)?;
+        p.check_epoch(current_leader_epoch)?;
+        Ok(p)
+    }
+
+    /// Where a consumer in `rack` should read a partition this broker leads, when Kafka's
+    /// RackAwareReplicaSelector is configured: `None` for here, else a replica in the
+    /// consumer's rack that has `fetch_offset`, the one furthest ahead.
+    pub fn preferred_read_replica(
+        &self,
+        p: &Partition,
+        rack: &str,
+        fetch_offset: i64,
+    ) -> Option<i32> {
+        if !self.rack_aware_selector || !p.is_leader() {
+            return None;
+        }
+        let image = self.image.read().clone();
+        let rack_of = |id: i32| {
+            image
+                .broker(id)
+                .filter(|b| !b.fenced)
+                .and_then(|b| b.rack.clone())
+        };
+        if rack_of(self.node_id).as_deref() == Some(rack) {
+            return None;
+        }
+        p.follower_positions()
+            .into_iter()
+            .filter(|(id, leo)| *leo >= fetch_offset && rack_of(*id).as_deref() == Some(rack))
+            .max_by_key(|(id, leo)| (*leo, -id))
+            .map(|(id, _)| id)
     }
 
     /// Brings the hosted partitions in line with `image`: creates logs for new replicas (a
@@ -164,11 +269,17 @@ impl ReplicaManager {
                         (p, role, true)
                     }
                 };
-                let _ = p;
                 if changed {
+                    // Produces waiting on the old epoch's high watermark answer now.
+                    self.produce_purgatory.on_high_watermark(&tp, i64::MAX);
                     match role {
-                        Role::Leader => changes.became_leader.push(tp),
-                        Role::Follower => changes.became_follower.push(tp),
+                        Role::Leader => changes.became_leader.push(tp.clone()),
+                        Role::Follower => changes.became_follower.push(tp.clone()),
+                    }
+                }
+                if role == Role::Leader {
+                    if let Some(hw) = p.maybe_increment_high_watermark() {
+                        self.on_high_watermark(&p, hw);
                     }
                 }
             }
@@ -183,6 +294,7 @@ impl ReplicaManager {
             }
         }
         for tp in dropped {
+            self.produce_purgatory.on_high_watermark(&tp, i64::MAX);
             self.logs.delete_log(&tp)?;
             changes.removed.push(tp);
         }
@@ -238,8 +350,9 @@ impl ReplicaManager {
         Ok(stray.len())
     }
 
-    /// Appends client batches to a partition this broker leads, then wakes fetches waiting
-    /// for bytes and acks=all produces waiting for the high watermark.
+    /// Appends client batches to a partition this broker leads, then wakes follower fetches
+    /// waiting for bytes, and (if the append moved the high watermark, as with an ISR of the
+    /// leader alone) consumer fetches and acks=all produces.
     pub fn append(
         &self,
         p: &Partition,
@@ -248,10 +361,22 @@ impl ReplicaManager {
     ) -> Result<AppendInfo, PartitionError> {
         let (info, hw) = p.append_as_leader(records, required_acks)?;
         if info.num_messages > 0 {
-            self.fetch_purgatory.on_bytes(&p.tp, records.len() as i64);
+            self.follower_fetch_purgatory
+                .on_bytes(&p.tp, records.len() as i64);
         }
-        self.produce_purgatory.on_high_watermark(&p.tp, hw);
+        if let Some(hw) = hw {
+            self.on_high_watermark(p, hw);
+        }
         Ok(info)
+    }
+
+    /// The high watermark of a partition this broker leads moved to `hw`.
+    fn on_high_watermark(&self, p: &Partition, hw: i64) {
+        self.produce_purgatory.on_high_watermark(&p.tp, hw);
+        let committed = p.take_committed_bytes(hw);
+        if committed > 0 {
+            self.fetch_purgatory.on_bytes(&p.tp, committed);
+        }
     }
 
     /// Reads whole batches from `offset`, up to the high watermark for consumers.
@@ -264,6 +389,197 @@ impl ReplicaManager {
         isolation: FetchIsolation,
     ) -> Result<ReadResult, PartitionError> {
         Ok(p.read(offset, max_bytes, min_one_batch, isolation)?)
+    }
+
+    /// A follower's fetch of a partition this broker leads: the divergence check (KIP-320),
+    /// the read up to the log end (nothing for a throttled replica over its rate), then the
+    /// follower's new position, which may move the high watermark and add it to the ISR.
+    #[allow(clippy::too_many_arguments)]
+    pub fn read_for_follower(
+        &self,
+        p: &Partition,
+        replica: i32,
+        broker_epoch: i64,
+        fetch_offset: i64,
+        last_fetched_epoch: i32,
+        max_bytes: usize,
+        min_one_batch: bool,
+    ) -> Result<FollowerRead, PartitionError> {
+        if let Some(d) = p.diverging_epoch(fetch_offset, last_fetched_epoch) {
+            let (hw, start) = p.offsets();
+            return Ok(FollowerRead {
+                read: ReadResult {
+                    records: Vec::new(),
+                    high_watermark: hw,
+                    log_start_offset: start,
+                    log_end_offset: -1,
+                },
+                divergence: Some(d),
+            });
+        }
+        let throttled = p.leader_throttled();
+        let mut read = if throttled && self.leader_throttle.is_exceeded() {
+            let (hw, start) = p.offsets();
+            ReadResult {
+                high_watermark: hw,
+                log_start_offset: start,
+                ..ReadResult::default()
+            }
+        } else {
+            p.read(
+                fetch_offset,
+                max_bytes,
+                min_one_batch,
+                FetchIsolation::LogEnd,
+            )?
+        };
+        if throttled {
+            self.leader_throttle.record(read.records.len() as i64);
+        }
+        let image = self.image.read().clone();
+        let update =
+            p.update_follower_fetch_state(replica, fetch_offset, broker_epoch, now_ms(), |r| {
+                isr_eligible(&image, r)
+            });
+        if let Some(hw) = update.high_watermark {
+            self.on_high_watermark(p, hw);
+            read.high_watermark = hw;
+        }
+        if let Some(proposal) = update.expand {
+            tracing::info!(partition = %p.tp, replica, isr = ?proposal.new_isr, "expanding the ISR: the follower caught up");
+            self.counters.expands.inc();
+            self.send_isr_change(p, proposal);
+        }
+        Ok(FollowerRead {
+            read,
+            divergence: None,
+        })
+    }
+
+    fn send_isr_change(&self, p: &Partition, proposal: IsrProposal) {
+        let req = IsrChangeRequest {
+            tp: p.tp.clone(),
+            topic_id: p.topic_id,
+            proposal,
+        };
+        let epoch = req.proposal.leader_epoch;
+        let sent = self
+            .isr_changes
+            .lock()
+            .as_ref()
+            .is_some_and(|tx| tx.send(req).is_ok());
+        if !sent {
+            p.on_isr_change_answer(epoch, None);
+        }
+    }
+
+    /// The controller answered an ISR change of `tp` made at `leader_epoch`.
+    pub fn on_isr_change_answer(
+        &self,
+        tp: &TopicPartition,
+        leader_epoch: i32,
+        committed: Option<(i32, Vec<i32>)>,
+    ) {
+        if let Some(p) = self.get(tp) {
+            if let Some(hw) = p.on_isr_change_answer(leader_epoch, committed) {
+                self.on_high_watermark(&p, hw);
+            }
+        }
+    }
+
+    /// Proposes smaller ISRs where followers fell behind for `lag_ms` (Kafka's isr-expiration
+    /// task).
+    pub fn maybe_shrink_isrs(&self, lag_ms: i64) {
+        let now = now_ms();
+        for p in self.partitions() {
+            if let Some(proposal) = p.maybe_shrink_isr(now, lag_ms) {
+                self.counters.shrinks.inc();
+                self.send_isr_change(&p, proposal);
+            }
+        }
+    }
+
+    /// The partitions this broker follows, with their leaders' addresses on `listener`.
+    pub fn follow_targets(&self, image: &MetadataImage, listener: &str) -> Vec<FollowTarget> {
+        let mut out = Vec::new();
+        for p in self.partitions() {
+            let st = p.state();
+            if st.role != Role::Follower || st.leader < 0 || st.leader == self.node_id {
+                continue;
+            }
+            let Some(addr) = image
+                .broker(st.leader)
+                .filter(|b| !b.fenced)
+                .and_then(|b| b.endpoint(listener))
+                .map(|e| format!("{}:{}", e.host, e.port))
+            else {
+                continue;
+            };
+            out.push(FollowTarget {
+                tp: p.tp.clone(),
+                topic_id: p.topic_id,
+                leader: st.leader,
+                leader_epoch: st.leader_epoch,
+                leader_address: addr,
+            });
+        }
+        out
+    }
+
+    /// `(log end, epoch of the last batch, log start)` of a partition this broker follows.
+    pub fn fetch_position(&self, tp: &TopicPartition) -> Option<(i64, i32, i64)> {
+        let p = self.get(tp)?;
+        if p.is_leader() {
+            return None;
+        }
+        let (leo, epoch) = p.fetch_position();
+        Some((leo, epoch, p.offsets().1))
+    }
+
+    /// Whether this broker's fetches of `tp` count against the follower throttle.
+    pub fn follower_throttled(&self, tp: &TopicPartition) -> bool {
+        self.get(tp).is_some_and(|p| p.follower_throttled())
+    }
+
+    /// Appends what a leader sent for `tp` (fetched at `leader_epoch`).
+    pub fn append_fetched(
+        &self,
+        tp: &TopicPartition,
+        leader_epoch: i32,
+        records: &[u8],
+        leader_hw: i64,
+        leader_log_start: i64,
+    ) -> Result<(), StorageError> {
+        let Some(p) = self.get(tp) else {
+            return Ok(());
+        };
+        p.append_as_follower(leader_epoch, records, leader_hw, leader_log_start)?;
+        Ok(())
+    }
+
+    pub fn truncate_to_divergence(
+        &self,
+        tp: &TopicPartition,
+        leader_epoch: i32,
+        d: Divergence,
+    ) -> Result<(), StorageError> {
+        if let Some(p) = self.get(tp) {
+            p.truncate_to_divergence(leader_epoch, d)?;
+        }
+        Ok(())
+    }
+
+    pub fn reset_to_leader_range(
+        &self,
+        tp: &TopicPartition,
+        leader_epoch: i32,
+        leader_log_start: i64,
+        leader_log_end: i64,
+    ) -> Result<(), StorageError> {
+        if let Some(p) = self.get(tp) {
+            p.reset_to_leader_range(leader_epoch, leader_log_start, leader_log_end)?;
+        }
+        Ok(())
     }
 
     /// Writes a producer snapshot at each partition's log end (clean shutdown).

@@ -150,6 +150,7 @@ impl Server {
                 }
             }
         }));
+        tasks.extend(start_replication(&broker));
         broker.metrics.set_ready(true);
         Ok(Server {
             addrs,
@@ -171,6 +172,31 @@ impl Server {
         drop(self.network);
         drop(self.fetch);
     }
+}
+
+/// Replication's background work: the fetchers follow the broker's partitions, the
+/// AlterPartition sender carries ISR changes to the controller, and every half of
+/// `replica.lag.time.max.ms` the leaders drop followers that fell behind (Kafka's
+/// isr-expiration task).
+fn start_replication(broker: &Arc<Broker>) -> Vec<tokio::task::JoinHandle<()>> {
+    broker.fetchers.attach(broker);
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    broker.replicas.set_isr_change_sender(tx);
+    let sender = tokio::spawn(crate::broker::alter_partition::run(broker.clone(), rx));
+    let lag = broker.config.replication.lag_time_max_ms;
+    let b = broker.clone();
+    let expiry = tokio::spawn(async move {
+        let mut interval = tokio::time::interval(Duration::from_millis((lag / 2).max(10) as u64));
+        loop {
+            interval.tick().await;
+            b.replicas.maybe_shrink_isrs(lag);
+        }
+    });
+    // What the image already asks to follow.
+    let b = broker.clone();
+    let image = b.image();
+    let first = tokio::spawn(async move { b.follow_now(&image) });
+    vec![sender, expiry, first]
 }
 
 /// Refreshes the gauges that describe state, at scrape time.
@@ -204,8 +230,8 @@ fn refresh_hook(
             .set(sessions.partitions_cached as i64);
         let parts = broker.replicas.partitions();
         m.partition_count.set(parts.len() as i64);
-        let mut leaders = 0;
-        let mut under_replicated = 0;
+        let (mut leaders, mut under_replicated, mut under_min, mut at_min, mut max_lag) =
+            (0, 0, 0, 0, 0);
         m.log_size.reset();
         for p in parts {
             let st = p.state();
@@ -214,6 +240,14 @@ fn refresh_hook(
                 if st.isr.len() < st.replicas.len() {
                     under_replicated += 1;
                 }
+                let min_isr = p.min_insync_replicas();
+                if st.isr.len() < min_isr {
+                    under_min += 1;
+                } else if st.isr.len() == min_isr {
+                    at_min += 1;
+                }
+            } else {
+                max_lag = max_lag.max(p.follower_lag());
             }
             m.log_size
                 .with_label_values(&[p.tp.topic.as_str(), &p.tp.partition.to_string()])
@@ -221,6 +255,9 @@ fn refresh_hook(
         }
         m.leader_count.set(leaders);
         m.under_replicated.set(under_replicated);
+        m.under_min_isr.set(under_min);
+        m.at_min_isr.set(at_min);
+        m.replica_fetcher_max_lag.set(max_lag);
     })
 }
 

@@ -39,6 +39,8 @@ pub const CLIENT_VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::DescribeQuorum, 0, 2),
     (ApiKey::DescribeCluster, 0, 1),
+    // Replica fetchers: v12+ carries the last fetched epoch and the diverging epoch.
+    (ApiKey::Fetch, 12, 17),
 ];
 
 /// For each API in `CLIENT_VERSIONS`, the highest version both sides speak; APIs with no

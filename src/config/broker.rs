@@ -50,6 +50,8 @@ pub struct BrokerConfig {
     pub log: LogConfig,
     /// Roles, the metadata quorum, racks and the controller's settings.
     pub cluster: ClusterConfig,
+    /// Followers, ISR and replica selection.
+    pub replication: super::replication::ReplicationConfig,
     /// The properties as given, for DescribeConfigs.
     pub raw: BTreeMap<String, String>,
 }
@@ -162,7 +164,10 @@ impl BrokerConfig {
             .keys()
             .filter(|k| {
                 let k = k.as_str();
-                !KNOWN.contains(&k) && !cluster::KEYS.contains(&k) && !topic_synonyms.contains(&k)
+                !KNOWN.contains(&k)
+                    && !cluster::KEYS.contains(&k)
+                    && !super::replication::KEYS.contains(&k)
+                    && !topic_synonyms.contains(&k)
             })
             .cloned()
             .collect();
@@ -280,6 +285,7 @@ impl BrokerConfig {
             offset_metadata_max_bytes: parse(props, "offset.metadata.max.bytes", 4096usize)?,
             log,
             cluster,
+            replication: super::replication::ReplicationConfig::from_props(props)?,
             raw: props.clone(),
         };
         if c.num_partitions < 1 {

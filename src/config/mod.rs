@@ -56,6 +56,11 @@ pub struct LogConfig {
     /// Whether a replica outside the ISR may become leader when no ISR member is left
     /// (`unclean.leader.election.enable`, false as in Kafka).
     pub unclean_leader_election_enable: bool,
+    /// `leader.replication.throttled.replicas` and `follower.replication.throttled.replicas`:
+    /// `partition:broker,...` or `*`, the replicas whose replication the brokers' throttled
+    /// rates limit (kafka-reassign-partitions --throttle sets them).
+    pub leader_throttled_replicas: String,
+    pub follower_throttled_replicas: String,
 }
 
 impl Default for LogConfig {
@@ -78,12 +83,15 @@ impl Default for LogConfig {
             compression_type: "producer".into(),
             preallocate: false,
             unclean_leader_election_enable: false,
+            leader_throttled_replicas: String::new(),
+            follower_throttled_replicas: String::new(),
         }
     }
 }
 
 pub mod broker;
 pub mod cluster;
+pub mod replication;
 
 /// Topic config keys with the broker key that sets their default (Kafka's `TopicConfigSynonyms`).
 pub const TOPIC_CONFIG_SYNONYMS: &[(&str, &str)] = &[
@@ -107,7 +115,42 @@ pub const TOPIC_CONFIG_SYNONYMS: &[(&str, &str)] = &[
         "unclean.leader.election.enable",
         "unclean.leader.election.enable",
     ),
+    // No broker key sets these.
+    ("leader.replication.throttled.replicas", ""),
+    ("follower.replication.throttled.replicas", ""),
 ];
+
+/// Kafka's ThrottledReplicaListValidator: empty, `*`, or `partition:broker` pairs.
+fn parse_throttled_replicas(key: &str, v: &str) -> Result<String, ConfigError> {
+    let v = v.trim();
+    if v.is_empty() || v == "*" {
+        return Ok(v.to_string());
+    }
+    for item in v.split(',').map(str::trim) {
+        let ok = item
+            .split_once(':')
+            .is_some_and(|(p, b)| p.parse::<i32>().is_ok() && b.parse::<i32>().is_ok());
+        if !ok {
+            return Err(invalid(
+                key,
+                v,
+                "must be the literal '*' or a list of replicas in the format [partitionId]:[brokerId],[partitionId]:[brokerId],...",
+            ));
+        }
+    }
+    Ok(v.to_string())
+}
+
+/// Whether a throttled-replicas list names partition `partition` on broker `broker`.
+pub fn throttles(list: &str, partition: i32, broker: i32) -> bool {
+    let list = list.trim();
+    list == "*"
+        || list.split(',').any(|item| {
+            item.trim()
+                .split_once(':')
+                .is_some_and(|(p, b)| p.parse() == Ok(partition) && b.parse() == Ok(broker))
+        })
+}
 
 fn parse_i64(key: &str, v: &str, min: i64) -> Result<i64, ConfigError> {
     let n: i64 = v
@@ -152,6 +195,12 @@ impl LogConfig {
             "max.message.bytes" => self.max_message_bytes = parse_i64(key, v, 0)? as u64,
             "min.insync.replicas" => self.min_insync_replicas = parse_i64(key, v, 1)? as i32,
             "preallocate" => self.preallocate = parse_bool(key, v)?,
+            "leader.replication.throttled.replicas" => {
+                self.leader_throttled_replicas = parse_throttled_replicas(key, v)?
+            }
+            "follower.replication.throttled.replicas" => {
+                self.follower_throttled_replicas = parse_throttled_replicas(key, v)?
+            }
             "unclean.leader.election.enable" => {
                 self.unclean_leader_election_enable = parse_bool(key, v)?
             }
@@ -268,6 +317,12 @@ impl LogConfig {
             "cleanup.policy" => (self.cleanup_policy.clone(), CONFIG_TYPE_LIST),
             "compression.type" => (self.compression_type.clone(), CONFIG_TYPE_STRING),
             "preallocate" => (self.preallocate.to_string(), CONFIG_TYPE_BOOLEAN),
+            "leader.replication.throttled.replicas" => {
+                (self.leader_throttled_replicas.clone(), CONFIG_TYPE_LIST)
+            }
+            "follower.replication.throttled.replicas" => {
+                (self.follower_throttled_replicas.clone(), CONFIG_TYPE_LIST)
+            }
             "unclean.leader.election.enable" => (
                 self.unclean_leader_election_enable.to_string(),
                 CONFIG_TYPE_BOOLEAN,

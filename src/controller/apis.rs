@@ -216,13 +216,15 @@ impl ControllerNode {
         let mut changes = Vec::new();
         for t in &r.topics {
             for p in &t.partitions {
-                let new_isr = if v >= 3 {
+                let (new_isr, new_isr_epochs) = if v >= 3 {
                     p.new_isr_with_epochs
                         .iter()
-                        .map(|b| b.broker_id.0)
-                        .collect()
+                        .map(|b| (b.broker_id.0, b.broker_epoch))
+                        .unzip()
                 } else {
-                    p.new_isr.iter().map(|b| b.0).collect()
+                    let ids: Vec<i32> = p.new_isr.iter().map(|b| b.0).collect();
+                    let epochs = vec![-1; ids.len()];
+                    (ids, epochs)
                 };
                 changes.push(IsrChange {
                     topic_id: kafka_uuid(&t.topic_id),
@@ -230,6 +232,7 @@ impl ControllerNode {
                     leader_epoch: p.leader_epoch,
                     partition_epoch: p.partition_epoch,
                     new_isr,
+                    new_isr_epochs,
                 });
             }
         }

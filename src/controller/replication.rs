@@ -740,6 +740,18 @@ pub struct IsrChange {
     pub leader_epoch: i32,
     pub partition_epoch: i32,
     pub new_isr: Vec<i32>,
+    /// The broker epoch of each `new_isr` member as the leader saw it (AlterPartition v3,
+    /// KIP-903), -1 where not given.
+    pub new_isr_epochs: Vec<i64>,
+}
+
+/// Whether a new ISR member's broker epoch, as the leader gave it, is not the registration the
+/// controller has (the member restarted since it fetched: KIP-903).
+fn stale_broker_epoch(image: &MetadataImage, c: &IsrChange) -> bool {
+    c.new_isr
+        .iter()
+        .zip(&c.new_isr_epochs)
+        .any(|(r, e)| *e >= 0 && image.broker(*r).is_some_and(|b| b.epoch != *e))
 }
 
 /// AlterPartition: validates a leader's ISR change against the current epochs (a stale one is
@@ -777,6 +789,7 @@ pub fn alter_isr(
             .new_isr
             .iter()
             .any(|r| *r != broker && !image.is_active(*r))
+            || stale_broker_epoch(image, c)
         {
             errors::INELIGIBLE_REPLICA
         } else {
@@ -1053,6 +1066,7 @@ mod tests {
             leader_epoch: 0,
             partition_epoch: pe,
             new_isr: vec![1],
+            new_isr_epochs: vec![-1],
         };
         let (res, recs) = alter_isr(&img, 1, &[change(0)]);
         assert_eq!(res[0].0, errors::NONE);

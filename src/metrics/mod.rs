@@ -86,6 +86,12 @@ pub struct BrokerMetrics {
     pub leader_count: IntGauge,
     pub partition_count: IntGauge,
     pub under_replicated: IntGauge,
+    pub under_min_isr: IntGauge,
+    pub at_min_isr: IntGauge,
+    pub isr_shrinks: IntCounter,
+    pub isr_expands: IntCounter,
+    /// The largest lag of a partition this broker follows, in records.
+    pub replica_fetcher_max_lag: IntGauge,
     /// Kafka's broker-metadata-metrics: the last metadata record this broker applied, and
     /// failed applies.
     pub metadata_last_applied_offset: IntGauge,
@@ -247,6 +253,31 @@ impl BrokerMetrics {
                 &r,
                 "kafka_server_replicamanager_underreplicatedpartitions",
                 "Led partitions whose ISR is smaller than their replica set",
+            ),
+            under_min_isr: int_gauge(
+                &r,
+                "kafka_server_replicamanager_underminisrpartitioncount",
+                "Led partitions whose ISR is below min.insync.replicas",
+            ),
+            at_min_isr: int_gauge(
+                &r,
+                "kafka_server_replicamanager_atminisrpartitioncount",
+                "Led partitions whose ISR is exactly min.insync.replicas",
+            ),
+            isr_shrinks: int_counter(
+                &r,
+                "kafka_server_replicamanager_isrshrinks_total",
+                "ISR shrinks this broker proposed as a leader",
+            ),
+            isr_expands: int_counter(
+                &r,
+                "kafka_server_replicamanager_isrexpands_total",
+                "ISR expansions this broker proposed as a leader",
+            ),
+            replica_fetcher_max_lag: int_gauge(
+                &r,
+                "kafka_server_replicafetchermanager_maxlag",
+                "The largest lag in records of a partition this broker follows",
             ),
             metadata_last_applied_offset: int_gauge(
                 &r,

@@ -37,6 +37,9 @@ pub struct LogManagerConfig {
     pub recovery_checkpoint_interval_ms: i64,
     /// `log.flush.start.offset.checkpoint.interval.ms`
     pub start_offset_checkpoint_interval_ms: i64,
+    /// How often `replication-offset-checkpoint` (the high watermarks) is written
+    /// (`replica.high.watermark.checkpoint.interval.ms`).
+    pub high_watermark_checkpoint_interval_ms: i64,
     /// How often the background thread looks for due work.
     pub tick_ms: u64,
 }
@@ -50,6 +53,7 @@ impl LogManagerConfig {
             retention_check_interval_ms: 300_000,
             recovery_checkpoint_interval_ms: 60_000,
             start_offset_checkpoint_interval_ms: 60_000,
+            high_watermark_checkpoint_interval_ms: 5000,
             tick_ms: 200,
         }
     }
@@ -333,8 +337,8 @@ impl LogManager {
         let handle = std::thread::Builder::new()
             .name("log-manager".into())
             .spawn(move || {
-                let (mut last_retention, mut last_recovery, mut last_start) =
-                    (now_ms(), now_ms(), now_ms());
+                let (mut last_retention, mut last_recovery, mut last_start, mut last_hw) =
+                    (now_ms(), now_ms(), now_ms(), now_ms());
                 loop {
                     {
                         let (m, cv) = &*stop;
@@ -362,11 +366,14 @@ impl LogManager {
                     }
                     if now - last_recovery >= c.recovery_checkpoint_interval_ms {
                         last_recovery = now;
-                        if let Err(e) = mgr
-                            .checkpoint_recovery_points()
-                            .and_then(|_| mgr.checkpoint_high_watermarks())
-                        {
+                        if let Err(e) = mgr.checkpoint_recovery_points() {
                             tracing::error!(error = %e, "recovery point checkpoint failed");
+                        }
+                    }
+                    if now - last_hw >= c.high_watermark_checkpoint_interval_ms {
+                        last_hw = now;
+                        if let Err(e) = mgr.checkpoint_high_watermarks() {
+                            tracing::error!(error = %e, "high watermark checkpoint failed");
                         }
                     }
                     if now - last_start >= c.start_offset_checkpoint_interval_ms {

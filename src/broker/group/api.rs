@@ -95,8 +95,28 @@ pub fn coordinator_partition(broker: &Broker, group: &str) -> Result<Arc<Partiti
 
 /// Appends group records (key, value or tombstone) to the group's `__consumer_offsets` partition.
 fn append_records(broker: &Broker, group: &str, records: &[RecordKv]) -> Result<(), i16> {
+    append_group_records(broker, group, records, 1).map(|_| ())
+}
+
+/// A coordinator write that counts only once the offsets partition's ISR has it.
+struct PendingWrite {
+    tp: TopicPartition,
+    leader_epoch: i32,
+    /// The offset the high watermark must reach.
+    required: i64,
+}
+
+/// How long an offset commit waits for the ISR (Kafka's `offsets.commit.timeout.ms`).
+const OFFSETS_COMMIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+fn append_group_records(
+    broker: &Broker,
+    group: &str,
+    records: &[RecordKv],
+    acks: i16,
+) -> Result<Option<PendingWrite>, i16> {
     if records.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let part = coordinator_partition(broker, group)?;
     let kvs: Vec<KeyValue<'_>> = records
@@ -104,18 +124,54 @@ fn append_records(broker: &Broker, group: &str, records: &[RecordKv]) -> Result<
         .map(|(k, v)| (Some(k.as_slice()), v.as_deref()))
         .collect();
     let mut b = batch::build_batch(&kvs, crate::storage::log::now_ms());
-    broker
-        .replicas
-        .append(&part, &mut b, 1)
-        .map(|_| ())
-        .map_err(|e| {
-            tracing::error!(group, error = %e.message, "cannot write to {OFFSETS_TOPIC}");
-            if e.code == errors::NOT_LEADER_OR_FOLLOWER {
-                errors::NOT_COORDINATOR
-            } else {
-                errors::KAFKA_STORAGE_ERROR
-            }
-        })
+    let leader_epoch = part.leader_epoch();
+    let info = broker.replicas.append(&part, &mut b, acks).map_err(|e| {
+        tracing::error!(group, error = %e.message, "cannot write to {OFFSETS_TOPIC}");
+        store_error(e.code)
+    })?;
+    Ok(Some(PendingWrite {
+        tp: part.tp.clone(),
+        leader_epoch,
+        required: info.last_offset + 1,
+    }))
+}
+
+/// The group error for a failed `__consumer_offsets` write (Kafka's GroupMetadataManager).
+fn store_error(code: i16) -> i16 {
+    match code {
+        errors::NOT_LEADER_OR_FOLLOWER | errors::KAFKA_STORAGE_ERROR => errors::NOT_COORDINATOR,
+        errors::UNKNOWN_TOPIC_OR_PARTITION
+        | errors::NOT_ENOUGH_REPLICAS
+        | errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        | errors::REQUEST_TIMED_OUT => errors::COORDINATOR_NOT_AVAILABLE,
+        errors::MESSAGE_TOO_LARGE | errors::RECORD_LIST_TOO_LARGE => {
+            errors::INVALID_COMMIT_OFFSET_SIZE
+        }
+        _ => errors::NOT_COORDINATOR,
+    }
+}
+
+/// `Ok` once the write is below the high watermark under the epoch it was made in.
+fn write_outcome(broker: &Broker, w: &PendingWrite) -> Option<Result<(), i16>> {
+    let Some(p) = broker.replicas.get(&w.tp) else {
+        return Some(Err(errors::NOT_COORDINATOR));
+    };
+    if !p.is_leader() || p.leader_epoch() != w.leader_epoch {
+        return Some(Err(errors::NOT_COORDINATOR));
+    }
+    (broker.replicas.high_watermark(&p) >= w.required).then_some(Ok(()))
+}
+
+/// Waits (in the produce purgatory) until the ISR has the write, or the commit timeout.
+async fn await_write(broker: &Broker, w: PendingWrite) -> Result<(), i16> {
+    let op = super::super::purgatory::DelayedOperation::produce([(w.tp.clone(), w.required)]);
+    let purg = &broker.replicas.produce_purgatory;
+    purg.watch(&op, [w.tp.clone()]);
+    if let Some(p) = broker.replicas.get(&w.tp) {
+        purg.on_high_watermark(&w.tp, broker.replicas.high_watermark(&p));
+    }
+    op.wait(OFFSETS_COMMIT_TIMEOUT).await;
+    write_outcome(broker, &w).unwrap_or(Err(errors::COORDINATOR_NOT_AVAILABLE))
 }
 
 /// Loads or unloads coordinators as this broker gains or loses `__consumer_offsets` leaders.
@@ -517,7 +573,10 @@ pub fn leave_group(
     }
 }
 
-pub fn offset_commit(broker: &Arc<Broker>, req: OffsetCommitRequest) -> OffsetCommitResponse {
+pub fn offset_commit(
+    broker: &Arc<Broker>,
+    req: OffsetCommitRequest,
+) -> Outcome<OffsetCommitResponse> {
     use offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
     let group = req.group_id.0.to_string();
     let check = match coordinator_partition(broker, &group) {
@@ -594,19 +653,43 @@ pub fn offset_commit(broker: &Arc<Broker>, req: OffsetCommitRequest) -> OffsetCo
                 .with_partitions(parts),
         );
     }
-    match append_records(broker, &group, &records) {
-        Ok(()) => broker.groups.store_offsets(&group, stored),
-        Err(code) => {
-            for t in topics.iter_mut() {
-                for p in t.partitions.iter_mut() {
-                    if p.error_code == codes::NONE {
-                        p.error_code = code;
-                    }
+    let fail = |topics: &mut Vec<OffsetCommitResponseTopic>, code: i16| {
+        for t in topics.iter_mut() {
+            for p in t.partitions.iter_mut() {
+                if p.error_code == codes::NONE {
+                    p.error_code = code;
                 }
             }
         }
+    };
+    // The commit counts (and the cache takes it) once the ISR has it, as in Kafka.
+    let pending = match append_group_records(broker, &group, &records, -1) {
+        Ok(p) => p,
+        Err(code) => {
+            fail(&mut topics, code);
+            return Outcome::Now(OffsetCommitResponse::default().with_topics(topics));
+        }
+    };
+    let Some(w) = pending else {
+        broker.groups.store_offsets(&group, stored);
+        return Outcome::Now(OffsetCommitResponse::default().with_topics(topics));
+    };
+    if let Some(done) = write_outcome(broker, &w) {
+        match done {
+            Ok(()) => broker.groups.store_offsets(&group, stored),
+            Err(code) => fail(&mut topics, code),
+        }
+        return Outcome::Now(OffsetCommitResponse::default().with_topics(topics));
     }
-    OffsetCommitResponse::default().with_topics(topics)
+    let broker = broker.clone();
+    Outcome::Later(Box::pin(async move {
+        let mut topics = topics;
+        match await_write(&broker, w).await {
+            Ok(()) => broker.groups.store_offsets(&group, stored),
+            Err(code) => fail(&mut topics, code),
+        }
+        OffsetCommitResponse::default().with_topics(topics)
+    }))
 }
 
 pub fn offset_fetch(

@@ -1,15 +1,26 @@
 //! Partition: this broker's replica of one topic-partition — its log, its role (leader or
 //! follower), the leader and partition epochs, the replica set and ISR from the metadata, the
 //! high watermark and the idempotent-producer state. ReplicaManager is the only way to one.
+//! As leader it tracks each follower's progress (`leader`); as follower it appends what the
+//! leader sent and truncates where the logs diverge (`follower`).
+
+mod follower;
+mod leader;
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use parking_lot::{Mutex, RwLock};
+
+pub use follower::{Divergence, FollowerAppend};
+use leader::LeaderState;
+pub use leader::{FollowerFetch, IsrProposal};
 
 use super::producer_state::{ProducerStateManager, SequenceCheck};
 use crate::config::LogConfig;
 use crate::controller::image::PartitionImage;
 use crate::protocol::errors;
 use crate::storage::batch::{self, BatchHeader, LOG_OVERHEAD};
-use crate::storage::log::AppendInfo;
+use crate::storage::log::{now_ms, AppendInfo};
 use crate::storage::{KafkaUuid, LogRef, StorageError, TimestampAndOffset, TopicPartition};
 
 /// Whether this broker leads the partition or follows its leader.
@@ -82,13 +93,24 @@ pub enum FetchIsolation {
     LogEnd,
 }
 
+/// Locks are taken in this order: `state`, `leader`, `log`, `producers`.
 pub struct Partition {
     pub tp: TopicPartition,
     pub topic_id: KafkaUuid,
+    /// This broker's id.
+    local: i32,
     log: LogRef,
     /// Idempotent-producer state; always locked after `log`.
     producers: Mutex<ProducerStateManager>,
     state: RwLock<ReplicaState>,
+    /// While leader: the followers' progress and an ISR change in flight.
+    leader: Mutex<LeaderState>,
+    /// Whether the topic's throttled-replica lists name this replica, on the leader's side
+    /// (`leader.replication.throttled.replicas`) and the follower's.
+    leader_throttled: AtomicBool,
+    follower_throttled: AtomicBool,
+    /// While following: the high watermark the leader last reported (for the lag metric).
+    leader_high_watermark: AtomicI64,
 }
 
 impl std::fmt::Debug for Partition {
@@ -113,8 +135,13 @@ impl Partition {
         let p = Partition {
             tp,
             topic_id,
+            local,
             log,
             producers: Mutex::new(producers),
+            leader: Mutex::new(LeaderState::default()),
+            leader_throttled: AtomicBool::new(false),
+            follower_throttled: AtomicBool::new(false),
+            leader_high_watermark: AtomicI64::new(-1),
             state: RwLock::new(ReplicaState {
                 role: Role::Follower,
                 leader: -1,
@@ -124,6 +151,8 @@ impl Partition {
                 isr: Vec::new(),
             }),
         };
+        let cfg = p.log.lock().config().clone();
+        p.set_throttles(&cfg);
         p.apply(image, local)?;
         Ok(p)
     }
@@ -141,43 +170,55 @@ impl Partition {
     }
 
     /// Takes the role the metadata gives this broker: `make_leader` or `make_follower`.
-    /// Returns the role, and whether it changed.
+    /// Returns the role, and whether it changed (a new leader epoch counts as a change).
     pub fn apply(&self, image: &PartitionImage, local: i32) -> Result<(Role, bool), StorageError> {
         let role = if image.leader == local {
             Role::Leader
         } else {
             Role::Follower
         };
-        let before = self.state.read().role;
+        let before = self.state.read().clone();
         match role {
             Role::Leader => self.make_leader(image)?,
             Role::Follower => self.make_follower(image),
         }
-        Ok((role, before != role))
+        let changed = before.role != role || before.leader_epoch != image.leader_epoch;
+        Ok((role, changed))
     }
 
-    /// Becomes (or stays) the leader at the image's epoch: the epoch starts at the log end.
+    /// Becomes (or stays) the leader at the image's epoch: a new epoch starts at the log end
+    /// and every follower's progress is unknown until it fetches. The high watermark stays
+    /// where it was; it moves once the ISR has fetched past it.
     fn make_leader(&self, image: &PartitionImage) -> Result<(), StorageError> {
-        let mut l = self.log.lock();
-        if l.epoch_cache()
-            .latest_epoch()
-            .is_none_or(|e| e < image.leader_epoch)
-        {
-            let leo = l.log_end_offset();
-            l.epoch_cache_mut().assign(image.leader_epoch, leo)?;
+        let mut st = self.state.write();
+        let new_epoch = st.role != Role::Leader || st.leader_epoch != image.leader_epoch;
+        if new_epoch {
+            let mut l = self.log.lock();
+            if l.epoch_cache()
+                .latest_epoch()
+                .is_none_or(|e| e < image.leader_epoch)
+            {
+                let leo = l.log_end_offset();
+                l.epoch_cache_mut().assign(image.leader_epoch, leo)?;
+            }
+            drop(l);
+            self.leader
+                .lock()
+                .reset(self.local, &image.replicas, &image.isr, now_ms());
+        } else if image.partition_epoch > st.partition_epoch {
+            // The controller changed the ISR (ours committed, or a fenced follower removed).
+            self.leader.lock().isr_committed(&image.replicas);
         }
-        // Until followers replicate, the leader's own log end is what it can vouch for.
-        let leo = l.log_end_offset();
-        l.update_high_watermark(leo);
-        drop(l);
-        *self.state.write() = ReplicaState {
-            role: Role::Leader,
-            leader: image.leader,
-            leader_epoch: image.leader_epoch,
-            partition_epoch: image.partition_epoch,
-            replicas: image.replicas.clone(),
-            isr: image.isr.clone(),
-        };
+        if new_epoch || image.partition_epoch >= st.partition_epoch {
+            *st = ReplicaState {
+                role: Role::Leader,
+                leader: image.leader,
+                leader_epoch: image.leader_epoch,
+                partition_epoch: image.partition_epoch,
+                replicas: image.replicas.clone(),
+                isr: image.isr.clone(),
+            };
+        }
         Ok(())
     }
 
@@ -191,14 +232,59 @@ impl Partition {
             replicas: image.replicas.clone(),
             isr: image.isr.clone(),
         };
+        *self.leader.lock() = LeaderState::default();
     }
 
     pub fn update_config(&self, cfg: LogConfig) {
+        self.set_throttles(&cfg);
         self.log.lock().update_config(cfg);
+    }
+
+    fn set_throttles(&self, cfg: &LogConfig) {
+        let (p, me) = (self.tp.partition, self.local);
+        self.leader_throttled.store(
+            crate::config::throttles(&cfg.leader_throttled_replicas, p, me),
+            Ordering::Release,
+        );
+        self.follower_throttled.store(
+            crate::config::throttles(&cfg.follower_throttled_replicas, p, me),
+            Ordering::Release,
+        );
+    }
+
+    pub fn leader_throttled(&self) -> bool {
+        self.leader_throttled.load(Ordering::Acquire)
+    }
+
+    pub fn follower_throttled(&self) -> bool {
+        self.follower_throttled.load(Ordering::Acquire)
+    }
+
+    /// The topic's `min.insync.replicas`.
+    pub fn min_insync_replicas(&self) -> usize {
+        self.log.lock().config().min_insync_replicas.max(1) as usize
+    }
+
+    /// While following: how far this log is behind the high watermark the leader reported.
+    pub fn follower_lag(&self) -> i64 {
+        let leader_hw = self.leader_high_watermark.load(Ordering::Acquire);
+        if leader_hw < 0 {
+            return 0;
+        }
+        (leader_hw - self.log.lock().log_end_offset()).max(0)
     }
 
     /// `Err` unless this broker leads, or when the caller's epoch is not ours.
     pub fn check_leader(&self, current_leader_epoch: i32) -> Result<ReplicaState, PartitionError> {
+        let st = self.check_epoch(current_leader_epoch)?;
+        if st.role != Role::Leader {
+            return Err(PartitionError::not_leader(st.leader, st.leader_epoch));
+        }
+        Ok(st)
+    }
+
+    /// `Err` when the caller's leader epoch is not the one this replica knows.
+    pub fn check_epoch(&self, current_leader_epoch: i32) -> Result<ReplicaState, PartitionError> {
         let st = self.state.read().clone();
         if current_leader_epoch >= 0 && current_leader_epoch < st.leader_epoch {
             return Err(PartitionError {
@@ -216,21 +302,19 @@ impl Partition {
                 "The leader epoch in the request is newer than the epoch on the broker.",
             ));
         }
-        if st.role != Role::Leader {
-            return Err(PartitionError::not_leader(st.leader, st.leader_epoch));
-        }
         Ok(st)
     }
 
     /// Appends client batches as leader. Idempotent batches are checked first: a duplicate is
     /// answered with the offsets it already has and nothing is written; a sequence gap or
     /// stale epoch is refused. With `acks=all`, an ISR below `min.insync.replicas` refuses the
-    /// append (NOT_ENOUGH_REPLICAS). Returns what was appended and the new high watermark.
+    /// append (NOT_ENOUGH_REPLICAS). Returns what was appended and the high watermark if the
+    /// append moved it (an ISR of the leader alone).
     pub fn append_as_leader(
         &self,
         records: &mut [u8],
         required_acks: i16,
-    ) -> Result<(AppendInfo, i64), PartitionError> {
+    ) -> Result<(AppendInfo, Option<i64>), PartitionError> {
         let st = self.check_leader(-1)?;
         let mut l = self.log.lock();
         let min_isr = l.config().min_insync_replicas.max(1) as usize;
@@ -248,7 +332,6 @@ impl Partition {
             match psm.check(&h) {
                 Ok(SequenceCheck::Append) => {}
                 Ok(SequenceCheck::Duplicate(m)) => {
-                    let hw = l.high_watermark();
                     return Ok((
                         AppendInfo {
                             first_offset: m.first_offset,
@@ -259,7 +342,7 @@ impl Partition {
                             valid_bytes: 0,
                             log_start_offset: l.log_start_offset(),
                         },
-                        hw,
+                        None,
                     ));
                 }
                 Err(e) => return Err(PartitionError::new(e.code, e.message)),
@@ -276,8 +359,18 @@ impl Partition {
         for h in headers(records) {
             psm.record(&h);
         }
-        let hw = l.update_high_watermark(info.last_offset + 1);
+        drop(psm);
+        drop(l);
+        let mut leader = self.leader.lock();
+        leader.appended(info.last_offset + 1, info.valid_bytes as i64);
+        let hw = self.increment_high_watermark(&st, &mut leader);
         Ok((info, hw))
+    }
+
+    /// Bytes appended below `hw` that consumers could not read before (for waking their
+    /// fetches when the high watermark moves).
+    pub fn take_committed_bytes(&self, hw: i64) -> i64 {
+        self.leader.lock().take_committed_bytes(hw)
     }
 
     /// Whole batches from `offset` up to the high watermark (consumers) or the log end

@@ -1,0 +1,261 @@
+//! One replica fetcher (Kafka's ReplicaFetcherThread): a task that fetches its partitions from
+//! one source broker in a loop — Fetch with this broker's id and broker epoch (KIP-903), each
+//! partition at its log end with the epoch of its last batch — and hands each partition's answer
+//! to ReplicaManager: append, truncate where the logs diverge, or start over at the leader's
+//! range. A partition that fails waits `replica.fetch.backoff.ms`; the metadata moves it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
+use kafka_protocol::messages::fetch_response::PartitionData;
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use super::{Assigned, FetcherShared};
+use crate::broker::partition::Divergence;
+use crate::broker::Broker;
+use crate::client::Connection;
+use crate::config::replication::ReplicationConfig;
+use crate::protocol::errors;
+use crate::storage::{KafkaUuid, TopicPartition};
+
+/// The partitions of one request, with what each was asked at.
+struct Asked {
+    tp: TopicPartition,
+    topic_id: KafkaUuid,
+    leader_epoch: i32,
+    fetch_offset: i64,
+    last_fetched_epoch: i32,
+    log_start_offset: i64,
+    throttled: bool,
+}
+
+pub(super) async fn run(
+    broker: Arc<Broker>,
+    source: i32,
+    shared: Arc<FetcherShared>,
+    cfg: ReplicationConfig,
+) {
+    let mut conn: Option<Connection> = None;
+    let backoff = Duration::from_millis(cfg.fetch_backoff_ms.max(10));
+    loop {
+        let asked = ready_partitions(&broker, &shared);
+        if asked.is_empty() {
+            let next = earliest_retry(&shared);
+            let wait = next.map_or(Duration::from_secs(1), |t| {
+                t.saturating_duration_since(Instant::now())
+            });
+            let _ = tokio::time::timeout(wait, shared.wake.notified()).await;
+            continue;
+        }
+        if conn.as_ref().is_none_or(|c| c.is_broken()) {
+            let addr = shared.address.lock().clone();
+            let timeout = Duration::from_millis(cfg.socket_timeout_ms);
+            match Connection::connect(&addr, timeout).await {
+                Ok(c) => conn = Some(c),
+                Err(e) => {
+                    tracing::debug!(source, %addr, error = %e, "cannot reach the leader");
+                    tokio::time::sleep(backoff).await;
+                    continue;
+                }
+            }
+        }
+        let Some(c) = conn.as_ref() else { continue };
+        match fetch_once(&broker, c, &cfg, &asked).await {
+            Ok(resp) => handle_response(&broker, &shared, &cfg, &asked, resp),
+            Err(e) => {
+                tracing::debug!(source, error = %e, "replica fetch failed");
+                conn = None;
+                tokio::time::sleep(backoff).await;
+            }
+        }
+    }
+}
+
+/// The partitions to fetch now: not backing off, still followed, throttled ones only while the
+/// follower throttle allows.
+fn ready_partitions(broker: &Broker, shared: &FetcherShared) -> Vec<Asked> {
+    let now = Instant::now();
+    let throttle_full = broker.fetchers.follower_throttle.is_exceeded();
+    let parts: Vec<(TopicPartition, Assigned)> = shared
+        .partitions
+        .lock()
+        .iter()
+        .filter(|(_, a)| a.delayed_until.is_none_or(|t| t <= now))
+        .map(|(tp, a)| (tp.clone(), a.clone()))
+        .collect();
+    let mut out = Vec::with_capacity(parts.len());
+    for (tp, a) in parts {
+        let throttled = broker.replicas.follower_throttled(&tp);
+        if throttled && throttle_full {
+            continue;
+        }
+        let Some((fetch_offset, last_fetched_epoch, log_start_offset)) =
+            broker.replicas.fetch_position(&tp)
+        else {
+            continue;
+        };
+        out.push(Asked {
+            tp,
+            topic_id: a.topic_id,
+            leader_epoch: a.leader_epoch,
+            fetch_offset,
+            last_fetched_epoch,
+            log_start_offset,
+            throttled,
+        });
+    }
+    out
+}
+
+fn earliest_retry(shared: &FetcherShared) -> Option<Instant> {
+    shared
+        .partitions
+        .lock()
+        .values()
+        .filter_map(|a| a.delayed_until)
+        .min()
+}
+
+async fn fetch_once(
+    broker: &Broker,
+    conn: &Connection,
+    cfg: &ReplicationConfig,
+    asked: &[Asked],
+) -> Result<FetchResponse, crate::client::ClientError> {
+    let version = conn
+        .version(kafka_protocol::messages::ApiKey::Fetch)
+        .ok_or_else(|| {
+            crate::client::ClientError::Protocol("the leader speaks no Fetch version 12+".into())
+        })?;
+    let epoch = broker.lifecycle().map_or(-1, |l| l.epoch());
+    let mut topics: Vec<FetchTopic> = Vec::new();
+    for a in asked {
+        let part = FetchPartition::default()
+            .with_partition(a.tp.partition)
+            .with_current_leader_epoch(a.leader_epoch)
+            .with_fetch_offset(a.fetch_offset)
+            .with_last_fetched_epoch(a.last_fetched_epoch)
+            .with_log_start_offset(a.log_start_offset)
+            .with_partition_max_bytes(cfg.fetch_max_bytes);
+        match topics.last_mut() {
+            Some(t) if t.topic.0.as_str() == a.tp.topic => t.partitions.push(part),
+            _ => topics.push(
+                FetchTopic::default()
+                    .with_topic(TopicName(StrBytes::from_string(a.tp.topic.clone())))
+                    .with_topic_id(uuid::Uuid::from_bytes(a.topic_id.0))
+                    .with_partitions(vec![part]),
+            ),
+        }
+    }
+    let id = BrokerId(broker.node_id());
+    let mut req = FetchRequest::default()
+        .with_max_wait_ms(cfg.fetch_wait_max_ms)
+        .with_min_bytes(cfg.fetch_min_bytes)
+        .with_max_bytes(cfg.fetch_response_max_bytes)
+        .with_session_id(0)
+        .with_session_epoch(-1)
+        .with_topics(topics);
+    if version >= 15 {
+        req = req.with_replica_state(
+            ReplicaState::default()
+                .with_replica_id(id)
+                .with_replica_epoch(epoch),
+        );
+    } else {
+        req = req.with_replica_id(id);
+    }
+    conn.call_at(&req, version).await
+}
+
+fn handle_response(
+    broker: &Broker,
+    shared: &FetcherShared,
+    cfg: &ReplicationConfig,
+    asked: &[Asked],
+    resp: FetchResponse,
+) {
+    let backoff = Duration::from_millis(cfg.fetch_backoff_ms);
+    if resp.error_code != errors::NONE {
+        tracing::debug!(
+            error = errors::error_name(resp.error_code),
+            "the leader refused a replica fetch"
+        );
+        delay_all(shared, asked, backoff);
+        return;
+    }
+    let by_key: HashMap<(&str, i32), &Asked> = asked
+        .iter()
+        .map(|a| ((a.tp.topic.as_str(), a.tp.partition), a))
+        .collect();
+    let by_id: HashMap<(KafkaUuid, i32), &Asked> = asked
+        .iter()
+        .map(|a| ((a.topic_id, a.tp.partition), a))
+        .collect();
+    for t in resp.responses {
+        let id = KafkaUuid(*t.topic_id.as_bytes());
+        for p in t.partitions {
+            let a = by_key
+                .get(&(t.topic.0.as_str(), p.partition_index))
+                .or_else(|| by_id.get(&(id, p.partition_index)));
+            let Some(a) = a else { continue };
+            if let Err(why) = handle_partition(broker, a, p) {
+                tracing::debug!(partition = %a.tp, reason = %why, "replica fetch of a partition failed");
+                delay(shared, &a.tp, a.leader_epoch, backoff);
+            }
+        }
+    }
+}
+
+fn handle_partition(broker: &Broker, a: &Asked, p: PartitionData) -> Result<(), String> {
+    let rm = &broker.replicas;
+    match p.error_code {
+        errors::NONE => {}
+        errors::OFFSET_OUT_OF_RANGE => {
+            rm.reset_to_leader_range(&a.tp, a.leader_epoch, p.log_start_offset, p.high_watermark)
+                .map_err(|e| e.to_string())?;
+            return Ok(());
+        }
+        code => return Err(errors::error_name(code).to_string()),
+    }
+    if p.diverging_epoch.epoch >= 0 || p.diverging_epoch.end_offset >= 0 {
+        let d = Divergence {
+            epoch: p.diverging_epoch.epoch,
+            end_offset: p.diverging_epoch.end_offset,
+        };
+        rm.truncate_to_divergence(&a.tp, a.leader_epoch, d)
+            .map_err(|e| e.to_string())?;
+        return Ok(());
+    }
+    let records = p.records.unwrap_or_default();
+    if a.throttled {
+        broker
+            .fetchers
+            .follower_throttle
+            .record(records.len() as i64);
+    }
+    rm.append_fetched(
+        &a.tp,
+        a.leader_epoch,
+        &records,
+        p.high_watermark,
+        p.log_start_offset,
+    )
+    .map_err(|e| e.to_string())
+}
+
+fn delay(shared: &FetcherShared, tp: &TopicPartition, leader_epoch: i32, d: Duration) {
+    if let Some(a) = shared.partitions.lock().get_mut(tp) {
+        if a.leader_epoch == leader_epoch {
+            a.delayed_until = Some(Instant::now() + d);
+        }
+    }
+}
+
+fn delay_all(shared: &FetcherShared, asked: &[Asked], d: Duration) {
+    for a in asked {
+        delay(shared, &a.tp, a.leader_epoch, d);
+    }
+}

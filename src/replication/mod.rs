@@ -1,0 +1,157 @@
+//! Follower replication (Kafka's ReplicaFetcherManager): for every partition this broker
+//! follows, a fetcher keeps fetching from the partition's leader. Each source broker gets
+//! `num.replica.fetchers` fetchers and a partition always goes to the same one of them; the
+//! manager adds, moves and removes partitions as each metadata image says who leads what.
+
+mod fetcher;
+mod throttle;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use crate::broker::Broker;
+use crate::config::replication::ReplicationConfig;
+use crate::storage::{KafkaUuid, TopicPartition};
+
+pub use throttle::Throttle;
+
+/// One partition this broker should follow, as the metadata says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FollowTarget {
+    pub tp: TopicPartition,
+    pub topic_id: KafkaUuid,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    /// The leader's inter-broker address, `host:port`.
+    pub leader_address: String,
+}
+
+/// A fetcher's view of one partition.
+#[derive(Debug, Clone)]
+struct Assigned {
+    topic_id: KafkaUuid,
+    leader_epoch: i32,
+    /// After an error the partition waits until then (replica.fetch.backoff.ms).
+    delayed_until: Option<std::time::Instant>,
+}
+
+/// The partitions of one fetcher, shared with its task.
+#[derive(Default)]
+struct FetcherShared {
+    partitions: Mutex<HashMap<TopicPartition, Assigned>>,
+    address: Mutex<String>,
+    wake: Notify,
+}
+
+struct FetcherHandle {
+    shared: Arc<FetcherShared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FetcherHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The broker's fetchers, by `(source broker, fetcher index)`.
+pub struct ReplicaFetcherManager {
+    config: ReplicationConfig,
+    broker: Mutex<Weak<Broker>>,
+    fetchers: Mutex<HashMap<(i32, usize), FetcherHandle>>,
+    /// Bytes per second this broker may fetch for throttled partitions
+    /// (`follower.replication.throttled.rate`).
+    pub follower_throttle: Throttle,
+}
+
+fn fetcher_index(tp: &TopicPartition, n: usize) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    tp.hash(&mut h);
+    (h.finish() % n.max(1) as u64) as usize
+}
+
+impl ReplicaFetcherManager {
+    pub fn new(config: ReplicationConfig) -> Self {
+        ReplicaFetcherManager {
+            config,
+            broker: Mutex::new(Weak::new()),
+            fetchers: Mutex::new(HashMap::new()),
+            follower_throttle: Throttle::default(),
+        }
+    }
+
+    /// The broker the fetchers append for; set once it exists.
+    pub fn attach(&self, broker: &Arc<Broker>) {
+        *self.broker.lock() = Arc::downgrade(broker);
+    }
+
+    /// Makes the fetchers follow exactly `targets`: new partitions start fetching, partitions
+    /// with a new leader or epoch move, the rest stop. Fetchers left without partitions end.
+    pub fn sync(&self, targets: &[FollowTarget]) {
+        let Some(broker) = self.broker.lock().upgrade() else {
+            return;
+        };
+        let mut fetchers = self.fetchers.lock();
+        let mut wanted: HashMap<(i32, usize), Vec<&FollowTarget>> = HashMap::new();
+        for t in targets {
+            let key = (t.leader, fetcher_index(&t.tp, self.config.num_fetchers));
+            wanted.entry(key).or_default().push(t);
+        }
+        fetchers.retain(|key, h| {
+            let keep = wanted.contains_key(key);
+            if !keep {
+                h.shared.partitions.lock().clear();
+            }
+            keep
+        });
+        for (key, ts) in wanted {
+            let h = fetchers.entry(key).or_insert_with(|| {
+                let shared = Arc::new(FetcherShared::default());
+                *shared.address.lock() = ts[0].leader_address.clone();
+                let task = tokio::spawn(fetcher::run(
+                    broker.clone(),
+                    key.0,
+                    shared.clone(),
+                    self.config.clone(),
+                ));
+                FetcherHandle { shared, task }
+            });
+            *h.shared.address.lock() = ts[0].leader_address.clone();
+            let mut parts = h.shared.partitions.lock();
+            parts.retain(|tp, _| ts.iter().any(|t| &t.tp == tp));
+            for t in ts {
+                let changed = parts
+                    .get(&t.tp)
+                    .is_none_or(|a| a.leader_epoch != t.leader_epoch);
+                if changed {
+                    parts.insert(
+                        t.tp.clone(),
+                        Assigned {
+                            topic_id: t.topic_id,
+                            leader_epoch: t.leader_epoch,
+                            delayed_until: None,
+                        },
+                    );
+                }
+            }
+            drop(parts);
+            h.shared.wake.notify_one();
+        }
+    }
+
+    /// How many partitions are being followed, and from how many fetchers.
+    pub fn counts(&self) -> (usize, usize) {
+        let f = self.fetchers.lock();
+        let parts = f.values().map(|h| h.shared.partitions.lock().len()).sum();
+        (parts, f.len())
+    }
+
+    /// Stops every fetcher (shutdown).
+    pub fn shutdown(&self) {
+        self.fetchers.lock().clear();
+    }
+}
