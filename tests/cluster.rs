@@ -215,7 +215,7 @@ async fn sigterm_moves_leadership_away_before_the_broker_exits() {
 #[tokio::test]
 async fn replicas_are_placed_across_three_racks() {
     let racks = ["a", "b", "c", "a"];
-    let c = Cluster::start_with(4, &[], |id| {
+    let c = Cluster::start_with(4, &[], |id, _| {
         vec![("broker.rack".to_string(), racks[id - 1].to_string())]
     });
     create(&c.addr(4), "racked", 12, 3).await;

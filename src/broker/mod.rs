@@ -303,9 +303,42 @@ impl Broker {
     /// Applies a new image: partitions first (logs, leaders, followers), then the group
     /// coordinators of `__consumer_offsets` partitions gained or lost, then publishes it.
     pub fn publish(&self, image: Arc<MetadataImage>) -> Result<(), StorageError> {
+        if self.registered_in(&image) {
+            self.apply_roles(&image)?;
+        }
+        self.metrics
+            .metadata_last_applied_offset
+            .set(image.last_offset);
+        self.metrics
+            .metadata_last_applied_timestamp
+            .set(image.last_timestamp);
+        self.published.send_replace(image);
+        Ok(())
+    }
+
+    /// Whether `image` holds this broker's current registration. Until it does, the image may
+    /// still name the previous incarnation of this node (killed, restarted within the session
+    /// timeout) as a leader; the controller revokes those roles when the new one registers, so
+    /// partitions follow the image only from then on, as Kafka's brokers start publishing only
+    /// once registered and caught up.
+    fn registered_in(&self, image: &MetadataImage) -> bool {
+        match self.lifecycle() {
+            None => true,
+            Some(l) => {
+                let epoch = l.epoch();
+                epoch >= 0
+                    && image
+                        .broker(self.node_id())
+                        .is_some_and(|b| b.epoch == epoch)
+            }
+        }
+    }
+
+    /// Partitions, group coordinators and fetchers follow `image`.
+    fn apply_roles(&self, image: &Arc<MetadataImage>) -> Result<(), StorageError> {
         let changes = self
             .replicas
-            .apply_image(&image, &self.config.log)
+            .apply_image(image, &self.config.log)
             .inspect_err(|_| self.metrics.metadata_apply_errors.inc())?;
         group::api::on_partition_changes(self, &changes);
         let caught_up = self.lifecycle().is_some_and(|l| l.is_caught_up());
@@ -314,16 +347,9 @@ impl Broker {
                 .strays_deleted
                 .swap(true, std::sync::atomic::Ordering::AcqRel)
         {
-            self.replicas.delete_strays(&image)?;
+            self.replicas.delete_strays(image)?;
         }
-        self.follow_leaders(&image);
-        self.metrics
-            .metadata_last_applied_offset
-            .set(image.last_offset);
-        self.metrics
-            .metadata_last_applied_timestamp
-            .set(image.last_timestamp);
-        self.published.send_replace(image);
+        self.follow_leaders(image);
         Ok(())
     }
 

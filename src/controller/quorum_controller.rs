@@ -512,6 +512,26 @@ impl QuorumController {
         matches!(r, Ok((true, _)))
     }
 
+    /// Unclean elections for leaderless partitions whose topic allows them.
+    async fn elect_unclean_leaders(&self) {
+        let topics = self.settings.topics.clone();
+        let r = self
+            .commit(|img| {
+                let recs = replication::unclean_elections(img, &topics, MAX_ELECTIONS_PER_RUN);
+                let n = recs.len();
+                Ok((recs, n))
+            })
+            .await;
+        if let Ok((n, _)) = r {
+            if n > 0 {
+                tracing::warn!(
+                    partitions = n,
+                    "unclean leader election: replicas outside the ISR now lead; records only the lost ISR had are gone"
+                );
+            }
+        }
+    }
+
     async fn rebalance_leaders(&self) {
         let r = self
             .commit(|img| {
@@ -691,6 +711,7 @@ async fn periodic(c: std::sync::Weak<QuorumController>) {
             continue;
         }
         while c.fence_one_stale_broker().await {}
+        c.elect_unclean_leaders().await;
         if c.settings.auto_leader_rebalance
             && last_rebalance.elapsed() >= c.settings.leader_imbalance_check_interval
         {

@@ -546,6 +546,37 @@ pub fn elect_leaders(
 
 /// Auto leader rebalance: a preferred election for every partition not led by its first
 /// replica, where that replica can lead (at most `max` records).
+/// Leaderless partitions of topics that allow `unclean.leader.election.enable`: a live
+/// replica outside the ISR takes over (what was only on the lost ISR is gone). Kafka's
+/// controller does this on a timer, so enabling the config brings such partitions back.
+pub fn unclean_elections(
+    image: &MetadataImage,
+    defaults: &TopicDefaults,
+    max: usize,
+) -> Vec<MetadataRecord> {
+    let mut out = Vec::new();
+    for t in image.topics() {
+        if !defaults.unclean_enabled(image, &t.name) {
+            continue;
+        }
+        for (id, p) in &t.partitions {
+            if out.len() >= max {
+                return out;
+            }
+            if p.leader >= 0 {
+                continue;
+            }
+            if let Some(c) = PartitionChangeBuilder::new(p, t.id, *id, |r| image.is_active(r))
+                .election(Election::Unclean)
+                .build()
+            {
+                out.push(MetadataRecord::PartitionChange(c));
+            }
+        }
+    }
+    out
+}
+
 pub fn rebalance_preferred_leaders(image: &MetadataImage, max: usize) -> Vec<MetadataRecord> {
     let mut out = Vec::new();
     for t in image.topics() {

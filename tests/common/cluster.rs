@@ -24,6 +24,8 @@ pub struct Cluster {
     pub nodes: Vec<Node>,
     pub data: PathBuf,
     pub cluster_id: String,
+    /// With `start_relayed`: the relay in front of each node's replication listener.
+    pub relays: Vec<super::relay::Relay>,
     _tmp: tempfile::TempDir,
 }
 
@@ -84,14 +86,14 @@ impl Cluster {
     /// Starts `n` nodes (all at once, as a cluster must) with extra `key=value` overrides for
     /// every node, and waits until each is ready.
     pub fn start(n: usize, overrides: &[&str]) -> Cluster {
-        Self::start_with(n, overrides, |_| Vec::new())
+        Self::start_with(n, overrides, |_, _| Vec::new())
     }
 
-    /// As `start`, with per-node overrides (e.g. `broker.rack`).
+    /// As `start`, with per-node overrides (e.g. `broker.rack`), given the node's ports.
     pub fn start_with(
         n: usize,
         overrides: &[&str],
-        per_node: impl Fn(usize) -> Vec<(String, String)>,
+        per_node: impl Fn(usize, &NodePorts) -> Vec<(String, String)>,
     ) -> Cluster {
         let tmp = tempfile::tempdir().unwrap();
         let data = tmp.path().to_path_buf();
@@ -114,7 +116,7 @@ impl Cluster {
         let mut nodes = Vec::new();
         for id in 1..=n {
             let mut props: BTreeMap<String, String> = node_properties(&opts, &ports, id);
-            for (k, v) in per_node(id) {
+            for (k, v) in per_node(id, &ports[id - 1]) {
                 props.insert(k, v);
             }
             let dir = data.join(format!("broker-{id}"));
@@ -134,6 +136,7 @@ impl Cluster {
             nodes,
             data,
             cluster_id,
+            relays: Vec::new(),
             _tmp: tmp,
         };
         for i in 0..n {
@@ -145,6 +148,43 @@ impl Cluster {
         c
     }
 
+    /// As `start`, with each node's replication traffic on its own listener (REPLICATION,
+    /// the inter-broker listener) behind a relay the test can cut: followers reach a leader
+    /// only through the leader's relay.
+    pub fn start_relayed(n: usize, overrides: &[&str]) -> Cluster {
+        let repl: Vec<u16> = (0..n).map(|_| super::free_port()).collect();
+        let relays: Vec<super::relay::Relay> = repl
+            .iter()
+            .map(|p| super::relay::Relay::start(*p))
+            .collect();
+        let relay_ports: Vec<u16> = relays.iter().map(|r| r.port).collect();
+        let mut c = Self::start_with(n, overrides, |id, ports| {
+            let (client, ctrl, r) = (ports.client, ports.controller, repl[id - 1]);
+            let mut listeners =
+                format!("PLAINTEXT://127.0.0.1:{client},REPLICATION://127.0.0.1:{r}");
+            if id <= 3 {
+                listeners.push_str(&format!(",CONTROLLER://127.0.0.1:{ctrl}"));
+            }
+            vec![
+                ("listeners".into(), listeners),
+                (
+                    "advertised.listeners".into(),
+                    format!(
+                        "PLAINTEXT://127.0.0.1:{client},REPLICATION://127.0.0.1:{}",
+                        relay_ports[id - 1]
+                    ),
+                ),
+                (
+                    "listener.security.protocol.map".into(),
+                    "PLAINTEXT:PLAINTEXT,REPLICATION:PLAINTEXT,CONTROLLER:PLAINTEXT".into(),
+                ),
+                ("inter.broker.listener.name".into(), "REPLICATION".into()),
+            ]
+        });
+        c.relays = relays;
+        c
+    }
+
     fn node(&mut self, id: usize) -> &mut Node {
         &mut self.nodes[id - 1]
     }
@@ -153,12 +193,18 @@ impl Cluster {
     pub fn spawn(&mut self, id: usize) {
         let n = self.node(id);
         assert!(n.child.is_none(), "node {id} is running");
+        // stderr (the node's log) goes to a file beside its config, kept across restarts.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(n.config.with_extension("stderr"))
+            .expect("a log file");
         let child = Command::new(env!("CARGO_BIN_EXE_evenkeel"))
             .arg("broker")
             .arg("--config")
             .arg(&n.config)
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::from(log))
             .spawn()
             .expect("start evenkeel");
         n.child = Some(child);
@@ -236,17 +282,29 @@ impl Cluster {
     /// One series of node `id`'s /metrics, summed over its labels (None when the node
     /// cannot be scraped or has no such series).
     pub fn metric(&self, id: usize, name: &str) -> Option<f64> {
+        self.metric_where(id, name, "")
+    }
+
+    /// As `metric`, over the samples whose labels contain `labels` (e.g.
+    /// `request="FetchConsumer"`).
+    pub fn metric_where(&self, id: usize, name: &str, labels: &str) -> Option<f64> {
         let port = self.nodes[id - 1].metrics?;
         let body = scrape(port)?;
         let mut total = None;
         for line in body.lines().filter(|l| !l.starts_with('#')) {
             let (series, value) = line.rsplit_once(' ')?;
             let bare = series.split('{').next().unwrap_or(series);
-            if bare == name {
+            if bare == name && series.contains(labels) {
                 *total.get_or_insert(0.0) += value.parse::<f64>().ok()?;
             }
         }
         total
+    }
+
+    /// Everything node `id` logged to stderr so far, all its runs.
+    pub fn log(&self, id: usize) -> String {
+        std::fs::read_to_string(self.nodes[id - 1].config.with_extension("stderr"))
+            .unwrap_or_default()
     }
 
     /// Every node's client address, comma-separated.

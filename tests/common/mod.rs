@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod relay;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

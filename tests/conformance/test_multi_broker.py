@@ -8,7 +8,7 @@ import pytest
 from kafka.admin import KafkaAdminClient
 
 import kclient
-from conftest import run_tool, xfail_on_evenkeel
+from conftest import run_tool
 
 
 def broker_ids(bootstrap):
@@ -90,9 +90,7 @@ def test_preferred_leader_election(bootstrap, topic_name):
 
 
 @pytest.mark.needs_brokers(2)
-def test_reassign_replica_to_broker_2(request, bootstrap, topic_name, tmp_path):
-    xfail_on_evenkeel(request, "a replica added by a reassignment needs the follower fetcher "
-                      "(cluster part 2) to catch up")
+def test_reassign_replica_to_broker_2(bootstrap, topic_name, tmp_path):
     ids = broker_ids(bootstrap)
     assert len(ids) >= 2, "needs 2 brokers, DescribeCluster lists %s" % ids
     first, second = ids[:2]

@@ -112,14 +112,27 @@ impl Partition {
                 }
             };
         if target < leo {
-            tracing::info!(
-                partition = %self.tp,
-                from = leo,
-                to = target,
-                leader_epoch,
-                diverging_epoch = d.epoch,
-                "truncating: this log diverged from the leader's"
-            );
+            if target < l.high_watermark() {
+                // Only after an unclean election: records this replica knew as committed go.
+                tracing::warn!(
+                    partition = %self.tp,
+                    from = leo,
+                    to = target,
+                    high_watermark = l.high_watermark(),
+                    leader_epoch,
+                    diverging_epoch = d.epoch,
+                    "truncating below the high watermark: the leader was elected uncleanly and lacks committed records"
+                );
+            } else {
+                tracing::warn!(
+                    partition = %self.tp,
+                    from = leo,
+                    to = target,
+                    leader_epoch,
+                    diverging_epoch = d.epoch,
+                    "truncating: this log diverged from the leader's (records the leader never committed)"
+                );
+            }
             l.truncate_to(target)?;
             self.reload_producer_state(&l)?;
         }
