@@ -1,10 +1,9 @@
 //! The operator's scaling moves (`operator::placement` plans carried out through the admin
-//! client's AlterPartitionReassignments) against a real multi-broker Apache Kafka.
-//!
-//! evenkeel's brokers do not replicate yet, so this runs against Kafka started by
-//! `bench/kafka/cluster start DIR 3`, with EVENKEEL_KAFKA_CLUSTER_BOOTSTRAP set to the address it
-//! prints. It builds only with the `tier-kafka-cluster` feature (a plain `cargo test` leaves it
-//! out); `.ci/run` starts the cluster and runs it.
+//! client's AlterPartitionReassignments) against a real multi-broker cluster: Apache Kafka
+//! started by `bench/kafka/cluster start DIR 3`, and 3 evenkeel brokers (`evenkeel dev
+//! --brokers 3`), each with EVENKEEL_KAFKA_CLUSTER_BOOTSTRAP set to its bootstrap list. It builds
+//! only with the `tier-kafka-cluster` feature (a plain `cargo test` leaves it out); `.ci/run`
+//! starts both clusters and runs it against each.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -64,7 +63,7 @@ async fn settled(
 }
 
 #[tokio::test]
-async fn drain_then_spread_moves_replicas_on_a_real_kafka_cluster() {
+async fn drain_then_spread_moves_replicas_on_a_real_cluster() {
     let Ok(bootstrap) = std::env::var("EVENKEEL_KAFKA_CLUSTER_BOOTSTRAP") else {
         eprintln!(
             "skipped: set EVENKEEL_KAFKA_CLUSTER_BOOTSTRAP (bench/kafka/cluster start DIR 3)"
