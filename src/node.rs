@@ -128,14 +128,7 @@ impl Node {
             .map_err(|e| BrokerError::Quorum(e.to_string()))?;
             return Ok(Metadata::Voter(Arc::new(q)));
         }
-        let controllers = if c.voters.is_empty() {
-            c.bootstrap_servers
-                .iter()
-                .map(|a| (-1, a.clone()))
-                .collect()
-        } else {
-            c.voters.iter().map(|v| (v.id, v.address())).collect()
-        };
+        let controllers = c.quorum_contacts();
         let o = Observer::open(
             logs,
             ObserverConfig {
@@ -200,14 +193,7 @@ impl Node {
                 return vec![(self.config.node_id, format!("127.0.0.1:{}", l.addr.port()))];
             }
         }
-        if c.voters.is_empty() {
-            c.bootstrap_servers
-                .iter()
-                .map(|a| (-1, a.clone()))
-                .collect()
-        } else {
-            c.voters.iter().map(|v| (v.id, v.address())).collect()
-        }
+        c.quorum_contacts()
     }
 
     async fn start_broker(&mut self) -> Result<(), BrokerError> {

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::cluster::Cluster;
+use common::cluster::{eventually, Cluster};
 use evenkeel::client::{AdminClient, ClusterDescription, TopicDescription};
 
 /// Long enough for a forwarded request to outlive an election (the broker retries
@@ -92,23 +92,6 @@ async fn active_controller(addr: &str) -> Option<i32> {
     (q.leader_id >= 0).then_some(q.leader_id)
 }
 
-async fn until<T, F, Fut>(within: Duration, mut check: F) -> Option<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = check().await {
-            return Some(v);
-        }
-        if Instant::now() > deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// What one broker holds: its last applied metadata offset, brokers and topics.
 #[derive(Debug, PartialEq)]
 struct View {
@@ -152,12 +135,12 @@ async fn acknowledged_metadata_survives_twenty_active_controller_kills() {
     let mut elections = Vec::new();
     for round in 0..KILLS {
         let before = acked.load(Ordering::Acquire);
-        let leader = until(Duration::from_secs(30), || active_controller(&entry))
+        let leader = eventually(Duration::from_secs(30), || active_controller(&entry))
             .await
             .unwrap_or_else(|| panic!("round {round}: no active controller"));
         c.kill(leader as usize);
         let killed = Instant::now();
-        let next = until(Duration::from_secs(30), || async {
+        let next = eventually(Duration::from_secs(30), || async {
             let l = active_controller(&entry).await?;
             (l != leader).then_some(l)
         })
@@ -167,7 +150,7 @@ async fn acknowledged_metadata_survives_twenty_active_controller_kills() {
         assert_ne!(next, leader);
         c.restart(leader as usize);
         // Metadata changes go on under the new controller before the next kill.
-        until(Duration::from_secs(60), || async {
+        eventually(Duration::from_secs(60), || async {
             (acked.load(Ordering::Acquire) > before).then_some(())
         })
         .await
@@ -178,7 +161,7 @@ async fn acknowledged_metadata_survives_twenty_active_controller_kills() {
     eprintln!("elections after each kill: {elections:?}");
 
     // Every broker converges on one image.
-    let views = until(Duration::from_secs(60), || async {
+    let views = eventually(Duration::from_secs(60), || async {
         let mut vs = Vec::new();
         for id in 1..=4 {
             vs.push(view(&c, id).await?);

@@ -4,126 +4,27 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::cluster::Cluster;
-use evenkeel::client::{AdminClient, PartitionInfo};
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use common::cluster::{
+    admin, create_assigned, partition, produce, producer, read_partition, until, Cluster,
+};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{Message, Offset, TopicPartitionList};
 
 const T: Duration = Duration::from_secs(20);
 
-async fn admin(addr: &str) -> AdminClient {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match AdminClient::connect(addr, T).await {
-            Ok(a) => return a,
-            Err(e) if Instant::now() > deadline => panic!("cannot reach {addr}: {e}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
-}
-
-async fn partition0(addr: &str, topic: &str) -> Option<PartitionInfo> {
-    let a = AdminClient::connect(addr, T).await.ok()?;
-    let t = a
-        .describe_topics(Some(&[topic.to_string()]))
-        .await
-        .ok()?
-        .into_iter()
-        .next()?;
-    t.partitions.into_iter().next()
-}
-
-async fn until<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn producer(bootstrap: &str, acks: &str) -> FutureProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("acks", acks)
-        .set("linger.ms", "2")
-        .set("message.timeout.ms", "30000")
-        .set("retries", "0")
-        .set("enable.idempotence", "false")
-        .create()
-        .unwrap()
-}
-
-/// Every record of partition 0 from the start, as (offset, value).
-fn read_all(bootstrap: &str, topic: &str, expect: usize) -> Vec<(i64, String)> {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "replication-test")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)
-        .unwrap();
-    c.assign(&tpl).unwrap();
-    let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while out.len() < expect && Instant::now() < deadline {
-        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
-            let v = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
-            out.push((m.offset(), v));
-        }
-    }
-    out
-}
-
 async fn produce_n(p: &FutureProducer, topic: &str, from: usize, n: usize) -> Vec<i64> {
-    let mut offsets = Vec::new();
-    for i in from..from + n {
-        let v = format!("v{i}");
-        let d = p
-            .send(
-                FutureRecord::<(), _>::to(topic).partition(0).payload(&v),
-                Duration::from_secs(30),
-            )
-            .await
-            .unwrap_or_else(|(e, _)| panic!("record {i} not acked: {e}"));
-        offsets.push(d.offset);
-    }
-    offsets
-}
-
-async fn create(c: &Cluster, topic: &str, replicas: Vec<i32>, configs: &[(&str, &str)]) {
-    let configs: BTreeMap<String, String> = configs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    admin(&c.addr(1))
-        .await
-        .create_topic_with_assignment(topic, &[replicas], &configs)
-        .await
-        .unwrap();
+    produce(p, topic, (from..from + n).map(|i| format!("v{i}"))).await
 }
 
 #[tokio::test]
 async fn an_acked_record_outlives_its_leader_and_the_old_leader_catches_up() {
     let mut c = Cluster::start(3, &[]);
-    create(
+    create_assigned(
         &c,
         "durable",
-        vec![1, 2, 3],
+        vec![vec![1, 2, 3]],
         &[("min.insync.replicas", "2")],
     )
     .await;
@@ -132,19 +33,19 @@ async fn an_acked_record_outlives_its_leader_and_the_old_leader_catches_up() {
     assert_eq!(offsets, (0..200).collect::<Vec<i64>>());
     // Every follower has it: the ISR is whole and the followers' lag is 0.
     let full = until("an ISR of 3", T, || async {
-        let p = partition0(&c.addr(2), "durable").await?;
+        let p = partition(&c.addr(2), "durable", 0).await?;
         (p.isr.len() == 3).then_some(p)
     })
     .await;
     assert_eq!(full.leader, 1);
     c.kill(1);
     let after = until("a new leader", T, || async {
-        let p = partition0(&c.addr(2), "durable").await?;
+        let p = partition(&c.addr(2), "durable", 0).await?;
         (p.leader == 2 || p.leader == 3).then_some(p)
     })
     .await;
     assert!(!after.isr.contains(&1), "{after:?}");
-    let seen = read_all(&c.live_bootstrap(), "durable", 200);
+    let seen = read_partition(&c.live_bootstrap(), "durable", 200, &[]);
     let want: Vec<(i64, String)> = (0..200).map(|i| (i, format!("v{i}"))).collect();
     assert_eq!(
         seen, want,
@@ -159,22 +60,22 @@ async fn an_acked_record_outlives_its_leader_and_the_old_leader_catches_up() {
         "broker 1 back in the ISR",
         Duration::from_secs(30),
         || async {
-            let p = partition0(&c.addr(2), "durable").await?;
+            let p = partition(&c.addr(2), "durable", 0).await?;
             (p.isr.len() == 3).then_some(())
         },
     )
     .await;
-    let seen = read_all(&c.bootstrap(), "durable", 250);
+    let seen = read_partition(&c.bootstrap(), "durable", 250, &[]);
     assert_eq!(seen.len(), 250);
 }
 
 #[tokio::test]
 async fn acks_all_is_refused_below_min_insync_replicas_until_the_isr_recovers() {
     let mut c = Cluster::start(3, &["replica.lag.time.max.ms=3000"]);
-    create(
+    create_assigned(
         &c,
         "guarded",
-        vec![1, 2, 3],
+        vec![vec![1, 2, 3]],
         &[("min.insync.replicas", "3")],
     )
     .await;
@@ -184,7 +85,7 @@ async fn acks_all_is_refused_below_min_insync_replicas_until_the_isr_recovers() 
     // controller would fence it only after broker.session.timeout.ms).
     c.sigstop(3);
     until("an ISR without broker 3", T, || async {
-        let p = partition0(&c.addr(1), "guarded").await?;
+        let p = partition(&c.addr(1), "guarded", 0).await?;
         (!p.isr.contains(&3)).then_some(())
     })
     .await;
@@ -212,7 +113,7 @@ async fn acks_all_is_refused_below_min_insync_replicas_until_the_isr_recovers() 
     produce_n(&one, "guarded", 10, 5).await;
     c.sigcont(3);
     until("broker 3 back in the ISR", T, || async {
-        let p = partition0(&c.addr(1), "guarded").await?;
+        let p = partition(&c.addr(1), "guarded", 0).await?;
         (p.isr.len() == 3).then_some(())
     })
     .await;
@@ -223,7 +124,7 @@ async fn acks_all_is_refused_below_min_insync_replicas_until_the_isr_recovers() 
 #[tokio::test]
 async fn a_leader_that_lost_its_uncommitted_tail_truncates_to_the_new_leader() {
     let mut c = Cluster::start(3, &[]);
-    create(&c, "diverge", vec![1, 2, 3], &[]).await;
+    create_assigned(&c, "diverge", vec![vec![1, 2, 3]], &[]).await;
     let all = producer(&c.bootstrap(), "all");
     produce_n(&all, "diverge", 0, 20).await;
     // Freeze both followers and write to the leader alone: these records are not committed.
@@ -239,7 +140,7 @@ async fn a_leader_that_lost_its_uncommitted_tail_truncates_to_the_new_leader() {
     c.sigcont(2);
     c.sigcont(3);
     let after = until("a new leader", Duration::from_secs(30), || async {
-        let p = partition0(&c.addr(2), "diverge").await?;
+        let p = partition(&c.addr(2), "diverge", 0).await?;
         (p.leader == 2 || p.leader == 3).then_some(p)
     })
     .await;
@@ -252,7 +153,7 @@ async fn a_leader_that_lost_its_uncommitted_tail_truncates_to_the_new_leader() {
         "broker 1 back in the ISR",
         Duration::from_secs(30),
         || async {
-            let p = partition0(&c.addr(2), "diverge").await?;
+            let p = partition(&c.addr(2), "diverge", 0).await?;
             (p.isr.len() == 3).then_some(())
         },
     )
@@ -265,11 +166,11 @@ async fn a_leader_that_lost_its_uncommitted_tail_truncates_to_the_new_leader() {
         .await
         .unwrap();
     until("broker 1 leading again", T, || async {
-        let p = partition0(&c.addr(2), "diverge").await?;
+        let p = partition(&c.addr(2), "diverge", 0).await?;
         (p.leader == 1).then_some(())
     })
     .await;
-    let seen = read_all(&c.addr(1), "diverge", 30);
+    let seen = read_partition(&c.addr(1), "diverge", 30, &[]);
     let mut want: Vec<(i64, String)> = (0..20).map(|i| (i, format!("v{i}"))).collect();
     want.extend(
         (2000..2010)

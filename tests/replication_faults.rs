@@ -4,135 +4,32 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::cluster::Cluster;
-use evenkeel::client::{AdminClient, AlterConfigOp, AlterOpType, PartitionInfo, Reassignment};
+use common::cluster::{
+    admin, create_assigned, partition, produce, producer, read_partition, until, values, Cluster,
+};
+use evenkeel::client::{AlterConfigOp, AlterOpType, Reassignment};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{Message, Offset, TopicPartitionList};
+use rdkafka::producer::FutureRecord;
+use rdkafka::{Offset, TopicPartitionList};
 
 const T: Duration = Duration::from_secs(20);
 
-async fn admin(addr: &str) -> AdminClient {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match AdminClient::connect(addr, T).await {
-            Ok(a) => return a,
-            Err(e) if Instant::now() > deadline => panic!("cannot reach {addr}: {e}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
-}
-
-async fn partition(addr: &str, topic: &str, p: i32) -> Option<PartitionInfo> {
-    let a = AdminClient::connect(addr, T).await.ok()?;
-    let t = a
-        .describe_topics(Some(&[topic.to_string()]))
-        .await
-        .ok()?
+/// The values of partition 0 from its start (see `read_partition`).
+fn read_values(bootstrap: &str, topic: &str, expect: usize, extra: &[(&str, &str)]) -> Vec<String> {
+    read_partition(bootstrap, topic, expect, extra)
         .into_iter()
-        .next()?;
-    t.partitions.into_iter().find(|x| x.partition == p)
-}
-
-async fn until<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn producer(bootstrap: &str, acks: &str) -> FutureProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("acks", acks)
-        .set("linger.ms", "2")
-        .set("message.timeout.ms", "20000")
-        .set("retries", "0")
-        .set("enable.idempotence", "false")
-        .create()
-        .unwrap()
-}
-
-async fn produce(
-    p: &FutureProducer,
-    topic: &str,
-    values: impl IntoIterator<Item = String>,
-) -> Vec<i64> {
-    let mut out = Vec::new();
-    for v in values {
-        let d = p
-            .send(
-                FutureRecord::<(), _>::to(topic).partition(0).payload(&v),
-                Duration::from_secs(20),
-            )
-            .await
-            .unwrap_or_else(|(e, _)| panic!("{v} not acked: {e}"));
-        out.push(d.offset);
-    }
-    out
-}
-
-fn values(prefix: &str, n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("{prefix}{i}")).collect()
-}
-
-fn read_partition(
-    bootstrap: &str,
-    topic: &str,
-    expect: usize,
-    extra: &[(&str, &str)],
-) -> Vec<String> {
-    let mut cfg = ClientConfig::new();
-    cfg.set("bootstrap.servers", bootstrap)
-        .set("group.id", "faults-reader")
-        .set("enable.auto.commit", "false");
-    for (k, v) in extra {
-        cfg.set(*k, *v);
-    }
-    let c: BaseConsumer = cfg.create().unwrap();
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)
-        .unwrap();
-    c.assign(&tpl).unwrap();
-    let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while out.len() < expect && Instant::now() < deadline {
-        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
-            out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
-        }
-    }
-    out
-}
-
-async fn create(c: &Cluster, topic: &str, assignment: Vec<Vec<i32>>, configs: &[(&str, &str)]) {
-    let configs: BTreeMap<String, String> = configs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    admin(&c.addr(1))
-        .await
-        .create_topic_with_assignment(topic, &assignment, &configs)
-        .await
-        .unwrap();
+        .map(|(_, v)| v)
+        .collect()
 }
 
 #[tokio::test]
 async fn a_leader_cut_off_from_its_followers_refuses_acks_all_until_the_link_heals() {
     let c = Cluster::start_relayed(3, &["replica.lag.time.max.ms=3000"]);
-    create(
+    create_assigned(
         &c,
         "cut",
         vec![vec![1, 2, 3]],
@@ -180,13 +77,13 @@ async fn a_leader_cut_off_from_its_followers_refuses_acks_all_until_the_link_hea
     );
     let mut want = values("before", 50);
     want.extend(values("after", 10));
-    assert_eq!(read_partition(&c.bootstrap(), "cut", 60, &[]), want);
+    assert_eq!(read_values(&c.bootstrap(), "cut", 60, &[]), want);
 }
 
 #[tokio::test]
 async fn an_offline_partition_waits_for_its_isr_until_unclean_election_is_allowed() {
     let mut c = Cluster::start_relayed(3, &["replica.lag.time.max.ms=2000"]);
-    create(&c, "unclean", vec![vec![1, 2, 3]], &[]).await;
+    create_assigned(&c, "unclean", vec![vec![1, 2, 3]], &[]).await;
     let all = producer(&c.addr(1), "all");
     produce(&all, "unclean", values("shared", 10)).await;
     // The followers fall out of the ISR; then records only the leader has.
@@ -236,7 +133,7 @@ async fn an_offline_partition_waits_for_its_isr_until_unclean_election_is_allowe
         "{elected:?}"
     );
     assert_eq!(
-        read_partition(&c.addr(elected.leader as usize), "unclean", 10, &[]),
+        read_values(&c.addr(elected.leader as usize), "unclean", 10, &[]),
         values("shared", 10)
     );
     // Broker 1 comes back as a follower and truncates what only it had, saying so.
@@ -250,7 +147,7 @@ async fn an_offline_partition_waits_for_its_isr_until_unclean_election_is_allowe
 #[tokio::test]
 async fn a_reassignment_copies_the_data_then_drops_the_old_replica() {
     let c = Cluster::start(3, &[]);
-    create(&c, "moving", vec![vec![1]], &[]).await;
+    create_assigned(&c, "moving", vec![vec![1]], &[]).await;
     produce(&producer(&c.bootstrap(), "all"), "moving", values("m", 300)).await;
     let a = admin(&c.addr(1)).await;
     a.alter_partition_reassignments(&[Reassignment {
@@ -272,7 +169,7 @@ async fn a_reassignment_copies_the_data_then_drops_the_old_replica() {
     assert!(done.leader == 2 || done.leader == 3, "{done:?}");
     assert!(a.list_partition_reassignments().await.unwrap().is_empty());
     assert_eq!(
-        read_partition(&c.bootstrap(), "moving", 300, &[]),
+        read_values(&c.bootstrap(), "moving", 300, &[]),
         values("m", 300)
     );
     let old = c.data.join("broker-1").join("moving-0");
@@ -285,7 +182,7 @@ async fn a_reassignment_copies_the_data_then_drops_the_old_replica() {
 #[tokio::test]
 async fn a_group_resumes_at_its_committed_offsets_on_a_new_coordinator() {
     let mut c = Cluster::start(3, &[]);
-    create(&c, "work", vec![vec![1, 2, 3]], &[]).await;
+    create_assigned(&c, "work", vec![vec![1, 2, 3]], &[]).await;
     produce(&producer(&c.bootstrap(), "all"), "work", values("w", 20)).await;
     let consumer = |bootstrap: &str| -> BaseConsumer {
         ClientConfig::new()
@@ -351,7 +248,7 @@ async fn a_consumer_reads_from_the_replica_in_its_rack() {
         &["replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector"],
         |id, _| vec![("broker.rack".to_string(), racks[id - 1].to_string())],
     );
-    create(&c, "nearby", vec![vec![1, 2, 3]], &[]).await;
+    create_assigned(&c, "nearby", vec![vec![1, 2, 3]], &[]).await;
     produce(&producer(&c.bootstrap(), "all"), "nearby", values("n", 100)).await;
     let before = c
         .metric_where(
@@ -360,7 +257,7 @@ async fn a_consumer_reads_from_the_replica_in_its_rack() {
             "request=\"FetchConsumer\"",
         )
         .unwrap_or(0.0);
-    let got = read_partition(&c.bootstrap(), "nearby", 100, &[("client.rack", "c")]);
+    let got = read_values(&c.bootstrap(), "nearby", 100, &[("client.rack", "c")]);
     assert_eq!(got, values("n", 100));
     let after = c
         .metric_where(

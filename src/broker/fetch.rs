@@ -278,16 +278,7 @@ fn respond(
     targets: Vec<FetchTarget>,
     pass: Pass,
 ) -> FetchResponse {
-    let endpoints: Vec<NodeEndpoint> = super::produce::leader_endpoints(broker, &pass.leaders)
-        .into_iter()
-        .map(|(id, host, port, rack)| {
-            NodeEndpoint::default()
-                .with_node_id(BrokerId(id))
-                .with_host(StrBytes::from_string(host))
-                .with_port(port)
-                .with_rack(rack.map(StrBytes::from_string))
-        })
-        .collect();
+    let endpoints = super::produce::node_endpoints!(NodeEndpoint, broker, &pass.leaders);
     let read: Vec<_> = targets.into_iter().zip(pass.parts).collect();
     let (session_id, topics) = match ctx {
         FetchContext::Sessionless => (fetch_session::INVALID_SESSION_ID, group(read)),

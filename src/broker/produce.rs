@@ -37,6 +37,24 @@ fn refused(index: i32, e: PartitionError, leaders: &mut Vec<i32>) -> PartitionPr
     }
 }
 
+/// The `NodeEndpoint`s (of Produce or Fetch responses, KIP-951) of the leaders named in
+/// NOT_LEADER_OR_FOLLOWER answers.
+macro_rules! node_endpoints {
+    ($ty:ty, $broker:expr, $leaders:expr) => {
+        $crate::broker::produce::leader_endpoints($broker, $leaders)
+            .into_iter()
+            .map(|(id, host, port, rack)| {
+                <$ty>::default()
+                    .with_node_id(BrokerId(id))
+                    .with_host(StrBytes::from_string(host))
+                    .with_port(port)
+                    .with_rack(rack.map(StrBytes::from_string))
+            })
+            .collect::<Vec<$ty>>()
+    };
+}
+pub(crate) use node_endpoints;
+
 /// The endpoints of the leaders named in NOT_LEADER_OR_FOLLOWER answers.
 pub(crate) fn leader_endpoints(
     broker: &Broker,
@@ -163,16 +181,7 @@ pub fn produce(
     if acks == 0 {
         return Outcome::Now(None);
     }
-    let endpoints: Vec<NodeEndpoint> = leader_endpoints(broker, &leaders)
-        .into_iter()
-        .map(|(id, host, port, rack)| {
-            NodeEndpoint::default()
-                .with_node_id(BrokerId(id))
-                .with_host(StrBytes::from_string(host))
-                .with_port(port)
-                .with_rack(rack.map(StrBytes::from_string))
-        })
-        .collect();
+    let endpoints = node_endpoints!(NodeEndpoint, broker, &leaders);
     if waiting.is_empty() {
         return Outcome::Now(Some(
             ProduceResponse::default()

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use super::cluster::{self, ClusterConfig};
+use super::{invalid as bad, prop as parse};
 use super::{ConfigError, LogConfig};
 
 /// One `NAME://host:port` listener.
@@ -96,28 +97,6 @@ const KNOWN: &[&str] = &[
     "offsets.retention.minutes",
     "offset.metadata.max.bytes",
 ];
-
-fn bad(key: &str, value: &str, reason: &str) -> ConfigError {
-    ConfigError::InvalidValue {
-        key: key.into(),
-        value: value.into(),
-        reason: reason.into(),
-    }
-}
-
-fn parse<T: std::str::FromStr>(
-    props: &BTreeMap<String, String>,
-    key: &str,
-    default: T,
-) -> Result<T, ConfigError> {
-    match props.get(key) {
-        None => Ok(default),
-        Some(v) => v
-            .trim()
-            .parse()
-            .map_err(|_| bad(key, v, "not a valid value")),
-    }
-}
 
 /// Parses `PLAINTEXT://host:port,NAME://:port`.
 pub fn parse_listeners(key: &str, value: &str) -> Result<Vec<Listener>, ConfigError> {

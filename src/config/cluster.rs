@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::broker::{parse_listeners, Listener};
+use super::{invalid as bad, prop as number};
 use super::{parse_bool, ConfigError};
 
 /// `process.roles`.
@@ -114,28 +115,6 @@ pub const KEYS: &[&str] = &[
     "metadata.max.retention.ms",
     "initial.broker.registration.timeout.ms",
 ];
-
-fn bad(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
-    ConfigError::InvalidValue {
-        key: key.into(),
-        value: value.into(),
-        reason: reason.into(),
-    }
-}
-
-fn number<T: std::str::FromStr>(
-    props: &BTreeMap<String, String>,
-    key: &str,
-    default: T,
-) -> Result<T, ConfigError> {
-    match props.get(key) {
-        None => Ok(default),
-        Some(v) => v
-            .trim()
-            .parse()
-            .map_err(|_| bad(key, v, "not a valid value")),
-    }
-}
 
 fn flag(props: &BTreeMap<String, String>, key: &str, default: bool) -> Result<bool, ConfigError> {
     props.get(key).map_or(Ok(default), |v| parse_bool(key, v))
@@ -450,6 +429,19 @@ impl ClusterConfig {
 
     /// True when this node is the only voter and nothing else is configured: `evenkeel dev
     /// --brokers 1` and a `server.properties` without KRaft keys.
+    /// Where to find the quorum: `(voter id, host:port)` of each voter, or the bootstrap
+    /// servers with id -1 when no voters are configured.
+    pub fn quorum_contacts(&self) -> Vec<(i32, String)> {
+        if self.voters.is_empty() {
+            self.bootstrap_servers
+                .iter()
+                .map(|a| (-1, a.clone()))
+                .collect()
+        } else {
+            self.voters.iter().map(|v| (v.id, v.address())).collect()
+        }
+    }
+
     pub fn is_single_node(&self) -> bool {
         self.voters.len() == 1 && self.bootstrap_servers.is_empty()
     }

@@ -16,11 +16,26 @@ pub enum ConfigError {
     Unreadable { path: String, reason: String },
 }
 
-fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
+pub(crate) fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
     ConfigError::InvalidValue {
         key: key.to_string(),
         value: value.to_string(),
         reason: reason.into(),
+    }
+}
+
+/// The value of `key` parsed as a `T`, or `default` when the key is not set.
+pub(crate) fn prop<T: std::str::FromStr>(
+    props: &BTreeMap<String, String>,
+    key: &str,
+    default: T,
+) -> Result<T, ConfigError> {
+    match props.get(key) {
+        None => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| invalid(key, v, "not a valid value")),
     }
 }
 

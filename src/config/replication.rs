@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::ConfigError;
+use super::{invalid as bad, ConfigError};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReplicationConfig {
@@ -63,14 +63,6 @@ pub const KEYS: &[&str] = &[
 
 /// Kafka's rack-aware selector, the one `replica.selector.class` may name.
 pub const RACK_AWARE_SELECTOR: &str = "org.apache.kafka.common.replica.RackAwareReplicaSelector";
-
-fn bad(key: &str, value: &str, reason: &str) -> ConfigError {
-    ConfigError::InvalidValue {
-        key: key.into(),
-        value: value.into(),
-        reason: reason.into(),
-    }
-}
 
 fn number<T: std::str::FromStr + PartialOrd>(
     props: &BTreeMap<String, String>,

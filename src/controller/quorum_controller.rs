@@ -367,16 +367,7 @@ impl QuorumController {
             if validate_only {
                 return Ok((Vec::new(), ()));
             }
-            // A whole-set AlterConfigs removes the overrides it does not name.
-            let mut recs: Vec<MetadataRecord> = Vec::new();
-            if !incremental {
-                for k in current.keys().filter(|k| !after.contains_key(*k)) {
-                    recs.push(config_record(name, k, None));
-                }
-            }
-            for (k, v) in changes {
-                recs.push(config_record(name, &k, v));
-            }
+            let recs = config_records(RESOURCE_TOPIC, name, &current, changes, incremental);
             Ok((recs, ()))
         })
         .await
@@ -408,18 +399,7 @@ impl QuorumController {
             if validate_only {
                 return Ok((Vec::new(), ()));
             }
-            let mut recs: Vec<MetadataRecord> = Vec::new();
-            if !incremental {
-                for k in current
-                    .keys()
-                    .filter(|k| !changes.iter().any(|(c, _)| c == *k))
-                {
-                    recs.push(broker_config_record(name, k, None));
-                }
-            }
-            for (k, v) in changes {
-                recs.push(broker_config_record(name, &k, v));
-            }
+            let recs = config_records(RESOURCE_BROKER, name, &current, changes, incremental);
             Ok((recs, ()))
         })
         .await
@@ -558,13 +538,34 @@ fn write_error(e: WriteError) -> ControllerError {
     }
 }
 
-fn config_record(topic: &str, key: &str, value: Option<String>) -> MetadataRecord {
-    MetadataRecord::Config {
-        resource_type: RESOURCE_TOPIC,
-        resource_name: topic.to_string(),
+/// The ConfigRecords of one AlterConfigs resource: its changes, and for a whole-set
+/// AlterConfigs (not incremental) a deletion of every current key it does not name.
+fn config_records(
+    resource_type: i8,
+    name: &str,
+    current: &BTreeMap<String, String>,
+    changes: Vec<(String, Option<String>)>,
+    incremental: bool,
+) -> Vec<MetadataRecord> {
+    let record = |key: &str, value: Option<String>| MetadataRecord::Config {
+        resource_type,
+        resource_name: name.to_string(),
         name: key.to_string(),
         value,
+    };
+    let mut recs: Vec<MetadataRecord> = Vec::new();
+    if !incremental {
+        for k in current
+            .keys()
+            .filter(|k| !changes.iter().any(|(c, _)| c == *k))
+        {
+            recs.push(record(k, None));
+        }
     }
+    for (k, v) in changes {
+        recs.push(record(&k, v));
+    }
+    recs
 }
 
 /// The broker configs that can change while the brokers run: the replication throttles, in
@@ -603,15 +604,6 @@ fn validate_dynamic_broker_configs(
         }
     }
     Ok(())
-}
-
-fn broker_config_record(broker: &str, key: &str, value: Option<String>) -> MetadataRecord {
-    MetadataRecord::Config {
-        resource_type: RESOURCE_BROKER,
-        resource_name: broker.to_string(),
-        name: key.to_string(),
-        value,
-    }
 }
 
 /// Turns config operations into `(key, Some(value) | None)` changes, resolving APPEND and

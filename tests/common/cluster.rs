@@ -338,3 +338,151 @@ impl Drop for Cluster {
         }
     }
 }
+
+// --- helpers the cluster tests share ----------------------------------------------------------
+
+/// An admin client on `addr`, retried for up to 30 s while the node starts.
+pub async fn admin(addr: &str) -> evenkeel::client::AdminClient {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match evenkeel::client::AdminClient::connect(addr, Duration::from_secs(20)).await {
+            Ok(a) => return a,
+            Err(e) if Instant::now() > deadline => panic!("cannot reach {addr}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// Polls `check` every 100 ms until it returns Some or `within` passes.
+pub async fn eventually<T, F, Fut>(within: Duration, mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return Some(v);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// As `eventually`, failing the test with `what` when time runs out.
+pub async fn until<T, F, Fut>(what: &str, within: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    match eventually(within, check).await {
+        Some(v) => v,
+        None => panic!("timed out waiting for {what}"),
+    }
+}
+
+/// Partition `p` of `topic` as the broker at `addr` describes it (None while it does not know).
+pub async fn partition(addr: &str, topic: &str, p: i32) -> Option<evenkeel::client::PartitionInfo> {
+    let a = evenkeel::client::AdminClient::connect(addr, Duration::from_secs(20))
+        .await
+        .ok()?;
+    let t = a
+        .describe_topics(Some(&[topic.to_string()]))
+        .await
+        .ok()?
+        .into_iter()
+        .next()?;
+    t.partitions.into_iter().find(|x| x.partition == p)
+}
+
+/// A librdkafka producer with `acks`, no retries and no idempotence (tests count offsets).
+pub fn producer(bootstrap: &str, acks: &str) -> rdkafka::producer::FutureProducer {
+    rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("acks", acks)
+        .set("linger.ms", "2")
+        .set("message.timeout.ms", "30000")
+        .set("retries", "0")
+        .set("enable.idempotence", "false")
+        .create()
+        .unwrap()
+}
+
+/// Sends `values` to partition 0 one at a time; returns their offsets (panics on a failure).
+pub async fn produce(
+    p: &rdkafka::producer::FutureProducer,
+    topic: &str,
+    values: impl IntoIterator<Item = String>,
+) -> Vec<i64> {
+    let mut out = Vec::new();
+    for v in values {
+        let d = p
+            .send(
+                rdkafka::producer::FutureRecord::<(), _>::to(topic)
+                    .partition(0)
+                    .payload(&v),
+                Duration::from_secs(30),
+            )
+            .await
+            .unwrap_or_else(|(e, _)| panic!("{v} not acked: {e}"));
+        out.push(d.offset);
+    }
+    out
+}
+
+/// `prefix0`, `prefix1`, … `prefix{n-1}`.
+pub fn values(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}{i}")).collect()
+}
+
+/// Partition 0 of `topic` from its start: up to `expect` (offset, value) pairs, within 30 s.
+pub fn read_partition(
+    bootstrap: &str,
+    topic: &str,
+    expect: usize,
+    extra: &[(&str, &str)],
+) -> Vec<(i64, String)> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::Message;
+    let mut cfg = rdkafka::ClientConfig::new();
+    cfg.set("bootstrap.servers", bootstrap)
+        .set("group.id", "cluster-test-reader")
+        .set("enable.auto.commit", "false");
+    for (k, v) in extra {
+        cfg.set(*k, *v);
+    }
+    let c: BaseConsumer = cfg.create().unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+        .unwrap();
+    c.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while out.len() < expect && Instant::now() < deadline {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
+            let v = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
+            out.push((m.offset(), v));
+        }
+    }
+    out
+}
+
+/// Creates `topic` through node 1 with an explicit assignment and topic configs.
+pub async fn create_assigned(
+    c: &Cluster,
+    topic: &str,
+    assignment: Vec<Vec<i32>>,
+    configs: &[(&str, &str)],
+) {
+    let configs: BTreeMap<String, String> = configs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    admin(&c.addr(1))
+        .await
+        .create_topic_with_assignment(topic, &assignment, &configs)
+        .await
+        .unwrap();
+}
