@@ -1,8 +1,10 @@
 //! Our async Kafka client over the kafka-protocol crate: connections with version negotiation,
-//! and the admin operations the operator needs. Depends only on `protocol`, never on the broker.
+//! the admin operations the operator needs, and the producer's accumulator and partitioner.
+//! Depends only on `protocol`, never on the broker.
 
 pub mod admin;
 pub mod connection;
+pub mod producer;
 
 pub use admin::{
     AdminClient, AlterConfigOp, AlterOpType, BrokerInfo, ClusterDescription, ConfigEntry,

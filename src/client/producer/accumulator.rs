@@ -1,0 +1,1075 @@
+//! Records waiting to be sent: a queue of batches per partition, the choice of partition at append
+//! time, and which brokers have data ready (Java's RecordAccumulator).
+//!
+//! `append` picks the partition (the built-in partitioner for keyless records), fills the queue's
+//! last batch or opens a new one; `ready` finds the brokers with a full or lingered batch and, on
+//! the way, hands the queue lengths to the partitioner; `drain` takes batches for those brokers.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::records::Compression;
+use parking_lot::Mutex;
+
+use super::batch::{
+    batch_size_upper_bound, update_compression_ratio, ProducerBatch, ProducerRecord,
+};
+use super::buffer_pool::{AllocateError, BufferPool};
+use super::cluster::ClusterView;
+use super::partitioner::{BuiltInPartitioner, RandomSource, StickyPartitionInfo};
+use super::Completion;
+
+/// The accumulator's settings, in Kafka's units.
+#[derive(Clone, Debug)]
+pub struct AccumulatorConfig {
+    /// `batch.size`, also the partitioner's sticky limit.
+    pub batch_size: usize,
+    pub compression: Compression,
+    pub linger_ms: i64,
+    pub retry_backoff_ms: i64,
+    /// `buffer.memory`.
+    pub buffer_memory: u64,
+    /// `partitioner.adaptive.partitioning.enable`.
+    pub adaptive_partitioning: bool,
+    /// `partitioner.availability.timeout.ms` (0: off).
+    pub availability_timeout_ms: i64,
+}
+
+impl Default for AccumulatorConfig {
+    fn default() -> AccumulatorConfig {
+        AccumulatorConfig {
+            batch_size: 16384,
+            compression: Compression::None,
+            linger_ms: 5,
+            retry_backoff_ms: 100,
+            buffer_memory: 32 * 1024 * 1024,
+            adaptive_partitioning: true,
+            availability_timeout_ms: 0,
+        }
+    }
+}
+
+/// What an append did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordAppendResult {
+    /// Where the record went (or would have gone, with `abort_for_new_batch`).
+    pub partition: i32,
+    /// The partition's queue has a batch ready to send.
+    pub batch_is_full: bool,
+    pub new_batch_created: bool,
+    /// The record was not appended because it needed a new batch and the caller asked to be told
+    /// first (the KIP-480 partitioner moves partitions then).
+    pub abort_for_new_batch: bool,
+    pub appended_bytes: usize,
+}
+
+/// Why an append failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AppendError {
+    #[error(transparent)]
+    Memory(#[from] AllocateError),
+    #[error("producer closed while send in progress")]
+    Closed,
+    #[error("topic {0} has no partitions")]
+    NoPartitions(String),
+}
+
+/// The brokers with data to send, and when to look again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadyCheckResult {
+    pub ready_nodes: BTreeSet<i32>,
+    pub next_ready_check_delay_ms: i64,
+    pub unknown_leader_topics: BTreeSet<String>,
+}
+
+type Deque = Arc<Mutex<VecDeque<ProducerBatch>>>;
+
+/// One partition's turn in a drain.
+enum DrainStep {
+    Take(ProducerBatch),
+    /// Nothing to send here now (empty, muted, backing off).
+    Skip,
+    /// The request is full.
+    Full,
+}
+
+/// One topic's queues, its partitioner and its compression estimate.
+struct TopicInfo {
+    batches: Mutex<BTreeMap<i32, Deque>>,
+    partitioner: BuiltInPartitioner,
+    compression_ratio: Mutex<f32>,
+}
+
+impl TopicInfo {
+    fn deque(&self, partition: i32) -> Deque {
+        self.batches.lock().entry(partition).or_default().clone()
+    }
+
+    fn deques(&self) -> Vec<(i32, Deque)> {
+        self.batches
+            .lock()
+            .iter()
+            .map(|(p, d)| (*p, d.clone()))
+            .collect()
+    }
+}
+
+/// When a broker was last ready and last drained (for the availability timeout).
+#[derive(Debug, Clone, Copy)]
+struct NodeLatencyStats {
+    ready_time_ms: i64,
+    drain_time_ms: i64,
+}
+
+pub struct RecordAccumulator {
+    config: AccumulatorConfig,
+    random: Arc<dyn RandomSource>,
+    topics: Mutex<HashMap<String, Arc<TopicInfo>>>,
+    free: BufferPool,
+    node_stats: Mutex<HashMap<i32, NodeLatencyStats>>,
+    drain_index: Mutex<HashMap<i32, usize>>,
+    muted: Mutex<HashSet<(String, i32)>>,
+    flushes_in_progress: AtomicUsize,
+    closed: AtomicBool,
+}
+
+/// Memory taken for a new batch, given back on drop unless a batch took it over.
+struct Allocation<'a> {
+    pool: &'a BufferPool,
+    size: u64,
+}
+
+impl Allocation<'_> {
+    fn into_batch(mut self) -> usize {
+        std::mem::take(&mut self.size) as usize
+    }
+}
+
+impl Drop for Allocation<'_> {
+    fn drop(&mut self) {
+        if self.size > 0 {
+            self.pool.deallocate(self.size);
+        }
+    }
+}
+
+/// The last batch of the queue is full (or there is none): switching partitions now does not
+/// leave a fractional batch behind.
+fn all_batches_full(q: &VecDeque<ProducerBatch>) -> bool {
+    q.back().is_none_or(ProducerBatch::is_full)
+}
+
+impl RecordAccumulator {
+    pub fn new(config: AccumulatorConfig, random: Arc<dyn RandomSource>) -> RecordAccumulator {
+        RecordAccumulator {
+            free: BufferPool::new(config.buffer_memory),
+            config,
+            random,
+            topics: Mutex::new(HashMap::new()),
+            node_stats: Mutex::new(HashMap::new()),
+            drain_index: Mutex::new(HashMap::new()),
+            muted: Mutex::new(HashSet::new()),
+            flushes_in_progress: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    pub fn config(&self) -> &AccumulatorConfig {
+        &self.config
+    }
+
+    fn topic_info(&self, topic: &str) -> Arc<TopicInfo> {
+        let mut topics = self.topics.lock();
+        if let Some(t) = topics.get(topic) {
+            return t.clone();
+        }
+        let sticky = (self.config.batch_size.min(i32::MAX as usize) as i32).max(1);
+        let partitioner = match BuiltInPartitioner::new(topic, sticky, self.random.clone()) {
+            Ok(p) => p,
+            Err(_) => unreachable!("the sticky batch size is clamped to at least 1"),
+        };
+        let info = Arc::new(TopicInfo {
+            batches: Mutex::new(BTreeMap::new()),
+            partitioner,
+            compression_ratio: Mutex::new(1.0),
+        });
+        topics.insert(topic.to_string(), info.clone());
+        info
+    }
+
+    /// Appends a record to `partition`, or with `None` to the partition the built-in partitioner
+    /// sticks to. Waits up to `max_block` for memory when a new batch is needed.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn append(
+        &self,
+        topic: &str,
+        partition: Option<i32>,
+        record: ProducerRecord,
+        done: Completion,
+        max_block: Duration,
+        abort_on_new_batch: bool,
+        now_ms: i64,
+        cluster: &ClusterView,
+    ) -> Result<RecordAppendResult, AppendError> {
+        let info = self.topic_info(topic);
+        if partition.is_none() && cluster.partitions_for_topic(topic).is_empty() {
+            return Err(AppendError::NoPartitions(topic.to_string()));
+        }
+        let (mut record, mut done) = (record, done);
+        let mut buffer: Option<Allocation<'_>> = None;
+        // Loop to retry when a concurrent append switched the sticky partition under us.
+        loop {
+            if self.closed.load(Ordering::SeqCst) {
+                return Err(AppendError::Closed);
+            }
+            // Keyless records follow the sticky partition, peeked before the queue is locked.
+            let sticky = partition
+                .is_none()
+                .then(|| info.partitioner.peek_current_partition_info(cluster));
+            let effective = match &sticky {
+                Some(s) => s.partition(),
+                None => partition.unwrap_or_default(),
+            };
+            let dq = info.deque(effective);
+            {
+                let mut q = dq.lock();
+                if self.partition_changed(&info, sticky.as_ref(), &q, cluster) {
+                    continue;
+                }
+                match try_append(&mut q, record, done) {
+                    Ok((appended, full)) => {
+                        let enable = all_batches_full(&q);
+                        info.partitioner.update_partition_info(
+                            sticky.as_ref(),
+                            appended as i32,
+                            cluster,
+                            enable,
+                        );
+                        return Ok(RecordAppendResult {
+                            partition: effective,
+                            batch_is_full: full,
+                            new_batch_created: false,
+                            abort_for_new_batch: false,
+                            appended_bytes: appended,
+                        });
+                    }
+                    Err(back) => (record, done) = back,
+                }
+            }
+            if abort_on_new_batch {
+                return Ok(RecordAppendResult {
+                    partition: effective,
+                    batch_is_full: false,
+                    new_batch_created: false,
+                    abort_for_new_batch: true,
+                    appended_bytes: 0,
+                });
+            }
+            if buffer.is_none() {
+                let size = self.config.batch_size.max(batch_size_upper_bound(&record)) as u64;
+                let size = self.free.allocate(size, max_block).await?;
+                buffer = Some(Allocation {
+                    pool: &self.free,
+                    size,
+                });
+            }
+            let mut q = dq.lock();
+            if self.partition_changed(&info, sticky.as_ref(), &q, cluster) {
+                continue;
+            }
+            // Someone else may have opened a batch while we waited for memory.
+            let (appended, full, created) = match try_append(&mut q, record, done) {
+                Ok((appended, full)) => (appended, full, false),
+                Err((r, d)) => {
+                    let Some(memory) = buffer.take() else {
+                        unreachable!("memory is allocated before a new batch is opened")
+                    };
+                    let ratio = *info.compression_ratio.lock();
+                    let mut batch = ProducerBatch::new(
+                        topic,
+                        effective,
+                        memory.into_batch(),
+                        self.config.compression,
+                        ratio,
+                        now_ms,
+                    );
+                    // A new batch counts its header too, as Java's appendNewBatch does.
+                    let appended = match batch.try_append(r, d) {
+                        Ok(_) => batch.estimated_size_in_bytes(),
+                        Err(_) => unreachable!("the first record always fits an empty batch"),
+                    };
+                    let full = batch.is_full();
+                    q.push_back(batch);
+                    (appended, q.len() > 1 || full, true)
+                }
+            };
+            let enable = all_batches_full(&q);
+            info.partitioner.update_partition_info(
+                sticky.as_ref(),
+                appended as i32,
+                cluster,
+                enable,
+            );
+            return Ok(RecordAppendResult {
+                partition: effective,
+                batch_is_full: full,
+                new_batch_created: created,
+                abort_for_new_batch: false,
+                appended_bytes: appended,
+            });
+        }
+    }
+
+    /// Under the queue's lock: another append switched partitions, or this queue's batches are all
+    /// full now and a switch that was held back for a fractional batch happens.
+    fn partition_changed(
+        &self,
+        info: &TopicInfo,
+        sticky: Option<&Arc<StickyPartitionInfo>>,
+        q: &VecDeque<ProducerBatch>,
+        cluster: &ClusterView,
+    ) -> bool {
+        if info.partitioner.is_partition_changed(sticky) {
+            return true;
+        }
+        if all_batches_full(q) {
+            info.partitioner
+                .update_partition_info(sticky, 0, cluster, true);
+            if info.partitioner.is_partition_changed(sticky) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The brokers that lead a partition with a sendable batch: full, lingered `linger.ms`, memory
+    /// exhausted, flushing or closing. Also refreshes each topic's partitioner with the queue
+    /// lengths of the partitions that have a leader.
+    pub fn ready(&self, cluster: &ClusterView, now_ms: i64) -> ReadyCheckResult {
+        let mut out = ReadyCheckResult {
+            ready_nodes: BTreeSet::new(),
+            next_ready_check_delay_ms: i64::MAX,
+            unknown_leader_topics: BTreeSet::new(),
+        };
+        let topics: Vec<(String, Arc<TopicInfo>)> = self
+            .topics
+            .lock()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (topic, info) in topics {
+            self.partition_ready(cluster, now_ms, &topic, &info, &mut out);
+        }
+        out
+    }
+
+    fn partition_ready(
+        &self,
+        cluster: &ClusterView,
+        now_ms: i64,
+        topic: &str,
+        info: &TopicInfo,
+        out: &mut ReadyCheckResult,
+    ) {
+        let deques = info.deques();
+        // Adaptive only once every partition has a queue: a partition without one would never be
+        // switched to.
+        let adaptive = self.config.adaptive_partitioning
+            && deques.len() >= cluster.partitions_for_topic(topic).len();
+        let mut queue_sizes = vec![0i32; if adaptive { deques.len() } else { 0 }];
+        let mut partition_ids = vec![0i32; queue_sizes.len()];
+        let mut index: isize = -1;
+        let exhausted = self.free.queued() > 0;
+        for (partition, dq) in deques {
+            let leader = cluster.leader_for(topic, partition);
+            if leader.is_some() && adaptive {
+                index += 1;
+                partition_ids[index as usize] = partition;
+            }
+            let epoch = cluster.leader_epoch_for(topic, partition);
+            let (waited, backing_off, size, full) = {
+                let mut q = dq.lock();
+                let len = q.len();
+                let Some(first) = q.front_mut() else { continue };
+                let waited = first.waited_time_ms(now_ms);
+                first.maybe_update_leader_epoch(epoch);
+                let backing_off = self.should_backoff(first, waited);
+                (waited, backing_off, len, len > 1 || first.is_full())
+            };
+            let Some(leader) = leader else {
+                out.unknown_leader_topics.insert(topic.to_string());
+                continue;
+            };
+            if adaptive {
+                queue_sizes[index as usize] = size as i32;
+            }
+            if self.config.availability_timeout_ms > 0 {
+                if let Some(s) = self.node_stats.lock().get(&leader) {
+                    if s.ready_time_ms - s.drain_time_ms > self.config.availability_timeout_ms {
+                        index -= 1;
+                    }
+                }
+            }
+            self.batch_ready(
+                exhausted,
+                topic,
+                partition,
+                leader,
+                waited,
+                backing_off,
+                full,
+                out,
+            );
+        }
+        let length = (index + 1).max(0) as usize;
+        let stats = adaptive.then_some((&mut queue_sizes[..], &partition_ids[..]));
+        info.partitioner.update_partition_load_stats(stats, length);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn batch_ready(
+        &self,
+        exhausted: bool,
+        topic: &str,
+        partition: i32,
+        leader: i32,
+        waited_ms: i64,
+        backing_off: bool,
+        full: bool,
+        out: &mut ReadyCheckResult,
+    ) {
+        if out.ready_nodes.contains(&leader) || self.is_muted(topic, partition) {
+            return;
+        }
+        let wait = if backing_off {
+            self.config.retry_backoff_ms
+        } else {
+            self.config.linger_ms
+        };
+        let expired = waited_ms >= wait;
+        let sendable = full
+            || expired
+            || exhausted
+            || self.closed.load(Ordering::SeqCst)
+            || self.flushes_in_progress.load(Ordering::SeqCst) > 0;
+        if sendable && !backing_off {
+            out.ready_nodes.insert(leader);
+        } else {
+            let left = (wait - waited_ms).max(0);
+            out.next_ready_check_delay_ms = out.next_ready_check_delay_ms.min(left);
+        }
+    }
+
+    /// A retried batch waits `retry.backoff.ms`, unless its partition's leader changed.
+    fn should_backoff(&self, batch: &ProducerBatch, waited_ms: i64) -> bool {
+        batch.attempts > 0
+            && !batch.has_leader_changed_for_the_ongoing_retry()
+            && waited_ms < self.config.retry_backoff_ms
+    }
+
+    /// Takes the sendable batches of each ready broker, up to `max_size` bytes per broker,
+    /// starting each broker's walk where the last one stopped so that no partition starves.
+    pub fn drain(
+        &self,
+        cluster: &ClusterView,
+        nodes: &BTreeSet<i32>,
+        max_size: usize,
+        now_ms: i64,
+    ) -> BTreeMap<i32, Vec<ProducerBatch>> {
+        let mut out = BTreeMap::new();
+        for &node in nodes {
+            let batches = self.drain_batches_for_one_node(cluster, node, max_size, now_ms);
+            out.insert(node, batches);
+        }
+        out
+    }
+
+    fn drain_batches_for_one_node(
+        &self,
+        cluster: &ClusterView,
+        node: i32,
+        max_size: usize,
+        now_ms: i64,
+    ) -> Vec<ProducerBatch> {
+        let parts = cluster.partitions_for_node(node);
+        let mut ready = Vec::new();
+        if parts.is_empty() {
+            return ready;
+        }
+        let mut size = 0usize;
+        let start = self.drain_index.lock().get(&node).copied().unwrap_or(0) % parts.len();
+        let mut i = start;
+        loop {
+            let (topic, partition) = &parts[i];
+            self.drain_index.lock().insert(node, i);
+            i = (i + 1) % parts.len();
+            match self.drain_one(topic, *partition, size, max_size, ready.is_empty(), now_ms) {
+                DrainStep::Take(batch) => {
+                    size += batch.estimated_size_in_bytes();
+                    ready.push(batch);
+                }
+                DrainStep::Skip => {}
+                DrainStep::Full => break,
+            }
+            if i == start {
+                break;
+            }
+        }
+        ready
+    }
+
+    /// The first batch of a partition if it may go now and fits the request.
+    fn drain_one(
+        &self,
+        topic: &str,
+        partition: i32,
+        size: usize,
+        max_size: usize,
+        first_of_request: bool,
+        now_ms: i64,
+    ) -> DrainStep {
+        if self.is_muted(topic, partition) {
+            return DrainStep::Skip;
+        }
+        let Some(info) = self.topics.lock().get(topic).cloned() else {
+            return DrainStep::Skip;
+        };
+        let Some(dq) = info.batches.lock().get(&partition).cloned() else {
+            return DrainStep::Skip;
+        };
+        let mut q = dq.lock();
+        let Some(first) = q.front() else {
+            return DrainStep::Skip;
+        };
+        if self.should_backoff(first, first.waited_time_ms(now_ms)) {
+            return DrainStep::Skip;
+        }
+        // A single batch over the request size still goes, alone.
+        if size + first.estimated_size_in_bytes() > max_size && !first_of_request {
+            return DrainStep::Full;
+        }
+        match q.pop_front() {
+            Some(mut batch) => {
+                batch.close_for_record_appends();
+                batch.drained(now_ms);
+                DrainStep::Take(batch)
+            }
+            None => DrainStep::Skip,
+        }
+    }
+
+    /// Records how a broker answered the sender's `ready` check: drained, or not ready (its
+    /// connection full). A broker not drained for `partitioner.availability.timeout.ms` gets no
+    /// new keyless records.
+    pub fn update_node_latency_stats(&self, node: i32, now_ms: i64, can_drain: bool) {
+        if self.config.availability_timeout_ms <= 0 {
+            return;
+        }
+        let mut stats = self.node_stats.lock();
+        let s = stats.entry(node).or_insert(NodeLatencyStats {
+            ready_time_ms: now_ms,
+            drain_time_ms: now_ms,
+        });
+        if can_drain {
+            s.drain_time_ms = now_ms;
+        }
+        s.ready_time_ms = now_ms;
+    }
+
+    /// Puts a batch back at the head of its queue for a retry.
+    pub fn reenqueue(&self, mut batch: ProducerBatch, now_ms: i64) {
+        batch.reenqueued(now_ms);
+        let dq = self.topic_info(&batch.topic).deque(batch.partition);
+        dq.lock().push_front(batch);
+    }
+
+    /// Notes a sent batch's compression ratio in its topic's estimate, and frees its memory.
+    pub fn complete_batch(&self, batch: &ProducerBatch, compression_ratio: Option<f32>) {
+        if let (Some(observed), Some(info)) = (
+            compression_ratio,
+            self.topics.lock().get(&batch.topic).cloned(),
+        ) {
+            if self.config.compression != Compression::None {
+                let mut r = info.compression_ratio.lock();
+                *r = update_compression_ratio(*r, observed);
+            }
+        }
+        self.free.deallocate(batch.buffer_size() as u64);
+    }
+
+    /// Batches that have waited longer than `delivery_timeout_ms` since creation, taken out of
+    /// their queues (the caller fails them). A drained batch is the sender's to expire.
+    pub fn expired_batches(&self, now_ms: i64, delivery_timeout_ms: i64) -> Vec<ProducerBatch> {
+        let topics: Vec<Arc<TopicInfo>> = self.topics.lock().values().cloned().collect();
+        let mut out = Vec::new();
+        for info in topics {
+            for (_, dq) in info.deques() {
+                let mut q = dq.lock();
+                while q
+                    .front()
+                    .is_some_and(|b| now_ms - b.created_ms >= delivery_timeout_ms)
+                {
+                    if let Some(mut b) = q.pop_front() {
+                        b.close_for_record_appends();
+                        out.push(b);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Queue length per partition, for metrics.
+    pub fn queue_lengths(&self) -> Vec<(String, i32, usize)> {
+        let topics: Vec<(String, Arc<TopicInfo>)> = self
+            .topics
+            .lock()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut out = Vec::new();
+        for (topic, info) in topics {
+            for (p, dq) in info.deques() {
+                out.push((topic.clone(), p, dq.lock().len()));
+            }
+        }
+        out
+    }
+
+    /// Whether any queue holds a batch.
+    pub fn has_undrained(&self) -> bool {
+        self.queue_lengths().iter().any(|(_, _, n)| *n > 0)
+    }
+
+    /// With several requests in flight per partition order is kept by sequence numbers; with
+    /// `max.in.flight.requests.per.connection=1` the sender mutes a partition while its batch flies.
+    pub fn mute_partition(&self, topic: &str, partition: i32) {
+        self.muted.lock().insert((topic.to_string(), partition));
+    }
+
+    pub fn unmute_partition(&self, topic: &str, partition: i32) {
+        self.muted.lock().remove(&(topic.to_string(), partition));
+    }
+
+    fn is_muted(&self, topic: &str, partition: i32) -> bool {
+        self.muted.lock().contains(&(topic.to_string(), partition))
+    }
+
+    /// Makes every batch sendable until `end_flush`.
+    pub fn begin_flush(&self) {
+        self.flushes_in_progress.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub fn end_flush(&self) {
+        self.flushes_in_progress.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// No more appends; what is queued becomes sendable.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+    }
+
+    /// The partitioner of `topic`, for tests and metrics.
+    pub fn load_stats_range_end(&self, topic: &str) -> Option<i32> {
+        self.topics
+            .lock()
+            .get(topic)
+            .and_then(|t| t.partitioner.load_stats_range_end())
+    }
+
+    /// The number of batches queued for `topic`-`partition`.
+    pub fn queue_len(&self, topic: &str, partition: i32) -> usize {
+        self.topics
+            .lock()
+            .get(topic)
+            .and_then(|t| t.batches.lock().get(&partition).map(|d| d.lock().len()))
+            .unwrap_or(0)
+    }
+}
+
+/// Appends to the queue's last batch if it has room; a batch the record does not fit is closed.
+/// Returns the bytes appended and whether the queue now has a batch ready to send.
+fn try_append(
+    q: &mut VecDeque<ProducerBatch>,
+    record: ProducerRecord,
+    done: Completion,
+) -> Result<(usize, bool), (ProducerRecord, Completion)> {
+    let len = q.len();
+    let Some(last) = q.back_mut() else {
+        return Err((record, done));
+    };
+    match last.try_append(record, done) {
+        Ok(appended) => Ok((appended, len > 1 || last.is_full())),
+        Err(back) => {
+            last.close_for_record_appends();
+            Err(back)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::producer::batch::record_size;
+    use crate::client::producer::cluster::PartitionLeader;
+    use crate::client::producer::partitioner::SequentialRandom;
+    use bytes::Bytes;
+
+    const TOPIC: &str = "test";
+    const BLOCK: Duration = Duration::from_secs(1);
+
+    /// RecordAccumulatorTest's cluster: partitions 0 and 1 on node 0, partition 2 on node 1.
+    fn cluster() -> ClusterView {
+        let p = |partition, leader| PartitionLeader {
+            partition,
+            leader: Some(leader),
+            leader_epoch: None,
+        };
+        ClusterView::new(vec![(TOPIC.to_string(), vec![p(0, 0), p(1, 0), p(2, 1)])])
+    }
+
+    fn record(value: &[u8]) -> ProducerRecord {
+        ProducerRecord {
+            key: None,
+            value: Some(Bytes::copy_from_slice(value)),
+            headers: Vec::new(),
+            timestamp: 0,
+        }
+    }
+
+    fn accumulator(
+        batch_size: usize,
+        linger_ms: i64,
+        adaptive: bool,
+        availability_timeout_ms: i64,
+        random: Arc<SequentialRandom>,
+    ) -> RecordAccumulator {
+        RecordAccumulator::new(
+            AccumulatorConfig {
+                batch_size,
+                compression: Compression::None,
+                linger_ms,
+                retry_backoff_ms: 100,
+                buffer_memory: 1024 * 1024,
+                adaptive_partitioning: adaptive,
+                availability_timeout_ms,
+            },
+            random,
+        )
+    }
+
+    async fn append_keyless(a: &RecordAccumulator, c: &ClusterView, value: &[u8], now: i64) -> i32 {
+        a.append(TOPIC, None, record(value), None, BLOCK, false, now, c)
+            .await
+            .unwrap()
+            .partition
+    }
+
+    #[tokio::test]
+    async fn uniform_built_in_partitioner_switches_after_a_completed_batch() {
+        // RecordAccumulatorTest.testUniformBuiltInPartitioner.
+        let random = Arc::new(SequentialRandom::default());
+        let a = accumulator(1024, 0, false, 0, random.clone());
+        let c = cluster();
+        let large = [0u8; 1024];
+        assert_eq!(append_keyless(&a, &c, b"value", 0).await, 0);
+        assert_eq!(random.drawn(), 1);
+        // Over the sticky limit, but the batch is not complete: no switch yet.
+        assert_eq!(append_keyless(&a, &c, &large, 0).await, 0);
+        assert_eq!(random.drawn(), 1);
+        assert_eq!(append_keyless(&a, &c, &large, 0).await, 1);
+        assert_eq!(random.drawn(), 2);
+        assert_eq!(append_keyless(&a, &c, &large, 0).await, 2);
+        assert_eq!(random.drawn(), 3);
+        assert_eq!(append_keyless(&a, &c, &large, 0).await, 0);
+        assert_eq!(random.drawn(), 4);
+    }
+
+    #[tokio::test]
+    async fn adaptive_built_in_partitioner_follows_queue_sizes_and_avoids_slow_nodes() {
+        // RecordAccumulatorTest.testAdaptiveBuiltInPartitioner: queues {1, 7, 2}.
+        let random = Arc::new(SequentialRandom::default());
+        let a = accumulator(128, 0, true, 100, random.clone());
+        let c = cluster();
+        let large = [0u8; 128];
+        let queue_sizes = [1usize, 7, 2];
+        for (p, &n) in queue_sizes.iter().enumerate() {
+            for _ in 0..n {
+                a.append(
+                    TOPIC,
+                    Some(p as i32),
+                    record(&large),
+                    None,
+                    BLOCK,
+                    false,
+                    0,
+                    &c,
+                )
+                .await
+                .unwrap();
+            }
+            assert_eq!(a.queue_len(TOPIC, p as i32), n);
+        }
+        a.ready(&c, 0);
+        // Prime: switching happens on the record after the sticky limit.
+        append_keyless(&a, &c, &large, 0).await;
+        let picks = a.load_stats_range_end(TOPIC).unwrap() * 2;
+        assert_eq!(picks, 28);
+        let mut freq = [0; 3];
+        for _ in 0..picks {
+            freq[append_keyless(&a, &c, &large, 0).await as usize] += 1;
+        }
+        assert_eq!(freq, [14, 2, 12]);
+        // Node 0 not drained for 200 ms > 100: only partition 2 (node 1) is picked.
+        a.update_node_latency_stats(0, -200, true);
+        a.update_node_latency_stats(0, 0, false);
+        a.ready(&c, 0);
+        append_keyless(&a, &c, &large, 0).await;
+        for _ in 0..10 {
+            assert_eq!(append_keyless(&a, &c, &large, 0).await, 2);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_high_linger_does_not_cut_fractional_batches() {
+        // RecordAccumulatorTest.testBuiltInPartitionerFractionalBatches.
+        let batch_size = 512;
+        let a = accumulator(
+            batch_size,
+            10,
+            false,
+            0,
+            Arc::new(SequentialRandom::default()),
+        );
+        let c = cluster();
+        let value = [0u8; 32];
+        let mut now = 0;
+        for _ in 0..10 {
+            for _ in 0..(batch_size * 2 / 3 / 32) {
+                append_keyless(&a, &c, &value, now).await;
+            }
+            now += 10;
+            let ready = a.ready(&c, now).ready_nodes;
+            assert_eq!(ready.len(), 1, "one leader ready");
+            let drained = a.drain(&c, &ready, usize::MAX, now);
+            let batches: Vec<&ProducerBatch> = drained.values().flatten().collect();
+            assert_eq!(batches.len(), 1, "one batch ready");
+            let size = batches[0].encode(-1, -1, -1).unwrap().0.len();
+            assert!(
+                size > batch_size / 2 && size < batch_size,
+                "batch of {size} bytes, {} records",
+                batches[0].record_count()
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_full_batch_makes_its_leader_ready_and_drains_with_every_record() {
+        // RecordAccumulatorTest.testFull: batch.size 1025 + 61 holds exactly the appends that fit.
+        let batch_size = 1025 + 61;
+        let a = accumulator(
+            batch_size,
+            10,
+            false,
+            0,
+            Arc::new(SequentialRandom::default()),
+        );
+        let c = cluster();
+        let key_value = |k: &[u8], v: &[u8]| ProducerRecord {
+            key: Some(Bytes::copy_from_slice(k)),
+            ..record(v)
+        };
+        // Java's expectedNumAppends: records of growing offset delta until 1025 bytes are full.
+        let one = key_value(b"key", b"value");
+        let (mut fit, mut used) = (0usize, 0usize);
+        while used + record_size(fit as i32, 0, &one) <= 1025 {
+            used += record_size(fit as i32, 0, &one);
+            fit += 1;
+        }
+        assert_eq!(fit, 68, "64 records of 15 bytes, then 4 of 16");
+        for _ in 0..fit {
+            a.append(
+                TOPIC,
+                Some(0),
+                key_value(b"key", b"value"),
+                None,
+                BLOCK,
+                false,
+                0,
+                &c,
+            )
+            .await
+            .unwrap();
+            assert_eq!(a.queue_len(TOPIC, 0), 1);
+            assert!(
+                a.ready(&c, 0).ready_nodes.is_empty(),
+                "no partition ready yet"
+            );
+        }
+        a.append(
+            TOPIC,
+            Some(0),
+            key_value(b"key", b"value"),
+            None,
+            BLOCK,
+            false,
+            0,
+            &c,
+        )
+        .await
+        .unwrap();
+        assert_eq!(a.queue_len(TOPIC, 0), 2);
+        let ready = a.ready(&c, 0).ready_nodes;
+        assert_eq!(ready, BTreeSet::from([0]));
+        let drained = a.drain(&c, &ready, usize::MAX, 0);
+        let batches = &drained[&0];
+        assert_eq!(batches.len(), 1);
+        assert_eq!(batches[0].record_count(), fit);
+        assert!(batches[0]
+            .records()
+            .iter()
+            .all(|r| r.key.as_deref() == Some(&b"key"[..])
+                && r.value.as_deref() == Some(&b"value"[..])));
+    }
+
+    #[tokio::test]
+    async fn drain_rotates_over_each_nodes_partitions_and_skips_muted_ones() {
+        // RecordAccumulatorTest.testDrainBatches: node 0 leads 0 and 1, node 1 leads 2 and 3.
+        let p = |partition, leader| PartitionLeader {
+            partition,
+            leader: Some(leader),
+            leader_epoch: None,
+        };
+        let c = ClusterView::new(vec![(
+            TOPIC.to_string(),
+            vec![p(0, 0), p(1, 0), p(2, 1), p(3, 1)],
+        )]);
+        let value = b"value";
+        let batch_size = value.len() + 61;
+        let a = accumulator(
+            batch_size,
+            10,
+            false,
+            0,
+            Arc::new(SequentialRandom::default()),
+        );
+        let both = BTreeSet::from([0, 1]);
+        let put = |ps: &'static [i32]| {
+            let a = &a;
+            let c = &c;
+            async move {
+                for &p in ps {
+                    let r = ProducerRecord {
+                        key: Some(Bytes::from_static(b"key")),
+                        ..record(value)
+                    };
+                    a.append(TOPIC, Some(p), r, None, BLOCK, false, 0, c)
+                        .await
+                        .unwrap();
+                }
+            }
+        };
+        let drained = |max: usize| -> Vec<i32> {
+            a.drain(&c, &both, max, 0)
+                .values()
+                .flatten()
+                .map(|b| b.partition)
+                .collect()
+        };
+        put(&[0, 1, 2, 3]).await;
+        assert_eq!(drained(batch_size), vec![0, 2]);
+        put(&[0, 2]).await;
+        assert_eq!(drained(batch_size), vec![1, 3]);
+        assert_eq!(drained(batch_size), vec![0, 2]);
+        put(&[1, 2, 3]).await;
+        a.mute_partition(TOPIC, 3);
+        assert_eq!(drained(batch_size), vec![1, 2]);
+        put(&[0, 1, 2]).await;
+        a.unmute_partition(TOPIC, 3);
+        assert_eq!(drained(usize::MAX), vec![0, 1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn kip480_mode_is_told_before_a_new_batch_is_opened() {
+        let a = accumulator(100, 0, false, 0, Arc::new(SequentialRandom::default()));
+        let c = cluster();
+        let first = a
+            .append(TOPIC, Some(1), record(&[0; 50]), None, BLOCK, true, 0, &c)
+            .await
+            .unwrap();
+        assert!(
+            first.abort_for_new_batch,
+            "an empty queue needs a new batch"
+        );
+        let r = a
+            .append(TOPIC, Some(1), record(&[0; 50]), None, BLOCK, false, 0, &c)
+            .await
+            .unwrap();
+        assert!(r.new_batch_created);
+        let again = a
+            .append(TOPIC, Some(1), record(&[0; 10]), None, BLOCK, true, 0, &c)
+            .await
+            .unwrap();
+        assert!(!again.abort_for_new_batch && !again.new_batch_created);
+    }
+
+    #[tokio::test]
+    async fn a_full_buffer_refuses_after_max_block_and_memory_comes_back_on_completion() {
+        let mut config = AccumulatorConfig {
+            batch_size: 1000,
+            buffer_memory: 1500,
+            ..AccumulatorConfig::default()
+        };
+        config.linger_ms = 0;
+        let a = RecordAccumulator::new(config, Arc::new(SequentialRandom::default()));
+        let c = cluster();
+        a.append(TOPIC, Some(0), record(b"a"), None, BLOCK, false, 0, &c)
+            .await
+            .unwrap();
+        let err = a
+            .append(
+                TOPIC,
+                Some(1),
+                record(b"b"),
+                None,
+                Duration::from_millis(20),
+                false,
+                0,
+                &c,
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, AppendError::Memory(AllocateError::Exhausted { .. })),
+            "{err}"
+        );
+        let ready = a.ready(&c, 0).ready_nodes;
+        let drained = a.drain(&c, &ready, usize::MAX, 0);
+        for b in drained.values().flatten() {
+            a.complete_batch(b, None);
+        }
+        a.append(TOPIC, Some(1), record(b"b"), None, BLOCK, false, 0, &c)
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn batches_past_the_delivery_timeout_are_expired_and_their_records_fail() {
+        let a = accumulator(1000, 1000, false, 0, Arc::new(SequentialRandom::default()));
+        let c = cluster();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        a.append(TOPIC, Some(0), record(b"a"), Some(tx), BLOCK, false, 0, &c)
+            .await
+            .unwrap();
+        assert!(a.expired_batches(119_999, 120_000).is_empty());
+        let mut expired = a.expired_batches(120_000, 120_000);
+        assert_eq!(expired.len(), 1);
+        expired[0].complete(Err(crate::client::producer::ProduceError::Timeout(
+            "expired".into(),
+        )));
+        assert!(rx.await.unwrap().is_err());
+        assert!(!a.has_undrained());
+    }
+}

@@ -1,0 +1,423 @@
+//! One batch of records for one partition while it fills (Java's ProducerBatch and the size
+//! accounting of MemoryRecordsBuilder), and its encoding as a v2 record batch when it is sent.
+//!
+//! Sizes are counted exactly as Java counts them, because the partitioner switches on them:
+//! a record's v2 size, the 61-byte batch header, and for compressed batches the uncompressed
+//! size times the topic's estimated compression ratio.
+
+use bytes::{Bytes, BytesMut};
+
+use super::{Completion, ProduceError, RecordMetadata};
+use kafka_protocol::indexmap::IndexMap;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+
+/// The v2 batch header (Java's `DefaultRecordBatch.RECORD_BATCH_OVERHEAD`).
+pub const RECORD_BATCH_OVERHEAD: usize = 61;
+/// The most a v2 record adds around its key, value and headers (`DefaultRecord.MAX_RECORD_OVERHEAD`).
+const MAX_RECORD_OVERHEAD: usize = 21;
+/// Java's `COMPRESSION_RATE_ESTIMATION_FACTOR`: a margin on the estimated compressed size.
+const COMPRESSION_RATE_ESTIMATION_FACTOR: f32 = 1.05;
+
+/// A record as the application handed it over.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProducerRecord {
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<(String, Option<Bytes>)>,
+    pub timestamp: i64,
+}
+
+fn varint_size(v: i32) -> usize {
+    varlong_size(v as i64)
+}
+
+fn varlong_size(v: i64) -> usize {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    let mut n = 1;
+    while z >= 0x80 {
+        z >>= 7;
+        n += 1;
+    }
+    n
+}
+
+fn field_size(len: Option<usize>) -> usize {
+    match len {
+        None => 1,
+        Some(l) => varint_size(l as i32) + l,
+    }
+}
+
+/// Key, value and headers of a record as the v2 format lays them out (Java's `DefaultRecord.sizeOf`).
+fn payload_size(r: &ProducerRecord) -> usize {
+    let mut size = field_size(r.key.as_ref().map(Bytes::len));
+    size += field_size(r.value.as_ref().map(Bytes::len));
+    size += varint_size(r.headers.len() as i32);
+    for (k, v) in &r.headers {
+        size += field_size(Some(k.len()));
+        size += field_size(v.as_ref().map(Bytes::len));
+    }
+    size
+}
+
+/// A record's size inside a v2 batch (Java's `DefaultRecord.sizeInBytes`).
+pub fn record_size(offset_delta: i32, timestamp_delta: i64, r: &ProducerRecord) -> usize {
+    let body = 1 + varlong_size(timestamp_delta) + varint_size(offset_delta) + payload_size(r);
+    body + varint_size(body as i32)
+}
+
+/// The most a batch holding only `r` can take (Java's `estimateSizeInBytesUpperBound`): the size a
+/// new batch is given when `r` is bigger than `batch.size`.
+pub fn batch_size_upper_bound(r: &ProducerRecord) -> usize {
+    RECORD_BATCH_OVERHEAD + MAX_RECORD_OVERHEAD + payload_size(r)
+}
+
+/// A batch while it fills, and until its produce request is answered.
+#[derive(Debug)]
+pub struct ProducerBatch {
+    pub topic: String,
+    pub partition: i32,
+    records: Vec<ProducerRecord>,
+    done: Vec<Completion>,
+    first_timestamp: Option<i64>,
+    uncompressed_size: usize,
+    write_limit: usize,
+    compression: Compression,
+    estimated_ratio: f32,
+    closed: bool,
+    pub created_ms: i64,
+    last_attempt_ms: i64,
+    pub attempts: u32,
+    pub drained_ms: Option<i64>,
+    /// The leader epoch seen when the batch was last (re)tried, to retry without backoff once the
+    /// leader moves (KIP-951).
+    leader_epoch: Option<i32>,
+    leader_changed: bool,
+}
+
+impl ProducerBatch {
+    /// An empty batch that may grow to `write_limit` bytes; `ratio` is the topic's current
+    /// compression estimate (1.0 for none).
+    pub fn new(
+        topic: &str,
+        partition: i32,
+        write_limit: usize,
+        compression: Compression,
+        ratio: f32,
+        now_ms: i64,
+    ) -> ProducerBatch {
+        ProducerBatch {
+            topic: topic.to_string(),
+            partition,
+            records: Vec::new(),
+            done: Vec::new(),
+            first_timestamp: None,
+            uncompressed_size: 0,
+            write_limit,
+            compression,
+            estimated_ratio: ratio,
+            closed: false,
+            created_ms: now_ms,
+            last_attempt_ms: now_ms,
+            attempts: 0,
+            drained_ms: None,
+            leader_epoch: None,
+            leader_changed: false,
+        }
+    }
+
+    pub fn record_count(&self) -> usize {
+        self.records.len()
+    }
+
+    pub fn records(&self) -> &[ProducerRecord] {
+        &self.records
+    }
+
+    /// Bytes the batch would take if closed now (Java's `estimatedBytesWritten`).
+    pub fn estimated_size_in_bytes(&self) -> usize {
+        if self.compression == Compression::None {
+            RECORD_BATCH_OVERHEAD + self.uncompressed_size
+        } else {
+            let est = self.uncompressed_size as f32
+                * self.estimated_ratio
+                * COMPRESSION_RATE_ESTIMATION_FACTOR;
+            RECORD_BATCH_OVERHEAD + est as usize
+        }
+    }
+
+    /// Closed for appends, or at its write limit.
+    pub fn is_full(&self) -> bool {
+        self.closed
+            || (!self.records.is_empty() && self.write_limit <= self.estimated_size_in_bytes())
+    }
+
+    fn next_record_size(&self, r: &ProducerRecord) -> usize {
+        let offset_delta = self.records.len() as i32;
+        let ts_delta = self.first_timestamp.map_or(0, |f| r.timestamp - f);
+        record_size(offset_delta, ts_delta, r)
+    }
+
+    /// Whether `r` fits: always for the first record, otherwise within the write limit, not
+    /// counting what compression might save on it.
+    pub fn has_room_for(&self, r: &ProducerRecord) -> bool {
+        if self.is_full() {
+            return false;
+        }
+        if self.records.is_empty() {
+            return true;
+        }
+        self.write_limit >= self.estimated_size_in_bytes() + self.next_record_size(r)
+    }
+
+    /// Appends `r` if it fits; returns the bytes the batch grew by. `done` hears the record's
+    /// fate once the batch is answered.
+    pub fn try_append(
+        &mut self,
+        r: ProducerRecord,
+        done: Completion,
+    ) -> Result<usize, (ProducerRecord, Completion)> {
+        if !self.has_room_for(&r) {
+            return Err((r, done));
+        }
+        let before = self.estimated_size_in_bytes();
+        self.uncompressed_size += self.next_record_size(&r);
+        self.first_timestamp.get_or_insert(r.timestamp);
+        self.records.push(r);
+        self.done.push(done);
+        Ok(self.estimated_size_in_bytes() - before)
+    }
+
+    /// The memory the batch holds in the buffer pool.
+    pub fn buffer_size(&self) -> usize {
+        self.write_limit
+    }
+
+    /// Tells every record's waiter the outcome: its offset (`base_offset` + its index) and
+    /// timestamp (the log append time when the topic uses it), or the error.
+    pub fn complete(&mut self, outcome: Result<(i64, Option<i64>), ProduceError>) {
+        for (i, done) in self.done.iter_mut().enumerate() {
+            let Some(tx) = done.take() else { continue };
+            let r = match &outcome {
+                Ok((base, log_append_time)) => Ok(RecordMetadata {
+                    topic: self.topic.clone(),
+                    partition: self.partition,
+                    offset: base + i as i64,
+                    timestamp: log_append_time.unwrap_or(self.records[i].timestamp),
+                }),
+                Err(e) => Err(e.clone()),
+            };
+            let _ = tx.send(r);
+        }
+    }
+
+    /// No more appends (a record did not fit, or the batch is being sent).
+    pub fn close_for_record_appends(&mut self) {
+        self.closed = true;
+    }
+
+    /// Milliseconds since the batch was created or last retried.
+    pub fn waited_time_ms(&self, now_ms: i64) -> i64 {
+        (now_ms - self.last_attempt_ms).max(0)
+    }
+
+    /// Notes the partition's current leader epoch; a change since the last attempt lets a retry
+    /// skip its backoff.
+    pub fn maybe_update_leader_epoch(&mut self, epoch: Option<i32>) {
+        if epoch.is_some() && self.leader_epoch.is_some() && epoch != self.leader_epoch {
+            self.leader_changed = self.attempts > 0;
+        }
+        if epoch.is_some() {
+            self.leader_epoch = epoch;
+        }
+    }
+
+    pub fn has_leader_changed_for_the_ongoing_retry(&self) -> bool {
+        self.leader_changed
+    }
+
+    /// Marks a new attempt (a retry after an error).
+    pub fn reenqueued(&mut self, now_ms: i64) {
+        self.attempts += 1;
+        self.last_attempt_ms = now_ms;
+        self.drained_ms = None;
+        self.leader_changed = false;
+    }
+
+    pub fn drained(&mut self, now_ms: i64) {
+        self.drained_ms = Some(now_ms);
+    }
+
+    /// The v2 record batch for a produce request, and the compression ratio it achieved
+    /// (encoded over uncompressed bytes) for the topic's estimate.
+    pub fn encode(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        base_sequence: i32,
+    ) -> Result<(Bytes, f32), String> {
+        let records: Vec<Record> = self
+            .records
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: -1,
+                producer_id,
+                producer_epoch,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                // The encoder keeps records in one batch while offset − sequence stays the same;
+                // only the base sequence goes on the wire (−1 without idempotence).
+                sequence: base_sequence.wrapping_add(i as i32),
+                timestamp: r.timestamp,
+                key: r.key.clone(),
+                value: r.value.clone(),
+                headers: r
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (StrBytes::from_string(k.clone()), v.clone()))
+                    .collect::<IndexMap<_, _>>(),
+            })
+            .collect();
+        let mut buf = BytesMut::with_capacity(self.estimated_size_in_bytes());
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression: self.compression,
+            },
+        )
+        .map_err(|e| {
+            format!(
+                "encoding a batch for {}-{}: {e}",
+                self.topic, self.partition
+            )
+        })?;
+        let uncompressed = (RECORD_BATCH_OVERHEAD + self.uncompressed_size).max(1);
+        let ratio = buf.len() as f32 / uncompressed as f32;
+        Ok((buf.freeze(), ratio))
+    }
+}
+
+/// Java's CompressionRatioEstimator for one topic and codec: moves up fast when batches compress
+/// worse than estimated, down slowly when better.
+pub fn update_compression_ratio(estimate: f32, observed: f32) -> f32 {
+    const DETERIORATE_STEP: f32 = 0.05;
+    const IMPROVING_STEP: f32 = 0.005;
+    if observed > estimate {
+        (estimate + DETERIORATE_STEP).max(observed)
+    } else if observed < estimate {
+        (estimate - IMPROVING_STEP).max(observed)
+    } else {
+        estimate
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(key: Option<&[u8]>, value: &[u8]) -> ProducerRecord {
+        ProducerRecord {
+            key: key.map(Bytes::copy_from_slice),
+            value: Some(Bytes::copy_from_slice(value)),
+            headers: Vec::new(),
+            timestamp: 0,
+        }
+    }
+
+    #[test]
+    fn record_sizes_are_javas() {
+        // DefaultRecord.sizeInBytes(0, 0, "key", "value", no headers) = 15 (body 14 + 1).
+        assert_eq!(record_size(0, 0, &rec(Some(b"key"), b"value")), 15);
+        // Offset deltas from 64 take two bytes.
+        assert_eq!(record_size(64, 0, &rec(Some(b"key"), b"value")), 16);
+        // A 1024-byte value without key: body 1+1+1+1+(2+1024)+1 = 1031, plus a 2-byte length.
+        assert_eq!(record_size(0, 0, &rec(None, &[0; 1024])), 1033);
+        assert_eq!(
+            batch_size_upper_bound(&rec(None, &[0; 1024])),
+            61 + 21 + 1 + 1026 + 1
+        );
+        let mut h = rec(None, b"v");
+        h.headers.push(("h".into(), None));
+        assert_eq!(record_size(1, 300, &h), 1 + 2 + 1 + 1 + 2 + 1 + 2 + 1 + 1);
+    }
+
+    #[test]
+    fn the_first_record_always_fits_and_the_next_only_within_the_limit() {
+        let mut b = ProducerBatch::new("t", 0, 100, Compression::None, 1.0, 0);
+        // Body 1+1+1+1+(2+200)+1 = 207, plus its 2-byte length.
+        assert_eq!(
+            b.try_append(rec(None, &[0; 200]), None).map_err(|_| ()),
+            Ok(209)
+        );
+        assert_eq!(b.estimated_size_in_bytes(), 61 + 209);
+        assert!(b.is_full());
+        assert!(b.try_append(rec(None, b"x"), None).is_err());
+        let mut b = ProducerBatch::new("t", 0, 100, Compression::None, 1.0, 0);
+        b.try_append(rec(None, b"abc"), None).unwrap();
+        assert!(!b.is_full());
+        b.close_for_record_appends();
+        assert!(b.is_full());
+    }
+
+    #[test]
+    fn an_encoded_batch_decodes_to_the_same_records_with_every_codec() {
+        for codec in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let mut b = ProducerBatch::new("t", 0, 16384, codec, 1.0, 0);
+            let mut plain = ProducerBatch::new("t", 0, 16384, codec, 1.0, 0);
+            plain.try_append(rec(None, &[0; 32]), None).unwrap();
+            plain.try_append(rec(None, &[0; 32]), None).unwrap();
+            let one = plain.encode(-1, -1, -1).unwrap().0;
+            // The v2 header's record count (bytes 57..61): both records in one batch.
+            assert_eq!(
+                &one[57..61],
+                &2i32.to_be_bytes(),
+                "{codec:?}: one batch of two"
+            );
+            for i in 0..50 {
+                let mut r = rec(Some(format!("k{i}").as_bytes()), &[b'a'; 100]);
+                r.timestamp = 1_000 + i;
+                b.try_append(r, None).unwrap();
+            }
+            let (bytes, ratio) = b.encode(7, 1, 10).unwrap();
+            let mut buf = bytes.clone();
+            let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut buf).unwrap();
+            assert_eq!(set.records.len(), 50, "{codec:?}");
+            assert_eq!(set.records[3].key.as_deref(), Some(&b"k3"[..]));
+            assert_eq!(set.records[3].sequence, 13);
+            assert_eq!(set.records[3].timestamp, 1_003);
+            assert_eq!(set.records[0].producer_id, 7);
+            if codec == Compression::None {
+                assert_eq!(
+                    bytes.len(),
+                    b.estimated_size_in_bytes(),
+                    "uncompressed size is exact"
+                );
+            } else {
+                assert!(ratio < 0.5, "{codec:?} ratio {ratio}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_ratio_estimate_rises_fast_and_falls_slowly() {
+        assert_eq!(update_compression_ratio(0.5, 0.8), 0.8);
+        assert!((update_compression_ratio(0.5, 0.52) - 0.55).abs() < 1e-6);
+        assert!((update_compression_ratio(0.5, 0.2) - 0.495).abs() < 1e-6);
+        assert_eq!(update_compression_ratio(0.5, 0.5), 0.5);
+    }
+}
