@@ -499,3 +499,52 @@ fn huge_array_length_in_a_tiny_request_closes_the_connection_and_the_broker_surv
     assert_broker_alive(&b.bootstrap, "Metadata v12 claiming 4294967294 topics");
     assert_still_serving(&b.bootstrap);
 }
+
+#[tokio::test]
+async fn one_bad_topic_in_a_create_topics_request_fails_alone() {
+    let b = common::BrokerProcess::start(&[]);
+    create_topic(&b.bootstrap, "taken", 1).await;
+    let r = admin(&b.bootstrap)
+        .create_topics(
+            &[
+                NewTopic::new("first", 2, TopicReplication::Fixed(1)),
+                NewTopic::new("taken", 1, TopicReplication::Fixed(1)),
+                NewTopic::new("too-wide", 1, TopicReplication::Fixed(3)),
+                NewTopic::new("last", 3, TopicReplication::Fixed(1)),
+            ],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        r,
+        vec![
+            Ok("first".to_string()),
+            Err(("taken".to_string(), RDKafkaErrorCode::TopicAlreadyExists)),
+            Err((
+                "too-wide".to_string(),
+                RDKafkaErrorCode::InvalidReplicationFactor
+            )),
+            Ok("last".to_string()),
+        ]
+    );
+    let mut s = raw::connect(&b.bootstrap);
+    let m: MetadataResponse = raw::call(
+        &mut s,
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default().with_topics(None),
+    );
+    let mut got: Vec<(String, usize)> = m
+        .topics
+        .iter()
+        .filter_map(|t| Some((t.name.as_ref()?.0.to_string(), t.partitions.len())))
+        .collect();
+    got.sort();
+    let want = [("first", 2), ("last", 3), ("taken", 1)].map(|(n, p)| (n.to_string(), p));
+    assert_eq!(
+        got,
+        want.to_vec(),
+        "the good topics exist, the bad ones do not"
+    );
+}

@@ -274,26 +274,45 @@ impl QuorumController {
         validate_only: bool,
         internal_ok: bool,
     ) -> Vec<Result<CreatedTopic, ControllerError>> {
-        let mut out = Vec::with_capacity(specs.len());
-        for spec in specs {
-            let topics = &self.settings.topics;
-            let r = self
-                .commit(|img| {
-                    let mut rng = self.rng.lock();
-                    let (recs, created) =
-                        replication::create_topic(img, &spec, topics, &mut *rng, internal_ok)?;
-                    Ok((if validate_only { Vec::new() } else { recs }, created))
-                })
-                .await
-                .map(|(c, _)| c);
-            if let Ok(c) = &r {
-                if !validate_only {
-                    tracing::info!(topic = %spec.name, partitions = c.num_partitions, rf = c.replication_factor, "created topic");
+        // One commit for the whole request, as Kafka's controller does: each topic is decided on
+        // its own (one topic's error does not fail the others), their records go in one write.
+        let topics = &self.settings.topics;
+        let decided = self
+            .commit(|img| {
+                let mut rng = self.rng.lock();
+                let mut recs = Vec::new();
+                let mut results = Vec::with_capacity(specs.len());
+                let mut seen = std::collections::HashSet::new();
+                for spec in &specs {
+                    let r = if !seen.insert(spec.name.as_str()) {
+                        Err(ControllerError::new(
+                            errors::INVALID_REQUEST,
+                            format!("Duplicate topic name {} in the request", spec.name),
+                        ))
+                    } else {
+                        replication::create_topic(img, spec, topics, &mut *rng, internal_ok)
+                    };
+                    results.push(r.map(|(topic_recs, created)| {
+                        if !validate_only {
+                            recs.extend(topic_recs);
+                        }
+                        created
+                    }));
                 }
+                Ok((recs, results))
+            })
+            .await;
+        match decided {
+            Ok((results, _)) => {
+                for (spec, r) in specs.iter().zip(&results) {
+                    if let (Ok(c), false) = (r, validate_only) {
+                        tracing::info!(topic = %spec.name, partitions = c.num_partitions, rf = c.replication_factor, "created topic");
+                    }
+                }
+                results
             }
-            out.push(r);
+            Err(e) => specs.iter().map(|_| Err(e.clone())).collect(),
         }
-        out
     }
 
     /// DeleteTopics by name.
