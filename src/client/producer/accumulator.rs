@@ -28,7 +28,10 @@ pub struct AccumulatorConfig {
     pub batch_size: usize,
     pub compression: Compression,
     pub linger_ms: i64,
+    /// `retry.backoff.ms`: the first retry's wait, doubling per attempt up to
+    /// `retry.backoff.max.ms`, with ±20 % jitter (Java 3.7+).
     pub retry_backoff_ms: i64,
+    pub retry_backoff_max_ms: i64,
     /// `buffer.memory`.
     pub buffer_memory: u64,
     /// `partitioner.adaptive.partitioning.enable`.
@@ -44,6 +47,7 @@ impl Default for AccumulatorConfig {
             compression: Compression::None,
             linger_ms: 5,
             retry_backoff_ms: 100,
+            retry_backoff_max_ms: 1000,
             buffer_memory: 32 * 1024 * 1024,
             adaptive_partitioning: true,
             availability_timeout_ms: 0,
@@ -85,6 +89,14 @@ pub struct ReadyCheckResult {
 }
 
 type Deque = Arc<Mutex<VecDeque<ProducerBatch>>>;
+
+/// What `ready` read of a partition's first batch under the queue's lock.
+struct BatchState {
+    waited_ms: i64,
+    backing_off: bool,
+    attempts: u32,
+    full: bool,
+}
 
 /// One partition's turn in a drain.
 enum DrainStep {
@@ -210,7 +222,7 @@ impl RecordAccumulator {
         done: Completion,
         max_block: Duration,
         abort_on_new_batch: bool,
-        now_ms: i64,
+        mut now_ms: i64,
         cluster: &ClusterView,
     ) -> Result<RecordAppendResult, AppendError> {
         let info = self.topic_info(topic);
@@ -269,13 +281,19 @@ impl RecordAccumulator {
             }
             if buffer.is_none() {
                 let size = self.config.batch_size.max(batch_size_upper_bound(&record)) as u64;
+                let waiting = std::time::Instant::now();
                 let size = self.free.allocate(size, max_block).await?;
                 buffer = Some(Allocation {
                     pool: &self.free,
                     size,
                 });
+                // The wait for memory counts: the new batch is as old as now, not as the call.
+                now_ms += waiting.elapsed().as_millis() as i64;
             }
             let mut q = dq.lock();
+            if self.closed.load(Ordering::SeqCst) {
+                return Err(AppendError::Closed);
+            }
             if self.partition_changed(&info, sticky.as_ref(), &q, cluster) {
                 continue;
             }
@@ -389,14 +407,15 @@ impl RecordAccumulator {
                 partition_ids[index as usize] = partition;
             }
             let epoch = cluster.leader_epoch_for(topic, partition);
-            let (waited, backing_off, size, full) = {
+            let (waited, backing_off, attempts, size, full) = {
                 let mut q = dq.lock();
                 let len = q.len();
                 let Some(first) = q.front_mut() else { continue };
                 let waited = first.waited_time_ms(now_ms);
                 first.maybe_update_leader_epoch(epoch);
                 let backing_off = self.should_backoff(first, waited);
-                (waited, backing_off, len, len > 1 || first.is_full())
+                let full = len > 1 || first.is_full();
+                (waited, backing_off, first.attempts, len, full)
             };
             let Some(leader) = leader else {
                 out.unknown_leader_topics.insert(topic.to_string());
@@ -412,39 +431,39 @@ impl RecordAccumulator {
                     }
                 }
             }
-            self.batch_ready(
-                exhausted,
-                topic,
-                partition,
-                leader,
-                waited,
+            let state = BatchState {
+                waited_ms: waited,
                 backing_off,
+                attempts,
                 full,
-                out,
-            );
+            };
+            self.batch_ready(exhausted, topic, partition, leader, state, out);
         }
         let length = (index + 1).max(0) as usize;
         let stats = adaptive.then_some((&mut queue_sizes[..], &partition_ids[..]));
         info.partitioner.update_partition_load_stats(stats, length);
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn batch_ready(
         &self,
         exhausted: bool,
         topic: &str,
         partition: i32,
         leader: i32,
-        waited_ms: i64,
-        backing_off: bool,
-        full: bool,
+        state: BatchState,
         out: &mut ReadyCheckResult,
     ) {
+        let BatchState {
+            waited_ms,
+            backing_off,
+            attempts,
+            full,
+        } = state;
         if out.ready_nodes.contains(&leader) || self.is_muted(topic, partition) {
             return;
         }
         let wait = if backing_off {
-            self.config.retry_backoff_ms
+            self.retry_backoff(attempts)
         } else {
             self.config.linger_ms
         };
@@ -462,11 +481,22 @@ impl RecordAccumulator {
         }
     }
 
-    /// A retried batch waits `retry.backoff.ms`, unless its partition's leader changed.
+    /// A retried batch waits out its backoff, unless its partition's leader changed.
     fn should_backoff(&self, batch: &ProducerBatch, waited_ms: i64) -> bool {
         batch.attempts > 0
             && !batch.has_leader_changed_for_the_ongoing_retry()
-            && waited_ms < self.config.retry_backoff_ms
+            && waited_ms < self.retry_backoff(batch.attempts)
+    }
+
+    /// The wait before retry number `attempts` (Java's ExponentialBackoff with base 2 and 20 %
+    /// jitter over `retry.backoff.ms`..`retry.backoff.max.ms`).
+    fn retry_backoff(&self, attempts: u32) -> i64 {
+        exponential_backoff(
+            self.config.retry_backoff_ms,
+            self.config.retry_backoff_max_ms,
+            attempts.saturating_sub(1),
+            rand::random::<f64>(),
+        )
     }
 
     /// Takes the sendable batches of each ready broker, up to `max_size` bytes per broker,
@@ -505,7 +535,8 @@ impl RecordAccumulator {
             let (topic, partition) = &parts[i];
             self.drain_index.lock().insert(node, i);
             i = (i + 1) % parts.len();
-            match self.drain_one(topic, *partition, size, max_size, ready.is_empty(), now_ms) {
+            let first = ready.is_empty();
+            match self.drain_one(cluster, topic, *partition, size, max_size, first, now_ms) {
                 DrainStep::Take(batch) => {
                     size += batch.estimated_size_in_bytes();
                     ready.push(batch);
@@ -521,8 +552,10 @@ impl RecordAccumulator {
     }
 
     /// The first batch of a partition if it may go now and fits the request.
+    #[allow(clippy::too_many_arguments)]
     fn drain_one(
         &self,
+        cluster: &ClusterView,
         topic: &str,
         partition: i32,
         size: usize,
@@ -540,9 +573,10 @@ impl RecordAccumulator {
             return DrainStep::Skip;
         };
         let mut q = dq.lock();
-        let Some(first) = q.front() else {
+        let Some(first) = q.front_mut() else {
             return DrainStep::Skip;
         };
+        first.maybe_update_leader_epoch(cluster.leader_epoch_for(topic, partition));
         if self.should_backoff(first, first.waited_time_ms(now_ms)) {
             return DrainStep::Skip;
         }
@@ -585,17 +619,20 @@ impl RecordAccumulator {
         dq.lock().push_front(batch);
     }
 
-    /// Notes a sent batch's compression ratio in its topic's estimate, and frees its memory.
-    pub fn complete_batch(&self, batch: &ProducerBatch, compression_ratio: Option<f32>) {
-        if let (Some(observed), Some(info)) = (
-            compression_ratio,
-            self.topics.lock().get(&batch.topic).cloned(),
-        ) {
-            if self.config.compression != Compression::None {
-                let mut r = info.compression_ratio.lock();
-                *r = update_compression_ratio(*r, observed);
-            }
+    /// Folds the ratio a drained batch compressed at (from `ProducerBatch::encode`, called by the
+    /// sender right after the drain, as Java closes a batch there) into its topic's estimate.
+    pub fn record_compression_ratio(&self, topic: &str, observed: f32) {
+        if self.config.compression == Compression::None {
+            return;
         }
+        if let Some(info) = self.topics.lock().get(topic).cloned() {
+            let mut r = info.compression_ratio.lock();
+            *r = update_compression_ratio(*r, observed);
+        }
+    }
+
+    /// Frees the memory of a batch that is done (acknowledged, failed or expired).
+    pub fn complete_batch(&self, batch: &ProducerBatch) {
         self.free.deallocate(batch.buffer_size() as u64);
     }
 
@@ -666,9 +703,10 @@ impl RecordAccumulator {
         self.flushes_in_progress.fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// No more appends; what is queued becomes sendable.
+    /// No more appends; what is queued becomes sendable, and appends waiting for memory fail.
     pub fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
+        self.free.close();
     }
 
     /// The partitioner of `topic`, for tests and metrics.
@@ -687,6 +725,19 @@ impl RecordAccumulator {
             .and_then(|t| t.batches.lock().get(&partition).map(|d| d.lock().len()))
             .unwrap_or(0)
     }
+}
+
+/// Java's `ExponentialBackoff(initial, 2, max, 0.2).backoff(attempts)`, with `unit` a uniform
+/// random number in [0, 1) for the jitter.
+fn exponential_backoff(initial_ms: i64, max_ms: i64, attempts: u32, unit: f64) -> i64 {
+    let initial = initial_ms.min(max_ms);
+    if max_ms <= initial_ms {
+        return initial.max(0);
+    }
+    let exp_max = (max_ms as f64 / initial.max(1) as f64).ln() / 2f64.ln();
+    let term = initial as f64 * 2f64.powf((attempts as f64).min(exp_max));
+    let jitter = 0.8 + 0.4 * unit;
+    ((jitter * term) as i64).min(max_ms)
 }
 
 /// Appends to the queue's last batch if it has room; a batch the record does not fit is closed.
@@ -752,6 +803,7 @@ mod tests {
                 compression: Compression::None,
                 linger_ms,
                 retry_backoff_ms: 100,
+                retry_backoff_max_ms: 1000,
                 buffer_memory: 1024 * 1024,
                 adaptive_partitioning: adaptive,
                 availability_timeout_ms,
@@ -991,6 +1043,47 @@ mod tests {
         assert_eq!(drained(usize::MAX), vec![0, 1, 2, 3]);
     }
 
+    #[test]
+    fn retry_backoff_doubles_with_jitter_up_to_the_max() {
+        // Without jitter (unit 0.5 → factor 1.0): 100, 200, 400, 800, then capped at 1000.
+        let b: Vec<i64> = (0..6)
+            .map(|a| exponential_backoff(100, 1000, a, 0.5))
+            .collect();
+        assert_eq!(b, vec![100, 200, 400, 800, 1000, 1000]);
+        assert_eq!(exponential_backoff(100, 1000, 0, 0.0), 80, "20 % below");
+        assert_eq!(
+            exponential_backoff(100, 1000, 1, 0.999_999),
+            239,
+            "20 % above"
+        );
+        // max ≤ initial: a constant min(max, initial), no jitter.
+        assert_eq!(exponential_backoff(500, 300, 4, 0.9), 300);
+    }
+
+    #[test]
+    fn a_retry_skips_its_backoff_only_when_the_leader_epoch_moves_forward() {
+        let mut b = ProducerBatch::new(TOPIC, 0, 100, Compression::None, 1.0, 0);
+        assert!(b.maybe_update_leader_epoch(Some(5)));
+        assert!(
+            !b.has_leader_changed_for_the_ongoing_retry(),
+            "first attempt"
+        );
+        b.reenqueued(10);
+        assert!(!b.has_leader_changed_for_the_ongoing_retry());
+        assert!(
+            !b.maybe_update_leader_epoch(Some(4)),
+            "older metadata is stale"
+        );
+        assert!(!b.maybe_update_leader_epoch(Some(5)));
+        assert!(b.maybe_update_leader_epoch(Some(6)));
+        assert!(b.has_leader_changed_for_the_ongoing_retry());
+        b.reenqueued(20);
+        assert!(
+            !b.has_leader_changed_for_the_ongoing_retry(),
+            "a new attempt, same leader"
+        );
+    }
+
     #[tokio::test]
     async fn kip480_mode_is_told_before_a_new_batch_is_opened() {
         let a = accumulator(100, 0, false, 0, Arc::new(SequentialRandom::default()));
@@ -1048,7 +1141,7 @@ mod tests {
         let ready = a.ready(&c, 0).ready_nodes;
         let drained = a.drain(&c, &ready, usize::MAX, 0);
         for b in drained.values().flatten() {
-            a.complete_batch(b, None);
+            a.complete_batch(b);
         }
         a.append(TOPIC, Some(1), record(b"b"), None, BLOCK, false, 0, &c)
             .await

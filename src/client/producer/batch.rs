@@ -92,10 +92,10 @@ pub struct ProducerBatch {
     last_attempt_ms: i64,
     pub attempts: u32,
     pub drained_ms: Option<i64>,
-    /// The leader epoch seen when the batch was last (re)tried, to retry without backoff once the
-    /// leader moves (KIP-951).
+    /// The newest leader epoch seen for the partition, and the attempt it was seen at: a retry
+    /// skips its backoff once the leader has moved on (KIP-951).
     leader_epoch: Option<i32>,
-    leader_changed: bool,
+    attempts_when_leader_last_changed: u32,
 }
 
 impl ProducerBatch {
@@ -125,7 +125,7 @@ impl ProducerBatch {
             attempts: 0,
             drained_ms: None,
             leader_epoch: None,
-            leader_changed: false,
+            attempts_when_leader_last_changed: 0,
         }
     }
 
@@ -224,19 +224,25 @@ impl ProducerBatch {
         (now_ms - self.last_attempt_ms).max(0)
     }
 
-    /// Notes the partition's current leader epoch; a change since the last attempt lets a retry
-    /// skip its backoff.
-    pub fn maybe_update_leader_epoch(&mut self, epoch: Option<i32>) {
-        if epoch.is_some() && self.leader_epoch.is_some() && epoch != self.leader_epoch {
-            self.leader_changed = self.attempts > 0;
-        }
-        if epoch.is_some() {
-            self.leader_epoch = epoch;
+    /// Notes the partition's leader epoch when it is the first seen or newer than the last (an
+    /// older one is stale metadata); returns whether it moved.
+    pub fn maybe_update_leader_epoch(&mut self, epoch: Option<i32>) -> bool {
+        match (epoch, self.leader_epoch) {
+            (Some(new), None) => self.take_epoch(new),
+            (Some(new), Some(old)) if new > old => self.take_epoch(new),
+            _ => false,
         }
     }
 
+    fn take_epoch(&mut self, epoch: i32) -> bool {
+        self.leader_epoch = Some(epoch);
+        self.attempts_when_leader_last_changed = self.attempts;
+        true
+    }
+
+    /// A retry whose partition got a new leader since the attempt failed: no backoff.
     pub fn has_leader_changed_for_the_ongoing_retry(&self) -> bool {
-        self.leader_changed
+        self.attempts >= 1 && self.attempts == self.attempts_when_leader_last_changed
     }
 
     /// Marks a new attempt (a retry after an error).
@@ -244,15 +250,14 @@ impl ProducerBatch {
         self.attempts += 1;
         self.last_attempt_ms = now_ms;
         self.drained_ms = None;
-        self.leader_changed = false;
     }
 
     pub fn drained(&mut self, now_ms: i64) {
         self.drained_ms = Some(now_ms);
     }
 
-    /// The v2 record batch for a produce request, and the compression ratio it achieved
-    /// (encoded over uncompressed bytes) for the topic's estimate.
+    /// The v2 record batch for a produce request, and the compression ratio it achieved for the
+    /// topic's estimate (Java's `MemoryRecordsBuilder.close`: records only, header left out).
     pub fn encode(
         &self,
         producer_id: i64,
@@ -300,8 +305,8 @@ impl ProducerBatch {
                 self.topic, self.partition
             )
         })?;
-        let uncompressed = (RECORD_BATCH_OVERHEAD + self.uncompressed_size).max(1);
-        let ratio = buf.len() as f32 / uncompressed as f32;
+        let compressed = buf.len().saturating_sub(RECORD_BATCH_OVERHEAD);
+        let ratio = compressed as f32 / self.uncompressed_size.max(1) as f32;
         Ok((buf.freeze(), ratio))
     }
 }

@@ -17,12 +17,16 @@ pub enum AllocateError {
         "failed to allocate {size} bytes within the configured max blocking time {waited_ms} ms"
     )]
     Exhausted { size: u64, waited_ms: u64 },
+    /// The producer closed while the append waited.
+    #[error("producer closed while allocating memory")]
+    Closed,
 }
 
 #[derive(Debug)]
 struct State {
     available: u64,
     waiters: usize,
+    closed: bool,
 }
 
 pub struct BufferPool {
@@ -38,6 +42,7 @@ impl BufferPool {
             state: Mutex::new(State {
                 available: total,
                 waiters: 0,
+                closed: false,
             }),
             freed: Notify::new(),
         }
@@ -52,25 +57,46 @@ impl BufferPool {
             });
         }
         let deadline = tokio::time::Instant::now() + max_block;
+        let mut waiting = false;
+        // Counted as a waiter from the first wait until it leaves, so that `queued` does not
+        // flicker between a wake-up and the next wait.
+        let leave = |s: &mut State, waiting: bool| {
+            if waiting {
+                s.waiters -= 1;
+            }
+        };
         loop {
             let notified = self.freed.notified();
             {
                 let mut s = self.state.lock();
+                if s.closed {
+                    leave(&mut s, waiting);
+                    return Err(AllocateError::Closed);
+                }
                 if s.available >= size {
                     s.available -= size;
+                    leave(&mut s, waiting);
                     return Ok(size);
                 }
-                s.waiters += 1;
+                if !waiting {
+                    s.waiters += 1;
+                    waiting = true;
+                }
             }
-            let timed_out = tokio::time::timeout_at(deadline, notified).await.is_err();
-            self.state.lock().waiters -= 1;
-            if timed_out {
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                leave(&mut self.state.lock(), waiting);
                 return Err(AllocateError::Exhausted {
                     size,
                     waited_ms: max_block.as_millis() as u64,
                 });
             }
         }
+    }
+
+    /// Fails every waiting and later allocation.
+    pub fn close(&self) {
+        self.state.lock().closed = true;
+        self.freed.notify_waiters();
     }
 
     /// Gives `size` bytes back and wakes the appends waiting for memory.
@@ -124,5 +150,14 @@ mod tests {
             pool.allocate(101, Duration::ZERO).await,
             Err(AllocateError::TooLarge { .. })
         ));
+        // Closing fails a waiting append at once, not after max.block.ms.
+        let p = pool.clone();
+        let blocked = tokio::spawn(async move { p.allocate(90, Duration::from_secs(30)).await });
+        while pool.queued() == 0 {
+            tokio::task::yield_now().await;
+        }
+        pool.close();
+        assert_eq!(blocked.await.unwrap(), Err(AllocateError::Closed));
+        assert_eq!(pool.queued(), 0);
     }
 }
