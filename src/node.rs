@@ -81,6 +81,7 @@ impl Node {
     /// controller has unfenced it. A node that cannot join (another cluster, a refused
     /// registration) stops with the reason.
     pub async fn start(config: BrokerConfig) -> Result<Node, BrokerError> {
+        raise_open_files_limit();
         let (meta, logs) = open_log_dir(&config)?;
         let cluster_id = meta.cluster_id.clone();
         logs.start_background();
@@ -334,6 +335,27 @@ impl Node {
         }
         self.logs.shutdown()?;
         Ok(())
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit, as the JVM does for Kafka at start
+/// (`-XX:+MaxFDLimit`): every segment keeps its `.log` open, and a broker with many partitions
+/// needs more than the usual soft limit of 1,024.
+fn raise_open_files_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed by pointer.
+    let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0;
+    if !got || lim.rlim_cur >= lim.rlim_max {
+        return;
+    }
+    let from = lim.rlim_cur;
+    lim.rlim_cur = lim.rlim_max;
+    // SAFETY: as above.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
+        tracing::info!(from, to = lim.rlim_cur, "raised the open files limit");
     }
 }
 

@@ -3,17 +3,17 @@
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use memmap2::MmapMut;
 
 use super::error::{Result, StorageError};
 
 /// A file of fixed-size big-endian entries whose key is an offset relative to the segment's base.
-/// OffsetIndex and TimeIndex dereference to it for what they share.
+/// OffsetIndex and TimeIndex dereference to it for what they share. Like Kafka's indexes it keeps
+/// only the mapping, not an open file: a broker with 10,000 partitions then needs one descriptor
+/// per segment (its `.log`), not three.
 pub struct IndexFile {
     path: PathBuf,
-    file: Arc<File>,
     mmap: MmapMut,
     entries: usize,
     entry_size: usize,
@@ -59,9 +59,9 @@ impl IndexFile {
             (len / entry_size as u64) as usize
         };
         let mmap = map(&file, path)?;
+        drop(file);
         Ok(IndexFile {
             path: path.to_path_buf(),
-            file: Arc::new(file),
             mmap,
             entries,
             entry_size,
@@ -89,11 +89,6 @@ impl IndexFile {
     /// Drops every entry (before a rebuild).
     pub fn reset(&mut self) {
         self.entries = 0;
-    }
-
-    /// The open file, for an fsync outside the log lock.
-    pub fn file_handle(&self) -> Arc<File> {
-        self.file.clone()
     }
 
     fn entry(&self, n: usize) -> &[u8] {
@@ -130,10 +125,14 @@ impl IndexFile {
             return Ok(());
         }
         self.mmap.flush().map_err(StorageError::io(&self.path))?;
-        self.file
-            .set_len(new_len)
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&self.path)
             .map_err(StorageError::io(&self.path))?;
-        self.mmap = map(&self.file, &self.path)?;
+        file.set_len(new_len)
+            .map_err(StorageError::io(&self.path))?;
+        self.mmap = map(&file, &self.path)?;
         self.entries = self.entries.min(self.max_entries());
         Ok(())
     }
@@ -463,6 +462,29 @@ mod tests {
         let t = dir.path().join("00000000000000000000.timeindex");
         let _ti = TimeIndex::open(&t, 0, 10 * 1024 * 1024).unwrap();
         assert_eq!(std::fs::metadata(&t).unwrap().len(), 10_485_756);
+    }
+
+    /// Descriptors of this process open on `path`.
+    fn open_descriptors(path: &Path) -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|target| target == path)
+            .count()
+    }
+
+    #[test]
+    fn an_index_keeps_its_mapping_but_no_open_descriptor() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("00000000000000000000.index");
+        let mut idx = OffsetIndex::open(&p, 0, 1024 * 1024).unwrap();
+        assert_eq!(open_descriptors(&p), 0, "opened");
+        idx.append(5, 10).unwrap();
+        idx.trim_to_valid_size().unwrap();
+        assert_eq!(open_descriptors(&p), 0, "resized");
+        // The entries written through the mapping are in the file and read back.
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 8);
+        assert_eq!(idx.lookup(7).offset, 5);
     }
 
     /// Pages of `idx`'s mapping that are in the page cache (`mincore`).

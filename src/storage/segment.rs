@@ -625,15 +625,9 @@ impl LogSegment {
     pub fn flush_handles(&self) -> FlushHandles {
         FlushHandles {
             files: vec![
-                (self.log_path.clone(), self.log.clone()),
-                (
-                    self.offset_index.path().to_path_buf(),
-                    self.offset_index.file_handle(),
-                ),
-                (
-                    self.time_index.path().to_path_buf(),
-                    self.time_index.file_handle(),
-                ),
+                (self.log_path.clone(), Some(self.log.clone())),
+                (self.offset_index.path().to_path_buf(), None),
+                (self.time_index.path().to_path_buf(), None),
             ],
         }
     }
@@ -642,7 +636,7 @@ impl LogSegment {
     /// always rebuilds the segment that holds the recovery point.
     pub fn log_flush_handle(&self) -> FlushHandles {
         FlushHandles {
-            files: vec![(self.log_path.clone(), self.log.clone())],
+            files: vec![(self.log_path.clone(), Some(self.log.clone()))],
         }
     }
 
@@ -681,15 +675,24 @@ impl LogSegment {
     }
 }
 
-/// Open file handles of one segment, to be fsynced outside the log lock.
+/// The files of one segment to fsync outside the log lock: the open `.log`, and the indexes by
+/// path (they keep no descriptor; one is opened for the fsync, and an index deleted meanwhile
+/// needs none).
 pub struct FlushHandles {
-    files: Vec<(PathBuf, Arc<File>)>,
+    files: Vec<(PathBuf, Option<Arc<File>>)>,
 }
 
 impl FlushHandles {
     pub fn sync(&self) -> Result<()> {
         for (path, f) in &self.files {
-            f.sync_data().map_err(StorageError::io(path))?;
+            match f {
+                Some(f) => f.sync_data().map_err(StorageError::io(path))?,
+                None => match File::open(path) {
+                    Ok(f) => f.sync_data().map_err(StorageError::io(path))?,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(StorageError::io(path)(e)),
+                },
+            }
         }
         Ok(())
     }
