@@ -50,6 +50,17 @@ async fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
     assert!(r[0].is_ok(), "{r:?}");
 }
 
+/// Metadata v12 for every topic, on a raw socket.
+fn all_topics(bootstrap: &str) -> MetadataResponse {
+    let mut s = raw::connect(bootstrap);
+    raw::call(
+        &mut s,
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default().with_topics(None),
+    )
+}
+
 fn topic_name(name: &str) -> TopicName {
     TopicName(StrBytes::from_string(name.to_string()))
 }
@@ -282,13 +293,7 @@ async fn invalid_topic_names_are_refused_with_invalid_topic_exception() {
     // A 249-character name is the longest Kafka allows.
     create_topic(&b.bootstrap, &"y".repeat(249), 1).await;
     // Nothing invalid was created.
-    let mut s = raw::connect(&b.bootstrap);
-    let m: MetadataResponse = raw::call(
-        &mut s,
-        ApiKey::Metadata,
-        12,
-        &MetadataRequest::default().with_topics(None),
-    );
+    let m = all_topics(&b.bootstrap);
     let mut names: Vec<String> = m
         .topics
         .iter()
@@ -528,13 +533,7 @@ async fn one_bad_topic_in_a_create_topics_request_fails_alone() {
             Ok("last".to_string()),
         ]
     );
-    let mut s = raw::connect(&b.bootstrap);
-    let m: MetadataResponse = raw::call(
-        &mut s,
-        ApiKey::Metadata,
-        12,
-        &MetadataRequest::default().with_topics(None),
-    );
+    let m = all_topics(&b.bootstrap);
     let mut got: Vec<(String, usize)> = m
         .topics
         .iter()

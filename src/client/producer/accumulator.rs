@@ -252,20 +252,8 @@ impl RecordAccumulator {
                 }
                 match try_append(&mut q, record, done) {
                     Ok((appended, full)) => {
-                        let enable = all_batches_full(&q);
-                        info.partitioner.update_partition_info(
-                            sticky.as_ref(),
-                            appended as i32,
-                            cluster,
-                            enable,
-                        );
-                        return Ok(RecordAppendResult {
-                            partition: effective,
-                            batch_is_full: full,
-                            new_batch_created: false,
-                            abort_for_new_batch: false,
-                            appended_bytes: appended,
-                        });
+                        let done = (effective, appended, full, false);
+                        return Ok(appended_to(&info, sticky.as_ref(), &q, cluster, done));
                     }
                     Err(back) => (record, done) = back,
                 }
@@ -323,20 +311,8 @@ impl RecordAccumulator {
                     (appended, q.len() > 1 || full, true)
                 }
             };
-            let enable = all_batches_full(&q);
-            info.partitioner.update_partition_info(
-                sticky.as_ref(),
-                appended as i32,
-                cluster,
-                enable,
-            );
-            return Ok(RecordAppendResult {
-                partition: effective,
-                batch_is_full: full,
-                new_batch_created: created,
-                abort_for_new_batch: false,
-                appended_bytes: appended,
-            });
+            let done = (effective, appended, full, created);
+            return Ok(appended_to(&info, sticky.as_ref(), &q, cluster, done));
         }
     }
 
@@ -727,6 +703,29 @@ impl RecordAccumulator {
     }
 }
 
+/// After a record went into `q` (under its lock): counts its bytes against the sticky partition,
+/// switching only if the queue's batches are all full, and says what happened.
+/// `done` is (partition, bytes appended, queue has a full batch, a new batch was opened).
+fn appended_to(
+    info: &TopicInfo,
+    sticky: Option<&Arc<StickyPartitionInfo>>,
+    q: &VecDeque<ProducerBatch>,
+    cluster: &ClusterView,
+    done: (i32, usize, bool, bool),
+) -> RecordAppendResult {
+    let (partition, appended, full, created) = done;
+    let enable = all_batches_full(q);
+    info.partitioner
+        .update_partition_info(sticky, appended as i32, cluster, enable);
+    RecordAppendResult {
+        partition,
+        batch_is_full: full,
+        new_batch_created: created,
+        abort_for_new_batch: false,
+        appended_bytes: appended,
+    }
+}
+
 /// Java's `ExponentialBackoff(initial, 2, max, 0.2).backoff(attempts)`, with `unit` a uniform
 /// random number in [0, 1) for the jitter.
 fn exponential_backoff(initial_ms: i64, max_ms: i64, attempts: u32, unit: f64) -> i64 {
@@ -812,11 +811,34 @@ mod tests {
         )
     }
 
+    /// Adaptive partitioning and the availability timeout off, Java's mock random.
+    fn plain(batch_size: usize, linger_ms: i64) -> RecordAccumulator {
+        accumulator(
+            batch_size,
+            linger_ms,
+            false,
+            0,
+            Arc::new(SequentialRandom::default()),
+        )
+    }
+
     async fn append_keyless(a: &RecordAccumulator, c: &ClusterView, value: &[u8], now: i64) -> i32 {
         a.append(TOPIC, None, record(value), None, BLOCK, false, now, c)
             .await
             .unwrap()
             .partition
+    }
+
+    /// A record to a named partition at time 0.
+    async fn append_to(
+        a: &RecordAccumulator,
+        c: &ClusterView,
+        partition: i32,
+        r: ProducerRecord,
+    ) -> RecordAppendResult {
+        a.append(TOPIC, Some(partition), r, None, BLOCK, false, 0, c)
+            .await
+            .unwrap()
     }
 
     #[tokio::test]
@@ -849,18 +871,7 @@ mod tests {
         let queue_sizes = [1usize, 7, 2];
         for (p, &n) in queue_sizes.iter().enumerate() {
             for _ in 0..n {
-                a.append(
-                    TOPIC,
-                    Some(p as i32),
-                    record(&large),
-                    None,
-                    BLOCK,
-                    false,
-                    0,
-                    &c,
-                )
-                .await
-                .unwrap();
+                append_to(&a, &c, p as i32, record(&large)).await;
             }
             assert_eq!(a.queue_len(TOPIC, p as i32), n);
         }
@@ -888,13 +899,7 @@ mod tests {
     async fn a_high_linger_does_not_cut_fractional_batches() {
         // RecordAccumulatorTest.testBuiltInPartitionerFractionalBatches.
         let batch_size = 512;
-        let a = accumulator(
-            batch_size,
-            10,
-            false,
-            0,
-            Arc::new(SequentialRandom::default()),
-        );
+        let a = plain(batch_size, 10);
         let c = cluster();
         let value = [0u8; 32];
         let mut now = 0;
@@ -921,13 +926,7 @@ mod tests {
     async fn a_full_batch_makes_its_leader_ready_and_drains_with_every_record() {
         // RecordAccumulatorTest.testFull: batch.size 1025 + 61 holds exactly the appends that fit.
         let batch_size = 1025 + 61;
-        let a = accumulator(
-            batch_size,
-            10,
-            false,
-            0,
-            Arc::new(SequentialRandom::default()),
-        );
+        let a = plain(batch_size, 10);
         let c = cluster();
         let key_value = |k: &[u8], v: &[u8]| ProducerRecord {
             key: Some(Bytes::copy_from_slice(k)),
@@ -942,36 +941,14 @@ mod tests {
         }
         assert_eq!(fit, 68, "64 records of 15 bytes, then 4 of 16");
         for _ in 0..fit {
-            a.append(
-                TOPIC,
-                Some(0),
-                key_value(b"key", b"value"),
-                None,
-                BLOCK,
-                false,
-                0,
-                &c,
-            )
-            .await
-            .unwrap();
+            append_to(&a, &c, 0, key_value(b"key", b"value")).await;
             assert_eq!(a.queue_len(TOPIC, 0), 1);
             assert!(
                 a.ready(&c, 0).ready_nodes.is_empty(),
                 "no partition ready yet"
             );
         }
-        a.append(
-            TOPIC,
-            Some(0),
-            key_value(b"key", b"value"),
-            None,
-            BLOCK,
-            false,
-            0,
-            &c,
-        )
-        .await
-        .unwrap();
+        append_to(&a, &c, 0, key_value(b"key", b"value")).await;
         assert_eq!(a.queue_len(TOPIC, 0), 2);
         let ready = a.ready(&c, 0).ready_nodes;
         assert_eq!(ready, BTreeSet::from([0]));
@@ -1000,13 +977,7 @@ mod tests {
         )]);
         let value = b"value";
         let batch_size = value.len() + 61;
-        let a = accumulator(
-            batch_size,
-            10,
-            false,
-            0,
-            Arc::new(SequentialRandom::default()),
-        );
+        let a = plain(batch_size, 10);
         let both = BTreeSet::from([0, 1]);
         let put = |ps: &'static [i32]| {
             let a = &a;
@@ -1017,9 +988,7 @@ mod tests {
                         key: Some(Bytes::from_static(b"key")),
                         ..record(value)
                     };
-                    a.append(TOPIC, Some(p), r, None, BLOCK, false, 0, c)
-                        .await
-                        .unwrap();
+                    append_to(a, c, p, r).await;
                 }
             }
         };
@@ -1086,7 +1055,7 @@ mod tests {
 
     #[tokio::test]
     async fn kip480_mode_is_told_before_a_new_batch_is_opened() {
-        let a = accumulator(100, 0, false, 0, Arc::new(SequentialRandom::default()));
+        let a = plain(100, 0);
         let c = cluster();
         let first = a
             .append(TOPIC, Some(1), record(&[0; 50]), None, BLOCK, true, 0, &c)
@@ -1118,9 +1087,7 @@ mod tests {
         config.linger_ms = 0;
         let a = RecordAccumulator::new(config, Arc::new(SequentialRandom::default()));
         let c = cluster();
-        a.append(TOPIC, Some(0), record(b"a"), None, BLOCK, false, 0, &c)
-            .await
-            .unwrap();
+        append_to(&a, &c, 0, record(b"a")).await;
         let err = a
             .append(
                 TOPIC,
@@ -1143,14 +1110,12 @@ mod tests {
         for b in drained.values().flatten() {
             a.complete_batch(b);
         }
-        a.append(TOPIC, Some(1), record(b"b"), None, BLOCK, false, 0, &c)
-            .await
-            .unwrap();
+        append_to(&a, &c, 1, record(b"b")).await;
     }
 
     #[tokio::test]
     async fn batches_past_the_delivery_timeout_are_expired_and_their_records_fail() {
-        let a = accumulator(1000, 1000, false, 0, Arc::new(SequentialRandom::default()));
+        let a = plain(1000, 1000);
         let c = cluster();
         let (tx, rx) = tokio::sync::oneshot::channel();
         a.append(TOPIC, Some(0), record(b"a"), Some(tx), BLOCK, false, 0, &c)
