@@ -93,6 +93,7 @@ async fn a_killed_leader_is_replaced_within_the_session_timeout_and_rejoins_on_r
     .await
     .expect("no new leader");
     let took = killed.elapsed();
+    eprintln!("a new leader {took:?} after the kill");
     assert!(
         took <= Duration::from_secs(9 + 2),
         "a new leader took {took:?} (broker.session.timeout.ms 9 s + 2 s)"
