@@ -40,6 +40,9 @@ async fn idempotent_producer_leaves_no_duplicates_across_a_broker_restart() {
         .set("linger.ms", "2")
         .set("batch.num.messages", "200")
         .set("message.timeout.ms", "120000")
+        // A lost response is retried after 5 s rather than librdkafka's 30 s, so that a few
+        // losses in a row on a loaded machine stay well inside the message timeout.
+        .set("request.timeout.ms", "5000")
         .set("reconnect.backoff.ms", "50")
         .set("partitioner", "murmur2_random")
         .create()

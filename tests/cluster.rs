@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::cluster::{admin, eventually, Cluster};
+use common::cluster::{admin, create_assigned, eventually, Cluster};
 use evenkeel::client::{AdminClient, TopicDescription};
 
 const T: Duration = Duration::from_secs(10);
@@ -79,11 +79,23 @@ async fn leader_of(addr: String, topic: &str) -> Option<i32> {
 #[tokio::test]
 async fn a_killed_leader_is_replaced_within_the_session_timeout_and_rejoins_on_restart() {
     let mut c = Cluster::start(3, &[]);
-    create(&c.addr(1), "failover", 1, 3).await;
+    // The leader is a broker that is not the active controller: killing the controller also
+    // costs a quorum election, after which the new controller starts every session afresh
+    // (as Kafka's does), and that case is metadata_changes_go_on_after_the_active_controller_is_killed.
+    let controller = admin(&c.addr(1))
+        .await
+        .describe_cluster()
+        .await
+        .unwrap()
+        .controller_id;
+    let others: Vec<i32> = (1..=3).filter(|&n| n != controller).collect();
+    let assignment = vec![vec![others[0], others[1], controller]];
+    create_assigned(&c, "failover", assignment, &[]).await;
     let leader = eventually(T, || leader_of(c.addr(1), "failover"))
         .await
         .unwrap();
-    let other = if leader == 1 { 2 } else { 1 };
+    assert_eq!(leader, others[0], "the first replica leads");
+    let other = others[1] as usize;
     c.kill(leader as usize);
     let killed = Instant::now();
     let new_leader = eventually(Duration::from_secs(20), || async {
