@@ -707,29 +707,23 @@ async fn watch_leadership(c: std::sync::Weak<QuorumController>) {
     }
 }
 
-/// Session expiry (checked every 100 ms, or `broker.session.timeout.ms` / 8 when that is
-/// shorter, so that a dead broker is fenced within a tenth of a second of its session's end),
-/// unclean elections (every session timeout / 8) and the leader imbalance check.
+/// Session expiry and unclean elections (every `broker.session.timeout.ms` / 8) and the leader
+/// imbalance check.
 async fn periodic(c: std::sync::Weak<QuorumController>) {
     let Some(first) = c.upgrade() else { return };
-    let eighth = first.settings.session_timeout / 8;
-    let fence_step = eighth.clamp(Duration::from_millis(10), Duration::from_millis(100));
-    let unclean_step = eighth.clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let step = (first.settings.session_timeout / 8)
+        .clamp(Duration::from_millis(10), Duration::from_secs(1));
     drop(first);
     let mut last_rebalance = Instant::now();
-    let mut last_unclean = Instant::now();
     loop {
-        tokio::time::sleep(fence_step).await;
+        tokio::time::sleep(step).await;
         let Some(c) = c.upgrade() else { return };
         if !c.is_active() {
             last_rebalance = Instant::now();
             continue;
         }
         while c.fence_one_stale_broker().await {}
-        if last_unclean.elapsed() >= unclean_step {
-            last_unclean = Instant::now();
-            c.elect_unclean_leaders().await;
-        }
+        c.elect_unclean_leaders().await;
         if c.settings.auto_leader_rebalance
             && last_rebalance.elapsed() >= c.settings.leader_imbalance_check_interval
         {
