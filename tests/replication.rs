@@ -179,3 +179,34 @@ async fn a_leader_that_lost_its_uncommitted_tail_truncates_to_the_new_leader() {
     );
     assert_eq!(seen, want, "no offset holds a record of the lost tail");
 }
+
+#[tokio::test]
+async fn a_new_partition_is_fetched_at_once_not_after_another_partitions_long_poll() {
+    // Followers park a fetch of an idle partition at the leader for replica.fetch.wait.max.ms
+    // (20 s here). A partition created meanwhile must not wait for that fetch to end (nor, if a
+    // follower asks before the leader has applied the new topic, for replica.fetch.backoff.ms)
+    // before its first fetch: the first acks=all write to it waits for both followers.
+    let c = Cluster::start(
+        3,
+        &[
+            "replica.fetch.wait.max.ms=20000",
+            "replica.fetch.backoff.ms=20000",
+        ],
+    );
+    create_assigned(&c, "idle", vec![vec![1, 2, 3]], &[]).await;
+    let p = producer(&c.bootstrap(), "all");
+    produce_n(&p, "idle", 0, 1).await;
+    for round in 0..3 {
+        // The followers' next fetch of "idle" is now parked at the leader.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let topic = format!("fresh{round}");
+        create_assigned(&c, &topic, vec![vec![1, 2, 3]], &[]).await;
+        let started = std::time::Instant::now();
+        assert_eq!(produce_n(&p, &topic, 0, 1).await, vec![0]);
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(10),
+            "the first acks=all write to {topic} took {took:?}: its followers waited for a fetch of another partition"
+        );
+    }
+}

@@ -5,6 +5,7 @@
 //! range. A partition that fails waits `replica.fetch.backoff.ms`; the metadata moves it.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,7 @@ struct Asked {
     last_fetched_epoch: i32,
     log_start_offset: i64,
     throttled: bool,
+    behind_retries: u32,
 }
 
 pub(super) async fn run(
@@ -41,6 +43,7 @@ pub(super) async fn run(
     let mut conn: Option<Connection> = None;
     let backoff = Duration::from_millis(cfg.fetch_backoff_ms.max(10));
     loop {
+        let generation = shared.generation.load(Ordering::Acquire);
         let asked = ready_partitions(&broker, &shared);
         if asked.is_empty() {
             let next = earliest_retry(&shared);
@@ -63,7 +66,13 @@ pub(super) async fn run(
             }
         }
         let Some(c) = conn.as_ref() else { continue };
-        match fetch_once(&broker, c, &cfg, &asked).await {
+        let Some(result) = fetch_unless_added(&broker, c, &cfg, &asked, &shared, generation).await
+        else {
+            // The abandoned request's response would arrive as the next one's: start afresh.
+            conn = None;
+            continue;
+        };
+        match result {
             Ok(resp) => handle_response(&broker, &shared, &cfg, &asked, resp),
             Err(e) => {
                 tracing::debug!(source, error = %e, "replica fetch failed");
@@ -105,6 +114,7 @@ fn ready_partitions(broker: &Broker, shared: &FetcherShared) -> Vec<Asked> {
             last_fetched_epoch,
             log_start_offset,
             throttled,
+            behind_retries: a.behind_retries,
         });
     }
     out
@@ -115,6 +125,52 @@ fn earliest_retry(shared: &FetcherShared) -> Option<Instant> {
         .partitions
         .lock()
         .values()
+        .filter_map(|a| a.delayed_until)
+        .min()
+}
+
+/// One fetch, or `None` once a partition not in it should be fetched now: one added to this
+/// fetcher, or one whose quick retry after a leader behind on metadata is due. The leader holds
+/// a fetch for up to `replica.fetch.wait.max.ms` when nothing new has arrived, and such a
+/// partition (an acks=all produce may wait for it) should not wait that long.
+async fn fetch_unless_added(
+    broker: &Broker,
+    conn: &Connection,
+    cfg: &ReplicationConfig,
+    asked: &[Asked],
+    shared: &FetcherShared,
+    generation: u64,
+) -> Option<Result<FetchResponse, crate::client::ClientError>> {
+    let fetch = fetch_once(broker, conn, cfg, asked);
+    tokio::pin!(fetch);
+    let retry = earliest_behind_retry(shared);
+    let retry_due = async {
+        match retry {
+            Some(t) => tokio::time::sleep_until(t.into()).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(retry_due);
+    loop {
+        tokio::select! {
+            r = &mut fetch => return Some(r),
+            _ = &mut retry_due => return None,
+            _ = shared.wake.notified() => {
+                if shared.generation.load(Ordering::Acquire) != generation {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// When the first partition waiting out a quick retry (`delay_behind`) is due.
+fn earliest_behind_retry(shared: &FetcherShared) -> Option<Instant> {
+    shared
+        .partitions
+        .lock()
+        .values()
+        .filter(|a| a.behind_retries > 0)
         .filter_map(|a| a.delayed_until)
         .min()
 }
@@ -201,9 +257,19 @@ fn handle_response(
                 .get(&(t.topic.0.as_str(), p.partition_index))
                 .or_else(|| by_id.get(&(id, p.partition_index)));
             let Some(a) = a else { continue };
-            if let Err(why) = handle_partition(broker, a, p) {
-                tracing::debug!(partition = %a.tp, reason = %why, "replica fetch of a partition failed");
-                delay(shared, &a.tp, a.leader_epoch, backoff);
+            let code = p.error_code;
+            match handle_partition(broker, a, p) {
+                Ok(()) if a.behind_retries > 0 => caught_up(shared, a),
+                Ok(()) => {}
+                Err(why) => {
+                    tracing::debug!(partition = %a.tp, reason = %why, "replica fetch of a partition failed");
+                    if leader_is_behind(code) {
+                        let d = behind_backoff(a.behind_retries, backoff);
+                        delay_behind(shared, a, d);
+                    } else {
+                        delay(shared, &a.tp, a.leader_epoch, backoff);
+                    }
+                }
             }
         }
     }
@@ -254,8 +320,71 @@ fn delay(shared: &FetcherShared, tp: &TopicPartition, leader_epoch: i32, d: Dura
     }
 }
 
+/// Errors with which a leader says it does not know the partition, or not at our epoch: what a
+/// new leader answers in the moment before it applies the metadata image that this follower has
+/// already applied. They are retried soon, doubling from 10 ms up to `replica.fetch.backoff.ms`,
+/// where Kafka waits the full backoff (1 s) at once: an acks=all produce to a new topic waits
+/// for its followers' first fetch.
+fn leader_is_behind(code: i16) -> bool {
+    matches!(
+        code,
+        errors::UNKNOWN_TOPIC_ID
+            | errors::UNKNOWN_TOPIC_OR_PARTITION
+            | errors::NOT_LEADER_OR_FOLLOWER
+            | errors::UNKNOWN_LEADER_EPOCH
+    )
+}
+
+fn behind_backoff(retries: u32, backoff: Duration) -> Duration {
+    Duration::from_millis(10u64 << retries.min(16)).min(backoff)
+}
+
+fn delay_behind(shared: &FetcherShared, a: &Asked, d: Duration) {
+    if let Some(p) = shared.partitions.lock().get_mut(&a.tp) {
+        if p.leader_epoch == a.leader_epoch {
+            p.delayed_until = Some(Instant::now() + d);
+            p.behind_retries = p.behind_retries.saturating_add(1);
+        }
+    }
+}
+
+fn caught_up(shared: &FetcherShared, a: &Asked) {
+    if let Some(p) = shared.partitions.lock().get_mut(&a.tp) {
+        if p.leader_epoch == a.leader_epoch {
+            p.behind_retries = 0;
+        }
+    }
+}
+
 fn delay_all(shared: &FetcherShared, asked: &[Asked], d: Duration) {
     for a in asked {
         delay(shared, &a.tp, a.leader_epoch, d);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_leader_behind_on_metadata_is_retried_soon_then_at_the_backoff() {
+        let backoff = Duration::from_millis(1000);
+        let waits: Vec<u128> = (0..9)
+            .map(|n| behind_backoff(n, backoff).as_millis())
+            .collect();
+        assert_eq!(waits, [10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
+        assert_eq!(behind_backoff(u32::MAX, backoff), backoff);
+        assert_eq!(
+            behind_backoff(0, Duration::from_millis(5)),
+            Duration::from_millis(5)
+        );
+    }
+
+    #[test]
+    fn only_metadata_lag_errors_count_as_a_leader_behind() {
+        assert!(leader_is_behind(errors::UNKNOWN_TOPIC_ID));
+        assert!(leader_is_behind(errors::NOT_LEADER_OR_FOLLOWER));
+        assert!(!leader_is_behind(errors::FENCED_LEADER_EPOCH));
+        assert!(!leader_is_behind(errors::KAFKA_STORAGE_ERROR));
     }
 }

@@ -7,6 +7,7 @@ mod fetcher;
 mod throttle;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
@@ -36,6 +37,9 @@ struct Assigned {
     leader_epoch: i32,
     /// After an error the partition waits until then (replica.fetch.backoff.ms).
     delayed_until: Option<std::time::Instant>,
+    /// Fetches in a row that the leader answered as if it had not yet applied the metadata
+    /// that made it the leader (see `fetcher::leader_is_behind`).
+    behind_retries: u32,
 }
 
 /// The partitions of one fetcher, shared with its task.
@@ -43,6 +47,10 @@ struct Assigned {
 struct FetcherShared {
     partitions: Mutex<HashMap<TopicPartition, Assigned>>,
     address: Mutex<String>,
+    /// Bumped whenever a partition is added or moves to a new leader epoch: a fetch in flight
+    /// that was asked before then is abandoned, so a new partition does not wait out another
+    /// partition's long poll (`replica.fetch.wait.max.ms`) before its first fetch.
+    generation: AtomicU64,
     wake: Notify,
 }
 
@@ -123,23 +131,29 @@ impl ReplicaFetcherManager {
             *h.shared.address.lock() = ts[0].leader_address.clone();
             let mut parts = h.shared.partitions.lock();
             parts.retain(|tp, _| ts.iter().any(|t| &t.tp == tp));
+            let mut added = false;
             for t in ts {
                 let changed = parts
                     .get(&t.tp)
                     .is_none_or(|a| a.leader_epoch != t.leader_epoch);
                 if changed {
+                    added = true;
                     parts.insert(
                         t.tp.clone(),
                         Assigned {
                             topic_id: t.topic_id,
                             leader_epoch: t.leader_epoch,
                             delayed_until: None,
+                            behind_retries: 0,
                         },
                     );
                 }
             }
             drop(parts);
-            h.shared.wake.notify_one();
+            if added {
+                h.shared.generation.fetch_add(1, Ordering::AcqRel);
+                h.shared.wake.notify_one();
+            }
         }
     }
 
