@@ -663,6 +663,11 @@ impl AdminClient {
         )
     }
 
+    /// The brokers' addresses (`host:port` by id) from the last Metadata response.
+    pub async fn known_brokers(&self) -> HashMap<i32, String> {
+        self.state.lock().await.brokers.clone()
+    }
+
     /// A Metadata request for `topics` (`None`: all; empty: none); remembers the brokers.
     async fn metadata(&self, topics: Option<&[String]>) -> Result<MetadataResponse, ClientError> {
         let resp = self

@@ -41,6 +41,9 @@ pub const CLIENT_VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeCluster, 0, 1),
     // Replica fetchers: v12+ carries the last fetched epoch and the diverging epoch.
     (ApiKey::Fetch, 12, 17),
+    // The producer: v3+ carries v2 record batches; v13 names topics by id, which we do not.
+    (ApiKey::Produce, 3, 12),
+    (ApiKey::InitProducerId, 0, 4),
 ];
 
 /// For each API in `CLIENT_VERSIONS`, the highest version both sides speak; APIs with no
@@ -88,22 +91,15 @@ impl Connection {
     /// Connects to `addr` ("host:port") and negotiates API versions, all within `timeout`;
     /// `timeout` is also the limit for each later call.
     pub async fn connect(addr: &str, timeout: Duration) -> Result<Connection, ClientError> {
-        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
-            .await
-            .map_err(|_| ClientError::Timeout(format!("connect to {addr}")))??;
-        stream.set_nodelay(true)?;
-        let mut io = Io {
-            stream,
-            next_correlation_id: 1,
-        };
-        let broker = tokio::time::timeout(timeout, api_versions(&mut io))
-            .await
-            .map_err(|_| ClientError::Timeout("ApiVersions".into()))??;
+        let (stream, versions, next_correlation_id) = open(addr, timeout).await?;
         Ok(Connection {
             addr: addr.to_string(),
             timeout,
-            versions: negotiate(&broker),
-            io: Mutex::new(io),
+            versions,
+            io: Mutex::new(Io {
+                stream,
+                next_correlation_id,
+            }),
             broken: AtomicBool::new(false),
         })
     }
@@ -189,11 +185,54 @@ impl From<std::io::Error> for ExchangeError {
     }
 }
 
-fn framing(message: String) -> ExchangeError {
-    ExchangeError {
-        error: ClientError::Protocol(message),
-        desyncs: true,
+/// Connects to `addr` and negotiates API versions within `timeout`: the stream, the versions
+/// and the next correlation id to use on it.
+pub(super) async fn open(
+    addr: &str,
+    timeout: Duration,
+) -> Result<(TcpStream, HashMap<ApiKey, i16>, i32), ClientError> {
+    let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+        .await
+        .map_err(|_| ClientError::Timeout(format!("connect to {addr}")))??;
+    stream.set_nodelay(true)?;
+    let mut io = Io {
+        stream,
+        next_correlation_id: 1,
+    };
+    let broker = tokio::time::timeout(timeout, api_versions(&mut io))
+        .await
+        .map_err(|_| ClientError::Timeout("ApiVersions".into()))??;
+    Ok((io.stream, negotiate(&broker), io.next_correlation_id))
+}
+
+/// Reads one size-prefixed response frame and checks its header against `correlation_id`;
+/// returns the body after the header. An error leaves the stream out of step.
+pub(super) async fn read_response<R: tokio::io::AsyncRead + Unpin>(
+    stream: &mut R,
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+) -> Result<Bytes, ClientError> {
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size).await?;
+    let size = i32::from_be_bytes(size);
+    if size < 4 || size as usize > MAX_RESPONSE_BYTES {
+        return Err(ClientError::Protocol(format!(
+            "{key:?} response frame of {size} bytes (limit {MAX_RESPONSE_BYTES})"
+        )));
     }
+    let mut buf = vec![0u8; size as usize];
+    stream.read_exact(&mut buf).await?;
+    let mut buf = Bytes::from(buf);
+    let header = ResponseHeader::decode(&mut buf, key.response_header_version(version))
+        .map_err(|e| ClientError::Protocol(format!("{key:?} response header: {e:#}")))?;
+    if header.correlation_id != correlation_id {
+        return Err(ClientError::Protocol(format!(
+            "{key:?} response has correlation id {}, expected {correlation_id}",
+            header.correlation_id
+        )));
+    }
+    Ok(buf)
 }
 
 /// Writes one request and reads its response; returns the body after the response header.
@@ -210,26 +249,12 @@ async fn exchange<B: Encodable>(
         desyncs: false,
     })?;
     io.stream.write_all(&frame).await?;
-    let mut size = [0u8; 4];
-    io.stream.read_exact(&mut size).await?;
-    let size = i32::from_be_bytes(size);
-    if size < 4 || size as usize > MAX_RESPONSE_BYTES {
-        return Err(framing(format!(
-            "{key:?} response frame of {size} bytes (limit {MAX_RESPONSE_BYTES})"
-        )));
-    }
-    let mut buf = vec![0u8; size as usize];
-    io.stream.read_exact(&mut buf).await?;
-    let mut buf = Bytes::from(buf);
-    let header = ResponseHeader::decode(&mut buf, key.response_header_version(version))
-        .map_err(|e| framing(format!("{key:?} response header: {e:#}")))?;
-    if header.correlation_id != correlation_id {
-        return Err(framing(format!(
-            "{key:?} response has correlation id {}, expected {correlation_id}",
-            header.correlation_id
-        )));
-    }
-    Ok(buf)
+    read_response(&mut io.stream, key, version, correlation_id)
+        .await
+        .map_err(|error| ExchangeError {
+            error,
+            desyncs: true,
+        })
 }
 
 /// A size-prefixed request frame with our client id.

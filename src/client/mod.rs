@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod connection;
+pub mod pipeline;
 pub mod producer;
 
 pub use admin::{

@@ -148,6 +148,56 @@ kafka_errors! {
     VOTER_NOT_FOUND = 127,
 }
 
+/// Whether Kafka's client retries an operation that failed with `code` (the errors whose
+/// exception is a `RetriableException`).
+pub fn is_retriable(code: i16) -> bool {
+    matches!(
+        code,
+        CORRUPT_MESSAGE
+            | UNKNOWN_TOPIC_OR_PARTITION
+            | LEADER_NOT_AVAILABLE
+            | NOT_LEADER_OR_FOLLOWER
+            | REQUEST_TIMED_OUT
+            | NETWORK_EXCEPTION
+            | COORDINATOR_LOAD_IN_PROGRESS
+            | COORDINATOR_NOT_AVAILABLE
+            | NOT_COORDINATOR
+            | NOT_ENOUGH_REPLICAS
+            | NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            | CONCURRENT_TRANSACTIONS
+            | KAFKA_STORAGE_ERROR
+            | FETCH_SESSION_ID_NOT_FOUND
+            | INVALID_FETCH_SESSION_EPOCH
+            | LISTENER_NOT_FOUND
+            | FENCED_LEADER_EPOCH
+            | UNKNOWN_LEADER_EPOCH
+            | OFFSET_NOT_AVAILABLE
+            | PREFERRED_LEADER_NOT_AVAILABLE
+            | ELIGIBLE_LEADERS_NOT_AVAILABLE
+            | UNSTABLE_OFFSET_COMMIT
+            | THROTTLING_QUOTA_EXCEEDED
+            | UNKNOWN_TOPIC_ID
+            | INCONSISTENT_TOPIC_ID
+    )
+}
+
+/// Whether `code` says the client's metadata is stale (Kafka's `InvalidMetadataException`s):
+/// the client refreshes it before retrying.
+pub fn is_invalid_metadata(code: i16) -> bool {
+    matches!(
+        code,
+        UNKNOWN_TOPIC_OR_PARTITION
+            | LEADER_NOT_AVAILABLE
+            | NOT_LEADER_OR_FOLLOWER
+            | KAFKA_STORAGE_ERROR
+            | FENCED_LEADER_EPOCH
+            | UNKNOWN_LEADER_EPOCH
+            | LISTENER_NOT_FOUND
+            | UNKNOWN_TOPIC_ID
+            | INCONSISTENT_TOPIC_ID
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +218,12 @@ mod tests {
             assert_eq!(error_name(code), name, "code {code}");
         }
         assert_eq!(NOT_LEADER_OR_FOLLOWER, 6);
+        assert!(is_retriable(NOT_ENOUGH_REPLICAS) && is_retriable(NOT_LEADER_OR_FOLLOWER));
+        assert!(!is_retriable(MESSAGE_TOO_LARGE) && !is_retriable(OUT_OF_ORDER_SEQUENCE_NUMBER));
+        assert!(
+            is_invalid_metadata(NOT_LEADER_OR_FOLLOWER)
+                && !is_invalid_metadata(NOT_ENOUGH_REPLICAS)
+        );
         assert_eq!(PREFERRED_LEADER_NOT_AVAILABLE, 80);
         assert_eq!(ELECTION_NOT_NEEDED, 84);
         assert_eq!(DUPLICATE_BROKER_REGISTRATION, 101);

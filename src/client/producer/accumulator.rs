@@ -58,14 +58,11 @@ impl Default for AccumulatorConfig {
 /// What an append did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordAppendResult {
-    /// Where the record went (or would have gone, with `abort_for_new_batch`).
+    /// Where the record went.
     pub partition: i32,
     /// The partition's queue has a batch ready to send.
     pub batch_is_full: bool,
     pub new_batch_created: bool,
-    /// The record was not appended because it needed a new batch and the caller asked to be told
-    /// first (the KIP-480 partitioner moves partitions then).
-    pub abort_for_new_batch: bool,
     pub appended_bytes: usize,
 }
 
@@ -96,6 +93,16 @@ struct BatchState {
     backing_off: bool,
     attempts: u32,
     full: bool,
+}
+
+/// Where a drain stands when it comes to a partition.
+#[derive(Clone, Copy)]
+struct DrainAt {
+    /// Bytes already in the request.
+    size: usize,
+    max_size: usize,
+    first_of_request: bool,
+    now_ms: i64,
 }
 
 /// One partition's turn in a drain.
@@ -145,6 +152,8 @@ pub struct RecordAccumulator {
     muted: Mutex<HashSet<(String, i32)>>,
     flushes_in_progress: AtomicUsize,
     closed: AtomicBool,
+    /// Batches opened and not yet completed (queued or in flight), for `flush`.
+    incomplete: AtomicUsize,
 }
 
 /// Memory taken for a new batch, given back on drop unless a batch took it over.
@@ -185,6 +194,7 @@ impl RecordAccumulator {
             muted: Mutex::new(HashSet::new()),
             flushes_in_progress: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
+            incomplete: AtomicUsize::new(0),
         }
     }
 
@@ -221,7 +231,6 @@ impl RecordAccumulator {
         record: ProducerRecord,
         done: Completion,
         max_block: Duration,
-        abort_on_new_batch: bool,
         mut now_ms: i64,
         cluster: &ClusterView,
     ) -> Result<RecordAppendResult, AppendError> {
@@ -257,15 +266,6 @@ impl RecordAccumulator {
                     }
                     Err(back) => (record, done) = back,
                 }
-            }
-            if abort_on_new_batch {
-                return Ok(RecordAppendResult {
-                    partition: effective,
-                    batch_is_full: false,
-                    new_batch_created: false,
-                    abort_for_new_batch: true,
-                    appended_bytes: 0,
-                });
             }
             if buffer.is_none() {
                 let size = self.config.batch_size.max(batch_size_upper_bound(&record)) as u64;
@@ -307,6 +307,7 @@ impl RecordAccumulator {
                         Err(_) => unreachable!("the first record always fits an empty batch"),
                     };
                     let full = batch.is_full();
+                    self.incomplete.fetch_add(1, Ordering::SeqCst);
                     q.push_back(batch);
                     (appended, q.len() > 1 || full, true)
                 }
@@ -314,6 +315,30 @@ impl RecordAccumulator {
             let done = (effective, appended, full, created);
             return Ok(appended_to(&info, sticky.as_ref(), &q, cluster, done));
         }
+    }
+
+    /// Appends a record to `partition` only if the queue's open batch has room for it; otherwise
+    /// hands it back untouched. The KIP-480 sticky partitioner (the benchmark's `kip480` mode)
+    /// moves to another partition exactly then, before a new batch is opened.
+    pub fn append_if_room(
+        &self,
+        topic: &str,
+        partition: i32,
+        record: ProducerRecord,
+        done: Completion,
+    ) -> Result<RecordAppendResult, (ProducerRecord, Completion)> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err((record, done));
+        }
+        let dq = self.topic_info(topic).deque(partition);
+        let mut q = dq.lock();
+        let (appended, full) = try_append(&mut q, record, done)?;
+        Ok(RecordAppendResult {
+            partition,
+            batch_is_full: full,
+            new_batch_created: false,
+            appended_bytes: appended,
+        })
     }
 
     /// Under the queue's lock: another append switched partitions, or this queue's batches are all
@@ -484,9 +509,22 @@ impl RecordAccumulator {
         max_size: usize,
         now_ms: i64,
     ) -> BTreeMap<i32, Vec<ProducerBatch>> {
+        self.drain_holding(cluster, nodes, max_size, now_ms, &|_| false)
+    }
+
+    /// `drain`, leaving in its queue any partition whose first batch `hold` says must wait (the
+    /// idempotent producer's ordering rule).
+    pub fn drain_holding(
+        &self,
+        cluster: &ClusterView,
+        nodes: &BTreeSet<i32>,
+        max_size: usize,
+        now_ms: i64,
+        hold: &dyn Fn(&ProducerBatch) -> bool,
+    ) -> BTreeMap<i32, Vec<ProducerBatch>> {
         let mut out = BTreeMap::new();
         for &node in nodes {
-            let batches = self.drain_batches_for_one_node(cluster, node, max_size, now_ms);
+            let batches = self.drain_batches_for_one_node(cluster, node, max_size, now_ms, hold);
             out.insert(node, batches);
         }
         out
@@ -498,6 +536,7 @@ impl RecordAccumulator {
         node: i32,
         max_size: usize,
         now_ms: i64,
+        hold: &dyn Fn(&ProducerBatch) -> bool,
     ) -> Vec<ProducerBatch> {
         let parts = cluster.partitions_for_node(node);
         let mut ready = Vec::new();
@@ -512,7 +551,13 @@ impl RecordAccumulator {
             self.drain_index.lock().insert(node, i);
             i = (i + 1) % parts.len();
             let first = ready.is_empty();
-            match self.drain_one(cluster, topic, *partition, size, max_size, first, now_ms) {
+            let at = DrainAt {
+                size,
+                max_size,
+                first_of_request: first,
+                now_ms,
+            };
+            match self.drain_one(cluster, topic, *partition, at, hold) {
                 DrainStep::Take(batch) => {
                     size += batch.estimated_size_in_bytes();
                     ready.push(batch);
@@ -528,17 +573,20 @@ impl RecordAccumulator {
     }
 
     /// The first batch of a partition if it may go now and fits the request.
-    #[allow(clippy::too_many_arguments)]
     fn drain_one(
         &self,
         cluster: &ClusterView,
         topic: &str,
         partition: i32,
-        size: usize,
-        max_size: usize,
-        first_of_request: bool,
-        now_ms: i64,
+        at: DrainAt,
+        hold: &dyn Fn(&ProducerBatch) -> bool,
     ) -> DrainStep {
+        let DrainAt {
+            size,
+            max_size,
+            first_of_request,
+            now_ms,
+        } = at;
         if self.is_muted(topic, partition) {
             return DrainStep::Skip;
         }
@@ -553,7 +601,7 @@ impl RecordAccumulator {
             return DrainStep::Skip;
         };
         first.maybe_update_leader_epoch(cluster.leader_epoch_for(topic, partition));
-        if self.should_backoff(first, first.waited_time_ms(now_ms)) {
+        if self.should_backoff(first, first.waited_time_ms(now_ms)) || hold(first) {
             return DrainStep::Skip;
         }
         // A single batch over the request size still goes, alone.
@@ -588,11 +636,23 @@ impl RecordAccumulator {
         s.ready_time_ms = now_ms;
     }
 
-    /// Puts a batch back at the head of its queue for a retry.
+    /// Puts a batch back at the head of its queue for a retry. A sequenced batch goes in
+    /// sequence order among the retries already there (Java's `insertInSequenceOrder`), so that
+    /// retries of one partition go out in the order they were first sent.
     pub fn reenqueue(&self, mut batch: ProducerBatch, now_ms: i64) {
         batch.reenqueued(now_ms);
         let dq = self.topic_info(&batch.topic).deque(batch.partition);
-        dq.lock().push_front(batch);
+        let mut q = dq.lock();
+        match batch.sequence {
+            None => q.push_front(batch),
+            Some(s) => {
+                let at = q
+                    .iter()
+                    .position(|b| b.sequence.is_none_or(|t| t.base_sequence > s.base_sequence))
+                    .unwrap_or(q.len());
+                q.insert(at, batch);
+            }
+        }
     }
 
     /// Folds the ratio a drained batch compressed at (from `ProducerBatch::encode`, called by the
@@ -610,6 +670,12 @@ impl RecordAccumulator {
     /// Frees the memory of a batch that is done (acknowledged, failed or expired).
     pub fn complete_batch(&self, batch: &ProducerBatch) {
         self.free.deallocate(batch.buffer_size() as u64);
+        self.incomplete.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Batches appended to and not yet completed, queued or in flight.
+    pub fn incomplete_batches(&self) -> usize {
+        self.incomplete.load(Ordering::SeqCst)
     }
 
     /// Batches that have waited longer than `delivery_timeout_ms` since creation, taken out of
@@ -721,7 +787,6 @@ fn appended_to(
         partition,
         batch_is_full: full,
         new_batch_created: created,
-        abort_for_new_batch: false,
         appended_bytes: appended,
     }
 }
@@ -823,7 +888,7 @@ mod tests {
     }
 
     async fn append_keyless(a: &RecordAccumulator, c: &ClusterView, value: &[u8], now: i64) -> i32 {
-        a.append(TOPIC, None, record(value), None, BLOCK, false, now, c)
+        a.append(TOPIC, None, record(value), None, BLOCK, now, c)
             .await
             .unwrap()
             .partition
@@ -836,7 +901,7 @@ mod tests {
         partition: i32,
         r: ProducerRecord,
     ) -> RecordAppendResult {
-        a.append(TOPIC, Some(partition), r, None, BLOCK, false, 0, c)
+        a.append(TOPIC, Some(partition), r, None, BLOCK, 0, c)
             .await
             .unwrap()
     }
@@ -1054,27 +1119,21 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn kip480_mode_is_told_before_a_new_batch_is_opened() {
+    async fn kip480_mode_gets_its_record_back_when_it_needs_a_new_batch() {
         let a = plain(100, 0);
         let c = cluster();
-        let first = a
-            .append(TOPIC, Some(1), record(&[0; 50]), None, BLOCK, true, 0, &c)
-            .await
-            .unwrap();
-        assert!(
-            first.abort_for_new_batch,
-            "an empty queue needs a new batch"
-        );
-        let r = a
-            .append(TOPIC, Some(1), record(&[0; 50]), None, BLOCK, false, 0, &c)
-            .await
-            .unwrap();
-        assert!(r.new_batch_created);
-        let again = a
-            .append(TOPIC, Some(1), record(&[0; 10]), None, BLOCK, true, 0, &c)
-            .await
-            .unwrap();
-        assert!(!again.abort_for_new_batch && !again.new_batch_created);
+        let (r, done) = a
+            .append_if_room(TOPIC, 1, record(&[7; 50]), None)
+            .expect_err("an empty queue needs a new batch");
+        assert_eq!(r, record(&[7; 50]), "handed back untouched");
+        assert!(done.is_none());
+        assert_eq!(a.queue_len(TOPIC, 1), 0);
+        let opened = append_to(&a, &c, 1, r).await;
+        assert!(opened.new_batch_created);
+        let again = a.append_if_room(TOPIC, 1, record(&[0; 10]), None).unwrap();
+        assert!(!again.new_batch_created);
+        assert_eq!(a.queue_len(TOPIC, 1), 1);
+        assert!(a.append_if_room(TOPIC, 1, record(&[0; 60]), None).is_err());
     }
 
     #[tokio::test]
@@ -1095,7 +1154,6 @@ mod tests {
                 record(b"b"),
                 None,
                 Duration::from_millis(20),
-                false,
                 0,
                 &c,
             )
@@ -1118,7 +1176,7 @@ mod tests {
         let a = plain(1000, 1000);
         let c = cluster();
         let (tx, rx) = tokio::sync::oneshot::channel();
-        a.append(TOPIC, Some(0), record(b"a"), Some(tx), BLOCK, false, 0, &c)
+        a.append(TOPIC, Some(0), record(b"a"), Some(tx), BLOCK, 0, &c)
             .await
             .unwrap();
         assert!(a.expired_batches(119_999, 120_000).is_empty());

@@ -96,6 +96,17 @@ pub struct ProducerBatch {
     /// skips its backoff once the leader has moved on (KIP-951).
     leader_epoch: Option<i32>,
     attempts_when_leader_last_changed: u32,
+    /// The producer id, epoch and base sequence the batch was first sent with (idempotence); a
+    /// retry goes out with the same ones.
+    pub sequence: Option<BatchSequence>,
+}
+
+/// What an idempotent batch carries so that the leader can drop a retried duplicate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchSequence {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
 }
 
 impl ProducerBatch {
@@ -126,6 +137,7 @@ impl ProducerBatch {
             drained_ms: None,
             leader_epoch: None,
             attempts_when_leader_last_changed: 0,
+            sequence: None,
         }
     }
 
@@ -205,7 +217,8 @@ impl ProducerBatch {
                 Ok((base, log_append_time)) => Ok(RecordMetadata {
                     topic: self.topic.clone(),
                     partition: self.partition,
-                    offset: base + i as i64,
+                    // -1: not known (acks=0).
+                    offset: if *base < 0 { -1 } else { base + i as i64 },
                     timestamp: log_append_time.unwrap_or(self.records[i].timestamp),
                 }),
                 Err(e) => Err(e.clone()),

@@ -1,21 +1,28 @@
-//! Our own producer's core: the record accumulator with Java's built-in partitioner (KIP-794),
-//! batches sized and encoded as the Java client does, and the memory they may hold.
+//! Our own async producer (Java's KafkaProducer): the record accumulator with Java's built-in
+//! partitioner (KIP-794), batches sized and encoded as the Java client does, and the sender that
+//! drains them to the brokers with idempotence, retries and metadata refreshes.
 //!
-//! The sender that drains the accumulator to the brokers comes on top of this; the proxy is its
-//! user. Nothing here reaches into the broker or storage: batches are encoded with the
-//! kafka-protocol crate.
+//! The proxy is its user. Nothing here reaches into the broker or storage: batches are encoded
+//! with the kafka-protocol crate.
 
 pub mod accumulator;
 pub mod batch;
 pub mod buffer_pool;
 pub mod cluster;
+pub mod idempotence;
+mod kafka_producer;
+pub mod metadata;
+pub mod metrics;
 pub mod partitioner;
+mod sender;
 
 pub use accumulator::{
     AccumulatorConfig, AppendError, ReadyCheckResult, RecordAccumulator, RecordAppendResult,
 };
 pub use batch::{ProducerBatch, ProducerRecord};
 pub use cluster::{ClusterView, PartitionLeader};
+pub use kafka_producer::{PartitionerMode, Producer, ProducerConfig, KIP480_PARTITIONER_CLASS};
+pub use metrics::{MetricsSnapshot, PartitionSent};
 pub use partitioner::{BuiltInPartitioner, RandomSource, SequentialRandom, ThreadRandom};
 
 /// Where a record was written.
@@ -43,6 +50,22 @@ pub enum ProduceError {
     /// The accumulator refused it (memory, closed, unknown topic).
     #[error(transparent)]
     Append(#[from] AppendError),
+    /// The cluster has no such topic.
+    #[error("topic {0} not present in metadata")]
+    UnknownTopic(String),
+    /// The topic has no such partition.
+    #[error("partition {partition} of topic {topic} with partition count {count} is not present in metadata")]
+    UnknownPartition {
+        topic: String,
+        partition: i32,
+        count: usize,
+    },
+    /// Larger than `max.request.size` on its own.
+    #[error("the message is {size} bytes when serialized which is larger than {max}, the value of the max.request.size configuration")]
+    RecordTooLarge { size: usize, max: usize },
+    /// No broker answered the metadata request.
+    #[error("cannot fetch metadata: {0}")]
+    Metadata(String),
 }
 
 /// The outcome of one record.

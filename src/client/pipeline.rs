@@ -1,0 +1,213 @@
+//! A connection that keeps several requests in flight (Java's `max.in.flight.requests.per.connection`):
+//! requests are written in order and a reader task hands each response to its waiter in order.
+//!
+//! The producer's sender uses it; `Connection` stays the simple one-call-at-a-time kind.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::protocol::{Decodable, Request};
+use parking_lot::Mutex;
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::oneshot;
+
+use super::connection::{encode_request, open, read_response};
+use super::ClientError;
+
+/// A request waiting for its response.
+struct Pending {
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    reply: oneshot::Sender<Result<Bytes, ClientError>>,
+}
+
+struct Shared {
+    addr: String,
+    pending: Mutex<VecDeque<Pending>>,
+    broken: AtomicBool,
+}
+
+impl Shared {
+    /// Marks the connection unusable and fails every request still waiting.
+    fn fail_all(&self, why: &str) {
+        self.broken.store(true, Ordering::Release);
+        let waiting: Vec<Pending> = self.pending.lock().drain(..).collect();
+        for p in waiting {
+            let _ = p.reply.send(Err(ClientError::Io(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                format!("connection to {} lost: {why}", self.addr),
+            ))));
+        }
+    }
+}
+
+/// A pipelined connection to one broker. Dropping it closes the socket and fails what waits.
+pub struct PipelinedConnection {
+    shared: Arc<Shared>,
+    versions: HashMap<ApiKey, i16>,
+    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    next_correlation_id: AtomicI32,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for PipelinedConnection {
+    fn drop(&mut self) {
+        self.reader.abort();
+        self.shared.fail_all("closed");
+    }
+}
+
+impl PipelinedConnection {
+    /// Connects and negotiates API versions within `timeout`.
+    pub async fn connect(
+        addr: &str,
+        timeout: Duration,
+    ) -> Result<PipelinedConnection, ClientError> {
+        let (stream, versions, next) = open(addr, timeout).await?;
+        let (read, write) = stream.into_split();
+        let shared = Arc::new(Shared {
+            addr: addr.to_string(),
+            pending: Mutex::new(VecDeque::new()),
+            broken: AtomicBool::new(false),
+        });
+        let reader = tokio::spawn(read_responses(read, shared.clone()));
+        Ok(PipelinedConnection {
+            shared,
+            versions,
+            writer: tokio::sync::Mutex::new(write),
+            next_correlation_id: AtomicI32::new(next),
+            reader,
+        })
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.shared.addr
+    }
+
+    /// The negotiated version of `key`, if both sides speak one.
+    pub fn version(&self, key: ApiKey) -> Option<i16> {
+        self.versions.get(&key).copied()
+    }
+
+    /// Requests written and not yet answered.
+    pub fn in_flight(&self) -> usize {
+        self.shared.pending.lock().len()
+    }
+
+    pub fn is_broken(&self) -> bool {
+        self.shared.broken.load(Ordering::Acquire)
+    }
+
+    /// Writes `req` at `version` and returns a receiver for its decoded response, or `None`
+    /// for a request the broker does not answer (a Produce with acks=0).
+    pub async fn send<R: Request>(
+        &self,
+        req: &R,
+        version: i16,
+        expect_response: bool,
+    ) -> Result<Option<ResponseFuture<R::Response>>, ClientError> {
+        let key = ApiKey::try_from(R::KEY)
+            .map_err(|_| ClientError::Protocol(format!("unknown API key {}", R::KEY)))?;
+        if self.is_broken() {
+            return Err(ClientError::Io(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                format!("connection to {} failed earlier", self.addr()),
+            )));
+        }
+        let mut writer = self.writer.lock().await;
+        let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::AcqRel);
+        let frame = encode_request(key, version, correlation_id, req)?;
+        let rx = expect_response.then(|| {
+            let (tx, rx) = oneshot::channel();
+            self.shared.pending.lock().push_back(Pending {
+                key,
+                version,
+                correlation_id,
+                reply: tx,
+            });
+            rx
+        });
+        if let Err(e) = writer.write_all(&frame).await {
+            self.shared.fail_all(&e.to_string());
+            return Err(ClientError::Io(e));
+        }
+        Ok(rx.map(|rx| ResponseFuture {
+            rx,
+            version,
+            _r: std::marker::PhantomData,
+        }))
+    }
+}
+
+/// The response to one pipelined request.
+pub struct ResponseFuture<T> {
+    rx: oneshot::Receiver<Result<Bytes, ClientError>>,
+    version: i16,
+    _r: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T: Decodable> ResponseFuture<T> {
+    /// Waits up to `timeout` for the response. A timeout leaves the connection in flight: the
+    /// caller should drop the connection, as the response may still come.
+    pub async fn wait(self, timeout: Duration) -> Result<T, ClientError> {
+        let body = match tokio::time::timeout(timeout, self.rx).await {
+            Err(_) => return Err(ClientError::Timeout("response".into())),
+            Ok(Err(_)) => {
+                return Err(ClientError::Io(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionAborted,
+                    "connection closed",
+                )))
+            }
+            Ok(Ok(r)) => r?,
+        };
+        let mut body = body;
+        T::decode(&mut body, self.version)
+            .map_err(|e| ClientError::Protocol(format!("response v{}: {e:#}", self.version)))
+    }
+}
+
+/// Reads responses in order and hands each to the oldest waiting request.
+async fn read_responses(mut read: OwnedReadHalf, shared: Arc<Shared>) {
+    loop {
+        let next = shared
+            .pending
+            .lock()
+            .front()
+            .map(|p| (p.key, p.version, p.correlation_id));
+        let Some((key, version, correlation_id)) = next else {
+            // Nothing expected: wait for the socket to become readable (a close, or data we did
+            // not ask for, which is a protocol error) or for a request to be written.
+            match read.readable().await {
+                Ok(()) => {
+                    if shared.pending.lock().is_empty() {
+                        let mut probe = [0u8; 1];
+                        match read.try_read(&mut probe) {
+                            Ok(0) => return shared.fail_all("closed by the broker"),
+                            Ok(_) => return shared.fail_all("an unexpected response"),
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                                tokio::time::sleep(Duration::from_millis(1)).await;
+                            }
+                            Err(e) => return shared.fail_all(&e.to_string()),
+                        }
+                    }
+                }
+                Err(e) => return shared.fail_all(&e.to_string()),
+            }
+            continue;
+        };
+        match read_response(&mut read, key, version, correlation_id).await {
+            Ok(body) => {
+                if let Some(p) = shared.pending.lock().pop_front() {
+                    let _ = p.reply.send(Ok(body));
+                }
+            }
+            Err(e) => return shared.fail_all(&e.to_string()),
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! Our own producer (`evenkeel::client::producer::Producer`) against real brokers: everything it
+//! reports acked is in the log, read back with librdkafka; keys land on Java's partitions in
+//! order; bad records are refused before anything is written; and an idempotent producer loses
+//! and duplicates nothing while a leader is killed under it.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::cluster::{admin, create_assigned, Cluster};
+use common::{create_topic, BrokerProcess};
+use evenkeel::client::producer::{
+    ProduceError, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
+};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::Message;
+
+fn config(bootstrap: &str, extra: &[(&str, &str)]) -> ProducerConfig {
+    let mut props: BTreeMap<String, String> = extra
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    props.insert("bootstrap.servers".into(), bootstrap.into());
+    ProducerConfig::from_properties(&props).unwrap()
+}
+
+fn record(key: Option<String>, value: String) -> ProducerRecord {
+    ProducerRecord {
+        key: key.map(Bytes::from),
+        value: Some(Bytes::from(value)),
+        headers: Vec::new(),
+        timestamp: 0,
+    }
+}
+
+/// Sends every record (as fast as the accumulator takes them) and waits for every outcome.
+async fn send_all(
+    p: &Producer,
+    topic: &str,
+    records: Vec<ProducerRecord>,
+) -> Vec<Result<RecordMetadata, ProduceError>> {
+    let mut waiting = Vec::with_capacity(records.len());
+    for r in records {
+        waiting.push(p.send(topic, None, r).await.expect("queued"));
+    }
+    let mut out = Vec::with_capacity(waiting.len());
+    for rx in waiting {
+        out.push(rx.await.expect("every record hears its outcome"));
+    }
+    out
+}
+
+/// Every record of `topic` as (partition, offset, key, value), read with librdkafka from the
+/// start until `expect` are in or 30 s pass.
+fn consume_all(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    expect: usize,
+) -> Vec<(i32, i64, Option<String>, String)> {
+    let c: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "producer-test-reader")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning)
+            .unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while out.len() < expect && Instant::now() < deadline {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
+            let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8_lossy(b).into_owned());
+            out.push((
+                m.partition(),
+                m.offset(),
+                text(m.key()),
+                text(m.payload()).unwrap_or_default(),
+            ));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn every_acked_record_is_in_the_log_where_the_producer_said() {
+    let b = BrokerProcess::start(&[]);
+    create_topic(&b.bootstrap, "spread", 6, &[]).await;
+    let p = Producer::start(config(&b.bootstrap, &[("linger.ms", "2")]))
+        .await
+        .unwrap();
+    let n = 20_000;
+    let records = (0..n).map(|i| record(None, format!("v{i}"))).collect();
+    let results = send_all(&p, "spread", records).await;
+    let acked: Vec<RecordMetadata> = results.into_iter().map(|r| r.expect("acked")).collect();
+    let read = consume_all(&b.bootstrap, "spread", 6, n);
+    assert_eq!(read.len(), n, "every acked record is read back");
+    let at: HashMap<(i32, i64), String> =
+        read.into_iter().map(|(p, o, _, v)| ((p, o), v)).collect();
+    for (i, m) in acked.iter().enumerate() {
+        assert_eq!(
+            at.get(&(m.partition, m.offset)),
+            Some(&format!("v{i}")),
+            "record {i} is where its ack said: {m:?}"
+        );
+    }
+    // Keyless records spread over the partitions (the built-in partitioner switches after
+    // batch.size bytes), not onto one.
+    let used: HashSet<i32> = acked.iter().map(|m| m.partition).collect();
+    assert!(used.len() >= 4, "partitions used: {used:?}");
+    let metrics = p.metrics();
+    assert_eq!(metrics.record_send_total, n as u64);
+    assert_eq!(metrics.record_error_total, 0);
+    p.close(Duration::from_secs(10)).await;
+}
+
+#[tokio::test]
+async fn keyed_records_go_to_javas_partition_in_order() {
+    let b = BrokerProcess::start(&[]);
+    create_topic(&b.bootstrap, "keyed", 5, &[]).await;
+    let p = Producer::start(config(&b.bootstrap, &[("compression.type", "lz4")]))
+        .await
+        .unwrap();
+    let records = (0..3000)
+        .map(|i| record(Some(format!("key{}", i % 50)), format!("{i}")))
+        .collect();
+    let results = send_all(&p, "keyed", records).await;
+    assert!(results.iter().all(Result::is_ok), "all acked");
+    let read = consume_all(&b.bootstrap, "keyed", 5, 3000);
+    assert_eq!(read.len(), 3000);
+    let mut last_per_key: HashMap<String, i64> = HashMap::new();
+    let mut sorted = read;
+    sorted.sort_by_key(|(p, o, _, _)| (*p, *o));
+    for (partition, _, key, value) in sorted {
+        let key = key.expect("keyed");
+        let want = evenkeel::protocol::murmur2::partition_for_key(key.as_bytes(), 5);
+        assert_eq!(partition, want, "{key} on Java's partition");
+        let i: i64 = value.parse().unwrap();
+        let last = last_per_key.insert(key.clone(), i);
+        assert!(last.is_none_or(|l| l < i), "{key}: {i} after {last:?}");
+    }
+}
+
+#[tokio::test]
+async fn bad_records_are_refused_before_anything_is_written() {
+    let b = BrokerProcess::start(&[]);
+    create_topic(&b.bootstrap, "small", 2, &[]).await;
+    let p = Producer::start(config(&b.bootstrap, &[("max.request.size", "1000")]))
+        .await
+        .unwrap();
+    let unknown = p
+        .send("no-such-topic", None, record(None, "x".into()))
+        .await;
+    assert!(
+        matches!(unknown, Err(ProduceError::UnknownTopic(ref t)) if t == "no-such-topic"),
+        "{:?}",
+        unknown.err()
+    );
+    let partition = p.send("small", Some(2), record(None, "x".into())).await;
+    assert!(
+        matches!(
+            partition,
+            Err(ProduceError::UnknownPartition {
+                partition: 2,
+                count: 2,
+                ..
+            })
+        ),
+        "{:?}",
+        partition.err()
+    );
+    let big = p.send("small", None, record(None, "x".repeat(2000))).await;
+    assert!(
+        matches!(big, Err(ProduceError::RecordTooLarge { max: 1000, .. })),
+        "{:?}",
+        big.err()
+    );
+    let ok = p.send("small", Some(1), record(None, "fine".into())).await;
+    let m = ok.unwrap().await.unwrap().unwrap();
+    assert_eq!(
+        (m.partition, m.offset),
+        (1, 0),
+        "the refused records took no offset"
+    );
+    assert!(consume_all(&b.bootstrap, "small", 2, 2).len() == 1);
+}
+
+#[tokio::test]
+async fn an_idempotent_producer_loses_and_duplicates_nothing_when_a_leader_is_killed() {
+    let mut c = Cluster::start(3, &[]);
+    create_assigned(
+        &c,
+        "durable",
+        vec![vec![1, 2, 3], vec![2, 3, 1], vec![3, 1, 2]],
+        &[("min.insync.replicas", "2")],
+    )
+    .await;
+    let p = Producer::start(config(
+        &c.bootstrap(),
+        &[("linger.ms", "5"), ("request.timeout.ms", "5000")],
+    ))
+    .await
+    .unwrap();
+    assert!(p.config().enable_idempotence);
+    let n = 30_000;
+    let mut waiting = Vec::with_capacity(n);
+    for i in 0..n {
+        if i == n / 3 {
+            // Kill the leader of partition 0 (broker 1) while records keep coming.
+            c.kill(1);
+        }
+        let rx = p
+            .send("durable", None, record(None, format!("v{i}")))
+            .await
+            .expect("queued");
+        waiting.push(rx);
+        if i % 1000 == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let mut acked = 0;
+    for rx in waiting {
+        if rx.await.unwrap().is_ok() {
+            acked += 1;
+        }
+    }
+    assert_eq!(acked, n, "every record acked within delivery.timeout.ms");
+    let _ = admin(&c.addr(2)).await;
+    let read = consume_all(&c.live_bootstrap(), "durable", 3, n);
+    let mut seen = HashSet::new();
+    for (_, _, _, v) in &read {
+        assert!(seen.insert(v.clone()), "{v} written twice");
+    }
+    assert_eq!(seen.len(), n, "every acked record is there once");
+    let m = p.metrics();
+    assert!(
+        m.record_retry_total > 0,
+        "the kill made the producer retry: {m:?}"
+    );
+}
