@@ -12,6 +12,7 @@ pub mod node;
 pub mod operator;
 pub mod perf;
 pub mod protocol;
+pub mod proxy;
 pub mod replication;
 pub mod storage;
 pub mod tools;

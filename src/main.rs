@@ -48,6 +48,26 @@ enum Command {
         /// Override one broker property: --override key=value (repeatable).
         #[arg(long = "override", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
+        /// Port of the HTTP producer proxy on 127.0.0.1 (0 picks a free one; so does --port 0).
+        #[arg(long, default_value_t = 8080)]
+        proxy_port: u16,
+        /// Do not start the producer proxy.
+        #[arg(long)]
+        no_proxy: bool,
+    },
+    /// Run the HTTP producer proxy: REST Proxy v2/v3 produce through our producer and Java's
+    /// built-in (KIP-794) partitioner.
+    Proxy {
+        /// Kafka bootstrap servers, host:port[,host:port...].
+        #[arg(long)]
+        bootstrap: String,
+        /// Address to serve HTTP on.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: std::net::SocketAddr,
+        /// A Java producer property: --producer-property key=value (repeatable), e.g. acks=1,
+        /// linger.ms=10, compression.type=lz4.
+        #[arg(long = "producer-property", value_name = "KEY=VALUE")]
+        producer_props: Vec<String>,
     },
     /// Format a log directory for a broker (writes meta.properties), like kafka-storage format
     /// (same flags: -c/--config, -t/--cluster-id, -g/--ignore-formatted, --standalone).
@@ -251,11 +271,20 @@ async fn wait_for_signal() {
 }
 
 /// Runs a node until SIGTERM or Ctrl-C (or until it cannot go on), then shuts it down cleanly.
-fn serve(config: evenkeel::config::broker::BrokerConfig, banner: bool) -> anyhow::Result<()> {
+fn serve(
+    config: evenkeel::config::broker::BrokerConfig,
+    banner: bool,
+    proxy_port: Option<u16>,
+) -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         let node = evenkeel::node::Node::start(config).await?;
         print_ready(&node, banner);
+        let client = node.client_addrs().first().map(|a| a.to_string());
+        let _proxy = match (proxy_port, client) {
+            (Some(port), Some(addr)) => start_dev_proxy(&addr, port).await,
+            _ => None,
+        };
         let fatal = tokio::select! {
             _ = wait_for_signal() => None,
             reason = wait_for_fatal(&node) => Some(reason),
@@ -340,12 +369,78 @@ fn print_banner(bootstrap: &str, data: &[String], metrics: &str) {
     println!("  Ctrl-C stops every broker cleanly.");
 }
 
-fn cmd_dev(brokers: usize, port: u16, data: PathBuf, overrides: Vec<String>) -> anyhow::Result<()> {
+/// The producer proxy beside `evenkeel dev`'s brokers, on 127.0.0.1:`port`. A proxy that
+/// cannot start (the port is taken) is reported and left out; the brokers run on.
+async fn start_dev_proxy(bootstrap: &str, port: u16) -> Option<evenkeel::proxy::ProxyHandle> {
+    let listen = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let started = match evenkeel::proxy::ProxyConfig::new(listen, bootstrap, &[]) {
+        Ok(config) => evenkeel::proxy::start(config)
+            .await
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    match started {
+        Ok(p) => {
+            println!(
+                "  producer proxy:     http://{} (topic orders created as above)",
+                p.addr
+            );
+            println!(
+                "    curl -X POST -H 'Content-Type: application/vnd.kafka.json.v2+json' --data '{{\"records\":[{{\"value\":{{\"hello\":\"world\"}}}}]}}' http://{}/topics/orders",
+                p.addr
+            );
+            println!();
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            Some(p)
+        }
+        Err(e) => {
+            eprintln!(
+                "evenkeel dev: the producer proxy did not start ({e}); the brokers run without it"
+            );
+            None
+        }
+    }
+}
+
+/// `evenkeel proxy`: serves until SIGTERM or Ctrl-C.
+fn cmd_proxy(
+    bootstrap: String,
+    listen: std::net::SocketAddr,
+    producer_props: Vec<String>,
+) -> anyhow::Result<()> {
+    let props = parse_props(&producer_props)?;
+    let config = evenkeel::proxy::ProxyConfig::new(listen, &bootstrap, &props)?;
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async move {
+        let proxy = evenkeel::proxy::start(config).await?;
+        println!(
+            "evenkeel proxy ready on http://{} (cluster {}, bootstrap {bootstrap})",
+            proxy.addr, proxy.cluster_id
+        );
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        tokio::select! {
+            _ = wait_for_signal() => {}
+            _ = proxy.wait() => anyhow::bail!("the proxy stopped serving"),
+        }
+        eprintln!("stopped");
+        Ok(())
+    })
+}
+
+fn cmd_dev(
+    brokers: usize,
+    port: u16,
+    data: PathBuf,
+    overrides: Vec<String>,
+    proxy: Option<u16>,
+) -> anyhow::Result<()> {
     if brokers == 0 {
         anyhow::bail!("--brokers must be at least 1");
     }
     if brokers == 1 {
-        return dev_single(port, data, overrides);
+        return dev_single(port, data, overrides, proxy);
     }
     let opts = evenkeel::dev::DevOptions {
         brokers,
@@ -369,6 +464,10 @@ fn cmd_dev(brokers: usize, port: u16, data: PathBuf, overrides: Vec<String>) -> 
     let _ = std::io::stdout().flush();
     let rt = tokio::runtime::Runtime::new()?;
     let exited = rt.block_on(async {
+        let _proxy = match proxy {
+            Some(p) => start_dev_proxy(&bootstrap, p).await,
+            None => None,
+        };
         loop {
             tokio::select! {
                 _ = wait_for_signal() => return None,
@@ -393,7 +492,12 @@ fn cmd_dev(brokers: usize, port: u16, data: PathBuf, overrides: Vec<String>) -> 
 }
 
 /// `evenkeel dev --brokers 1`: one node in this process, a cluster of one.
-fn dev_single(port: u16, data: PathBuf, overrides: Vec<String>) -> anyhow::Result<()> {
+fn dev_single(
+    port: u16,
+    data: PathBuf,
+    overrides: Vec<String>,
+    proxy: Option<u16>,
+) -> anyhow::Result<()> {
     let mut props = std::collections::BTreeMap::new();
     props.insert("node.id".to_string(), "1".to_string());
     props.insert(
@@ -421,7 +525,7 @@ fn dev_single(port: u16, data: PathBuf, overrides: Vec<String>) -> anyhow::Resul
         config.node_id,
     )?;
     tracing::info!(cluster = %meta.cluster_id, "data directory ready");
-    serve(config, true)
+    serve(config, true, proxy)
 }
 
 fn cmd_format(
@@ -513,14 +617,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Broker { config, overrides } => {
             let props = load_props(Some(&config), &overrides)?;
-            serve(broker_config(&props)?, false)
+            serve(broker_config(&props)?, false, None)
         }
         Command::Dev {
             brokers,
             port,
             data,
             overrides,
-        } => cmd_dev(brokers, port, data, overrides),
+            proxy_port,
+            no_proxy,
+        } => {
+            // --port 0 picks free ports for everything, the proxy's too.
+            let proxy = (!no_proxy).then_some(if port == 0 { 0 } else { proxy_port });
+            cmd_dev(brokers, port, data, overrides, proxy)
+        }
+        Command::Proxy {
+            bootstrap,
+            listen,
+            producer_props,
+        } => cmd_proxy(bootstrap, listen, producer_props),
         Command::Format {
             config,
             cluster_id,

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod http;
 pub mod relay;
 
 use std::io::{BufRead, BufReader};
@@ -43,6 +44,7 @@ impl BrokerProcess {
             "--data",
         ])
         .arg(data)
+        .arg("--no-proxy")
         .args(["--override", "evenkeel.metrics.address=127.0.0.1:0"]);
         for o in overrides {
             cmd.args(["--override", o]);

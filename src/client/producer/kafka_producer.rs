@@ -271,16 +271,28 @@ impl Producer {
         self.shared.metadata.cluster_id().await
     }
 
+    /// Topics with their partitions, leaders and ISRs (`None`: all).
+    pub async fn describe_topics(
+        &self,
+        names: Option<&[String]>,
+    ) -> Result<Vec<crate::client::TopicDescription>, ClientError> {
+        self.shared.metadata.describe(names).await
+    }
+
     /// Queues a record; the receiver gets its outcome once its batch is answered. A record for
     /// a topic the cluster does not have, or a partition it does not have, is refused at once;
-    /// a full buffer waits up to `max.block.ms`.
+    /// a full buffer waits up to `max.block.ms`. A negative timestamp means "now", as a Java
+    /// record without one.
     pub async fn send(
         &self,
         topic: &str,
         partition: Option<i32>,
-        record: ProducerRecord,
+        mut record: ProducerRecord,
     ) -> Result<oneshot::Receiver<RecordResult>, ProduceError> {
         let s = &self.shared;
+        if record.timestamp < 0 {
+            record.timestamp = sender::now_ms();
+        }
         if s.closing.load(Ordering::SeqCst) {
             return Err(ProduceError::Append(super::AppendError::Closed));
         }
@@ -358,6 +370,9 @@ impl Producer {
         self.shared.accumulator.close();
         self.shared.wake.notify_one();
         let stopped = self.shared.stopped.notified();
+        tokio::pin!(stopped);
+        // Registered before the check, so that a sender stopping in between is not missed.
+        stopped.as_mut().enable();
         if !self.sender.task.is_finished() {
             let _ = tokio::time::timeout(timeout, stopped).await;
         }

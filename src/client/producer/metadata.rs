@@ -11,7 +11,7 @@ use parking_lot::RwLock;
 use tokio::sync::Notify;
 
 use super::cluster::{ClusterView, PartitionLeader};
-use crate::client::{AdminClient, ClientError};
+use crate::client::{AdminClient, ClientError, TopicDescription};
 
 struct State {
     view: Arc<ClusterView>,
@@ -117,6 +117,14 @@ impl ProducerMetadata {
             self.state.write().topics.remove(topic);
         }
         Ok((n > 0).then_some(n))
+    }
+
+    /// The named topics as Metadata describes them (`None`: all).
+    pub async fn describe(
+        &self,
+        names: Option<&[String]>,
+    ) -> Result<Vec<TopicDescription>, ClientError> {
+        self.admin.describe_topics(names).await
     }
 
     /// The cluster id, for clients that address the cluster by it (REST Proxy v3).

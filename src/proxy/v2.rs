@@ -1,0 +1,183 @@
+//! REST Proxy v2 endpoints, which Strimzi's bridge shares: produce to a topic or to one of its
+//! partitions (answered with each record's partition and offset, or its error, in order), list
+//! the topics, describe one.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::errors::{self, record_error_code, ApiError};
+use super::records::{parse_v2, EmbeddedFormat};
+use super::{answer_deadline, check_records, queue, Queued, Shared};
+
+const V2_CONTENT_TYPE: &str = "application/vnd.kafka.v2+json";
+
+pub(super) async fn produce(
+    State(s): State<Shared>,
+    Path(topic): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    produce_v2(s, topic, None, headers, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+pub(super) async fn produce_to_partition(
+    State(s): State<Shared>,
+    Path((topic, partition)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let Ok(p) = partition.parse::<i32>() else {
+        return ApiError::new(
+            axum::http::StatusCode::NOT_FOUND,
+            errors::PARTITION_NOT_FOUND,
+            format!("Partition {partition:?} not found."),
+        )
+        .into_response();
+    };
+    produce_v2(s, topic, Some(p), headers, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Reads the whole body, up to the proxy's limit: `buffer.memory`, which no request could
+/// exceed and still be held. A body announced larger is refused before it is read (413).
+async fn read_body(s: &Shared, headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, ApiError> {
+    let limit = s.producer.config().accumulator.buffer_memory as usize;
+    let too_large = || {
+        ApiError::new(
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            errors::TOO_LARGE,
+            format!("the request body is over {limit} bytes (buffer.memory)"),
+        )
+    };
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| too_large())
+}
+
+async fn produce_v2(
+    s: Shared,
+    topic: String,
+    partition: Option<i32>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let format = EmbeddedFormat::from_content_type(ct).ok_or_else(|| {
+        ApiError::new(
+            axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            errors::UNSUPPORTED_MEDIA_TYPE,
+            format!(
+                "content type {ct:?}: use application/vnd.kafka.json.v2+json or application/vnd.kafka.binary.v2+json"
+            ),
+        )
+    })?;
+    let body = read_body(&s, &headers, body).await?;
+    let mut records = parse_v2(&body, format)?;
+    if partition.is_some() {
+        for r in &mut records {
+            r.partition = partition;
+        }
+    }
+    check_records(&s, &topic, &records).await?;
+    let mut queued = Vec::with_capacity(records.len());
+    for r in records {
+        match queue(&s, &topic, r).await {
+            // The first refusal with nothing queued yet refuses the request (429 for a full
+            // buffer); later ones are that record's error.
+            Queued::Refused(e) if queued.is_empty() => return Err(ApiError::from_send(&e)),
+            q => queued.push(q),
+        }
+    }
+    let offsets = tokio::time::timeout(answer_deadline(&s), outcomes(queued))
+        .await
+        .map_err(|_| ApiError::unavailable("no answer within delivery.timeout.ms"))?;
+    if offsets
+        .iter()
+        .all(|o| o["error_code"] == errors::KAFKA_RETRIABLE_ERROR)
+    {
+        // Nothing was written and only waiting might help: the cluster is not answering.
+        let why = offsets[0]["error"].as_str().unwrap_or_default().to_string();
+        return Err(ApiError::unavailable(why));
+    }
+    s.metrics.records_answered(&offsets);
+    let answer = json!({"key_schema_id": null, "value_schema_id": null, "offsets": offsets});
+    Ok(([(header::CONTENT_TYPE, V2_CONTENT_TYPE)], Json(answer)).into_response())
+}
+
+/// Each record's `{"partition", "offset"}`, or `{"error_code", "error"}` in its place, in order.
+async fn outcomes(queued: Vec<Queued>) -> Vec<Value> {
+    let mut out = Vec::with_capacity(queued.len());
+    for q in queued {
+        out.push(match q.outcome().await {
+            Ok(m) => json!({"partition": m.partition, "offset": m.offset, "error_code": null, "error": null}),
+            Err(e) => json!({
+                "partition": null,
+                "offset": null,
+                "error_code": record_error_code(&e),
+                "error": e.to_string(),
+            }),
+        });
+    }
+    out
+}
+
+/// `GET /topics`: the names of the topics, internal ones left out.
+pub(super) async fn list_topics(State(s): State<Shared>) -> Response {
+    match s.producer.describe_topics(None).await {
+        Ok(ts) => {
+            let names: Vec<String> = ts
+                .into_iter()
+                .filter(|t| !t.internal)
+                .map(|t| t.name)
+                .collect();
+            ([(header::CONTENT_TYPE, V2_CONTENT_TYPE)], Json(names)).into_response()
+        }
+        Err(e) => ApiError::unavailable(e).into_response(),
+    }
+}
+
+/// `GET /topics/{topic}`: its partitions with leader and replicas.
+pub(super) async fn get_topic(State(s): State<Shared>, Path(topic): Path<String>) -> Response {
+    let found = match s
+        .producer
+        .describe_topics(Some(std::slice::from_ref(&topic)))
+        .await
+    {
+        Ok(ts) => ts.into_iter().find(|t| t.name == topic),
+        Err(e) => return ApiError::unavailable(e).into_response(),
+    };
+    let Some(t) = found else {
+        return ApiError::topic_not_found(&topic).into_response();
+    };
+    let partitions: Vec<Value> = t
+        .partitions
+        .iter()
+        .map(|p| {
+            let replicas: Vec<Value> = p
+                .replicas
+                .iter()
+                .map(|b| json!({"broker": b, "leader": *b == p.leader, "in_sync": p.isr.contains(b)}))
+                .collect();
+            json!({"partition": p.partition, "leader": p.leader, "replicas": replicas})
+        })
+        .collect();
+    let answer = json!({"name": t.name, "configs": {}, "partitions": partitions});
+    ([(header::CONTENT_TYPE, V2_CONTENT_TYPE)], Json(answer)).into_response()
+}

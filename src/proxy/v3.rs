@@ -1,0 +1,239 @@
+//! REST Proxy v3 endpoints: the cluster list (the id a v3 client puts in its paths) and produce,
+//! where the body is one record object or a stream of them (chunked), and the answer is one
+//! delivery report per record, in order, each sent as soon as that record is settled.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures::StreamExt;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::errors::{self, record_error_code, ApiError};
+use super::records::{format_rfc3339_ms, parse_v3, IncomingV3};
+use super::{answer_deadline, check_records, queue, Queued, Shared};
+
+/// `GET /v3/clusters`.
+pub(super) async fn list_clusters(State(s): State<Shared>) -> Response {
+    let id = &s.cluster_id;
+    Json(json!({
+        "kind": "KafkaClusterList",
+        "metadata": {"self": "/v3/clusters", "next": null},
+        "data": [{
+            "kind": "KafkaCluster",
+            "metadata": {"self": format!("/v3/clusters/{id}"), "resource_name": format!("crn:///kafka={id}")},
+            "cluster_id": id,
+        }],
+    }))
+    .into_response()
+}
+
+/// One record's report, waiting for its outcome.
+enum Report {
+    Pending {
+        queued: Queued,
+        key: Option<(&'static str, usize)>,
+        value: Option<(&'static str, usize)>,
+    },
+    /// The record was refused before it was queued (or the stream could not be read on).
+    Error(ApiError),
+}
+
+/// `POST /v3/clusters/{cluster_id}/topics/{topic}/records`.
+pub(super) async fn produce(
+    State(s): State<Shared>,
+    Path((cluster_id, topic)): Path<(String, String)>,
+    body: Body,
+) -> Response {
+    if cluster_id != s.cluster_id {
+        return ApiError::new(
+            StatusCode::NOT_FOUND,
+            errors::CLUSTER_NOT_FOUND,
+            format!("Cluster {cluster_id} cannot be found."),
+        )
+        .into_response();
+    }
+    if let Err(e) = check_records(&s, &topic, &[]).await {
+        return e.into_response();
+    }
+    // Reports go out in record order; the channel's bound keeps a fast client from queueing
+    // without limit ahead of its answers.
+    let (tx, rx) = mpsc::channel::<Report>(1024);
+    tokio::spawn(read_records(s.clone(), topic.clone(), body, tx));
+    let reports = futures::stream::unfold((rx, s, topic), |(mut rx, s, topic)| async move {
+        let report = rx.recv().await?;
+        let line = render(&s, &topic, report).await;
+        Some((Ok::<_, std::convert::Infallible>(line), (rx, s, topic)))
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from_stream(reports),
+    )
+        .into_response()
+}
+
+/// Reads record objects off the body as they arrive and queues each; stops at the end of the
+/// body, at JSON it cannot parse (reporting it), or when the client has gone.
+async fn read_records(s: Shared, topic: String, body: Body, tx: mpsc::Sender<Report>) {
+    let max = s
+        .producer
+        .config()
+        .max_request_size
+        .saturating_mul(2)
+        .max(1 << 20);
+    let mut stream = body.into_data_stream();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut ended = false;
+    loop {
+        match next_object(&mut buf, ended) {
+            Next::Object(doc) => {
+                let report = queue_one(&s, &topic, &doc).await;
+                if tx.send(report).await.is_err() {
+                    return; // the client is gone: nothing more is read or written
+                }
+                continue;
+            }
+            Next::Bad(e) => {
+                let _ = tx.send(Report::Error(e)).await;
+                return;
+            }
+            Next::Done => return,
+            Next::NeedMore if buf.len() > max => {
+                let e = ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    errors::TOO_LARGE,
+                    format!("a record object over {max} bytes"),
+                );
+                let _ = tx.send(Report::Error(e)).await;
+                return;
+            }
+            Next::NeedMore => {}
+        }
+        match stream.next().await {
+            Some(Ok(chunk)) => buf.extend_from_slice(&chunk),
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "a v3 produce stream broke off");
+                return;
+            }
+            None => ended = true,
+        }
+    }
+}
+
+enum Next {
+    Object(Value),
+    NeedMore,
+    Bad(ApiError),
+    Done,
+}
+
+/// Takes the next complete JSON value off the front of `buf`.
+fn next_object(buf: &mut Vec<u8>, ended: bool) -> Next {
+    let start = buf.iter().position(|b| !b.is_ascii_whitespace());
+    let Some(start) = start else {
+        buf.clear();
+        return if ended { Next::Done } else { Next::NeedMore };
+    };
+    let mut it = serde_json::Deserializer::from_slice(&buf[start..]).into_iter::<Value>();
+    match it.next() {
+        Some(Ok(v)) => {
+            let used = start + it.byte_offset();
+            buf.drain(..used);
+            Next::Object(v)
+        }
+        Some(Err(e)) if e.is_eof() && !ended => Next::NeedMore,
+        Some(Err(e)) => Next::Bad(ApiError::invalid(
+            errors::INVALID_ENTITY,
+            format!("malformed JSON: {e}"),
+        )),
+        None if ended => Next::Done,
+        None => Next::NeedMore,
+    }
+}
+
+async fn queue_one(s: &Shared, topic: &str, doc: &Value) -> Report {
+    let IncomingV3 {
+        incoming,
+        key_type,
+        value_type,
+    } = match parse_v3(doc) {
+        Ok(r) => r,
+        Err(e) => return Report::Error(e),
+    };
+    if let Err(e) = check_records(s, topic, std::slice::from_ref(&incoming)).await {
+        return Report::Error(e);
+    }
+    let key = key_type.zip(incoming.record.key.as_ref().map(|k| k.len()));
+    let value = value_type.zip(incoming.record.value.as_ref().map(|v| v.len()));
+    Report::Pending {
+        queued: queue(s, topic, incoming).await,
+        key,
+        value,
+    }
+}
+
+/// A report as one line of JSON.
+async fn render(s: &Shared, topic: &str, report: Report) -> bytes::Bytes {
+    let v = match report {
+        Report::Error(e) => e.body(),
+        Report::Pending { queued, key, value } => {
+            let outcome = tokio::time::timeout(answer_deadline(s), queued.outcome()).await;
+            let field = |f: Option<(&str, usize)>| {
+                f.map_or(Value::Null, |(t, n)| json!({"type": t, "size": n}))
+            };
+            match outcome {
+                Ok(Ok(m)) => json!({
+                    "error_code": 200,
+                    "cluster_id": s.cluster_id,
+                    "topic_name": topic,
+                    "partition_id": m.partition,
+                    "offset": m.offset,
+                    "timestamp": format_rfc3339_ms(m.timestamp),
+                    "key": field(key),
+                    "value": field(value),
+                }),
+                Ok(Err(e)) => {
+                    json!({"error_code": record_error_code(&e), "message": e.to_string()})
+                }
+                Err(_) => ApiError::unavailable("no answer within delivery.timeout.ms").body(),
+            }
+        }
+    };
+    s.metrics.records_answered(std::slice::from_ref(&v));
+    let mut line = serde_json::to_vec(&v).unwrap_or_default();
+    line.push(b'\n');
+    bytes::Bytes::from(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn take(buf: &mut Vec<u8>, ended: bool) -> Option<Value> {
+        match next_object(buf, ended) {
+            Next::Object(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn objects_are_cut_off_a_stream_as_they_complete() {
+        let mut buf = br#" {"a":1}{"b":"#.to_vec();
+        assert_eq!(take(&mut buf, false), Some(json!({"a": 1})));
+        assert!(matches!(next_object(&mut buf, false), Next::NeedMore));
+        buf.extend_from_slice(b"2}\n");
+        assert_eq!(take(&mut buf, false), Some(json!({"b": 2})));
+        assert!(matches!(next_object(&mut buf, false), Next::NeedMore));
+        assert!(matches!(next_object(&mut buf, true), Next::Done));
+    }
+
+    #[test]
+    fn a_broken_or_truncated_stream_is_reported() {
+        let mut bad = b"{\"a\":}".to_vec();
+        assert!(matches!(next_object(&mut bad, false), Next::Bad(_)));
+        let mut cut = b"{\"a\":".to_vec();
+        assert!(matches!(next_object(&mut cut, true), Next::Bad(_)));
+    }
+}

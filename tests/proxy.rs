@@ -1,0 +1,404 @@
+//! The producer proxy (`evenkeel proxy`) over real HTTP against a real broker: REST Proxy v2 and
+//! v3 produce answered with offsets only once written, read back with librdkafka; bad input
+//! answered with its status and code and nothing written; a client that leaves mid-stream; and
+//! no broker at all.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use common::http::{self, ProxyProcess};
+use common::{create_topic, BrokerProcess};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::Message;
+use serde_json::{json, Value};
+
+const JSON_V2: &str = "application/vnd.kafka.json.v2+json";
+const BINARY_V2: &str = "application/vnd.kafka.binary.v2+json";
+
+/// A record read back: (partition, offset, key, value).
+type Read = (i32, i64, Option<Vec<u8>>, Vec<u8>);
+
+/// Every record of `topic`, until `expect` or 20 s.
+fn consume(bootstrap: &str, topic: &str, partitions: i32, expect: usize) -> Vec<Read> {
+    let c: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "proxy-test-reader")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning)
+            .unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while out.len() < expect && Instant::now() < deadline {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+            out.push((
+                m.partition(),
+                m.offset(),
+                m.key().map(<[u8]>::to_vec),
+                m.payload().unwrap_or_default().to_vec(),
+            ));
+        }
+    }
+    out
+}
+
+/// Nothing at all in `topic` after a second of looking.
+fn assert_empty(bootstrap: &str, topic: &str, partitions: i32) {
+    let c: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "proxy-test-empty")
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning)
+            .unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+            panic!("{topic} holds a record at {}:{}", m.partition(), m.offset());
+        }
+    }
+}
+
+fn b64(s: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+#[tokio::test]
+async fn v2_records_are_answered_with_the_offsets_they_were_written_at() {
+    let b = BrokerProcess::start(&[]);
+    create_topic(&b.bootstrap, "orders", 3, &[]).await;
+    let proxy = ProxyProcess::start(&b.bootstrap, &[]);
+    let body = json!({"records": [
+        {"value": {"n": 1}},
+        {"key": "alice", "value": {"n": 2}},
+        {"value": "three", "partition": 2},
+    ]});
+    let r = http::post(&proxy.addr, "/topics/orders", JSON_V2, &body.to_string());
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        r.header("content-type"),
+        Some("application/vnd.kafka.v2+json")
+    );
+    let offsets = r.json()["offsets"].as_array().unwrap().clone();
+    assert_eq!(offsets.len(), 3);
+    assert_eq!(offsets[2]["partition"], 2);
+    let alice = evenkeel::protocol::murmur2::partition_for_key(b"\"alice\"", 3);
+    assert_eq!(
+        offsets[1]["partition"], alice,
+        "keys go to Java's partition"
+    );
+    let bin = json!({"records": [{"key": b64("k"), "value": b64("binary!"), "headers": [{"key": "h", "value": b64("v")}]}]});
+    let r = http::post(
+        &proxy.addr,
+        "/topics/orders/partitions/0",
+        BINARY_V2,
+        &bin.to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let bin_at = r.json()["offsets"][0].clone();
+    assert_eq!(bin_at["partition"], 0);
+
+    let read = consume(&b.bootstrap, "orders", 3, 4);
+    assert_eq!(read.len(), 4);
+    let at = |o: &Value| {
+        let (p, off) = (
+            o["partition"].as_i64().unwrap() as i32,
+            o["offset"].as_i64().unwrap(),
+        );
+        read.iter()
+            .find(|r| r.0 == p && r.1 == off)
+            .cloned()
+            .unwrap_or_else(|| panic!("nothing at {o}"))
+    };
+    assert_eq!(at(&offsets[0]).3, br#"{"n":1}"#);
+    assert_eq!(at(&offsets[1]).2.as_deref(), Some(&br#""alice""#[..]));
+    assert_eq!(at(&offsets[2]).3, br#""three""#);
+    assert_eq!(at(&bin_at).3, b"binary!");
+    assert_eq!(at(&bin_at).2.as_deref(), Some(&b"k"[..]));
+
+    let topics = http::get(&proxy.addr, "/topics").json();
+    assert!(
+        topics.as_array().unwrap().contains(&json!("orders")),
+        "{topics}"
+    );
+    let t = http::get(&proxy.addr, "/topics/orders").json();
+    assert_eq!(t["partitions"].as_array().unwrap().len(), 3);
+    assert_eq!(t["partitions"][0]["replicas"][0]["in_sync"], true);
+    let metrics = String::from_utf8(http::get(&proxy.addr, "/metrics").body).unwrap();
+    assert!(
+        metrics.contains("kafka_producer_producer_metrics_record_send_total 4\n"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("evenkeel_proxy_records_answered_total{result=\"written\"} 4"));
+}
+
+#[tokio::test]
+async fn v3_answers_one_report_per_record_in_order_for_one_record_or_a_stream() {
+    let b = BrokerProcess::start(&[]);
+    create_topic(&b.bootstrap, "events", 2, &[]).await;
+    let proxy = ProxyProcess::start(&b.bootstrap, &[]);
+    let clusters = http::get(&proxy.addr, "/v3/clusters").json();
+    let id = clusters["data"][0]["cluster_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let path = format!("/v3/clusters/{id}/topics/events/records");
+
+    let one = json!({"partition_id": 1, "key": {"type": "STRING", "data": "k"}, "value": {"type": "JSON", "data": {"a": 1}}});
+    let r = http::post(&proxy.addr, &path, "application/json", &one.to_string());
+    assert_eq!(r.status, 200);
+    let report = &r.json_lines()[0];
+    assert_eq!(report["error_code"], 200);
+    assert_eq!(
+        (report["partition_id"].clone(), report["offset"].clone()),
+        (json!(1), json!(0))
+    );
+    assert_eq!(report["value"], json!({"type": "JSON", "size": 7}));
+
+    // A stream of 200 records in many small chunks, cut mid-object: one report each, in order.
+    let mut s = http::start_chunked(&proxy.addr, &path);
+    let text: String = (0..200)
+        .map(|i| {
+            json!({"partition_id": 0, "value": {"type": "STRING", "data": format!("r{i}")}})
+                .to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    for piece in text.as_bytes().chunks(97) {
+        http::chunk(&mut s, piece);
+    }
+    let reports = http::finish(s).json_lines();
+    assert_eq!(reports.len(), 200);
+    let offsets: Vec<i64> = reports
+        .iter()
+        .map(|r| r["offset"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        offsets,
+        (0..200).collect::<Vec<i64>>(),
+        "in order, all on partition 0"
+    );
+    let read = consume(&b.bootstrap, "events", 2, 201);
+    let p0: Vec<Vec<u8>> = read
+        .iter()
+        .filter(|r| r.0 == 0)
+        .map(|r| r.3.clone())
+        .collect();
+    assert_eq!(p0.len(), 200);
+    assert_eq!(p0[199], b"r199");
+
+    let wrong = http::post(
+        &proxy.addr,
+        "/v3/clusters/nope/topics/events/records",
+        "application/json",
+        &one.to_string(),
+    );
+    assert_eq!(
+        (wrong.status, wrong.json()["error_code"].clone()),
+        (404, json!(40403))
+    );
+}
+
+#[tokio::test]
+async fn bad_input_gets_its_status_and_code_and_nothing_is_written() {
+    let b = BrokerProcess::start(&[]);
+    create_topic(&b.bootstrap, "strict", 2, &[]).await;
+    let proxy = ProxyProcess::start(
+        &b.bootstrap,
+        &["max.request.size=2000", "buffer.memory=1048576"],
+    );
+    let big = "x".repeat(3000);
+    let cases: Vec<(&str, &str, String, u16, u32)> = vec![
+        (
+            "/topics/strict",
+            JSON_V2,
+            "{\"records\": [".into(),
+            422,
+            42201,
+        ),
+        ("/topics/strict", JSON_V2, String::new(), 422, 42201),
+        (
+            "/topics/strict",
+            JSON_V2,
+            "{\"records\": []}".into(),
+            422,
+            42201,
+        ),
+        (
+            "/topics/strict",
+            BINARY_V2,
+            json!({"records": [{"value": "%%%"}]}).to_string(),
+            422,
+            42202,
+        ),
+        (
+            "/topics/strict",
+            JSON_V2,
+            json!({"records": [{"key": "k"}]}).to_string(),
+            422,
+            42203,
+        ),
+        (
+            "/topics/nope",
+            JSON_V2,
+            json!({"records": [{"value": 1}]}).to_string(),
+            404,
+            40401,
+        ),
+        (
+            "/topics/strict",
+            JSON_V2,
+            json!({"records": [{"value": 1}, {"value": 2, "partition": 7}]}).to_string(),
+            404,
+            40402,
+        ),
+        (
+            "/topics/strict/partitions/9",
+            JSON_V2,
+            json!({"records": [{"value": 1}]}).to_string(),
+            404,
+            40402,
+        ),
+        (
+            "/topics/strict",
+            JSON_V2,
+            json!({"records": [{"value": 1}, {"value": big}]}).to_string(),
+            413,
+            41301,
+        ),
+        (
+            "/topics/strict",
+            "text/plain",
+            json!({"records": [{"value": 1}]}).to_string(),
+            415,
+            41501,
+        ),
+    ];
+    for (path, ct, body, status, code) in cases {
+        let r = http::post(&proxy.addr, path, ct, &body);
+        let shown = String::from_utf8_lossy(&r.body).into_owned();
+        assert_eq!(r.status, status, "{path} {ct} {:.80}: {shown}", body);
+        assert_eq!(r.json()["error_code"], code, "{shown}");
+        assert!(r.json()["message"].as_str().is_some_and(|m| !m.is_empty()));
+    }
+    // A body of 100 MB, far over the proxy's limit (buffer.memory): refused on its announced
+    // length, before it is sent; and a chunked one (no length) once the limit is passed.
+    let r = http::post_announcing(&proxy.addr, "/topics/strict", JSON_V2, 100 * 1024 * 1024);
+    assert_eq!(r.status, 413);
+    assert_eq!(r.json()["error_code"], 41301);
+    let mut s = http::start_chunked(&proxy.addr, "/topics/strict");
+    http::chunk(&mut s, &vec![b' '; 1024 * 1024 + 1024]);
+    let r = http::finish(s);
+    assert_eq!(r.status, 413);
+    assert_empty(&b.bootstrap, "strict", 2);
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_mid_stream_keeps_what_was_acked_and_nothing_more() {
+    let b = BrokerProcess::start(&[]);
+    create_topic(&b.bootstrap, "halfway", 1, &[]).await;
+    let proxy = ProxyProcess::start(&b.bootstrap, &[]);
+    let id = http::get(&proxy.addr, "/v3/clusters").json()["data"][0]["cluster_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut s = http::start_chunked(
+        &proxy.addr,
+        &format!("/v3/clusters/{id}/topics/halfway/records"),
+    );
+    for i in 0..10 {
+        http::chunk(&mut s, json!({"value": {"data": i}}).to_string().as_bytes());
+    }
+    // Half of an eleventh record, then the client is gone.
+    http::chunk(&mut s, b"{\"value\": {\"data\": 1");
+    std::thread::sleep(Duration::from_millis(500));
+    drop(s);
+    let read = consume(&b.bootstrap, "halfway", 1, 11);
+    let values: Vec<String> = read
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.3).into_owned())
+        .collect();
+    assert_eq!(values, (0..10).map(|i| i.to_string()).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn with_every_broker_down_a_produce_is_answered_503() {
+    let mut b = BrokerProcess::start(&[]);
+    create_topic(&b.bootstrap, "gone", 1, &[]).await;
+    let proxy = ProxyProcess::start(
+        &b.bootstrap,
+        &[
+            "delivery.timeout.ms=3000",
+            "request.timeout.ms=1000",
+            "linger.ms=0",
+        ],
+    );
+    let ok = http::post(
+        &proxy.addr,
+        "/topics/gone",
+        JSON_V2,
+        &json!({"records": [{"value": 1}]}).to_string(),
+    );
+    assert_eq!(ok.status, 200);
+    b.kill();
+    let started = Instant::now();
+    let r = http::post(
+        &proxy.addr,
+        "/topics/gone",
+        JSON_V2,
+        &json!({"records": [{"value": 2}]}).to_string(),
+    );
+    assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["error_code"], 50302);
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "answered within the delivery timeout"
+    );
+    let ready = http::get(&proxy.addr, "/readyz");
+    assert_eq!(ready.status, 503, "not ready without a broker");
+}
+
+#[test]
+fn evenkeel_dev_serves_the_proxy_beside_its_broker() {
+    use std::io::{BufRead, BufReader};
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_evenkeel"))
+        .args(["dev", "--brokers", "1", "--port", "0", "--data"])
+        .arg(tmp.path())
+        .args(["--override", "evenkeel.metrics.address=127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Reads every line, so that dev never writes to a closed pipe.
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(rest) = line.split("producer proxy:").nth(1) {
+                let url = rest.split_whitespace().next().unwrap_or_default();
+                let _ = tx.send(url.trim_start_matches("http://").to_string());
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("dev printed the proxy's address");
+    let r = http::get(&addr, "/v3/clusters");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(r.status, 200);
+    assert!(r.json()["data"][0]["cluster_id"]
+        .as_str()
+        .is_some_and(|id| id.len() == 22));
+}
