@@ -514,39 +514,47 @@ impl QuorumController {
     /// Unclean elections for leaderless partitions whose topic allows them.
     async fn elect_unclean_leaders(&self) {
         let topics = self.settings.topics.clone();
-        let r = self
-            .commit(|img| {
-                let recs = replication::unclean_elections(img, &topics, MAX_ELECTIONS_PER_RUN);
-                let n = recs.len();
-                Ok((recs, n))
+        let n = self
+            .commit_elections(|img| {
+                replication::unclean_elections(img, &topics, MAX_ELECTIONS_PER_RUN)
             })
             .await;
-        if let Ok((n, _)) = r {
-            if n > 0 {
-                tracing::warn!(
-                    partitions = n,
-                    "unclean leader election: replicas outside the ISR now lead; records only the lost ISR had are gone"
-                );
-            }
+        if n > 0 {
+            tracing::warn!(
+                partitions = n,
+                "unclean leader election: replicas outside the ISR now lead; records only the lost ISR had are gone"
+            );
         }
     }
 
     async fn rebalance_leaders(&self) {
+        let n = self
+            .commit_elections(|img| {
+                replication::rebalance_preferred_leaders(img, MAX_ELECTIONS_PER_RUN)
+            })
+            .await;
+        if n > 0 {
+            tracing::info!(
+                partitions = n,
+                "moved leadership back to preferred replicas"
+            );
+        }
+    }
+
+    /// Commits the elections `decide` finds in the current image; how many partitions changed
+    /// (0 when none did or the commit failed, which the next periodic run retries).
+    async fn commit_elections(
+        &self,
+        decide: impl FnOnce(&MetadataImage) -> Vec<MetadataRecord>,
+    ) -> usize {
         let r = self
             .commit(|img| {
-                let recs = replication::rebalance_preferred_leaders(img, MAX_ELECTIONS_PER_RUN);
+                let recs = decide(img);
                 let n = recs.len();
                 Ok((recs, n))
             })
             .await;
-        if let Ok((n, _)) = r {
-            if n > 0 {
-                tracing::info!(
-                    partitions = n,
-                    "moved leadership back to preferred replicas"
-                );
-            }
-        }
+        r.map_or(0, |(n, _)| n)
     }
 }
 

@@ -719,7 +719,10 @@ impl RecordAccumulator {
 
     /// Whether any queue holds a batch.
     pub fn has_undrained(&self) -> bool {
-        self.queue_lengths().iter().any(|(_, _, n)| *n > 0)
+        let topics: Vec<Arc<TopicInfo>> = self.topics.lock().values().cloned().collect();
+        topics
+            .iter()
+            .any(|t| t.deques().iter().any(|(_, dq)| !dq.lock().is_empty()))
     }
 
     /// With several requests in flight per partition order is kept by sequence numbers; with

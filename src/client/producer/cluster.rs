@@ -53,10 +53,6 @@ impl ClusterView {
             .collect()
     }
 
-    pub fn knows_topic(&self, topic: &str) -> bool {
-        self.topics.contains_key(topic)
-    }
-
     pub fn leader_for(&self, topic: &str, partition: i32) -> Option<i32> {
         self.find(topic, partition).and_then(|p| p.leader)
     }

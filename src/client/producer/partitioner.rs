@@ -258,9 +258,9 @@ impl StickyPartitionCache {
     pub fn next_partition(&self, topic: &str, cluster: &ClusterView, prev: i32) -> i32 {
         let mut current = self.current.lock();
         let old = current.get(topic).copied();
-        if old.is_some() && old != Some(prev) {
+        if let Some(moved) = old.filter(|o| *o != prev) {
             // Another append already moved on.
-            return old.unwrap_or(prev);
+            return moved;
         }
         let available = cluster.available_partitions_for_topic(topic);
         let next = if available.is_empty() {
