@@ -98,10 +98,14 @@ class EvenkeelCluster:
     def pids(self):
         return [self.procs[n].pid for n in (1, 2, 3)]
 
-    def __init__(self, workdir, binary):
+    def __init__(self, workdir, binary, advertised=None, overrides=()):
         self.binary = binary
         self.dir = os.path.join(workdir, "evenkeel")
         self.procs = {}
+        # node -> "host:port" clients are told to use instead of its listener (a relay in
+        # front of it), and extra broker properties for every node.
+        self.advertised = advertised or {}
+        self.overrides = list(overrides)
 
     def start(self):
         # `dev` writes the properties and formats; then each node runs as its own process
@@ -111,7 +115,8 @@ class EvenkeelCluster:
         os.makedirs(self.dir, exist_ok=True)
         with open(out, "w") as f:
             dev = subprocess.Popen([self.binary, "dev", "--brokers", "3", "--port", "0",
-                                    "--data", data], stdout=f, stderr=subprocess.STDOUT)
+                                    "--no-proxy", "--data", data],
+                                   stdout=f, stderr=subprocess.STDOUT)
         try:
             wait_until("evenkeel dev", 120, lambda: "brokers ready on" in open(out).read())
         finally:
@@ -123,6 +128,14 @@ class EvenkeelCluster:
             text = open(self.props[i]).read()
             port = re.search(r"^advertised.listeners=PLAINTEXT://[^:]+:(\d+)", text, re.M)
             self.addrs.append("127.0.0.1:%s" % port.group(1))
+            extra = list(self.overrides)
+            if i in self.advertised:
+                extra.append("advertised.listeners=PLAINTEXT://%s" % self.advertised[i])
+            if extra:
+                text = re.sub(r"^advertised.listeners=.*\n", "", text, flags=re.M) \
+                    if i in self.advertised else text
+                with open(self.props[i], "w") as f:
+                    f.write(text.rstrip("\n") + "\n" + "\n".join(extra) + "\n")
         for i in (1, 2, 3):
             self.relaunch(i, wait=False)
         for i in (1, 2, 3):
