@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use evenkeel::operator::crd::{KafkaCluster, KafkaTopic, TOPIC_FINALIZER};
 use evenkeel::operator::kafka::{AdminConnector, ClientConnector, TopicAdmin};
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -835,4 +835,121 @@ async fn helm_chart_passes_kubeconform_strict_and_applies() {
     kt.patch("orders", &dry, &Patch::Apply(&examples[1]))
         .await
         .expect("examples/kafkatopic.yaml is accepted");
+}
+
+/// 8. `spec.proxy` becomes the producer proxy's Deployment and Service, owned by the cluster,
+/// whose selector picks no broker; setting its replicas to 0 deletes both, and the operator does
+/// it all under the chart's RBAC.
+#[tokio::test]
+async fn a_proxy_becomes_a_deployment_and_service_and_goes_when_removed() {
+    require_kube!();
+    let admin = kubeenv::admin().await;
+    kubeenv::install_base(&admin).await;
+    let ns = kubeenv::test_namespace(&admin, "proxy").await;
+    let op = Operator::start(&ns, "127.0.0.1:9", false);
+    let clusters: Api<KafkaCluster> = Api::namespaced(admin.clone(), &ns);
+    let mut kc = cluster("main", 1, &[]);
+    kc.spec.proxy = Some(serde_json::from_value(json!({"replicas": 2})).unwrap());
+    let uid = clusters
+        .create(&PostParams::default(), &kc)
+        .await
+        .unwrap()
+        .uid()
+        .unwrap();
+
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    let svc_api: Api<Service> = Api::namespaced(admin.clone(), &ns);
+    let d = wait_for("Deployment main-proxy", 60, || async {
+        deployments.get_opt("main-proxy").await.ok()?
+    })
+    .await;
+    let s = wait_for("Service main-proxy", 30, || async {
+        svc_api.get_opt("main-proxy").await.ok()?
+    })
+    .await;
+    for (what, refs) in [
+        ("Deployment", d.owner_references()),
+        ("Service", s.owner_references()),
+    ] {
+        assert!(
+            refs.iter()
+                .any(|r| r.uid == uid && r.kind == "KafkaCluster" && r.controller == Some(true)),
+            "{what} main-proxy is not owned by KafkaCluster main: {refs:?}"
+        );
+    }
+    let spec = d.spec.as_ref().unwrap();
+    assert_eq!(spec.replicas, Some(2));
+    let container = &spec.template.spec.as_ref().unwrap().containers[0];
+    assert_eq!(container.image.as_deref(), Some("evenkeel-test:1"));
+    let args = container.args.clone().unwrap_or_default();
+    assert_eq!(
+        args[..3],
+        [
+            "proxy",
+            "--bootstrap",
+            &format!("main-kafka-bootstrap.{ns}.svc:9092")
+        ]
+    );
+    let selector = spec.selector.match_labels.clone().unwrap_or_default();
+    assert_eq!(
+        s.spec
+            .as_ref()
+            .unwrap()
+            .selector
+            .clone()
+            .unwrap_or_default(),
+        selector
+    );
+    let sts: Api<StatefulSet> = Api::namespaced(admin.clone(), &ns);
+    let brokers = wait_for("StatefulSet main-kafka", 30, || async {
+        sts.get_opt("main-kafka").await.ok()?
+    })
+    .await;
+    let broker_labels = brokers
+        .spec
+        .unwrap()
+        .template
+        .metadata
+        .unwrap()
+        .labels
+        .unwrap();
+    assert!(
+        !selector
+            .iter()
+            .all(|(k, v)| broker_labels.get(k) == Some(v)),
+        "the proxy's selector picks broker pods: {selector:?}"
+    );
+    // Status written for this generation: not degraded for want of a proxy role.
+    let (degraded, reason, _) = wait_for("a Degraded condition", 60, || async {
+        let kc = clusters.get("main").await.ok()?;
+        let v = serde_json::to_value(&kc).unwrap();
+        (kc.status?.observed_generation == kc.metadata.generation)
+            .then(|| condition(&v, "Degraded"))?
+    })
+    .await;
+    assert_eq!(
+        (degraded.as_str(), reason.as_str()),
+        ("False", "AsExpected")
+    );
+
+    clusters
+        .patch(
+            "main",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"proxy": {"replicas": 0}}})),
+        )
+        .await
+        .unwrap();
+    wait_for("the proxy's objects to be deleted", 60, || async {
+        let left = deployments.get_opt("main-proxy").await.ok()?.is_some() as u8
+            + svc_api.get_opt("main-proxy").await.ok()?.is_some() as u8;
+        (left == 0).then_some(())
+    })
+    .await;
+    assert!(svc_api
+        .get_opt("main-kafka-bootstrap")
+        .await
+        .unwrap()
+        .is_some());
+    op.assert_never_forbidden();
 }

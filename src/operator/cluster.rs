@@ -1,16 +1,17 @@
-//! The KafkaCluster reconciler: applies the brokers' objects with server-side apply, restarts
-//! stale pods one at a time only when min.insync.replicas allows, refuses unsafe scale-downs.
+//! The KafkaCluster reconciler: applies the brokers' objects (and the producer proxy's, when the
+//! spec asks for one) with server-side apply, restarts stale pods one at a time only when
+//! min.insync.replicas allows, refuses unsafe scale-downs.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::crd::{BrokerStatus, KafkaCluster, KafkaClusterStatus, ListenerStatus};
@@ -187,6 +188,7 @@ async fn reconcile_inner<C: AdminConnector>(
     let replicas = decide_replicas(ctx, kc, &brokers, current, controllers, &mut pass).await;
     objects.set_replicas(replicas);
     let applied = objects.apply(ctx, &names).await?;
+    reconcile_proxy(ctx, kc, &names, objects.proxy.as_ref()).await?;
     if current != replicas {
         let note = format!("brokers {current} -> {replicas}");
         ctx.event(kc, EventType::Normal, "Scaled", &note).await;
@@ -336,15 +338,12 @@ fn without_unavailable_roles(kc: &KafkaCluster) -> (KafkaCluster, Vec<&'static s
             "spec.rebalancer.enabled: the rebalancer sidecar is not part of this version yet",
         );
     }
-    if effective
-        .spec
-        .proxy
-        .as_ref()
-        .is_some_and(|p| p.replicas > 0)
-    {
-        unavailable.push("spec.proxy: the producer proxy is not part of this version yet");
-    }
     (effective, unavailable)
+}
+
+/// Whether the spec asks for producer proxies: `spec.proxy` with at least one replica.
+fn wants_proxy(kc: &KafkaCluster) -> bool {
+    kc.spec.proxy.as_ref().is_some_and(|p| p.replicas > 0)
 }
 
 /// The objects a KafkaCluster becomes.
@@ -354,6 +353,30 @@ struct Objects {
     bootstrap: Service,
     pdb: PodDisruptionBudget,
     sts: StatefulSet,
+    /// Only when the spec asks for a proxy.
+    proxy: Option<ProxyObjects>,
+}
+
+/// The producer proxy's objects.
+struct ProxyObjects {
+    deployment: Deployment,
+    service: Service,
+}
+
+impl ProxyObjects {
+    /// `None` when the spec asks for no proxy.
+    fn build(
+        kc: &KafkaCluster,
+        image: &str,
+    ) -> Result<Option<ProxyObjects>, resources::BuildError> {
+        if !wants_proxy(kc) {
+            return Ok(None);
+        }
+        Ok(Some(ProxyObjects {
+            deployment: resources::proxy_deployment(kc, image)?,
+            service: resources::proxy_service(kc)?,
+        }))
+    }
 }
 
 impl Objects {
@@ -370,6 +393,7 @@ impl Objects {
             bootstrap: resources::bootstrap_service(kc)?,
             pdb: resources::pod_disruption_budget(kc)?,
             sts: resources::statefulset(kc, image, controllers)?,
+            proxy: ProxyObjects::build(kc, image)?,
         })
     }
 
@@ -414,6 +438,69 @@ impl Objects {
         Ok(sts_api
             .patch(&names.statefulset(), &pp, &Patch::Apply(&self.sts))
             .await?)
+    }
+}
+
+/// Applies the producer proxy's Deployment and Service when the spec asks for a proxy; removes
+/// them when it does not (`spec.proxy` absent or 0 replicas).
+async fn reconcile_proxy<C: AdminConnector>(
+    ctx: &Context<C>,
+    kc: &KafkaCluster,
+    names: &Names,
+    proxy: Option<&ProxyObjects>,
+) -> Result<(), Error> {
+    let ns = &names.namespace;
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
+    let name = names.proxy();
+    if let Some(p) = proxy {
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        deployments
+            .patch(&name, &pp, &Patch::Apply(&p.deployment))
+            .await?;
+        services
+            .patch(&name, &pp, &Patch::Apply(&p.service))
+            .await?;
+        return Ok(());
+    }
+    let owner = kc.uid().ok_or(Error::Missing("uid"))?;
+    let deployment_removed = delete_if_controlled(&deployments, &name, &owner).await?;
+    let service_removed = delete_if_controlled(&services, &name, &owner).await?;
+    if deployment_removed || service_removed {
+        let note = format!("removed the producer proxy {name}: spec.proxy asks for none");
+        ctx.event(kc, EventType::Normal, "ProxyRemoved", &note)
+            .await;
+    }
+    Ok(())
+}
+
+/// Deletes object `name` if the KafkaCluster with UID `owner` controls it (an object of that name
+/// that someone else made is left alone); one already gone is fine. Returns whether it deleted.
+async fn delete_if_controlled<K>(api: &Api<K>, name: &str, owner: &str) -> Result<bool, Error>
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let Some(obj) = api.get_opt(name).await? else {
+        return Ok(false);
+    };
+    let controlled = obj
+        .owner_references()
+        .iter()
+        .any(|r| r.uid == owner && r.controller == Some(true));
+    if !controlled {
+        return Ok(false);
+    }
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: obj.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &dp).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 

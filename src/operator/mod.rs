@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::Api;
@@ -257,16 +257,26 @@ async fn run_controllers(
         ),
         None => (Api::all(client.clone()), Api::all(client.clone())),
     };
+    // The producer proxies (`spec.proxy`).
+    let deployments: Api<Deployment> = match &namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
     let owned =
         || watcher::Config::default().labels("app.kubernetes.io/managed-by=evenkeel-operator");
+    let broker_pods = watcher::Config::default().labels(
+        "app.kubernetes.io/managed-by=evenkeel-operator,app.kubernetes.io/component=broker",
+    );
     let cluster_controller = Controller::new(clusters, watcher::Config::default())
         .owns(statefulsets, owned())
         .owns(config_maps, owned())
         .owns(services, owned())
         .owns(pdbs, owned())
+        .owns(deployments, owned())
         // Broker pods belong to the StatefulSet, not to the KafkaCluster: map them by label so a
-        // pod turning ready moves the rolling restart on at once.
-        .watches(pods, owned(), |pod: Pod| {
+        // pod turning ready moves the rolling restart on at once. Proxy pods are the
+        // Deployment's business (its changes come through `owns`).
+        .watches(pods, broker_pods, |pod: Pod| {
             let cluster = pod.labels().get(crd::CLUSTER_LABEL)?.clone();
             Some(ObjectRef::<KafkaCluster>::new(&cluster).within(&pod.namespace()?))
         })

@@ -1,9 +1,10 @@
 //! Object builders for a KafkaCluster: the ConfigMap with server.properties, the headless and
-//! bootstrap Services, the PodDisruptionBudget and the brokers' StatefulSet. Pure functions.
+//! bootstrap Services, the PodDisruptionBudget, the brokers' StatefulSet, and the producer
+//! proxy's Deployment and Service. Pure functions.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::{Resource, ResourceExt};
@@ -18,6 +19,8 @@ pub const METRICS_PORT: i32 = 9404;
 pub const CONTROLLER_PORT: i32 = 9093;
 /// Port of the rebalancer sidecar's health and metrics.
 pub const SIDECAR_PORT: i32 = 8081;
+/// Port of the producer proxy's HTTP API, `/healthz`, `/readyz` and `/metrics`.
+pub const PROXY_PORT: i32 = 8080;
 /// StatefulSet annotation that records how many pods (the first ones) are controllers: the
 /// voters of the metadata quorum, fixed when the cluster is created.
 pub const CONTROLLERS_ANNOTATION: &str = "kafka.evenkeel.dev/controllers";
@@ -78,6 +81,10 @@ impl Names {
     pub fn pdb(&self) -> String {
         format!("{}-kafka", self.cluster)
     }
+    /// The producer proxy's Deployment and Service.
+    pub fn proxy(&self) -> String {
+        format!("{}-proxy", self.cluster)
+    }
     pub fn pod(&self, ordinal: i32) -> String {
         format!("{}-{ordinal}", self.statefulset())
     }
@@ -96,9 +103,28 @@ impl Names {
     }
 }
 
-/// Labels on every object of the cluster; the selector is all of them but `managed-by`.
+/// Labels on the brokers' objects; the selector is all of them but `managed-by`.
 pub fn labels(cluster: &str) -> BTreeMap<String, String> {
-    let mut l = selector(cluster);
+    component_labels(cluster, "broker")
+}
+
+/// Selects the cluster's broker pods (component `broker`), never its proxy pods.
+pub fn selector(cluster: &str) -> BTreeMap<String, String> {
+    component_selector(cluster, "broker")
+}
+
+/// Labels on the producer proxy's objects and pods: the cluster's, with component `proxy`.
+pub fn proxy_labels(cluster: &str) -> BTreeMap<String, String> {
+    component_labels(cluster, "proxy")
+}
+
+/// Selects the cluster's proxy pods (component `proxy`), never its brokers.
+pub fn proxy_selector(cluster: &str) -> BTreeMap<String, String> {
+    component_selector(cluster, "proxy")
+}
+
+fn component_labels(cluster: &str, component: &str) -> BTreeMap<String, String> {
+    let mut l = component_selector(cluster, component);
     l.insert(
         "app.kubernetes.io/managed-by".into(),
         "evenkeel-operator".into(),
@@ -106,11 +132,11 @@ pub fn labels(cluster: &str) -> BTreeMap<String, String> {
     l
 }
 
-pub fn selector(cluster: &str) -> BTreeMap<String, String> {
+fn component_selector(cluster: &str, component: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         ("app.kubernetes.io/name".into(), "evenkeel".into()),
         ("app.kubernetes.io/instance".into(), cluster.into()),
-        ("app.kubernetes.io/component".into(), "broker".into()),
+        ("app.kubernetes.io/component".into(), component.into()),
         (CLUSTER_LABEL.into(), cluster.into()),
     ])
 }
@@ -289,10 +315,19 @@ fn owner_refs(kc: &KafkaCluster) -> Result<Value, BuildError> {
 
 fn metadata(kc: &KafkaCluster, name: String) -> Result<Value, BuildError> {
     let names = Names::of(kc)?;
+    metadata_labelled(kc, name, labels(&names.cluster))
+}
+
+fn metadata_labelled(
+    kc: &KafkaCluster,
+    name: String,
+    labels: BTreeMap<String, String>,
+) -> Result<Value, BuildError> {
+    let names = Names::of(kc)?;
     Ok(json!({
         "name": name,
         "namespace": names.namespace,
-        "labels": labels(&names.cluster),
+        "labels": labels,
         "ownerReferences": owner_refs(kc)?,
     }))
 }
@@ -389,6 +424,24 @@ fn resources(r: &Option<super::crd::Resources>) -> Value {
     }
 }
 
+/// Every container: no privilege escalation, a read-only root filesystem, no capabilities.
+fn container_security() -> Value {
+    json!({
+        "allowPrivilegeEscalation": false,
+        "readOnlyRootFilesystem": true,
+        "capabilities": {"drop": ["ALL"]},
+    })
+}
+
+/// Every pod: a non-root UID and the runtime's default seccomp profile.
+fn pod_security() -> Value {
+    json!({
+        "runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    })
+}
+
 /// The brokers' StatefulSet. `updateStrategy: OnDelete`: the operator restarts pods itself, one
 /// at a time and only when it is safe, so a config change only changes the template's hash.
 pub fn statefulset(
@@ -453,11 +506,7 @@ pub fn statefulset(
         .collect();
     ports.push(json!({"name": "controller", "containerPort": CONTROLLER_PORT, "protocol": "TCP"}));
     ports.push(json!({"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}));
-    let security = json!({
-        "allowPrivilegeEscalation": false,
-        "readOnlyRootFilesystem": true,
-        "capabilities": {"drop": ["ALL"]},
-    });
+    let security = container_security();
     let volume_mounts = json!([
         {"name": "data", "mountPath": "/var/lib/evenkeel"},
         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": true},
@@ -513,11 +562,7 @@ pub fn statefulset(
         pvc_spec["storageClassName"] = json!(class);
     }
     let mut pod_spec = json!({
-        "securityContext": {
-            "runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532,
-            "fsGroupChangePolicy": "OnRootMismatch",
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security(),
         "terminationGracePeriodSeconds": 60,
         "initContainers": [{
             "name": "format",
@@ -578,6 +623,82 @@ fn statefulset_metadata(
     let mut m = metadata(kc, names.statefulset())?;
     m["annotations"] = json!({ CONTROLLERS_ANNOTATION: controllers.to_string() });
     Ok(m)
+}
+
+/// The producer proxy's Deployment (`spec.proxy`): `evenkeel proxy` writing to the bootstrap
+/// Service on the first listener, with the brokers' image. Its pods carry component `proxy`, so
+/// the brokers' selectors (Services, PDB, StatefulSet) never pick them.
+pub fn proxy_deployment(kc: &KafkaCluster, image: &str) -> Result<Deployment, BuildError> {
+    let names = Names::of(kc)?;
+    let proxy = kc
+        .spec
+        .proxy
+        .as_ref()
+        .ok_or(BuildError::Missing("spec.proxy"))?;
+    let port = kc
+        .spec
+        .listeners
+        .first()
+        .ok_or_else(|| BuildError::Invalid("spec.listeners is empty".into()))?
+        .port;
+    let container = json!({
+        "name": "proxy",
+        "image": image,
+        "args": [
+            "proxy",
+            "--bootstrap", names.bootstrap_address(port),
+            "--listen", format!("0.0.0.0:{PROXY_PORT}"),
+        ],
+        "env": [{"name": "EVENKEEL_LOG", "value": "info"}],
+        "ports": [{"name": "http", "containerPort": PROXY_PORT, "protocol": "TCP"}],
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": PROXY_PORT},
+            "periodSeconds": 5, "failureThreshold": 3,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": PROXY_PORT},
+            "initialDelaySeconds": 5, "periodSeconds": 10, "failureThreshold": 6,
+        },
+        "resources": resources(&proxy.resources),
+        "securityContext": container_security(),
+    });
+    typed(
+        "Deployment",
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": metadata_labelled(kc, names.proxy(), proxy_labels(&names.cluster))?,
+            "spec": {
+                "replicas": proxy.replicas,
+                "selector": {"matchLabels": proxy_selector(&names.cluster)},
+                "template": {
+                    "metadata": {"labels": proxy_labels(&names.cluster)},
+                    "spec": {
+                        "securityContext": pod_security(),
+                        "containers": [container],
+                    },
+                },
+            },
+        }),
+    )
+}
+
+/// The producer proxy's Service: HTTP on 8080 to the proxy pods' `http` port.
+pub fn proxy_service(kc: &KafkaCluster) -> Result<Service, BuildError> {
+    let names = Names::of(kc)?;
+    typed(
+        "Service",
+        json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": metadata_labelled(kc, names.proxy(), proxy_labels(&names.cluster))?,
+            "spec": {
+                "type": "ClusterIP",
+                "selector": proxy_selector(&names.cluster),
+                "ports": [{"name": "http", "port": PROXY_PORT, "targetPort": "http", "protocol": "TCP"}],
+            },
+        }),
+    )
 }
 
 /// The image brokers run: `spec.image`, else the operator's default.

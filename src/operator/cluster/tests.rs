@@ -401,6 +401,115 @@ async fn a_role_this_version_lacks_is_left_out_and_reported() {
         .contains("rebalancer"));
 }
 
+const PROXY_DEPLOYMENT: &str = "/apis/apps/v1/namespaces/ns/deployments/main-proxy";
+const PROXY_SERVICE: &str = "/api/v1/namespaces/ns/services/main-proxy";
+const UID: &str = "0f2a6b3c-1d4e-4f50-8a6b-7c8d9e0f1a2b";
+
+fn with_proxy(replicas: i32) -> Arc<KafkaCluster> {
+    let mut kc = (*cluster(3)).clone();
+    kc.spec.proxy =
+        Some(serde_json::from_value(json!({"replicas": replicas})).expect("proxy parses"));
+    Arc::new(kc)
+}
+
+/// An object of `kind` at `path` named `main-proxy`, controlled by the object with `owner_uid`.
+fn proxy_object(api_version: &str, kind: &str, owner_uid: &str) -> Value {
+    json!({
+        "apiVersion": api_version, "kind": kind,
+        "metadata": {"name": "main-proxy", "namespace": "ns", "uid": format!("{kind}-uid"),
+                     "ownerReferences": [{"apiVersion": "kafka.evenkeel.dev/v1alpha1",
+                                          "kind": "KafkaCluster", "name": "main",
+                                          "uid": owner_uid, "controller": true}]},
+    })
+}
+
+#[tokio::test]
+async fn a_proxy_is_applied_beside_the_brokers_and_is_no_longer_role_unavailable() {
+    let ready: Vec<Value> = (0..3).map(|i| pod_json(i, "rev2", true)).collect();
+    let s = server(3, ready);
+    let k = kafka_with(vec![partition("t", 0, &[0, 1, 2], &[0, 1, 2], 2)]);
+    reconcile(with_proxy(2), context(&s, &k))
+        .await
+        .expect("reconciles");
+    let deployment = s.calls_to(Method::PATCH, "deployments/main-proxy");
+    assert_eq!(deployment.len(), 1, "the Deployment is applied once");
+    assert!(deployment[0].uri.contains("fieldManager=evenkeel-operator"));
+    assert!(deployment[0].uri.contains("force=true"));
+    let d = &deployment[0].body;
+    assert_eq!(d["spec"]["replicas"], 2);
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["image"], "evenkeel:test",
+        "the brokers' image"
+    );
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["args"][2],
+        "main-kafka-bootstrap.ns.svc:9092"
+    );
+    let service = s.calls_to(Method::PATCH, "services/main-proxy");
+    assert_eq!(service.len(), 1, "the Service is applied once");
+    assert_eq!(service[0].body["spec"]["ports"][0]["port"], 8080);
+    // The brokers are applied as always, and nothing is deleted.
+    assert_eq!(applied_sts_replicas(&s), 3);
+    assert!(s.calls_to(Method::DELETE, "").is_empty());
+    let st = status(&s);
+    assert_eq!(
+        condition(&st, "Degraded")["status"],
+        "False",
+        "a proxy is no longer RoleUnavailable: {st}"
+    );
+    assert_eq!(condition(&st, "Ready")["status"], "True");
+}
+
+#[tokio::test]
+async fn removing_the_proxy_deletes_its_objects() {
+    for kc in [cluster(3), with_proxy(0)] {
+        let ready: Vec<Value> = (0..3).map(|i| pod_json(i, "rev2", true)).collect();
+        let s = server(3, ready);
+        s.put(PROXY_DEPLOYMENT, proxy_object("apps/v1", "Deployment", UID));
+        s.put(PROXY_SERVICE, proxy_object("v1", "Service", UID));
+        let k = kafka_with(vec![]);
+        reconcile(kc, context(&s, &k)).await.expect("reconciles");
+        let deleted: Vec<String> = s
+            .calls_to(Method::DELETE, "")
+            .iter()
+            .map(|c| c.path().to_string())
+            .collect();
+        assert_eq!(deleted, [PROXY_DEPLOYMENT, PROXY_SERVICE]);
+        let deletes = s.calls_to(Method::DELETE, "");
+        assert_eq!(
+            deletes[0].body["preconditions"]["uid"], "Deployment-uid",
+            "only the object that was checked"
+        );
+        assert!(s.calls_to(Method::PATCH, "main-proxy").is_empty());
+        assert!(s.event_reasons().contains(&"ProxyRemoved".to_string()));
+        assert_eq!(condition(&status(&s), "Degraded")["status"], "False");
+    }
+}
+
+#[tokio::test]
+async fn without_a_proxy_nothing_of_that_name_is_deleted_unless_the_cluster_owns_it() {
+    // Nothing there: nothing deleted, no event.
+    let s = server(3, vec![]);
+    let k = kafka_with(vec![]);
+    reconcile(cluster(3), context(&s, &k))
+        .await
+        .expect("reconciles");
+    assert!(s.calls_to(Method::DELETE, "").is_empty());
+    assert!(!s.event_reasons().contains(&"ProxyRemoved".to_string()));
+    // Objects someone else made under that name are left alone.
+    let s = server(3, vec![]);
+    let stranger = "11111111-2222-4333-8444-555555555555";
+    s.put(
+        PROXY_DEPLOYMENT,
+        proxy_object("apps/v1", "Deployment", stranger),
+    );
+    s.put(PROXY_SERVICE, proxy_object("v1", "Service", stranger));
+    reconcile(cluster(3), context(&s, &k))
+        .await
+        .expect("reconciles");
+    assert!(s.calls_to(Method::DELETE, "").is_empty());
+}
+
 fn with_rebalance_on_scale(replicas: i32) -> Arc<KafkaCluster> {
     let mut kc = (*cluster(replicas)).clone();
     kc.spec.rebalance_on_scale = true;

@@ -327,6 +327,144 @@ fn rack_awareness_and_the_rebalancer_sidecar() {
 }
 
 #[test]
+fn a_proxy_runs_as_a_deployment_and_service_beside_the_brokers() {
+    let kc = cluster(
+        "replicas: 3\nlisteners:\n- {name: plain, port: 9095}\n\
+         proxy: {replicas: 2, resources: {requests: {cpu: 250m}, limits: {memory: 256Mi}}}\n",
+    );
+    let d = yaml(&proxy_deployment(&kc, "ghcr.io/evenkeel/evenkeel:0.1.0").unwrap());
+    assert_eq!(s(at(&d, "kind")), "Deployment");
+    assert_eq!(s(at(&d, "metadata.name")), "main-proxy");
+    assert_eq!(s(at(&d, "metadata.namespace")), "streams");
+    assert_eq!(s(at(&d, "metadata.ownerReferences.0.kind")), "KafkaCluster");
+    assert_eq!(
+        at(&d, "metadata.ownerReferences.0.controller").as_bool(),
+        Some(true)
+    );
+    assert_eq!(
+        s(&at(&d, "metadata.labels")["app.kubernetes.io/managed-by"]),
+        "evenkeel-operator"
+    );
+    assert_eq!(at(&d, "spec.replicas").as_i64(), Some(2));
+    let proxy = at(&d, "spec.template.spec.containers.0");
+    assert_eq!(s(&proxy["name"]), "proxy");
+    assert_eq!(s(&proxy["image"]), "ghcr.io/evenkeel/evenkeel:0.1.0");
+    let args: Vec<&str> = proxy["args"].as_sequence().unwrap().iter().map(s).collect();
+    assert_eq!(
+        args,
+        [
+            "proxy",
+            "--bootstrap",
+            "main-kafka-bootstrap.streams.svc:9095",
+            "--listen",
+            "0.0.0.0:8080",
+        ]
+    );
+    assert_eq!(s(at(proxy, "ports.0.name")), "http");
+    assert_eq!(at(proxy, "ports.0.containerPort").as_i64(), Some(8080));
+    assert_eq!(s(at(proxy, "readinessProbe.httpGet.path")), "/readyz");
+    assert_eq!(
+        at(proxy, "readinessProbe.httpGet.port").as_i64(),
+        Some(8080)
+    );
+    assert_eq!(s(at(proxy, "livenessProbe.httpGet.path")), "/healthz");
+    assert_eq!(s(at(proxy, "resources.requests.cpu")), "250m");
+    assert_eq!(s(at(proxy, "resources.limits.memory")), "256Mi");
+    assert_eq!(
+        at(proxy, "securityContext.readOnlyRootFilesystem").as_bool(),
+        Some(true)
+    );
+    assert_eq!(
+        at(&d, "spec.template.spec.securityContext.runAsNonRoot").as_bool(),
+        Some(true)
+    );
+    assert_eq!(
+        at(&d, "spec.template.spec.containers")
+            .as_sequence()
+            .unwrap()
+            .len(),
+        1
+    );
+
+    let svc = yaml(&proxy_service(&kc).unwrap());
+    assert_eq!(s(at(&svc, "metadata.name")), "main-proxy");
+    assert_eq!(s(at(&svc, "metadata.ownerReferences.0.name")), "main");
+    assert_eq!(s(at(&svc, "spec.type")), "ClusterIP");
+    assert_eq!(s(at(&svc, "spec.ports.0.name")), "http");
+    assert_eq!(at(&svc, "spec.ports.0.port").as_i64(), Some(8080));
+    assert_eq!(s(at(&svc, "spec.ports.0.targetPort")), "http");
+    // The Service reaches exactly the Deployment's pods.
+    assert_eq!(
+        at(&svc, "spec.selector"),
+        at(&d, "spec.selector.matchLabels")
+    );
+    let template_labels = at(&d, "spec.template.metadata.labels")
+        .as_mapping()
+        .unwrap();
+    for (k, v) in at(&d, "spec.selector.matchLabels").as_mapping().unwrap() {
+        assert_eq!(template_labels.get(k), Some(v), "template lacks {k:?}");
+    }
+}
+
+#[test]
+fn proxy_pods_are_not_selected_by_the_broker_pdb() {
+    let kc = cluster("replicas: 3\nproxy: {replicas: 1}\n");
+    let d = yaml(&proxy_deployment(&kc, "img").unwrap());
+    let pod_labels = at(&d, "spec.template.metadata.labels")
+        .as_mapping()
+        .unwrap();
+    assert_eq!(
+        s(&at(&d, "spec.template.metadata.labels")["app.kubernetes.io/component"]),
+        "proxy"
+    );
+    let selects = |selector: &serde_yaml::Value| {
+        selector
+            .as_mapping()
+            .unwrap()
+            .iter()
+            .all(|(k, v)| pod_labels.get(k) == Some(v))
+    };
+    let pdb = yaml(&pod_disruption_budget(&kc).unwrap());
+    assert!(!selects(at(&pdb, "spec.selector.matchLabels")), "the PDB");
+    let sts = yaml(&statefulset(&kc, "img", 3).unwrap());
+    assert!(
+        !selects(at(&sts, "spec.selector.matchLabels")),
+        "the StatefulSet"
+    );
+    for svc in [
+        headless_service(&kc).unwrap(),
+        bootstrap_service(&kc).unwrap(),
+    ] {
+        let svc = yaml(&svc);
+        assert!(
+            !selects(at(&svc, "spec.selector")),
+            "{:?}",
+            svc["metadata"]["name"]
+        );
+    }
+    // ...and the proxy's own selector picks no broker pod.
+    let broker_labels = at(&sts, "spec.template.metadata.labels")
+        .as_mapping()
+        .unwrap();
+    let proxy_selector = at(&d, "spec.selector.matchLabels").as_mapping().unwrap();
+    assert!(!proxy_selector
+        .iter()
+        .all(|(k, v)| broker_labels.get(k) == Some(v)));
+}
+
+#[test]
+fn a_proxy_without_a_listener_or_a_spec_is_refused() {
+    let err = proxy_deployment(&cluster("replicas: 3"), "img").unwrap_err();
+    assert_eq!(err.to_string(), "KafkaCluster has no spec.proxy");
+    let err = proxy_deployment(
+        &cluster("replicas: 3\nlisteners: []\nproxy: {replicas: 1}\n"),
+        "img",
+    )
+    .unwrap_err();
+    assert_eq!(err.to_string(), "spec.listeners is empty");
+}
+
+#[test]
 fn cluster_id_is_the_uid_in_kafka_form() {
     let kc = cluster("replicas: 1");
     let id = cluster_id(&kc).unwrap();
