@@ -49,7 +49,8 @@ type Connections = Arc<Mutex<HashMap<i32, NodeConn>>>;
 
 pub(super) async fn run(shared: Arc<Shared>) {
     let conns: Connections = Arc::default();
-    let refresher = tokio::spawn(refresh_metadata(shared.clone()));
+    // Stops the refresher however this task ends, an abort (the producer dropped) included.
+    let _refresher = AbortOnDrop(tokio::spawn(refresh_metadata(shared.clone())));
     loop {
         if shared.config.enable_idempotence && shared.idempotence.producer_id().is_none() {
             if let Err(e) = init_producer_id(&shared).await {
@@ -70,8 +71,15 @@ pub(super) async fn run(shared: Arc<Shared>) {
             let _ = tokio::time::timeout(delay, shared.wake.notified()).await;
         }
     }
-    refresher.abort();
     shared.stopped.notify_waiters();
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// After `close`, the sender stops once no batch is left.
