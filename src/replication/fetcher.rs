@@ -164,14 +164,18 @@ async fn fetch_unless_added(
     }
 }
 
-/// When the first partition waiting out a quick retry (`delay_behind`) is due.
+/// When the first partition still waiting out a quick retry (`delay_behind`) is due. One whose
+/// retry is already due is left out: it is in the fetch being made (or held back by the
+/// throttle), and counting it would abandon every fetch at once.
 fn earliest_behind_retry(shared: &FetcherShared) -> Option<Instant> {
+    let now = Instant::now();
     shared
         .partitions
         .lock()
         .values()
         .filter(|a| a.behind_retries > 0)
         .filter_map(|a| a.delayed_until)
+        .filter(|t| *t > now)
         .min()
 }
 
