@@ -6,16 +6,14 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use common::cluster::{admin, create_assigned, Cluster};
-use common::{create_topic, BrokerProcess};
+use common::{create_topic, read_all, BrokerProcess};
 use evenkeel::client::producer::{
     ProduceError, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
 };
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::Message;
 
 fn config(bootstrap: &str, extra: &[(&str, &str)]) -> ProducerConfig {
     let mut props: BTreeMap<String, String> = extra
@@ -52,40 +50,25 @@ async fn send_all(
     out
 }
 
-/// Every record of `topic` as (partition, offset, key, value), read with librdkafka from the
-/// start until `expect` are in or 30 s pass.
+/// Every record of `topic` as (partition, offset, key, value) in text, until `expect` are in or
+/// 30 s pass.
 fn consume_all(
     bootstrap: &str,
     topic: &str,
     partitions: i32,
     expect: usize,
 ) -> Vec<(i32, i64, Option<String>, String)> {
-    let c: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "producer-test-reader")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning)
-            .unwrap();
-    }
-    c.assign(&tpl).unwrap();
-    let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while out.len() < expect && Instant::now() < deadline {
-        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
-            let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8_lossy(b).into_owned());
-            out.push((
-                m.partition(),
-                m.offset(),
-                text(m.key()),
-                text(m.payload()).unwrap_or_default(),
-            ));
-        }
-    }
-    out
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    read_all(
+        bootstrap,
+        topic,
+        partitions,
+        expect,
+        Duration::from_secs(30),
+    )
+    .into_iter()
+    .map(|(p, o, k, v)| (p, o, k.as_deref().map(text), text(&v)))
+    .collect()
 }
 
 #[tokio::test]

@@ -9,65 +9,27 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use common::http::{self, ProxyProcess};
-use common::{create_topic, BrokerProcess};
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::Message;
+use common::{create_topic, read_all, BrokerProcess, ReadRecord};
 use serde_json::{json, Value};
 
 const JSON_V2: &str = "application/vnd.kafka.json.v2+json";
 const BINARY_V2: &str = "application/vnd.kafka.binary.v2+json";
 
-/// A record read back: (partition, offset, key, value).
-type Read = (i32, i64, Option<Vec<u8>>, Vec<u8>);
-
 /// Every record of `topic`, until `expect` or 20 s.
-fn consume(bootstrap: &str, topic: &str, partitions: i32, expect: usize) -> Vec<Read> {
-    let c: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "proxy-test-reader")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning)
-            .unwrap();
-    }
-    c.assign(&tpl).unwrap();
-    let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while out.len() < expect && Instant::now() < deadline {
-        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
-            out.push((
-                m.partition(),
-                m.offset(),
-                m.key().map(<[u8]>::to_vec),
-                m.payload().unwrap_or_default().to_vec(),
-            ));
-        }
-    }
-    out
+fn consume(bootstrap: &str, topic: &str, partitions: i32, expect: usize) -> Vec<ReadRecord> {
+    read_all(
+        bootstrap,
+        topic,
+        partitions,
+        expect,
+        Duration::from_secs(20),
+    )
 }
 
 /// Nothing at all in `topic` after a second of looking.
 fn assert_empty(bootstrap: &str, topic: &str, partitions: i32) {
-    let c: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "proxy-test-empty")
-        .create()
-        .unwrap();
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning)
-            .unwrap();
-    }
-    c.assign(&tpl).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(1);
-    while Instant::now() < deadline {
-        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
-            panic!("{topic} holds a record at {}:{}", m.partition(), m.offset());
-        }
-    }
+    let seen = read_all(bootstrap, topic, partitions, 1, Duration::from_secs(1));
+    assert!(seen.is_empty(), "{topic} holds records: {:?}", &seen[..1]);
 }
 
 fn b64(s: &str) -> String {

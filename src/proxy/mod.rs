@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -41,10 +41,8 @@ pub const PROXY_PRODUCER_DEFAULTS: &[(&str, &str)] = &[
 #[derive(Clone, Debug)]
 pub struct ProxyConfig {
     pub listen: SocketAddr,
+    /// Its `buffer.memory` is also the largest request body taken (see `v2::read_body`).
     pub producer: ProducerConfig,
-    /// The largest request body taken: `buffer.memory`, which no request could exceed and still
-    /// be held.
-    pub max_body_bytes: usize,
 }
 
 impl ProxyConfig {
@@ -61,11 +59,7 @@ impl ProxyConfig {
         props.extend(producer_props.iter().cloned());
         props.insert("bootstrap.servers".into(), bootstrap.into());
         let producer = ProducerConfig::from_properties(&props)?;
-        Ok(ProxyConfig {
-            listen,
-            max_body_bytes: producer.accumulator.buffer_memory as usize,
-            producer,
-        })
+        Ok(ProxyConfig { listen, producer })
     }
 }
 
@@ -112,7 +106,7 @@ pub async fn start(config: ProxyConfig) -> Result<ProxyHandle, ProxyError> {
         metrics: metrics::ProxyMetrics::new(),
         cluster_id: cluster_id.clone(),
     });
-    let app = router(state, config.max_body_bytes);
+    let app = router(state);
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| ProxyError::Listen(config.listen, e))?;
@@ -139,7 +133,7 @@ pub enum ProxyError {
     Listen(SocketAddr, std::io::Error),
 }
 
-fn router(state: Shared, max_body: usize) -> Router {
+fn router(state: Shared) -> Router {
     Router::new()
         .route("/topics", get(v2::list_topics))
         .route("/topics/{topic}", get(v2::get_topic).post(v2::produce))
@@ -156,7 +150,6 @@ fn router(state: Shared, max_body: usize) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics::render))
         .layer(axum::middleware::from_fn_with_state(state.clone(), observe))
-        .layer(DefaultBodyLimit::max(max_body))
         .with_state(state)
 }
 

@@ -172,6 +172,47 @@ pub async fn create_topic(bootstrap: &str, name: &str, partitions: i32, configs:
     assert!(r[0].is_ok(), "{r:?}");
 }
 
+/// A record read back: (partition, offset, key, value).
+pub type ReadRecord = (i32, i64, Option<Vec<u8>>, Vec<u8>);
+
+/// Every record of `topic`'s partitions `0..partitions`, read with librdkafka from the start
+/// until `expect` are in or `within` passes.
+pub fn read_all(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    expect: usize,
+    within: Duration,
+) -> Vec<ReadRecord> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::Message;
+    let c: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "test-reader")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning)
+            .unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + within;
+    while out.len() < expect && std::time::Instant::now() < deadline {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+            out.push((
+                m.partition(),
+                m.offset(),
+                m.key().map(<[u8]>::to_vec),
+                m.payload().unwrap_or_default().to_vec(),
+            ));
+        }
+    }
+    out
+}
+
 /// A FutureProducer with Java's partitioner (murmur2) and the given extra properties.
 pub fn producer(bootstrap: &str, extra: &[(&str, &str)]) -> rdkafka::producer::FutureProducer {
     let mut c = rdkafka::ClientConfig::new();
