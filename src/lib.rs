@@ -13,6 +13,7 @@ pub mod operator;
 pub mod perf;
 pub mod protocol;
 pub mod proxy;
+pub mod rebalancer;
 pub mod replication;
 pub mod storage;
 pub mod tools;

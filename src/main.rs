@@ -116,6 +116,10 @@ enum Command {
     },
     /// Run the Kubernetes operator for KafkaCluster and KafkaTopic resources.
     Operator(evenkeel::operator::OperatorArgs),
+    /// Watch the brokers' leader counts and overload metrics and even out partition
+    /// leadership with the fewest changes (a sidecar beside each broker; the one beside the
+    /// active controller acts).
+    Rebalancer(evenkeel::rebalancer::cli::RebalancerArgs),
 }
 
 fn parse_props(items: &[String]) -> anyhow::Result<Vec<(String, String)>> {
@@ -645,6 +649,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => cmd_format(config, cluster_id, ignore_formatted, standalone, overrides),
         Command::Crdgen { out, check } => cmd_crdgen(out, check),
         Command::Operator(args) => evenkeel::operator::run(args),
+        Command::Rebalancer(args) => evenkeel::rebalancer::cli::run(args),
         Command::DumpLog {
             files,
             print_data_log,

@@ -377,6 +377,11 @@ pub fn fetch(broker: &Arc<Broker>, version: i16, req: FetchRequest) -> Outcome<F
         Err(code) => return Outcome::Now(error_response(code, fetch_session::INVALID_SESSION_ID)),
     };
     let first = read_pass(broker, &targets, max_bytes, &who);
+    if !follower {
+        for (p, _) in &first.seen {
+            p.note_consumer_fetch();
+        }
+    }
     if first.bytes >= min_bytes || first.errors || req.max_wait_ms <= 0 || targets.is_empty() {
         return Outcome::Now(respond(broker, ctx, targets, first));
     }

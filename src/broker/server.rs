@@ -233,10 +233,14 @@ fn refresh_hook(
         let (mut leaders, mut under_replicated, mut under_min, mut at_min, mut max_lag) =
             (0, 0, 0, 0, 0);
         m.log_size.reset();
+        m.partition_consumer_fetches.reset();
         for p in parts {
             let st = p.state();
             if st.role == crate::broker::partition::Role::Leader {
                 leaders += 1;
+                m.partition_consumer_fetches
+                    .with_label_values(&[p.tp.topic.as_str(), &p.tp.partition.to_string()])
+                    .inc_by(p.consumer_fetches());
                 if st.isr.len() < st.replicas.len() {
                     under_replicated += 1;
                 }

@@ -98,6 +98,7 @@ pub struct BrokerMetrics {
     pub metadata_last_applied_timestamp: IntGauge,
     pub metadata_apply_errors: IntCounter,
     pub log_size: GaugeVec,
+    pub partition_consumer_fetches: IntCounterVec,
     /// Kafka's FetchSessionCache metrics (KIP-227 sessions).
     pub fetch_sessions: IntGauge,
     pub fetch_session_partitions: IntGauge,
@@ -107,7 +108,8 @@ pub struct BrokerMetrics {
     ready: AtomicBool,
 }
 
-fn histogram(registry: &Registry, name: &str, help: &str) -> HistogramVec {
+/// Creates and registers one metric (names are fixed, so registering cannot fail).
+pub fn histogram(registry: &Registry, name: &str, help: &str) -> HistogramVec {
     let h = HistogramVec::new(
         HistogramOpts::new(name, help).buckets(TIME_BUCKETS_MS.to_vec()),
         &["request"],
@@ -119,7 +121,8 @@ fn histogram(registry: &Registry, name: &str, help: &str) -> HistogramVec {
     h
 }
 
-fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+/// Creates and registers one metric (names are fixed, so registering cannot fail).
+pub fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid counter");
     registry
         .register(Box::new(c.clone()))
@@ -127,7 +130,8 @@ fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntC
     c
 }
 
-fn int_counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
+/// Creates and registers one metric (names are fixed, so registering cannot fail).
+pub fn int_counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
     let c = IntCounter::new(name, help).expect("valid counter");
     registry
         .register(Box::new(c.clone()))
@@ -135,7 +139,8 @@ fn int_counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
     c
 }
 
-fn gauge(registry: &Registry, name: &str, help: &str) -> Gauge {
+/// Creates and registers one metric (names are fixed, so registering cannot fail).
+pub fn gauge(registry: &Registry, name: &str, help: &str) -> Gauge {
     let g = Gauge::new(name, help).expect("valid gauge");
     registry
         .register(Box::new(g.clone()))
@@ -143,7 +148,8 @@ fn gauge(registry: &Registry, name: &str, help: &str) -> Gauge {
     g
 }
 
-fn int_gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
+/// Creates and registers one metric (names are fixed, so registering cannot fail).
+pub fn int_gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
     let g = IntGauge::new(name, help).expect("valid gauge");
     registry
         .register(Box::new(g.clone()))
@@ -151,7 +157,8 @@ fn int_gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
     g
 }
 
-fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+/// Creates and registers one metric (names are fixed, so registering cannot fail).
+pub fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
     let g = GaugeVec::new(Opts::new(name, help), labels).expect("valid gauge");
     registry
         .register(Box::new(g.clone()))
@@ -300,6 +307,13 @@ impl BrokerMetrics {
                 "Bytes in a partition's log",
                 &["topic", "partition"],
             ),
+            partition_consumer_fetches: counter(
+                &r,
+                "evenkeel_partition_consumer_fetches_total",
+                "Consumer fetch requests that read a partition this broker leads (the fetch \
+                 work its leadership brings; the rebalancer weighs leaders by it)",
+                &["topic", "partition"],
+            ),
             fetch_sessions: int_gauge(
                 &r,
                 "kafka_server_fetchsessioncache_numincrementalfetchsessions",
@@ -355,10 +369,47 @@ impl BrokerMetrics {
 
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
-        String::from_utf8(buf).unwrap_or_default()
+        render_registry(&self.registry)
     }
+}
+
+/// The text exposition of every metric in a registry.
+pub fn render_registry(registry: &Registry) -> String {
+    let mut buf = Vec::new();
+    let _ = TextEncoder::new().encode(&registry.gather(), &mut buf);
+    String::from_utf8(buf).unwrap_or_default()
+}
+
+/// Serves a registry on `/metrics`, plus `/healthz` and `/readyz` that answer "ok" while the
+/// process runs (the operator's and the rebalancer's port, 8081), until the task is aborted.
+pub async fn serve_registry(
+    addr: &str,
+    registry: Registry,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    use axum::routing::get;
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let r = registry.clone();
+                async move {
+                    (
+                        [("content-type", "text/plain; version=0.0.4")],
+                        render_registry(&r),
+                    )
+                }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(|| async { "ok\n" }));
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "metrics server stopped");
+        }
+    });
+    Ok((local, task))
 }
 
 /// Serves `/metrics` (after calling `refresh`), `/healthz` and `/readyz` until the task is dropped.

@@ -133,33 +133,50 @@ pub struct Resources {
     pub limits: BTreeMap<String, String>,
 }
 
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Rebalancer {
-    /// Run the `evenkeel rebalancer` sidecar beside each broker.
+    /// Run the `evenkeel rebalancer` sidecar beside each broker (the one beside the active
+    /// controller acts).
     #[serde(default)]
     pub enabled: bool,
     /// Plan and report moves without making them.
     #[serde(default)]
     pub dry_run: bool,
-    #[serde(default)]
-    pub thresholds: RebalancerThresholds,
-    /// Seconds to wait after a round of moves before the next.
-    #[serde(default = "default_cooldown")]
+    /// Seconds between rounds.
+    #[serde(default = "default_interval")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub interval_seconds: i64,
+    /// Act when the largest leader count is over this ratio to the mean; the target band is
+    /// mean × (1 ± 0.9 × (threshold − 1)).
+    #[serde(default = "default_threshold")]
+    #[schemars(range(min = 1.0, max = 10.0))]
+    pub threshold: f64,
+    /// Seconds to wait after acting before acting again.
+    #[serde(default = "default_mute")]
     #[schemars(range(min = 0))]
-    pub cooldown_seconds: i64,
-    /// Most leadership moves in one round.
-    #[serde(default = "default_max_moves")]
-    #[schemars(range(min = 1, max = 1000))]
-    pub max_moves_per_round: i32,
+    pub mute_seconds: i64,
+    /// A broker whose NetworkProcessorAvgIdlePercent falls below this (0–100) counts as
+    /// overloaded: it may lose leaders, never gain them.
+    #[serde(default = "default_min_idle")]
+    #[schemars(range(min = 0, max = 100))]
+    pub min_network_idle_percent: i32,
 }
 
-fn default_cooldown() -> i64 {
+fn default_interval() -> i64 {
+    30
+}
+
+fn default_threshold() -> f64 {
+    1.1
+}
+
+fn default_mute() -> i64 {
     300
 }
 
-fn default_max_moves() -> i32 {
-    10
+fn default_min_idle() -> i32 {
+    30
 }
 
 impl Default for Rebalancer {
@@ -167,38 +184,9 @@ impl Default for Rebalancer {
         Rebalancer {
             enabled: false,
             dry_run: false,
-            thresholds: RebalancerThresholds::default(),
-            cooldown_seconds: default_cooldown(),
-            max_moves_per_round: default_max_moves(),
-        }
-    }
-}
-
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct RebalancerThresholds {
-    /// Act when a broker leads this many percent more partitions than the mean.
-    #[serde(default = "default_leader_skew")]
-    #[schemars(range(min = 1, max = 1000))]
-    pub leader_skew_percent: i32,
-    /// Act when a broker's NetworkProcessorAvgIdlePercent falls below this (0–100).
-    #[serde(default = "default_min_idle")]
-    #[schemars(range(min = 0, max = 100))]
-    pub min_network_idle_percent: i32,
-}
-
-fn default_leader_skew() -> i32 {
-    20
-}
-
-fn default_min_idle() -> i32 {
-    30
-}
-
-impl Default for RebalancerThresholds {
-    fn default() -> Self {
-        RebalancerThresholds {
-            leader_skew_percent: default_leader_skew(),
+            interval_seconds: default_interval(),
+            threshold: default_threshold(),
+            mute_seconds: default_mute(),
             min_network_idle_percent: default_min_idle(),
         }
     }
@@ -234,7 +222,7 @@ pub struct Condition {
     pub observed_generation: Option<i64>,
 }
 
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct KafkaClusterStatus {
     #[serde(default)]
@@ -253,8 +241,9 @@ pub struct KafkaClusterStatus {
     /// Hash of the broker configuration the brokers should run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_hash: Option<String>,
+    /// The rebalancer sidecar's last action.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rebalancer: Option<RebalancerStatus>,
+    pub rebalance: Option<RebalanceStatus>,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -276,11 +265,23 @@ pub struct ListenerStatus {
     pub bootstrap_servers: String,
 }
 
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+/// What the rebalancer sidecar last did, written by the sidecar (field manager
+/// `evenkeel-rebalancer`); the operator never writes it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct RebalancerStatus {
+pub struct RebalanceStatus {
+    /// LeadershipRebalanced, RebalancePlanned (dry run) or RebalanceAbandoned.
     pub last_action: String,
+    /// RFC 3339 time of the last action.
     pub last_action_time: String,
+    /// Leadership changes made (planned, in a dry run).
+    pub moves: i32,
+    /// Largest leader count over the mean, before and after.
+    pub skew_before: f64,
+    pub skew_after: f64,
+    /// Why it acted and what happened.
+    #[serde(default)]
+    pub message: String,
 }
 
 /// A Kafka topic in a KafkaCluster of the same namespace.
@@ -467,7 +468,8 @@ mod tests {
         assert_eq!(spec.listeners, default_listeners());
         assert_eq!(spec.storage.size, "10Gi");
         assert!(!spec.rebalancer.enabled);
-        assert_eq!(spec.rebalancer.max_moves_per_round, 10);
+        assert_eq!(spec.rebalancer.interval_seconds, 30);
+        assert_eq!(spec.rebalancer.threshold, 1.1);
         assert!(!spec.rebalance_on_scale);
     }
 }

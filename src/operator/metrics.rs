@@ -4,9 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
-};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
 
 pub struct Metrics {
     registry: Registry,
@@ -83,9 +81,7 @@ impl Metrics {
     }
 
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
-        String::from_utf8(buf).unwrap_or_default()
+        crate::metrics::render_registry(&self.registry)
     }
 }
 
@@ -94,23 +90,11 @@ pub async fn serve(
     addr: &str,
     metrics: Arc<Metrics>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
-    use axum::routing::get;
-    let app = axum::Router::new()
-        .route(
-            "/metrics",
-            get(move || {
-                let m = metrics.clone();
-                async move { ([("content-type", "text/plain; version=0.0.4")], m.render()) }
-            }),
-        )
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(|| async { "ok\n" }));
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    Ok(tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "operator metrics server stopped");
-        }
-    }))
+    Ok(
+        crate::metrics::serve_registry(addr, metrics.registry.clone())
+            .await?
+            .1,
+    )
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod http;
+pub mod rebalancer;
 pub mod relay;
 
 use std::io::{BufRead, BufReader};

@@ -7,7 +7,7 @@
 mod follower;
 mod leader;
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 
@@ -111,6 +111,9 @@ pub struct Partition {
     follower_throttled: AtomicBool,
     /// While following: the high watermark the leader last reported (for the lag metric).
     leader_high_watermark: AtomicI64,
+    /// Consumer fetch requests that read this partition (how much fetch work its leadership
+    /// brings, for the rebalancer's load weights).
+    consumer_fetches: AtomicU64,
 }
 
 impl std::fmt::Debug for Partition {
@@ -142,6 +145,7 @@ impl Partition {
             leader_throttled: AtomicBool::new(false),
             follower_throttled: AtomicBool::new(false),
             leader_high_watermark: AtomicI64::new(-1),
+            consumer_fetches: AtomicU64::new(0),
             state: RwLock::new(ReplicaState {
                 role: Role::Follower,
                 leader: -1,
@@ -409,6 +413,16 @@ impl Partition {
 
     pub fn size(&self) -> u64 {
         self.log.lock().size()
+    }
+
+    /// Counts one consumer fetch request that read this partition.
+    pub fn note_consumer_fetch(&self) {
+        self.consumer_fetches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Consumer fetch requests that read this partition since it was opened here.
+    pub fn consumer_fetches(&self) -> u64 {
+        self.consumer_fetches.load(Ordering::Relaxed)
     }
 
     /// ListOffsets: the high watermark for LATEST, else the log's answer for the timestamp.

@@ -291,7 +291,7 @@ fn config_change_changes_the_hash_and_nothing_else_in_the_selector() {
 #[test]
 fn rack_awareness_and_the_rebalancer_sidecar() {
     let mut kc =
-        cluster("replicas: 3\nrebalancer: {enabled: true, dryRun: true, maxMovesPerRound: 4}\n");
+        cluster("replicas: 3\nrebalancer: {enabled: true, dryRun: true, intervalSeconds: 20, threshold: 1.25}\n");
     kc.spec.rack = Some(Rack {
         topology_key: "topology.kubernetes.io/zone".into(),
     });
@@ -323,7 +323,11 @@ fn rack_awareness_and_the_rebalancer_sidecar() {
     let args: Vec<&str> = side["args"].as_sequence().unwrap().iter().map(s).collect();
     assert_eq!(args[0], "rebalancer");
     assert!(args.contains(&"--dry-run=true"));
-    assert!(args.windows(2).any(|w| w == ["--max-moves-per-round", "4"]));
+    assert!(args.windows(2).any(|w| w == ["--interval", "20s"]));
+    assert!(args.windows(2).any(|w| w == ["--threshold", "1.25"]));
+    assert!(args
+        .windows(2)
+        .any(|w| w == ["--broker-id", "$(POD_INDEX)"]));
 }
 
 #[test]
