@@ -26,14 +26,20 @@ ok "Lease evenkeel-operator held by ${holder}"
 step "RBAC: what the operator may and may not do"
 sa="system:serviceaccount:${OPERATOR_NS}:${RELEASE}"
 can() { kubectl auth can-i --as "$sa" "$@" 2>/dev/null || true; }
-for a in "list kafkaclusters.kafka.evenkeel.dev -A" "patch kafkatopics.kafka.evenkeel.dev/status -n ${NS}" \
+for a in "list kafkaclusters.kafka.evenkeel.dev -A" "patch kafkatopics.kafka.evenkeel.dev --subresource=status -n ${NS}" \
     "patch statefulsets.apps -n ${NS}" "delete pods -n ${NS}" "create events.events.k8s.io -n ${NS}" \
-    "update leases.coordination.k8s.io/evenkeel-operator -n ${OPERATOR_NS}"; do
+    "update leases.coordination.k8s.io/evenkeel-operator -n ${OPERATOR_NS}" \
+    "create serviceaccounts -n ${NS}" "delete serviceaccounts -n ${NS}" \
+    "create roles.rbac.authorization.k8s.io -n ${NS}" "delete roles.rbac.authorization.k8s.io -n ${NS}" \
+    "create rolebindings.rbac.authorization.k8s.io -n ${NS}" "delete rolebindings.rbac.authorization.k8s.io -n ${NS}" \
+    "create events -n ${NS}" "patch kafkaclusters.kafka.evenkeel.dev --subresource=status -n ${NS}"; do
     # shellcheck disable=SC2086 # split into kubectl's arguments
     [[ "$(can $a)" == yes ]] || die "the operator's ServiceAccount cannot: ${a}"
 done
 for a in "get secrets -n ${NS}" "delete statefulsets.apps -n ${NS}" "create pods -n ${NS}" \
-    "delete kafkaclusters.kafka.evenkeel.dev -n ${NS}"; do
+    "delete kafkaclusters.kafka.evenkeel.dev -n ${NS}" \
+    "escalate roles.rbac.authorization.k8s.io -n ${NS}" "bind roles.rbac.authorization.k8s.io -n ${NS}" \
+    "create clusterroles.rbac.authorization.k8s.io" "create clusterrolebindings.rbac.authorization.k8s.io"; do
     # shellcheck disable=SC2086
     [[ "$(can $a)" == no ]] || die "the operator's ServiceAccount may, but should not: ${a}"
 done

@@ -1,13 +1,14 @@
-//! The KafkaCluster reconciler: applies the brokers' objects (and the producer proxy's, when the
-//! spec asks for one) with server-side apply, restarts stale pods one at a time only when
-//! min.insync.replicas allows, refuses unsafe scale-downs.
+//! The KafkaCluster reconciler: applies the brokers' objects (and the producer proxy's, and the
+//! rebalancer sidecar's identity, when the spec asks for them) with server-side apply, restarts
+//! stale pods one at a time only when min.insync.replicas allows, refuses unsafe scale-downs.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -161,13 +162,6 @@ async fn reconcile_inner<C: AdminConnector>(
     let names = Names::of(kc)?;
     let clusters: Api<KafkaCluster> = Api::namespaced(ctx.client.clone(), &names.namespace);
     let mut pass = Pass::new(kc);
-    let (effective, unavailable) = without_unavailable_roles(kc);
-    let kc = &effective;
-    pass.degrade_if(
-        !unavailable.is_empty(),
-        "RoleUnavailable",
-        unavailable.join("; "),
-    );
 
     let sts_api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &names.namespace);
     let existing = sts_api.get_opt(&names.statefulset()).await?;
@@ -187,8 +181,15 @@ async fn reconcile_inner<C: AdminConnector>(
     let brokers = observe_brokers(ctx, kc, current).await;
     let replicas = decide_replicas(ctx, kc, &brokers, current, controllers, &mut pass).await;
     objects.set_replicas(replicas);
+    // The sidecar's account before the pods that name it, and gone only after them.
+    if let Some(identity) = &objects.rebalancer {
+        identity.apply(ctx, &names).await?;
+    }
     let applied = objects.apply(ctx, &names).await?;
     reconcile_proxy(ctx, kc, &names, objects.proxy.as_ref()).await?;
+    if objects.rebalancer.is_none() {
+        remove_rebalancer_identity(ctx, kc, &names).await?;
+    }
     if current != replicas {
         let note = format!("brokers {current} -> {replicas}");
         ctx.event(kc, EventType::Normal, "Scaled", &note).await;
@@ -229,12 +230,6 @@ impl Pass {
             moving: None,
             rolling: None,
             requeue: None,
-        }
-    }
-
-    fn degrade_if(&mut self, cond: bool, reason: &str, message: String) {
-        if cond {
-            self.degraded = Some((reason.to_string(), message));
         }
     }
 
@@ -328,19 +323,6 @@ impl Pass {
     }
 }
 
-/// Roles this version does not ship yet are left out and reported, never run to crash-loop.
-fn without_unavailable_roles(kc: &KafkaCluster) -> (KafkaCluster, Vec<&'static str>) {
-    let mut unavailable = Vec::new();
-    let mut effective = kc.clone();
-    if effective.spec.rebalancer.enabled {
-        effective.spec.rebalancer.enabled = false;
-        unavailable.push(
-            "spec.rebalancer.enabled: the rebalancer sidecar is not part of this version yet",
-        );
-    }
-    (effective, unavailable)
-}
-
 /// Whether the spec asks for producer proxies: `spec.proxy` with at least one replica.
 fn wants_proxy(kc: &KafkaCluster) -> bool {
     kc.spec.proxy.as_ref().is_some_and(|p| p.replicas > 0)
@@ -355,6 +337,8 @@ struct Objects {
     sts: StatefulSet,
     /// Only when the spec asks for a proxy.
     proxy: Option<ProxyObjects>,
+    /// Only while the rebalancer is enabled.
+    rebalancer: Option<RebalancerIdentity>,
 }
 
 /// The producer proxy's objects.
@@ -379,6 +363,73 @@ impl ProxyObjects {
     }
 }
 
+/// The rebalancer sidecar's identity: its ServiceAccount (the broker pods' account), a Role with
+/// exactly what the sidecar calls, and the RoleBinding between them, all `<cluster>-rebalancer`.
+struct RebalancerIdentity {
+    account: ServiceAccount,
+    role: Role,
+    binding: RoleBinding,
+}
+
+impl RebalancerIdentity {
+    /// `None` when the rebalancer is disabled.
+    fn build(kc: &KafkaCluster) -> Result<Option<RebalancerIdentity>, resources::BuildError> {
+        if !kc.spec.rebalancer.enabled {
+            return Ok(None);
+        }
+        Ok(Some(RebalancerIdentity {
+            account: resources::rebalancer_service_account(kc)?,
+            role: resources::rebalancer_role(kc)?,
+            binding: resources::rebalancer_role_binding(kc)?,
+        }))
+    }
+
+    /// Server-side apply of the three objects: the account and the Role before the binding.
+    async fn apply<C: AdminConnector>(&self, ctx: &Context<C>, names: &Names) -> Result<(), Error> {
+        let ns = &names.namespace;
+        let name = names.rebalancer();
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        let accounts: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), ns);
+        accounts
+            .patch(&name, &pp, &Patch::Apply(&self.account))
+            .await?;
+        let roles: Api<Role> = Api::namespaced(ctx.client.clone(), ns);
+        roles.patch(&name, &pp, &Patch::Apply(&self.role)).await?;
+        let bindings: Api<RoleBinding> = Api::namespaced(ctx.client.clone(), ns);
+        bindings
+            .patch(&name, &pp, &Patch::Apply(&self.binding))
+            .await?;
+        Ok(())
+    }
+}
+
+/// Deletes the rebalancer sidecar's RoleBinding, Role and ServiceAccount (in that order) when the
+/// KafkaCluster controls them; a `RebalancerRemoved` event says so.
+async fn remove_rebalancer_identity<C: AdminConnector>(
+    ctx: &Context<C>,
+    kc: &KafkaCluster,
+    names: &Names,
+) -> Result<(), Error> {
+    let ns = &names.namespace;
+    let name = names.rebalancer();
+    let owner = kc.uid().ok_or(Error::Missing("uid"))?;
+    let bindings: Api<RoleBinding> = Api::namespaced(ctx.client.clone(), ns);
+    let roles: Api<Role> = Api::namespaced(ctx.client.clone(), ns);
+    let accounts: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), ns);
+    let binding_removed = delete_if_controlled(&bindings, &name, &owner).await?;
+    let role_removed = delete_if_controlled(&roles, &name, &owner).await?;
+    let account_removed = delete_if_controlled(&accounts, &name, &owner).await?;
+    if binding_removed || role_removed || account_removed {
+        let note = format!(
+            "removed the rebalancer's ServiceAccount, Role and RoleBinding {name}: \
+             spec.rebalancer.enabled is false"
+        );
+        ctx.event(kc, EventType::Normal, "RebalancerRemoved", &note)
+            .await;
+    }
+    Ok(())
+}
+
 impl Objects {
     /// A spec the operator cannot turn into objects is an error, reported before anything is
     /// applied.
@@ -394,6 +445,7 @@ impl Objects {
             pdb: resources::pod_disruption_budget(kc)?,
             sts: resources::statefulset(kc, image, controllers)?,
             proxy: ProxyObjects::build(kc, image)?,
+            rebalancer: RebalancerIdentity::build(kc)?,
         })
     }
 

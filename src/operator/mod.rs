@@ -18,8 +18,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -258,10 +259,11 @@ async fn run_controllers(
         None => (Api::all(client.clone()), Api::all(client.clone())),
     };
     // The producer proxies (`spec.proxy`).
-    let deployments: Api<Deployment> = match &namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
+    let deployments: Api<Deployment> = scoped(&client, namespace.as_deref());
+    // The rebalancer sidecar's identity (`spec.rebalancer.enabled`).
+    let accounts: Api<ServiceAccount> = scoped(&client, namespace.as_deref());
+    let roles: Api<Role> = scoped(&client, namespace.as_deref());
+    let bindings: Api<RoleBinding> = scoped(&client, namespace.as_deref());
     let owned =
         || watcher::Config::default().labels("app.kubernetes.io/managed-by=evenkeel-operator");
     let broker_pods = watcher::Config::default().labels(
@@ -273,6 +275,9 @@ async fn run_controllers(
         .owns(services, owned())
         .owns(pdbs, owned())
         .owns(deployments, owned())
+        .owns(accounts, owned())
+        .owns(roles, owned())
+        .owns(bindings, owned())
         // Broker pods belong to the StatefulSet, not to the KafkaCluster: map them by label so a
         // pod turning ready moves the rolling restart on at once. Proxy pods are the
         // Deployment's business (its changes come through `owns`).
@@ -296,6 +301,18 @@ async fn run_controllers(
             }
         });
     futures::join!(cluster_controller, topic_controller);
+}
+
+/// An API over one namespace, or over every namespace when none is given.
+fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    <K as Resource>::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
 }
 
 fn error_policy_cluster(

@@ -1,17 +1,19 @@
 //! Object builders for a KafkaCluster: the ConfigMap with server.properties, the headless and
-//! bootstrap Services, the PodDisruptionBudget, the brokers' StatefulSet, and the producer
-//! proxy's Deployment and Service. Pure functions.
+//! bootstrap Services, the PodDisruptionBudget, the brokers' StatefulSet, the producer proxy's
+//! Deployment and Service, and the rebalancer sidecar's ServiceAccount, Role and RoleBinding.
+//! Pure functions.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::{Resource, ResourceExt};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use super::crd::{KafkaCluster, CLUSTER_LABEL};
+use super::crd::{KafkaCluster, CLUSTER_LABEL, GROUP};
 
 /// Port of the brokers' `/metrics`, `/healthz` and `/readyz`.
 pub const METRICS_PORT: i32 = 9404;
@@ -85,6 +87,10 @@ impl Names {
     pub fn proxy(&self) -> String {
         format!("{}-proxy", self.cluster)
     }
+    /// The rebalancer sidecar's ServiceAccount, Role and RoleBinding (one name for all three).
+    pub fn rebalancer(&self) -> String {
+        format!("{}-rebalancer", self.cluster)
+    }
     pub fn pod(&self, ordinal: i32) -> String {
         format!("{}-{ordinal}", self.statefulset())
     }
@@ -121,6 +127,12 @@ pub fn proxy_labels(cluster: &str) -> BTreeMap<String, String> {
 /// Selects the cluster's proxy pods (component `proxy`), never its brokers.
 pub fn proxy_selector(cluster: &str) -> BTreeMap<String, String> {
     component_selector(cluster, "proxy")
+}
+
+/// Labels on the rebalancer sidecar's ServiceAccount, Role and RoleBinding: the cluster's, with
+/// component `rebalancer`.
+pub fn rebalancer_labels(cluster: &str) -> BTreeMap<String, String> {
+    component_labels(cluster, "rebalancer")
 }
 
 fn component_labels(cluster: &str, component: &str) -> BTreeMap<String, String> {
@@ -586,6 +598,11 @@ pub fn statefulset(
     for (k, v) in pod_spec_extra {
         pod_spec[k] = v;
     }
+    // The pod's only account, so the broker container holds it too: it may write Events and its
+    // own cluster's status, nothing else (`rebalancer_role`).
+    if spec.rebalancer.enabled {
+        pod_spec["serviceAccountName"] = json!(names.rebalancer());
+    }
     let when_deleted = if spec.storage.delete_claim {
         "Delete"
     } else {
@@ -702,6 +719,66 @@ pub fn proxy_service(kc: &KafkaCluster) -> Result<Service, BuildError> {
                 "selector": proxy_selector(&names.cluster),
                 "ports": [{"name": "http", "port": PROXY_PORT, "targetPort": "http", "protocol": "TCP"}],
             },
+        }),
+    )
+}
+
+/// The rebalancer sidecar's ServiceAccount (`spec.rebalancer.enabled`), the broker pods' account.
+pub fn rebalancer_service_account(kc: &KafkaCluster) -> Result<ServiceAccount, BuildError> {
+    let names = Names::of(kc)?;
+    typed(
+        "ServiceAccount",
+        json!({
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": metadata_labelled(kc, names.rebalancer(), rebalancer_labels(&names.cluster))?,
+        }),
+    )
+}
+
+/// What the rebalancer sidecar may do, and no more: publish Events (core and `events.k8s.io`),
+/// read its own KafkaCluster, and read and patch that cluster's status (`status.rebalance`).
+/// The operator must hold every rule itself to grant it (RBAC's escalation check).
+pub fn rebalancer_role(kc: &KafkaCluster) -> Result<Role, BuildError> {
+    let names = Names::of(kc)?;
+    let own = [names.cluster.clone()];
+    typed(
+        "Role",
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": metadata_labelled(kc, names.rebalancer(), rebalancer_labels(&names.cluster))?,
+            "rules": [
+                {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+                {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+                {"apiGroups": [GROUP], "resources": ["kafkaclusters"],
+                 "resourceNames": own, "verbs": ["get"]},
+                {"apiGroups": [GROUP], "resources": ["kafkaclusters/status"],
+                 "resourceNames": own, "verbs": ["get", "patch"]},
+            ],
+        }),
+    )
+}
+
+/// Binds `rebalancer_role` to `rebalancer_service_account`.
+pub fn rebalancer_role_binding(kc: &KafkaCluster) -> Result<RoleBinding, BuildError> {
+    let names = Names::of(kc)?;
+    typed(
+        "RoleBinding",
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": metadata_labelled(kc, names.rebalancer(), rebalancer_labels(&names.cluster))?,
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": names.rebalancer(),
+            },
+            "subjects": [{
+                "kind": "ServiceAccount",
+                "name": names.rebalancer(),
+                "namespace": names.namespace,
+            }],
         }),
     )
 }

@@ -378,27 +378,170 @@ async fn an_invalid_spec_is_reported_and_nothing_is_applied() {
         .contains("spec.config.log.dirs"));
 }
 
-#[tokio::test]
-async fn a_role_this_version_lacks_is_left_out_and_reported() {
-    let ready: Vec<Value> = (0..3).map(|i| pod_json(i, "rev2", true)).collect();
-    let s = server(3, ready);
-    let k = kafka_with(vec![]);
+const REBALANCER_ACCOUNT: &str = "/api/v1/namespaces/ns/serviceaccounts/main-rebalancer";
+const REBALANCER_ROLE: &str =
+    "/apis/rbac.authorization.k8s.io/v1/namespaces/ns/roles/main-rebalancer";
+const REBALANCER_BINDING: &str =
+    "/apis/rbac.authorization.k8s.io/v1/namespaces/ns/rolebindings/main-rebalancer";
+
+fn with_rebalancer() -> Arc<KafkaCluster> {
     let mut kc = (*cluster(3)).clone();
     kc.spec.rebalancer.enabled = true;
-    reconcile(Arc::new(kc), context(&s, &k))
+    Arc::new(kc)
+}
+
+/// The index in the call log of the first call with `method` whose path contains `fragment`.
+fn call_index(s: &FakeApiServer, method: Method, fragment: &str) -> usize {
+    s.calls
+        .lock()
+        .unwrap()
+        .iter()
+        .position(|c| c.method == method && c.path().contains(fragment))
+        .unwrap_or_else(|| panic!("no {method} to {fragment}"))
+}
+
+#[tokio::test]
+async fn the_rebalancer_runs_as_a_sidecar_under_its_own_service_account() {
+    let ready: Vec<Value> = (0..3).map(|i| pod_json(i, "rev2", true)).collect();
+    let s = server(3, ready);
+    let k = kafka_with(vec![partition("t", 0, &[0, 1, 2], &[0, 1, 2], 2)]);
+    reconcile(with_rebalancer(), context(&s, &k))
         .await
         .expect("reconciles");
     let sts = &s.calls_to(Method::PATCH, "statefulsets/main-kafka")[0].body;
-    let containers = sts["spec"]["template"]["spec"]["containers"]
-        .as_array()
-        .unwrap();
-    assert_eq!(containers.len(), 1, "no sidecar that would crash-loop");
+    let pod = &sts["spec"]["template"]["spec"];
+    let containers = pod["containers"].as_array().unwrap();
+    assert_eq!(containers.len(), 2, "broker and rebalancer");
+    assert_eq!(containers[1]["name"], "rebalancer");
+    let args = containers[1]["args"].as_array().unwrap();
+    for pair in [["--broker-id", "$(POD_INDEX)"], ["--kafka-cluster", "main"]] {
+        assert!(
+            args.windows(2).any(|w| w[0] == pair[0] && w[1] == pair[1]),
+            "{args:?}"
+        );
+    }
+    assert_eq!(pod["serviceAccountName"], "main-rebalancer");
+    for path in [
+        "serviceaccounts/main-rebalancer",
+        "roles/main-rebalancer",
+        "rolebindings/main-rebalancer",
+    ] {
+        let calls = s.calls_to(Method::PATCH, path);
+        assert_eq!(calls.len(), 1, "{path} applied once");
+        assert!(calls[0].uri.contains("fieldManager=evenkeel-operator"));
+        assert!(calls[0].uri.contains("force=true"));
+        assert_eq!(
+            calls[0].body["metadata"]["ownerReferences"][0]["uid"], UID,
+            "{path} owned by the cluster"
+        );
+    }
+    let role = &s.calls_to(Method::PATCH, "roles/main-rebalancer")[0].body;
+    assert_eq!(
+        role["rules"][3],
+        json!({"apiGroups": ["kafka.evenkeel.dev"], "resources": ["kafkaclusters/status"],
+               "resourceNames": ["main"], "verbs": ["get", "patch"]})
+    );
+    // The account exists before a pod may name it.
+    let sts_at = call_index(&s, Method::PATCH, "statefulsets/main-kafka");
+    for path in [
+        "serviceaccounts/main-rebalancer",
+        "roles/main-rebalancer",
+        "rolebindings/main-rebalancer",
+    ] {
+        assert!(call_index(&s, Method::PATCH, path) < sts_at, "{path}");
+    }
+    assert!(s.calls_to(Method::DELETE, "").is_empty());
     let st = status(&s);
-    assert_eq!(condition(&st, "Degraded")["reason"], "RoleUnavailable");
-    assert!(condition(&st, "Degraded")["message"]
-        .as_str()
-        .unwrap()
-        .contains("rebalancer"));
+    assert_eq!(
+        condition(&st, "Degraded")["status"],
+        "False",
+        "a rebalancer does not degrade the cluster: {st}"
+    );
+    assert_eq!(condition(&st, "Ready")["status"], "True");
+}
+
+/// An object named `main-rebalancer` controlled by the object with `owner_uid`.
+fn rebalancer_object(api_version: &str, kind: &str, owner_uid: &str) -> Value {
+    json!({
+        "apiVersion": api_version, "kind": kind,
+        "metadata": {"name": "main-rebalancer", "namespace": "ns", "uid": format!("{kind}-uid"),
+                     "ownerReferences": [{"apiVersion": "kafka.evenkeel.dev/v1alpha1",
+                                          "kind": "KafkaCluster", "name": "main",
+                                          "uid": owner_uid, "controller": true}]},
+    })
+}
+
+fn put_rebalancer_identity(s: &FakeApiServer, owner_uid: &str) {
+    s.put(
+        REBALANCER_ACCOUNT,
+        rebalancer_object("v1", "ServiceAccount", owner_uid),
+    );
+    s.put(
+        REBALANCER_ROLE,
+        rebalancer_object("rbac.authorization.k8s.io/v1", "Role", owner_uid),
+    );
+    s.put(
+        REBALANCER_BINDING,
+        rebalancer_object("rbac.authorization.k8s.io/v1", "RoleBinding", owner_uid),
+    );
+}
+
+#[tokio::test]
+async fn disabling_the_rebalancer_deletes_its_identity_after_the_pods_leave_it() {
+    let ready: Vec<Value> = (0..3).map(|i| pod_json(i, "rev2", true)).collect();
+    let s = server(3, ready);
+    put_rebalancer_identity(&s, UID);
+    let k = kafka_with(vec![]);
+    reconcile(cluster(3), context(&s, &k))
+        .await
+        .expect("reconciles");
+    let deletes = s.calls_to(Method::DELETE, "");
+    let deleted: Vec<&str> = deletes.iter().map(|c| c.path()).collect();
+    assert_eq!(
+        deleted,
+        [REBALANCER_BINDING, REBALANCER_ROLE, REBALANCER_ACCOUNT]
+    );
+    for (call, kind) in deletes
+        .iter()
+        .zip(["RoleBinding", "Role", "ServiceAccount"])
+    {
+        assert_eq!(
+            call.body["preconditions"]["uid"],
+            format!("{kind}-uid"),
+            "only the object that was checked"
+        );
+    }
+    assert!(
+        call_index(&s, Method::PATCH, "statefulsets/main-kafka")
+            < call_index(&s, Method::DELETE, "serviceaccounts/main-rebalancer"),
+        "the pods stop naming the account before it goes"
+    );
+    let sts = &s.calls_to(Method::PATCH, "statefulsets/main-kafka")[0].body;
+    assert!(sts["spec"]["template"]["spec"]
+        .get("serviceAccountName")
+        .is_none());
+    assert!(s.calls_to(Method::PATCH, "main-rebalancer").is_empty());
+    assert!(s.event_reasons().contains(&"RebalancerRemoved".to_string()));
+}
+
+#[tokio::test]
+async fn without_the_rebalancer_nothing_of_its_name_is_deleted_unless_the_cluster_owns_it() {
+    let k = kafka_with(vec![]);
+    // Nothing there: nothing deleted, no event.
+    let s = server(3, vec![]);
+    reconcile(cluster(3), context(&s, &k))
+        .await
+        .expect("reconciles");
+    assert!(s.calls_to(Method::DELETE, "").is_empty());
+    assert!(!s.event_reasons().contains(&"RebalancerRemoved".to_string()));
+    // Someone else's account, Role and binding of that name are left alone.
+    let s = server(3, vec![]);
+    put_rebalancer_identity(&s, "11111111-2222-4333-8444-555555555555");
+    reconcile(cluster(3), context(&s, &k))
+        .await
+        .expect("reconciles");
+    assert!(s.calls_to(Method::DELETE, "").is_empty());
+    assert!(!s.event_reasons().contains(&"RebalancerRemoved".to_string()));
 }
 
 const PROXY_DEPLOYMENT: &str = "/apis/apps/v1/namespaces/ns/deployments/main-proxy";
@@ -424,7 +567,7 @@ fn proxy_object(api_version: &str, kind: &str, owner_uid: &str) -> Value {
 }
 
 #[tokio::test]
-async fn a_proxy_is_applied_beside_the_brokers_and_is_no_longer_role_unavailable() {
+async fn a_proxy_is_applied_beside_the_brokers_and_does_not_degrade_the_cluster() {
     let ready: Vec<Value> = (0..3).map(|i| pod_json(i, "rev2", true)).collect();
     let s = server(3, ready);
     let k = kafka_with(vec![partition("t", 0, &[0, 1, 2], &[0, 1, 2], 2)]);
@@ -455,7 +598,7 @@ async fn a_proxy_is_applied_beside_the_brokers_and_is_no_longer_role_unavailable
     assert_eq!(
         condition(&st, "Degraded")["status"],
         "False",
-        "a proxy is no longer RoleUnavailable: {st}"
+        "a proxy does not degrade the cluster: {st}"
     );
     assert_eq!(condition(&st, "Ready")["status"], "True");
 }

@@ -509,3 +509,81 @@ fn the_first_three_pods_vote_and_the_rest_are_brokers() {
     let (voter, _) = crate::config::broker::BrokerConfig::from_props(&p).unwrap();
     assert!(voter.cluster.roles.broker && voter.cluster.roles.controller);
 }
+
+#[test]
+fn the_rebalancers_identity_is_owned_labelled_and_named_after_the_cluster() {
+    let kc = cluster("replicas: 3\nrebalancer: {enabled: true}\n");
+    let objects = [
+        (
+            "ServiceAccount",
+            yaml(&rebalancer_service_account(&kc).unwrap()),
+        ),
+        ("Role", yaml(&rebalancer_role(&kc).unwrap())),
+        ("RoleBinding", yaml(&rebalancer_role_binding(&kc).unwrap())),
+    ];
+    for (kind, o) in &objects {
+        assert_eq!(s(at(o, "kind")), *kind);
+        assert_eq!(s(at(o, "metadata.name")), "main-rebalancer");
+        assert_eq!(s(at(o, "metadata.namespace")), "streams");
+        let owner = at(o, "metadata.ownerReferences.0");
+        assert_eq!(s(&owner["kind"]), "KafkaCluster");
+        assert_eq!(s(&owner["uid"]), "0f2a6b3c-1d4e-4f50-8a6b-7c8d9e0f1a2b");
+        assert_eq!(owner["controller"].as_bool(), Some(true));
+        let labels = at(o, "metadata.labels");
+        assert_eq!(s(&labels["app.kubernetes.io/component"]), "rebalancer");
+        assert_eq!(s(&labels["kafka.evenkeel.dev/cluster"]), "main");
+        assert_eq!(
+            s(&labels["app.kubernetes.io/managed-by"]),
+            "evenkeel-operator"
+        );
+    }
+    let binding = &objects[2].1;
+    assert_eq!(
+        serde_json::to_value(rebalancer_role_binding(&kc).unwrap()).unwrap()["roleRef"],
+        serde_json::json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "main-rebalancer"})
+    );
+    assert_eq!(at(binding, "subjects").as_sequence().map(Vec::len), Some(1));
+    assert_eq!(s(at(binding, "subjects.0.kind")), "ServiceAccount");
+    assert_eq!(s(at(binding, "subjects.0.name")), "main-rebalancer");
+    assert_eq!(s(at(binding, "subjects.0.namespace")), "streams");
+}
+
+#[test]
+fn the_rebalancers_role_grants_events_and_its_own_cluster_and_status_only() {
+    let role = rebalancer_role(&cluster("replicas: 3\nrebalancer: {enabled: true}\n")).unwrap();
+    assert_eq!(
+        serde_json::to_value(&role.rules).unwrap(),
+        serde_json::json!([
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+            {"apiGroups": ["kafka.evenkeel.dev"], "resources": ["kafkaclusters"],
+             "resourceNames": ["main"], "verbs": ["get"]},
+            {"apiGroups": ["kafka.evenkeel.dev"], "resources": ["kafkaclusters/status"],
+             "resourceNames": ["main"], "verbs": ["get", "patch"]},
+        ])
+    );
+}
+
+#[test]
+fn broker_pods_run_as_the_rebalancers_account_only_while_it_is_enabled() {
+    let on = yaml(
+        &statefulset(
+            &cluster("replicas: 3\nrebalancer: {enabled: true}\n"),
+            "img",
+            3,
+        )
+        .unwrap(),
+    );
+    assert_eq!(
+        s(at(&on, "spec.template.spec.serviceAccountName")),
+        "main-rebalancer"
+    );
+    let side = at(&on, "spec.template.spec.containers.1");
+    let args: Vec<&str> = side["args"].as_sequence().unwrap().iter().map(s).collect();
+    assert!(args.windows(2).any(|w| w == ["--kafka-cluster", "main"]));
+    let off = yaml(&statefulset(&cluster("replicas: 3"), "img", 3).unwrap());
+    assert!(
+        at(&off, "spec.template.spec.serviceAccountName").is_null(),
+        "the namespace's default account without the rebalancer"
+    );
+}
