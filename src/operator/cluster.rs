@@ -904,21 +904,38 @@ fn pod_view(pod: &Pod, update_revision: Option<&str>) -> Option<PodView> {
     })
 }
 
+/// Writes the status the pass computed, when it differs from the one read. `status.rebalance`
+/// is the sidecar's: it is carried over from what was read before comparing, and left out of the
+/// merge patch, so the operator never clears it, never writes back an older one, and does not
+/// patch just because the sidecar wrote.
 async fn patch_status(
     api: &Api<KafkaCluster>,
     kc: &KafkaCluster,
-    st: KafkaClusterStatus,
+    mut st: KafkaClusterStatus,
 ) -> Result<(), Error> {
+    st.rebalance = kc.status.as_ref().and_then(|s| s.rebalance.clone());
     if kc.status.as_ref() == Some(&st) {
         return Ok(());
     }
     api.patch_status(
         &kc.name_any(),
         &PatchParams::default(),
-        &Patch::Merge(json!({ "status": st })),
+        &Patch::Merge(operator_status_patch(&st)?),
     )
     .await?;
     Ok(())
+}
+
+/// The merge patch of the operator's part of the status: everything but `rebalance`.
+fn operator_status_patch(st: &KafkaClusterStatus) -> Result<serde_json::Value, Error> {
+    let mut status = serde_json::to_value(st).map_err(|source| resources::BuildError::Serde {
+        kind: "KafkaClusterStatus",
+        source,
+    })?;
+    if let Some(fields) = status.as_object_mut() {
+        fields.remove("rebalance");
+    }
+    Ok(json!({ "status": status }))
 }
 
 #[cfg(test)]

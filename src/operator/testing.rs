@@ -48,6 +48,11 @@ impl FakeApiServer {
         self
     }
 
+    /// The object stored at `path`, with the patches made to it so far.
+    pub fn object(&self, path: &str) -> Option<Value> {
+        self.objects.lock().unwrap().get(path).cloned()
+    }
+
     fn answer_default(&self, call: &Call) -> (StatusCode, Value) {
         let path = call.path().trim_end_matches("/status").to_string();
         let mut objects = self.objects.lock().unwrap();

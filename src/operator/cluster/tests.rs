@@ -544,6 +544,53 @@ async fn without_the_rebalancer_nothing_of_its_name_is_deleted_unless_the_cluste
     assert!(!s.event_reasons().contains(&"RebalancerRemoved".to_string()));
 }
 
+fn rebalance_status() -> Value {
+    json!({"lastAction": "LeadershipRebalanced", "lastActionTime": "2026-01-02T03:04:05Z",
+           "moves": 12, "skewBefore": 1.8, "skewAfter": 1.02,
+           "message": "moved 12 leaders off broker 1"})
+}
+
+#[tokio::test]
+async fn the_operator_never_writes_or_clears_the_sidecars_status_rebalance() {
+    let ready: Vec<Value> = (0..3).map(|i| pod_json(i, "rev2", true)).collect();
+    let k = kafka_with(vec![partition("t", 0, &[0, 1, 2], &[0, 1, 2], 2)]);
+    let s = server(3, ready.clone());
+    reconcile(with_rebalancer(), context(&s, &k))
+        .await
+        .expect("reconciles");
+    let mut computed = status(&s);
+    computed["rebalance"] = rebalance_status();
+    let mut kc = (*with_rebalancer()).clone();
+    kc.status = Some(serde_json::from_value(computed.clone()).expect("status parses"));
+
+    // The sidecar wrote status.rebalance since: nothing else changed, so no patch at all.
+    let s = server(3, ready);
+    reconcile(Arc::new(kc.clone()), context(&s, &k))
+        .await
+        .expect("reconciles");
+    assert!(
+        s.calls_to(Method::PATCH, "kafkaclusters/main/status")
+            .is_empty(),
+        "the sidecar's write alone does not make the operator patch"
+    );
+
+    // Something else changes (a broker not ready): the patch carries no rebalance, so the
+    // sidecar's value stays as the sidecar wrote it.
+    let mut pods: Vec<Value> = (0..3).map(|i| pod_json(i, "rev2", true)).collect();
+    pods[2] = pod_json(2, "rev2", false);
+    let s = server(3, pods);
+    s.put(NS, serde_json::to_value(&kc).unwrap());
+    reconcile(Arc::new(kc), context(&s, &k))
+        .await
+        .expect("reconciles");
+    let st = status(&s);
+    assert_eq!(st["readyBrokers"], 2);
+    assert!(st.get("rebalance").is_none(), "{st}");
+    let stored = s.object(NS).expect("the cluster");
+    assert_eq!(stored["status"]["rebalance"], rebalance_status());
+    assert_eq!(stored["status"]["readyBrokers"], 2);
+}
+
 const PROXY_DEPLOYMENT: &str = "/apis/apps/v1/namespaces/ns/deployments/main-proxy";
 const PROXY_SERVICE: &str = "/api/v1/namespaces/ns/services/main-proxy";
 const UID: &str = "0f2a6b3c-1d4e-4f50-8a6b-7c8d9e0f1a2b";
