@@ -115,7 +115,7 @@ class EvenkeelCluster:
         os.makedirs(self.dir, exist_ok=True)
         with open(out, "w") as f:
             dev = subprocess.Popen([self.binary, "dev", "--brokers", "3", "--port", "0",
-                                    "--no-proxy", "--data", data],
+                                    "--no-proxy", "--no-rebalancer", "--data", data],
                                    stdout=f, stderr=subprocess.STDOUT)
         try:
             wait_until("evenkeel dev", 120, lambda: "brokers ready on" in open(out).read())

@@ -170,25 +170,31 @@ fn sigterm(pid: u32) {
     }
 }
 
-/// Waits for a child's "ready on host:port" line on its stdout; keeps echoing it after.
-fn wait_ready(id: usize, child: &mut Child) -> Result<String, DevError> {
+/// Waits for a node's "ready on host:port" line on its stdout; returns that address and the
+/// URL of its earlier "metrics on URL" line. Its stdout is drained after.
+fn wait_ready(id: usize, child: &mut Child) -> Result<(String, Option<String>), DevError> {
     let stdout = child.stdout.take().ok_or_else(|| DevError::NodeFailed {
         node: id,
         reason: "no stdout".into(),
     })?;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
+        let mut metrics = None;
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { return };
+            if let Some(url) = line.split(" metrics on ").nth(1) {
+                metrics = url.split_whitespace().next().map(str::to_string);
+            }
             if let Some(rest) = line.split(" ready on ").nth(1) {
-                let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_string());
+                let addr = rest.split_whitespace().next().unwrap_or("").to_string();
+                let _ = tx.send((addr, metrics.clone()));
             }
         }
     });
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
-        if let Ok(addr) = rx.recv_timeout(Duration::from_millis(200)) {
-            return Ok(addr);
+        if let Ok(ready) = rx.recv_timeout(Duration::from_millis(200)) {
+            return Ok(ready);
         }
         if let Ok(Some(status)) = child.try_wait() {
             return Err(DevError::NodeFailed {
@@ -231,11 +237,15 @@ pub fn start_cluster(exe: &Path, opts: &DevOptions) -> Result<DevCluster, DevErr
     let mut cluster = DevCluster {
         nodes: running,
         bootstrap: Vec::new(),
+        metrics: BTreeMap::new(),
         cluster_id: id,
     };
     for r in cluster.nodes.iter_mut() {
-        let addr = wait_ready(r.id, &mut r.child)?;
+        let (addr, metrics) = wait_ready(r.id, &mut r.child)?;
         cluster.bootstrap.push(addr);
+        if let Some(url) = metrics {
+            cluster.metrics.insert(r.id as i32, url);
+        }
     }
     Ok(cluster)
 }
@@ -244,6 +254,8 @@ pub fn start_cluster(exe: &Path, opts: &DevOptions) -> Result<DevCluster, DevErr
 pub struct DevCluster {
     nodes: Vec<Running>,
     pub bootstrap: Vec<String>,
+    /// Each node's metrics URL, by node id, as its banner printed it.
+    pub metrics: BTreeMap<i32, String>,
     pub cluster_id: String,
 }
 

@@ -54,6 +54,13 @@ enum Command {
         /// Do not start the producer proxy.
         #[arg(long)]
         no_proxy: bool,
+        /// Port of the leadership rebalancer's /metrics on 127.0.0.1 (0 picks a free one; so
+        /// does --port 0). With several brokers only.
+        #[arg(long, default_value_t = 8081)]
+        rebalancer_port: u16,
+        /// Do not start the leadership rebalancer.
+        #[arg(long)]
+        no_rebalancer: bool,
     },
     /// Run the HTTP producer proxy: REST Proxy v2/v3 produce through our producer and Java's
     /// built-in (KIP-794) partitioner.
@@ -373,6 +380,44 @@ fn print_banner(bootstrap: &str, data: &[String], metrics: &str) {
     println!("  Ctrl-C stops every broker cleanly.");
 }
 
+/// The leadership rebalancer beside `evenkeel dev`'s brokers, with its metrics on
+/// 127.0.0.1:`port`. One that cannot start is reported and left out; the brokers run on.
+async fn start_dev_rebalancer(
+    bootstrap: &str,
+    metrics: &std::collections::BTreeMap<i32, String>,
+    port: u16,
+) -> Option<evenkeel::rebalancer::RebalancerHandle> {
+    use evenkeel::rebalancer::{MetricsSource, Rebalancer, RebalancerConfig};
+    let mut config = RebalancerConfig::new(bootstrap);
+    config.metrics = MetricsSource::Urls(metrics.clone());
+    let interval = config.interval;
+    let started = match Rebalancer::connect(config).await {
+        Ok(r) => r
+            .spawn(&format!("127.0.0.1:{port}"))
+            .await
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    match started {
+        Ok(r) => {
+            println!(
+                "  rebalancer:         evens out partition leadership every {} s; http://{}/metrics",
+                interval.as_secs(),
+                r.addr
+            );
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            Some(r)
+        }
+        Err(e) => {
+            eprintln!(
+                "evenkeel dev: the rebalancer did not start ({e}); the brokers run without it"
+            );
+            None
+        }
+    }
+}
+
 /// The producer proxy beside `evenkeel dev`'s brokers, on 127.0.0.1:`port`. A proxy that
 /// cannot start (the port is taken) is reported and left out; the brokers run on.
 async fn start_dev_proxy(bootstrap: &str, port: u16) -> Option<evenkeel::proxy::ProxyHandle> {
@@ -433,18 +478,26 @@ fn cmd_proxy(
     })
 }
 
+/// What `evenkeel dev` runs beside its brokers: the ports of the producer proxy and of the
+/// rebalancer's metrics (`None`: not started).
+struct DevSidecars {
+    proxy: Option<u16>,
+    rebalancer: Option<u16>,
+}
+
 fn cmd_dev(
     brokers: usize,
     port: u16,
     data: PathBuf,
     overrides: Vec<String>,
-    proxy: Option<u16>,
+    sidecars: DevSidecars,
 ) -> anyhow::Result<()> {
     if brokers == 0 {
         anyhow::bail!("--brokers must be at least 1");
     }
     if brokers == 1 {
-        return dev_single(port, data, overrides, proxy);
+        // One broker leads everything: there is no leadership to even out.
+        return dev_single(port, data, overrides, sidecars.proxy);
     }
     let opts = evenkeel::dev::DevOptions {
         brokers,
@@ -468,8 +521,12 @@ fn cmd_dev(
     let _ = std::io::stdout().flush();
     let rt = tokio::runtime::Runtime::new()?;
     let exited = rt.block_on(async {
-        let _proxy = match proxy {
+        let _proxy = match sidecars.proxy {
             Some(p) => start_dev_proxy(&bootstrap, p).await,
+            None => None,
+        };
+        let _rebalancer = match sidecars.rebalancer {
+            Some(p) => start_dev_rebalancer(&bootstrap, &cluster.metrics, p).await,
             None => None,
         };
         loop {
@@ -630,10 +687,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             overrides,
             proxy_port,
             no_proxy,
+            rebalancer_port,
+            no_rebalancer,
         } => {
-            // --port 0 picks free ports for everything, the proxy's too.
-            let proxy = (!no_proxy).then_some(if port == 0 { 0 } else { proxy_port });
-            cmd_dev(brokers, port, data, overrides, proxy)
+            // --port 0 picks free ports for everything, the proxy's and the rebalancer's too.
+            let pick = |wanted: u16| if port == 0 { 0 } else { wanted };
+            let sidecars = DevSidecars {
+                proxy: (!no_proxy).then_some(pick(proxy_port)),
+                rebalancer: (!no_rebalancer).then_some(pick(rebalancer_port)),
+            };
+            cmd_dev(brokers, port, data, overrides, sidecars)
         }
         Command::Proxy {
             bootstrap,

@@ -307,16 +307,44 @@ async fn dev_runs_three_brokers_and_ctrl_c_stops_them_all() {
         .unwrap();
     let stdout = dev.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
+    let (rtx, rrx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             if let Some(rest) = line.strip_prefix("evenkeel dev: 3 brokers ready on ") {
                 let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_string());
+            }
+            if line.trim_start().starts_with("rebalancer:") {
+                let url = line.split("http://").nth(1).unwrap_or("").to_string();
+                let _ = rtx.send(url);
             }
         }
     });
     let bootstrap = rx
         .recv_timeout(Duration::from_secs(120))
         .expect("no ready line from evenkeel dev");
+    // dev runs a rebalancer beside its brokers: its first round found them balanced.
+    let rebalancer = rrx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("no rebalancer line from evenkeel dev");
+    let port: u16 = rebalancer
+        .split('/')
+        .next()
+        .and_then(|a| a.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+        .expect("the rebalancer's metrics address");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, page) = common::http_get(port, "/metrics");
+        if page.contains("evenkeel_rebalancer_rounds_total{outcome=\"balanced\"}") {
+            assert!(
+                page.contains("evenkeel_rebalancer_metrics_unknown{broker=\"3\"} 0"),
+                "{page}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "no balanced round:\n{page}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let addrs: Vec<String> = bootstrap.split(',').map(String::from).collect();
     assert_eq!(addrs.len(), 3, "{bootstrap}");
     let cluster = admin(&bootstrap).await.describe_cluster().await.unwrap();

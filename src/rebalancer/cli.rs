@@ -168,24 +168,25 @@ pub fn run(args: RebalancerArgs) -> anyhow::Result<()> {
             rebalancer.report_to(reporter);
         }
         if args.once {
-            let outcome = rebalancer.round().await?;
-            super::report(&outcome, true);
+            let outcome = rebalancer.round_and_report().await?;
             println!("{}", super::summary(&outcome));
             return Ok(());
         }
-        let (addr, server) =
-            crate::metrics::serve_registry(&args.listen, rebalancer.metrics().registry.clone())
-                .await
-                .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
-        tracing::info!(%addr, "rebalancer health and metrics listening");
-        eprintln!("evenkeel rebalancer: metrics on http://{addr}/metrics");
+        let running = rebalancer
+            .spawn(&args.listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
+        tracing::info!(addr = %running.addr, "rebalancer health and metrics listening");
+        eprintln!(
+            "evenkeel rebalancer: metrics on http://{}/metrics",
+            running.addr
+        );
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
-            _ = rebalancer.run() => {}
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
         }
-        server.abort();
+        drop(running);
         anyhow::Ok(())
     })
 }
@@ -229,6 +230,7 @@ mod tests {
         assert!(args(&["--dry-run"]).unwrap().dry_run);
         assert!(!args(&["--dry-run=false"]).unwrap().dry_run);
         assert!(args(&["--threshold", "0.5"]).is_err());
+        assert_eq!(a.config().unwrap(), RebalancerConfig::new("h:9092"));
     }
 
     #[test]

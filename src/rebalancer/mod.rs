@@ -37,7 +37,7 @@ pub enum MetricsSource {
     None,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RebalancerConfig {
     pub bootstrap: String,
     pub metrics: MetricsSource,
@@ -52,6 +52,23 @@ pub struct RebalancerConfig {
     pub broker_id: Option<i32>,
     pub thresholds: Thresholds,
     pub limits: Limits,
+}
+
+impl RebalancerConfig {
+    /// The defaults (those of `evenkeel rebalancer`'s flags) for `bootstrap`.
+    pub fn new(bootstrap: &str) -> RebalancerConfig {
+        RebalancerConfig {
+            bootstrap: bootstrap.to_string(),
+            metrics: MetricsSource::Port(9404),
+            interval: Duration::from_secs(30),
+            threshold: 1.1,
+            dry_run: false,
+            mute: Duration::from_secs(300),
+            broker_id: None,
+            thresholds: Thresholds::default(),
+            limits: Limits::default(),
+        }
+    }
 }
 
 /// How a round ended.
@@ -141,25 +158,45 @@ impl Rebalancer {
         self.metrics.clone()
     }
 
+    /// Serves its metrics on `listen` and runs rounds in the background until the handle is
+    /// dropped.
+    pub async fn spawn(self, listen: &str) -> std::io::Result<RebalancerHandle> {
+        let (addr, server) =
+            crate::metrics::serve_registry(listen, self.metrics.registry.clone()).await?;
+        Ok(RebalancerHandle {
+            addr,
+            server,
+            rounds: tokio::spawn(self.run()),
+        })
+    }
+
     /// Runs rounds every interval until the future is dropped.
     pub async fn run(mut self) {
         let mut ticker = tokio::time::interval(self.config.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            match self.round().await {
-                Ok(outcome) => {
-                    self.metrics
-                        .rounds
-                        .with_label_values(&[outcome.label()])
-                        .inc();
-                    report(&outcome, self.config.dry_run);
-                    self.report_to_kube(&outcome).await;
-                }
-                Err(e) => {
-                    self.metrics.rounds.with_label_values(&["failed"]).inc();
-                    tracing::warn!(error = %e, "rebalancer round failed; trying again next interval");
-                }
+            if let Err(e) = self.round_and_report().await {
+                tracing::warn!(error = %e, "rebalancer round failed; trying again next interval");
+            }
+        }
+    }
+
+    /// One round, counted in the metrics, logged, and reported to Kubernetes when it acted.
+    pub async fn round_and_report(&mut self) -> Result<Outcome, RebalancerError> {
+        match self.round().await {
+            Ok(outcome) => {
+                self.metrics
+                    .rounds
+                    .with_label_values(&[outcome.label()])
+                    .inc();
+                report(&outcome, self.config.dry_run);
+                self.report_to_kube(&outcome).await;
+                Ok(outcome)
+            }
+            Err(e) => {
+                self.metrics.rounds.with_label_values(&["failed"]).inc();
+                Err(e)
             }
         }
     }
@@ -353,6 +390,21 @@ impl Rebalancer {
             })
             .collect();
         plan::plan(&partitions, &brokers, self.config.threshold)
+    }
+}
+
+/// A rebalancer running in the background and its metrics server; dropping it stops both.
+pub struct RebalancerHandle {
+    /// Where its /metrics, /healthz and /readyz are served.
+    pub addr: std::net::SocketAddr,
+    server: tokio::task::JoinHandle<()>,
+    rounds: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for RebalancerHandle {
+    fn drop(&mut self) {
+        self.server.abort();
+        self.rounds.abort();
     }
 }
 
