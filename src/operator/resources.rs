@@ -599,9 +599,13 @@ pub fn statefulset(
         pod_spec[k] = v;
     }
     // The pod's only account, so the broker container holds it too: it may write Events and its
-    // own cluster's status, nothing else (`rebalancer_role`).
+    // own cluster's status, nothing else (`rebalancer_role`). The deprecated `serviceAccount` is
+    // set too, so that this field manager owns it: the API server copies it back into an empty
+    // `serviceAccountName`, and a server-side apply that drops only the latter would never
+    // leave the account.
     if spec.rebalancer.enabled {
         pod_spec["serviceAccountName"] = json!(names.rebalancer());
+        pod_spec["serviceAccount"] = json!(names.rebalancer());
     }
     let when_deleted = if spec.storage.delete_claim {
         "Delete"

@@ -517,9 +517,12 @@ async fn disabling_the_rebalancer_deletes_its_identity_after_the_pods_leave_it()
         "the pods stop naming the account before it goes"
     );
     let sts = &s.calls_to(Method::PATCH, "statefulsets/main-kafka")[0].body;
-    assert!(sts["spec"]["template"]["spec"]
-        .get("serviceAccountName")
-        .is_none());
+    for field in ["serviceAccountName", "serviceAccount"] {
+        assert!(
+            sts["spec"]["template"]["spec"].get(field).is_none(),
+            "{field}"
+        );
+    }
     assert!(s.calls_to(Method::PATCH, "main-rebalancer").is_empty());
     assert!(s.event_reasons().contains(&"RebalancerRemoved".to_string()));
 }

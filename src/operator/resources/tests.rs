@@ -578,12 +578,19 @@ fn broker_pods_run_as_the_rebalancers_account_only_while_it_is_enabled() {
         s(at(&on, "spec.template.spec.serviceAccountName")),
         "main-rebalancer"
     );
+    // The deprecated field too, or the API server would copy it back when the rebalancer goes.
+    assert_eq!(
+        s(at(&on, "spec.template.spec.serviceAccount")),
+        "main-rebalancer"
+    );
     let side = at(&on, "spec.template.spec.containers.1");
     let args: Vec<&str> = side["args"].as_sequence().unwrap().iter().map(s).collect();
     assert!(args.windows(2).any(|w| w == ["--kafka-cluster", "main"]));
     let off = yaml(&statefulset(&cluster("replicas: 3"), "img", 3).unwrap());
-    assert!(
-        at(&off, "spec.template.spec.serviceAccountName").is_null(),
-        "the namespace's default account without the rebalancer"
-    );
+    for field in ["serviceAccountName", "serviceAccount"] {
+        assert!(
+            at(&off, "spec.template.spec")[field].is_null(),
+            "{field}: the namespace's default account without the rebalancer"
+        );
+    }
 }
