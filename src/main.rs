@@ -195,6 +195,36 @@ enum PerfCommand {
         #[arg(long, default_value_t = 512)]
         record_size: usize,
     },
+    /// Leader concentration end to end: a topic whose first broker leads most partitions,
+    /// wide fetchers and a producer, figures; then the rebalancer evens leadership out and the
+    /// same load is measured again.
+    Skew {
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        bootstrap: String,
+        /// Each broker's metrics URL as ID=URL, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        metrics: Vec<String>,
+        #[arg(long, default_value = "skewed")]
+        topic: String,
+        #[arg(long, default_value_t = 300)]
+        partitions: usize,
+        /// Share of partitions whose preferred leader is the first broker.
+        #[arg(long, default_value_t = 0.8)]
+        share: f64,
+        #[arg(long, default_value_t = 4)]
+        fetchers: usize,
+        /// Records per second from the producer (acks=all), over all partitions.
+        #[arg(long, default_value_t = 2000.0)]
+        rate: f64,
+        /// Seconds of load per phase.
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+        #[arg(long, default_value_t = 512)]
+        record_size: usize,
+        /// The rebalancer's interval.
+        #[arg(long, default_value = "10s", value_parser = evenkeel::rebalancer::cli::parse_duration)]
+        interval: std::time::Duration,
+    },
     /// Append and read throughput of the partition log, beside dd's figures.
     Storage {
         /// Directory for the benchmark files (on the disk to measure).
@@ -346,10 +376,11 @@ fn print_ready(node: &evenkeel::node::Node, banner: bool) {
         node.cluster_id
     );
     if banner {
-        let metrics = node
+        let metrics: Vec<String> = node
             .metrics_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_default();
+            .map(|a| format!("http://{a}/metrics"))
+            .into_iter()
+            .collect();
         print_banner(
             &bootstrap,
             &[broker.config.log_dir.display().to_string()],
@@ -359,12 +390,12 @@ fn print_ready(node: &evenkeel::node::Node, banner: bool) {
     let _ = std::io::stdout().flush();
 }
 
-fn print_banner(bootstrap: &str, data: &[String], metrics: &str) {
+fn print_banner(bootstrap: &str, data: &[String], metrics: &[String]) {
     println!();
     println!("  bootstrap servers:  {bootstrap}");
     println!("  data:               {}", data.join(" "));
     if !metrics.is_empty() {
-        println!("  metrics:            http://{metrics}/metrics");
+        println!("  metrics:            {}", metrics.join(" "));
     }
     println!();
     println!("  try:");
@@ -516,7 +547,8 @@ fn cmd_dev(
     let dirs: Vec<String> = (1..=brokers)
         .map(|i| data.join(format!("broker-{i}")).display().to_string())
         .collect();
-    print_banner(&bootstrap, &dirs, "");
+    let metrics: Vec<String> = cluster.metrics.values().cloned().collect();
+    print_banner(&bootstrap, &dirs, &metrics);
     use std::io::Write;
     let _ = std::io::stdout().flush();
     let rt = tokio::runtime::Runtime::new()?;
@@ -719,6 +751,46 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             deep_iteration,
         } => cmd_dump_log(files, print_data_log, deep_iteration),
         Command::Perf { what } => match what {
+            PerfCommand::Skew {
+                bootstrap,
+                metrics,
+                topic,
+                partitions,
+                share,
+                fetchers,
+                rate,
+                seconds,
+                record_size,
+                interval,
+            } => {
+                let metrics = metrics
+                    .iter()
+                    .map(|m| {
+                        let (id, url) = m
+                            .split_once('=')
+                            .ok_or_else(|| anyhow::anyhow!("--metrics {m:?} is not ID=URL"))?;
+                        let id: i32 = id.parse().map_err(|_| {
+                            anyhow::anyhow!("--metrics {m:?}: {id:?} is not a broker id")
+                        })?;
+                        Ok((id, url.to_string()))
+                    })
+                    .collect::<anyhow::Result<_>>()?;
+                let o = evenkeel::perf::skew::SkewOptions {
+                    bootstrap,
+                    metrics,
+                    topic,
+                    partitions,
+                    share,
+                    fetchers,
+                    rate,
+                    seconds,
+                    record_size,
+                    interval,
+                };
+                let report = evenkeel::perf::skew::run(&o, &mut |m| eprintln!("{m}"))?;
+                print!("{}", evenkeel::perf::skew::render(&report));
+                Ok(())
+            }
             PerfCommand::Storage {
                 dir,
                 mib,

@@ -1,4 +1,5 @@
 //! `evenkeel perf`: load generators and micro-benchmarks that print figures, never assert them.
 
 pub mod kafka;
+pub mod skew;
 pub mod storage;

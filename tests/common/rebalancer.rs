@@ -105,24 +105,10 @@ impl Drop for RebalancerProcess {
     }
 }
 
-/// Seed 003's shape: `partitions` replica lists over brokers `1..=brokers`, RF 3, where broker 1
-/// is first (so preferred leader) in `share` of them and the rest rotate over the others.
+/// Seed 003's shape over brokers `1..=brokers`: broker 1 first in `share` of the lists.
 pub fn skewed_assignment(partitions: usize, brokers: i32, share: f64) -> Vec<Vec<i32>> {
-    let hot = (partitions as f64 * share).round() as usize;
-    (0..partitions)
-        .map(|i| {
-            let first = if i < hot {
-                1
-            } else {
-                2 + (i as i32 % (brokers - 1))
-            };
-            let others: Vec<i32> = (1..=brokers).filter(|b| *b != first).collect();
-            let rf = 3.min(brokers as usize);
-            let mut r = vec![first];
-            r.extend((0..rf - 1).map(|j| others[(i + j) % others.len()]));
-            r
-        })
-        .collect()
+    let ids: Vec<i32> = (1..=brokers).collect();
+    evenkeel::perf::skew::skewed_assignment(partitions, &ids, share)
 }
 
 /// The least number of leadership changes that brings every count into the band, when every
