@@ -23,8 +23,9 @@ use evenkeel::operator::crd::{KafkaCluster, KafkaTopic, TOPIC_FINALIZER};
 use evenkeel::operator::kafka::{AdminConnector, ClientConnector, TopicAdmin};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -216,6 +217,19 @@ async fn operator_runs_with_only_the_charts_rbac() {
     // ...and a Lease other than its own cannot be read.
     let leases: Api<Lease> = Api::namespaced(sa.clone(), kubeenv::RELEASE_NAMESPACE);
     assert_eq!(refusal(leases.get("someone-else").await).0, 403);
+    // It makes Roles (the rebalancer's), but none granting what it does not hold itself.
+    let roles: Api<Role> = Api::namespaced(sa.clone(), &ns);
+    let wider: Role = serde_json::from_value(json!({
+        "metadata": {"name": "wider"},
+        "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}],
+    }))
+    .unwrap();
+    let (code, msg) = refusal(roles.create(&PostParams::default(), &wider).await);
+    assert_eq!(code, 403, "{msg}");
+    assert!(
+        msg.contains("attempting to grant RBAC permissions not currently held"),
+        "{msg}"
+    );
 
     // Enough: the operator, under that identity, takes the Lease and reconciles a cluster.
     let op = Operator::start(&ns, "127.0.0.1:9", true);
@@ -951,5 +965,431 @@ async fn a_proxy_becomes_a_deployment_and_service_and_goes_when_removed() {
         .await
         .unwrap()
         .is_some());
+    op.assert_never_forbidden();
+}
+
+/// A KafkaCluster with the rebalancer sidecar enabled.
+fn with_rebalancer(name: &str) -> KafkaCluster {
+    let mut kc = cluster(name, 1, &[]);
+    kc.spec.rebalancer.enabled = true;
+    kc
+}
+
+/// The rebalancer's ServiceAccount, Role and RoleBinding of cluster `name` in `ns`, once all three
+/// exist (as the admin sees them).
+async fn rebalancer_identity(
+    admin: &Client,
+    ns: &str,
+    name: &str,
+) -> (ServiceAccount, Role, RoleBinding) {
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
+    let roles: Api<Role> = Api::namespaced(admin.clone(), ns);
+    let bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), ns);
+    let object = format!("{name}-rebalancer");
+    wait_for(
+        "the rebalancer's ServiceAccount, Role and RoleBinding",
+        60,
+        || async {
+            Some((
+                accounts.get_opt(&object).await.ok()??,
+                roles.get_opt(&object).await.ok()??,
+                bindings.get_opt(&object).await.ok()??,
+            ))
+        },
+    )
+    .await
+}
+
+/// Event reasons in `ns` (events.k8s.io/v1) about KafkaCluster `name`, with their reporters.
+async fn cluster_events(admin: &Client, ns: &str, name: &str) -> Vec<(String, String)> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), ns);
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().is_some_and(|r| {
+                r.kind.as_deref() == Some("KafkaCluster") && r.name.as_deref() == Some(name)
+            })
+        })
+        .map(|e| {
+            (
+                e.reason.unwrap_or_default(),
+                e.reporting_controller.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// 9. `spec.rebalancer.enabled: true`: the operator, under the chart's RBAC, makes the sidecar's
+/// ServiceAccount, Role (exactly its rules) and RoleBinding, owned by the cluster, and the broker
+/// pods run as that account with the sidecar beside the broker; turning it off deletes all three.
+#[tokio::test]
+async fn the_rebalancer_gets_its_own_account_role_and_binding_and_loses_them_when_disabled() {
+    require_kube!();
+    let admin = kubeenv::admin().await;
+    kubeenv::install_base(&admin).await;
+    let ns = kubeenv::test_namespace(&admin, "rebal").await;
+    let op = Operator::start(&ns, "127.0.0.1:9", false);
+    let clusters: Api<KafkaCluster> = Api::namespaced(admin.clone(), &ns);
+    let uid = clusters
+        .create(&PostParams::default(), &with_rebalancer("main"))
+        .await
+        .unwrap()
+        .uid()
+        .unwrap();
+
+    let (account, role, binding) = rebalancer_identity(&admin, &ns, "main").await;
+    for (what, refs) in [
+        ("ServiceAccount", account.owner_references()),
+        ("Role", role.owner_references()),
+        ("RoleBinding", binding.owner_references()),
+    ] {
+        assert!(
+            refs.iter()
+                .any(|r| r.uid == uid && r.kind == "KafkaCluster" && r.controller == Some(true)),
+            "{what} main-rebalancer is not owned by KafkaCluster main: {refs:?}"
+        );
+    }
+    assert_eq!(
+        serde_json::to_value(&role.rules).unwrap(),
+        json!([
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+            {"apiGroups": ["kafka.evenkeel.dev"], "resources": ["kafkaclusters"],
+             "resourceNames": ["main"], "verbs": ["get"]},
+            {"apiGroups": ["kafka.evenkeel.dev"], "resources": ["kafkaclusters/status"],
+             "resourceNames": ["main"], "verbs": ["get", "patch"]},
+        ])
+    );
+    assert_eq!(binding.role_ref.kind, "Role");
+    assert_eq!(binding.role_ref.name, "main-rebalancer");
+    let subjects = binding.subjects.clone().unwrap_or_default();
+    assert_eq!(subjects.len(), 1, "{subjects:?}");
+    assert_eq!(
+        (
+            subjects[0].kind.as_str(),
+            subjects[0].name.as_str(),
+            subjects[0].namespace.as_deref()
+        ),
+        ("ServiceAccount", "main-rebalancer", Some(ns.as_str()))
+    );
+
+    let sts: Api<StatefulSet> = Api::namespaced(admin.clone(), &ns);
+    let pod_spec = |s: StatefulSet| s.spec?.template.spec;
+    let pod = wait_for("the brokers' StatefulSet", 30, || async {
+        pod_spec(sts.get_opt("main-kafka").await.ok()??)
+    })
+    .await;
+    assert_eq!(pod.service_account_name.as_deref(), Some("main-rebalancer"));
+    let names: Vec<&str> = pod.containers.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["broker", "rebalancer"]);
+    let args = pod.containers[1].args.clone().unwrap_or_default();
+    assert!(
+        args.windows(2).any(|w| w == ["--kafka-cluster", "main"]),
+        "{args:?}"
+    );
+    let (degraded, reason, _) = wait_for("a Degraded condition", 60, || async {
+        let kc = clusters.get("main").await.ok()?;
+        let v = serde_json::to_value(&kc).unwrap();
+        (kc.status?.observed_generation == kc.metadata.generation)
+            .then(|| condition(&v, "Degraded"))?
+    })
+    .await;
+    assert_eq!(
+        (degraded.as_str(), reason.as_str()),
+        ("False", "AsExpected")
+    );
+
+    clusters
+        .patch(
+            "main",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"rebalancer": {"enabled": false}}})),
+        )
+        .await
+        .unwrap();
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), &ns);
+    let roles: Api<Role> = Api::namespaced(admin.clone(), &ns);
+    let bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), &ns);
+    wait_for("the rebalancer's identity to be deleted", 60, || async {
+        let left = accounts.get_opt("main-rebalancer").await.ok()?.is_some() as u8
+            + roles.get_opt("main-rebalancer").await.ok()?.is_some() as u8
+            + bindings.get_opt("main-rebalancer").await.ok()?.is_some() as u8;
+        (left == 0).then_some(())
+    })
+    .await;
+    let pod = pod_spec(sts.get("main-kafka").await.unwrap()).unwrap();
+    assert_eq!(pod.service_account_name, None);
+    assert_eq!(pod.service_account, None);
+    assert_eq!(pod.containers.len(), 1);
+    let reasons = wait_for("a RebalancerRemoved event", 30, || async {
+        let events = cluster_events(&admin, &ns, "main").await;
+        events
+            .iter()
+            .any(|(r, _)| r == "RebalancerRemoved")
+            .then_some(events)
+    })
+    .await;
+    assert!(
+        reasons.iter().all(|(_, by)| by == "evenkeel-operator"),
+        "{reasons:?}"
+    );
+    op.assert_never_forbidden();
+}
+
+/// 10. Acting as the sidecar's ServiceAccount (impersonated): it may publish Events and read and
+/// patch `status.rebalance` of its own KafkaCluster, and nothing more: not the spec, not another
+/// KafkaCluster, not a list of them, not Secrets, not RBAC.
+#[tokio::test]
+async fn the_rebalancers_account_may_report_on_its_own_cluster_and_nothing_more() {
+    require_kube!();
+    let admin = kubeenv::admin().await;
+    kubeenv::install_base(&admin).await;
+    let ns = kubeenv::test_namespace(&admin, "rebsa").await;
+    let op = Operator::start(&ns, "127.0.0.1:9", false);
+    let clusters: Api<KafkaCluster> = Api::namespaced(admin.clone(), &ns);
+    let main = clusters
+        .create(&PostParams::default(), &with_rebalancer("main"))
+        .await
+        .unwrap();
+    clusters
+        .create(&PostParams::default(), &cluster("other", 1, &[]))
+        .await
+        .unwrap();
+    rebalancer_identity(&admin, &ns, "main").await;
+    let sa = kubeenv::as_service_account(&ns, "main-rebalancer").await;
+    let own: Api<KafkaCluster> = Api::namespaced(sa.clone(), &ns);
+
+    // What report.rs does: read the cluster, publish an Event, patch status.rebalance.
+    assert_eq!(own.get("main").await.unwrap().uid(), main.uid());
+    let regarding = json!({"apiVersion": "kafka.evenkeel.dev/v1alpha1", "kind": "KafkaCluster",
+                           "name": "main", "namespace": ns, "uid": main.uid()});
+    let event: k8s_openapi::api::events::v1::Event = serde_json::from_value(json!({
+        "metadata": {"generateName": "main-"},
+        "eventTime": "2026-01-02T03:04:05.000000Z",
+        "reportingController": "evenkeel-rebalancer", "reportingInstance": "main-kafka-0",
+        "action": "Rebalance", "reason": "RebalancePlanned", "type": "Normal",
+        "note": "a dry run", "regarding": regarding,
+    }))
+    .unwrap();
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(sa.clone(), &ns);
+    events
+        .create(&PostParams::default(), &event)
+        .await
+        .expect("the sidecar may create an events.k8s.io Event");
+    let core_event: k8s_openapi::api::core::v1::Event = serde_json::from_value(json!({
+        "metadata": {"generateName": "main-"},
+        "involvedObject": regarding, "reason": "RebalancePlanned", "message": "a dry run",
+        "type": "Normal", "source": {"component": "evenkeel-rebalancer"},
+    }))
+    .unwrap();
+    let core_events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(sa.clone(), &ns);
+    core_events
+        .create(&PostParams::default(), &core_event)
+        .await
+        .expect("the sidecar may create a core Event");
+    let rebalance = json!({"lastAction": "RebalancePlanned", "lastActionTime": "2026-01-02T03:04:05Z",
+                           "moves": 4, "skewBefore": 2.5, "skewAfter": 1.0, "message": "a dry run"});
+    let status_patch = PatchParams {
+        field_manager: Some("evenkeel-rebalancer".into()),
+        ..PatchParams::default()
+    };
+    own.patch_status(
+        "main",
+        &status_patch,
+        &Patch::Merge(json!({"status": {"rebalance": rebalance}})),
+    )
+    .await
+    .expect("the sidecar may patch its cluster's status");
+    let written = clusters.get("main").await.unwrap();
+    assert_eq!(
+        serde_json::to_value(&written).unwrap()["status"]["rebalance"],
+        rebalance
+    );
+
+    // And nothing more.
+    let who = format!("system:serviceaccount:{ns}:main-rebalancer");
+    let (code, msg) = refusal(
+        own.patch(
+            "main",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await,
+    );
+    assert_eq!(code, 403, "{msg}");
+    assert!(msg.contains(&who), "{msg}");
+    assert_eq!(refusal(own.get("other").await).0, 403, "another cluster");
+    assert_eq!(
+        refusal(
+            own.patch_status(
+                "other",
+                &status_patch,
+                &Patch::Merge(json!({"status": {"rebalance": rebalance}})),
+            )
+            .await
+        )
+        .0,
+        403,
+        "another cluster's status"
+    );
+    assert_eq!(refusal(own.list(&ListParams::default()).await).0, 403);
+    assert_eq!(
+        refusal(own.delete("main", &DeleteParams::default()).await).0,
+        403
+    );
+    let secrets: Api<Secret> = Api::namespaced(sa.clone(), &ns);
+    assert_eq!(refusal(secrets.list(&ListParams::default()).await).0, 403);
+    assert_eq!(refusal(secrets.get("any").await).0, 403);
+    let roles: Api<Role> = Api::namespaced(sa.clone(), &ns);
+    assert_eq!(refusal(roles.get("main-rebalancer").await).0, 403);
+    assert_eq!(refusal(events.list(&ListParams::default()).await).0, 403);
+    op.assert_never_forbidden();
+}
+
+/// A topic of `partitions` partitions all led by the lowest broker id of the cluster at
+/// `bootstrap` (RF up to 3), settled with full ISRs; returns that broker's id.
+async fn topic_led_by_one_broker(bootstrap: &str, topic: &str, partitions: usize) -> i32 {
+    let a = evenkeel::client::AdminClient::connect(bootstrap, Duration::from_secs(30))
+        .await
+        .expect("connects to the Kafka cluster");
+    let mut ids: Vec<i32> = a
+        .describe_cluster()
+        .await
+        .unwrap()
+        .brokers
+        .iter()
+        .map(|b| b.id)
+        .collect();
+    ids.sort();
+    assert!(ids.len() >= 2, "a cluster of several brokers: {ids:?}");
+    let hot = ids[0];
+    let rf = ids.len().min(3);
+    let assignment: Vec<Vec<i32>> = (0..partitions)
+        .map(|i| {
+            let mut r = vec![hot];
+            r.extend((0..rf - 1).map(|j| ids[1 + (i + j) % (ids.len() - 1)]));
+            r
+        })
+        .collect();
+    a.create_topic_with_assignment(topic, &assignment, &BTreeMap::new())
+        .await
+        .unwrap();
+    wait_for("the skewed topic to settle", 90, || async {
+        let t = a
+            .describe_topics(Some(&[topic.to_string()]))
+            .await
+            .ok()?
+            .into_iter()
+            .next()?;
+        (t.partitions.len() == partitions
+            && t.partitions
+                .iter()
+                .all(|p| p.leader == hot && p.isr.len() == rf))
+        .then_some(())
+    })
+    .await;
+    hot
+}
+
+/// 11. The sidecar itself: `evenkeel rebalancer --dry-run --kafka-cluster main` against a
+/// 3-broker Kafka (CI's Apache Kafka in EVENKEEL_KAFKA_CLUSTER_BOOTSTRAP, else 3 evenkeel
+/// brokers), authenticated as `main-rebalancer` with the Role the operator made, reports a
+/// skewed topic's plan as a RebalancePlanned Event and `status.rebalance`; the operator's next
+/// status write keeps it; nothing moved.
+#[tokio::test]
+async fn the_sidecar_reports_a_dry_run_plan_as_an_event_and_status_rebalance() {
+    require_kube!();
+    let admin = kubeenv::admin().await;
+    kubeenv::install_base(&admin).await;
+    let ns = kubeenv::test_namespace(&admin, "rebrun").await;
+    let (bootstrap, _local) = match std::env::var("EVENKEEL_KAFKA_CLUSTER_BOOTSTRAP") {
+        Ok(b) if !b.is_empty() => (b, None),
+        _ => {
+            let c = common::cluster::Cluster::start(3, &[]);
+            (c.bootstrap(), Some(c))
+        }
+    };
+    let topic = format!("skewed-{ns}");
+    let hot = topic_led_by_one_broker(&bootstrap, &topic, 30).await;
+    let op = Operator::start(&ns, "127.0.0.1:9", false);
+    let clusters: Api<KafkaCluster> = Api::namespaced(admin.clone(), &ns);
+    clusters
+        .create(&PostParams::default(), &with_rebalancer("main"))
+        .await
+        .unwrap();
+    rebalancer_identity(&admin, &ns, "main").await;
+
+    let sidecar = kubeenv::Rebalancer::start(
+        &ns,
+        "main",
+        &bootstrap,
+        &["--dry-run", "--no-metrics", "--interval", "1s"],
+    );
+    let rebalance = wait_for("status.rebalance written by the sidecar", 90, || async {
+        let kc = clusters.get("main").await.ok()?;
+        kc.status?.rebalance
+    })
+    .await;
+    assert_eq!(rebalance.last_action, "RebalancePlanned", "{rebalance:?}");
+    assert!(rebalance.moves >= 1, "{rebalance:?}");
+    assert!(
+        rebalance.skew_before > rebalance.skew_after && rebalance.skew_before > 1.1,
+        "{rebalance:?}"
+    );
+    assert!(
+        rebalance
+            .last_action_time
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .is_ok(),
+        "{rebalance:?}"
+    );
+    assert!(!rebalance.message.is_empty(), "{rebalance:?}");
+    let events = wait_for("the sidecar's RebalancePlanned event", 30, || async {
+        let events = cluster_events(&admin, &ns, "main").await;
+        events
+            .iter()
+            .any(|e| e == &("RebalancePlanned".into(), "evenkeel-rebalancer".into()))
+            .then_some(events)
+    })
+    .await;
+    eprintln!("events about main: {events:?}");
+
+    // The operator's next status write (a new generation to observe) keeps the sidecar's.
+    let generation = clusters
+        .patch(
+            "main",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"config": {"log.retention.hours": "24"}}})),
+        )
+        .await
+        .unwrap()
+        .metadata
+        .generation;
+    let after = wait_for("the operator to observe the new generation", 60, || async {
+        let st = clusters.get("main").await.ok()?.status?;
+        (st.observed_generation == generation).then_some(st)
+    })
+    .await;
+    assert_eq!(after.rebalance.as_ref(), Some(&rebalance));
+
+    // A dry run moves nothing, and the sidecar was never refused.
+    let a = evenkeel::client::AdminClient::connect(&bootstrap, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let t = a
+        .describe_topics(Some(std::slice::from_ref(&topic)))
+        .await
+        .unwrap()
+        .remove(0);
+    assert!(t.partitions.iter().all(|p| p.leader == hot));
+    let log = sidecar.log();
+    for bad in ["forbidden", "could not", "cannot read the KafkaCluster"] {
+        assert!(!log.contains(bad), "the sidecar logged {bad:?}:\n{log}");
+    }
+    let _ = a.delete_topic(&topic).await;
     op.assert_never_forbidden();
 }

@@ -151,6 +151,20 @@ fn kubeconfig(server: &str, user: Value) -> String {
     .unwrap()
 }
 
+/// The admin token impersonating ServiceAccount `namespace/name`, with the groups its own token
+/// would carry: exactly what RBAC grants that account.
+fn service_account_user(namespace: &str, name: &str) -> Value {
+    json!({
+        "token": ADMIN_TOKEN,
+        "as": format!("system:serviceaccount:{namespace}:{name}"),
+        "as-groups": [
+            "system:serviceaccounts",
+            format!("system:serviceaccounts:{namespace}"),
+            "system:authenticated",
+        ],
+    })
+}
+
 /// The control plane, started on first call.
 pub fn plane() -> &'static ControlPlane {
     PLANE.get_or_init(|| {
@@ -267,15 +281,7 @@ fn start() -> ControlPlane {
         &operator_kubeconfig,
         kubeconfig(
             &server,
-            json!({
-                "token": ADMIN_TOKEN,
-                "as": format!("system:serviceaccount:{RELEASE_NAMESPACE}:{SERVICE_ACCOUNT}"),
-                "as-groups": [
-                    "system:serviceaccounts",
-                    format!("system:serviceaccounts:{RELEASE_NAMESPACE}"),
-                    "system:authenticated",
-                ],
-            }),
+            service_account_user(RELEASE_NAMESPACE, SERVICE_ACCOUNT),
         ),
     )
     .unwrap();
@@ -347,6 +353,25 @@ pub async fn admin() -> Client {
 /// A client that is the operator's ServiceAccount (impersonated), with only the chart's RBAC.
 pub async fn as_operator() -> Client {
     client_from(&plane().operator_kubeconfig).await
+}
+
+/// A kubeconfig (written on first use) that is ServiceAccount `namespace/name`, impersonated.
+pub fn service_account_kubeconfig(namespace: &str, name: &str) -> PathBuf {
+    let plane = plane();
+    let path = plane.dir.join(format!("sa-{namespace}-{name}.kubeconfig"));
+    if !path.exists() {
+        fs::write(
+            &path,
+            kubeconfig(&plane.server, service_account_user(namespace, name)),
+        )
+        .unwrap();
+    }
+    path
+}
+
+/// A client that is ServiceAccount `namespace/name` (impersonated), with only what RBAC grants it.
+pub async fn as_service_account(namespace: &str, name: &str) -> Client {
+    client_from(&service_account_kubeconfig(namespace, name)).await
 }
 
 /// `helm template` of the chart (release `evenkeel` in evenkeel-system) with extra flags.
@@ -537,7 +562,11 @@ impl Operator {
             // RBAC's refusal: `... is forbidden: User "system:serviceaccount:..." cannot ...`
             // (not admission's, e.g. "forbidden: unable to create new content in namespace ...
             // because it is being terminated", which any operator meets in a dying namespace).
-            .filter(|l| l.contains("is forbidden: User"))
+            // And RBAC's escalation check: a Role granting what the operator does not hold.
+            .filter(|l| {
+                l.contains("is forbidden: User")
+                    || l.contains("attempting to grant RBAC permissions not currently held")
+            })
             .collect();
         assert!(
             refused.is_empty(),
@@ -582,4 +611,55 @@ pub fn selector(labels: &BTreeMap<String, String>) -> String {
 pub fn write(path: &Path, text: &str) {
     let mut f = fs::File::create(path).unwrap();
     f.write_all(text.as_bytes()).unwrap();
+}
+
+/// `evenkeel rebalancer` as a process reporting to a KafkaCluster, authenticated as that
+/// cluster's `<cluster>-rebalancer` ServiceAccount, as the sidecar would be.
+pub struct Rebalancer {
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl Rebalancer {
+    /// `evenkeel rebalancer --bootstrap BOOTSTRAP --kafka-cluster CLUSTER ARGS…` in `namespace`
+    /// (POD_NAMESPACE), beside pod `<cluster>-kafka-0`, its health and metrics on a free port.
+    pub fn start(namespace: &str, cluster: &str, bootstrap: &str, args: &[&str]) -> Rebalancer {
+        let plane = plane();
+        let log = plane.dir.join(format!("rebalancer-{namespace}.log"));
+        let account = format!("{cluster}-rebalancer");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_evenkeel"));
+        cmd.args(["rebalancer", "--bootstrap", bootstrap])
+            .args(["--kafka-cluster", cluster])
+            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+            .args(args)
+            .env(
+                "KUBECONFIG",
+                service_account_kubeconfig(namespace, &account),
+            )
+            .env("POD_NAMESPACE", namespace)
+            .env("POD_NAME", format!("{cluster}-kafka-0"))
+            .env("EVENKEEL_LOG", "info,kube_client=info")
+            .env_remove("KUBE_RS_DEBUG_IMPERSONATE_USER")
+            .env_remove("KUBE_RS_DEBUG_IMPERSONATE_GROUP");
+        let out = fs::File::create(&log).unwrap();
+        cmd.stdout(out.try_clone().unwrap()).stderr(out);
+        let child = cmd.spawn().expect("start evenkeel rebalancer");
+        CHILDREN.lock().unwrap().push(child.id());
+        Rebalancer { child, log }
+    }
+
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Rebalancer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- rebalancer log ({}):", self.log.display());
+            eprintln!("{}", tail(&self.log(), 80));
+        }
+    }
 }
