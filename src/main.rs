@@ -214,7 +214,7 @@ enum PerfCommand {
         #[arg(long, default_value_t = 4)]
         fetchers: usize,
         /// Records per second from the producer (acks=all), over all partitions.
-        #[arg(long, default_value_t = 2000.0)]
+        #[arg(long, default_value_t = 500.0)]
         rate: f64,
         /// Seconds of load per phase.
         #[arg(long, default_value_t = 20)]

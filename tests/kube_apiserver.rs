@@ -1268,13 +1268,8 @@ async fn topic_led_by_one_broker(bootstrap: &str, topic: &str, partitions: usize
     assert!(ids.len() >= 2, "a cluster of several brokers: {ids:?}");
     let hot = ids[0];
     let rf = ids.len().min(3);
-    let assignment: Vec<Vec<i32>> = (0..partitions)
-        .map(|i| {
-            let mut r = vec![hot];
-            r.extend((0..rf - 1).map(|j| ids[1 + (i + j) % (ids.len() - 1)]));
-            r
-        })
-        .collect();
+    // Every partition's preferred leader is the first broker.
+    let assignment = evenkeel::perf::skew::skewed_assignment(partitions, &ids, 1.0);
     a.create_topic_with_assignment(topic, &assignment, &BTreeMap::new())
         .await
         .unwrap();

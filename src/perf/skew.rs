@@ -106,6 +106,8 @@ pub fn run(o: &SkewOptions, progress: &mut dyn FnMut(String)) -> Result<SkewRepo
     rt.block_on(admin.create_topic_with_assignment(&o.topic, &assignment, &BTreeMap::new()))
         .map_err(setup)?;
     rt.block_on(wait_for_leaders(&admin, &o.topic, &assignment))?;
+    progress("warming up (3 s of the producer alone) ...".into());
+    kafka::produce(&producer(o, 3), &mut |_| {})?;
     progress("phase 1: skewed leadership under wide fetches and produce load ...".into());
     let skewed = phase(&rt, &admin, o)?;
     progress("starting the rebalancer ...".into());
@@ -265,6 +267,23 @@ fn phase(
         })
         .collect();
     Ok(Phase { produce, brokers })
+}
+
+/// The producer of a phase: acks=all at the options' rate for `seconds`, round robin over the
+/// partitions.
+fn producer(o: &SkewOptions, seconds: u64) -> kafka::ProduceOptions {
+    kafka::ProduceOptions {
+        bootstrap: o.bootstrap.clone(),
+        topic: o.topic.clone(),
+        num_records: (o.rate * seconds as f64) as u64,
+        record_size: o.record_size,
+        throughput: o.rate,
+        props: vec![
+            ("acks".into(), "all".into()),
+            ("linger.ms".into(), "5".into()),
+        ],
+        round_robin: Some(o.partitions as i32),
+    }
 }
 
 async fn pages(urls: &BTreeMap<i32, String>) -> BTreeMap<i32, Page> {
