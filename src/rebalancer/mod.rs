@@ -205,7 +205,7 @@ impl Rebalancer {
     #[tracing::instrument(skip(self), fields(round = %uuid::Uuid::new_v4().simple()))]
     pub async fn round(&mut self) -> Result<Outcome, RebalancerError> {
         let layout = scrape::layout(&self.admin).await?;
-        let active = self.active_controller(&layout).await;
+        let active = acting_broker(self.active_controller(&layout).await, &layout);
         let acting = self.config.broker_id.is_none_or(|me| me == active);
         self.metrics.active.set(i64::from(acting));
         if !acting {
@@ -393,6 +393,20 @@ impl Rebalancer {
     }
 }
 
+/// The broker whose sidecar acts: the active controller when it is a broker (Kafka's combined
+/// mode), else (dedicated controllers have no sidecar) the live broker with the smallest id.
+fn acting_broker(active_controller: i32, layout: &Layout) -> i32 {
+    if layout.brokers.contains_key(&active_controller) {
+        return active_controller;
+    }
+    layout
+        .brokers
+        .keys()
+        .next()
+        .copied()
+        .unwrap_or(active_controller)
+}
+
 /// A rebalancer running in the background and its metrics server; dropping it stops both.
 pub struct RebalancerHandle {
     /// Where its /metrics, /healthz and /readyz are served.
@@ -537,6 +551,20 @@ fn print_plan(plan: &plan::Plan) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sidecar_beside_the_active_controller_acts_or_the_first_broker_s_without_one() {
+        let layout = Layout {
+            brokers: [(1, "a:1".to_string()), (2, "b:1".into()), (3, "c:1".into())]
+                .into_iter()
+                .collect(),
+            controller: 2,
+            partitions: Vec::new(),
+        };
+        assert_eq!(acting_broker(2, &layout), 2);
+        // A dedicated controller (node 3000) has no sidecar: the first broker's acts.
+        assert_eq!(acting_broker(3000, &layout), 1);
+    }
 
     #[test]
     fn metrics_urls_follow_the_brokers_hosts_or_the_list() {

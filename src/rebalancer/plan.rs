@@ -95,8 +95,18 @@ pub fn band(leaders: usize, brokers: usize, threshold: f64) -> Band {
     }
 }
 
+/// The most leaders an ineligible broker should keep: an overloaded broker sheds down to the
+/// mean (rounded down), or to the band's top if that is lower.
+fn overloaded_cap(leaders: usize, brokers: usize, band: Band) -> usize {
+    if brokers == 0 {
+        return 0;
+    }
+    (leaders / brokers).min(band.upper)
+}
+
 /// The fewest leadership changes that bring every listed broker's leader count into
-/// [`band`]`(counted leaders, listed brokers, threshold)`; an ineligible broker's lower bound is 0.
+/// [`band`]`(counted leaders, listed brokers, threshold)`; an ineligible broker's lower bound is
+/// 0 and its upper bound the mean rounded down (an overloaded broker sheds, it never gains).
 ///
 /// Only partitions led by a listed broker count and move; a partition's new leader is one of its
 /// ISR members that is a listed, eligible broker. The objective is lexicographic: least total band
@@ -242,8 +252,12 @@ impl Model {
             .iter()
             .map(|&e| if e { band.lower } else { 0 })
             .collect();
+        let cap = overloaded_cap(parts.len(), ids.len(), band);
         Model {
-            upper: vec![band.upper; ids.len()],
+            upper: eligible
+                .iter()
+                .map(|&e| if e { band.upper } else { cap })
+                .collect(),
             ids,
             lower,
             parts,
@@ -723,9 +737,17 @@ mod tests {
         let listed = listed(brokers);
         let leaders = partitions.iter().filter(|p| is_counted(p, &listed)).count();
         let band = band(leaders, listed.len(), threshold);
+        let cap = (leaders / listed.len().max(1)).min(band.upper);
         listed
             .iter()
-            .map(|(&id, &e)| (id, (if e { band.lower } else { 0 }, band.upper)))
+            .map(|(&id, &e)| {
+                let bounds = if e {
+                    (band.lower, band.upper)
+                } else {
+                    (0, cap)
+                };
+                (id, bounds)
+            })
             .collect()
     }
 
@@ -992,6 +1014,24 @@ mod tests {
         assert_eq!(planned.after, BTreeMap::from([(1, 2), (2, 2), (3, 2)]));
         assert_eq!(planned.moves.len(), 4);
         assert!(planned.in_band);
+    }
+
+    #[test]
+    fn an_overloaded_broker_within_the_band_sheds_to_the_mean() {
+        // Within the band at threshold 1.5 (upper 5), but broker 1 shows overload: it keeps at
+        // most the mean rounded down (3), in one move.
+        let partitions = led_by(&[1, 1, 1, 1, 2, 2, 2, 3, 3, 3], &[1, 2, 3]);
+        let mut brokers = eligible(&[1, 2, 3]);
+        brokers[0].eligible = false;
+        let planned = plan(&partitions, &brokers, 1.5);
+        check_invariants(&partitions, &brokers, 1.5, &planned);
+        assert_eq!(planned.moves.len(), 1);
+        assert_eq!(planned.after[&1], 3);
+        assert!(planned.in_band);
+        // Healthy, the same layout needs nothing.
+        assert!(plan(&partitions, &eligible(&[1, 2, 3]), 1.5)
+            .moves
+            .is_empty());
     }
 
     #[test]
