@@ -209,6 +209,9 @@ pub struct Finding {
     pub weighted_skew: f64,
     /// Brokers with symptoms and which.
     pub symptomatic: BTreeMap<i32, Vec<Symptom>>,
+    /// Brokers whose leader count is fine but whose load-weighted leadership is over the
+    /// threshold: they lead the partitions that bring the most fetch work.
+    pub heavy: Vec<i32>,
     /// Brokers whose metrics could not be read.
     pub unknown: Vec<i32>,
     /// Why to act, when the round should plan moves.
@@ -237,6 +240,7 @@ pub fn detect(
         }
     }
     let weighted_skew = max_over_mean(weighted.values().copied());
+    let heavy = heavy_brokers(&counts, &weighted, threshold);
     let mut symptomatic = BTreeMap::new();
     let mut unknown = Vec::new();
     for b in counts.keys() {
@@ -250,15 +254,44 @@ pub fn detect(
             _ => unknown.push(*b),
         }
     }
-    let reason = reason_to_act(&counts, skew, threshold, &symptomatic);
+    let reason = reason_to_act(&counts, skew, threshold, &symptomatic).or_else(|| {
+        (!heavy.is_empty()).then(|| {
+            format!(
+                "broker(s) {heavy:?} lead partitions that bring over {threshold} x the mean fetch load"
+            )
+        })
+    });
     Finding {
         counts,
         skew,
         weighted_skew,
         symptomatic,
+        heavy,
         unknown,
         reason,
     }
+}
+
+/// Brokers over `threshold` × the mean weighted load while their plain count is not over it
+/// (a count skew is the count plan's to fix).
+fn heavy_brokers(
+    counts: &BTreeMap<i32, usize>,
+    weighted: &BTreeMap<i32, f64>,
+    threshold: f64,
+) -> Vec<i32> {
+    let mean_count = mean(counts.values().map(|c| *c as f64));
+    let mean_load = mean(weighted.values().copied());
+    if mean_count <= 0.0 || mean_load <= 0.0 {
+        return Vec::new();
+    }
+    weighted
+        .iter()
+        .filter(|(b, w)| {
+            let count = counts.get(b).copied().unwrap_or(0) as f64;
+            **w / mean_load > threshold && count / mean_count <= threshold && count > mean_count
+        })
+        .map(|(b, _)| *b)
+        .collect()
 }
 
 fn reason_to_act(
@@ -465,5 +498,27 @@ mod tests {
         let f = detect(&l, &healthy(), &loads, &Thresholds::default(), 1.1);
         // Broker 1 carries 31 of 32 units over 3 brokers.
         assert!((f.weighted_skew - 31.0 / (32.0 / 3.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_broker_leading_the_busiest_partitions_is_heavy_though_its_count_is_even() {
+        // Counts 4/3/3 are within 1.5 x the mean; broker 1's partitions bring the fetch work.
+        let l = layout(&[1, 1, 1, 1, 2, 2, 2, 3, 3, 3]);
+        let loads: BTreeMap<(String, i32), f64> =
+            (0..4).map(|p| (("t".to_string(), p), 50.0)).collect();
+        let f = detect(&l, &healthy(), &loads, &Thresholds::default(), 1.5);
+        assert_eq!(f.heavy, vec![1]);
+        assert!(f.reason.unwrap().contains("fetch load"));
+        // A count skew is not "heavy": the count plan fixes it.
+        let skewed = layout(&[1, 1, 1, 1, 1, 1, 1, 1, 2, 3]);
+        let f = detect(
+            &skewed,
+            &healthy(),
+            &BTreeMap::new(),
+            &Thresholds::default(),
+            1.5,
+        );
+        assert!(f.heavy.is_empty());
+        assert!(f.reason.unwrap().contains("leader skew"));
     }
 }

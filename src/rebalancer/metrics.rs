@@ -152,6 +152,7 @@ mod tests {
             skew: 2.0,
             weighted_skew: 2.5,
             symptomatic: [(1, vec![Symptom::NetworkIdle])].into_iter().collect(),
+            heavy: Vec::new(),
             unknown: vec![3],
             reason: Some("skew".into()),
         };

@@ -371,7 +371,8 @@ impl Rebalancer {
             .keys()
             .map(|b| plan::BrokerState {
                 id: *b,
-                eligible: !finding.symptomatic.contains_key(b),
+                // Overloaded or heavy brokers only shed (down to the mean), never gain.
+                eligible: !finding.symptomatic.contains_key(b) && !finding.heavy.contains(b),
             })
             .collect();
         let partitions: Vec<plan::PartitionLayout> = layout
