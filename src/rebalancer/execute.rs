@@ -54,8 +54,8 @@ pub struct Execution {
 }
 
 /// Runs the plan batch by batch. Before each batch the layout is read again: if a broker the
-/// plan counts on has gone, or a partition's leader changed under us, the rest is abandoned
-/// (the next round plans again from what is there).
+/// plan counts on has gone, a partition's leader changed under us, or a reassignment has
+/// started, the rest is abandoned (a later round plans again from what is there).
 pub async fn execute(
     admin: &AdminClient,
     before: &Layout,
@@ -67,6 +67,16 @@ pub async fn execute(
         let now = scrape::layout(admin).await?;
         if let Some(why) = changed_under_us(before, &now, &batch) {
             out.abandoned = Some(why);
+            return Ok(out);
+        }
+        // Someone else (the operator's scaling moves, a person) started moving data: leave
+        // the cluster to them; our own reorders are done before the next batch.
+        let ongoing = admin.list_partition_reassignments().await?;
+        if let Some(r) = ongoing.first() {
+            out.abandoned = Some(format!(
+                "a reassignment started mid-way ({}-{})",
+                r.topic, r.partition
+            ));
             return Ok(out);
         }
         run_batch(admin, &now, &batch, &mut out).await?;
