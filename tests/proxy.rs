@@ -1,7 +1,7 @@
 //! The producer proxy (`evenkeel proxy`) over real HTTP against a real broker: REST Proxy v2 and
 //! v3 produce answered with offsets only once written, read back with librdkafka; bad input
-//! answered with its status and code and nothing written; a client that leaves mid-stream; and
-//! no broker at all.
+//! answered with its status and code and nothing written; a client that leaves mid-stream; a
+//! full buffer (429); and no broker at all.
 
 mod common;
 
@@ -329,6 +329,79 @@ async fn with_every_broker_down_a_produce_is_answered_503() {
     );
     let ready = http::get(&proxy.addr, "/readyz");
     assert_eq!(ready.status, 503, "not ready without a broker");
+}
+
+#[tokio::test]
+async fn a_full_buffer_past_max_block_is_answered_429_with_retry_after_and_writes_nothing() {
+    let b = BrokerProcess::start(&[]);
+    create_topic(&b.bootstrap, "full", 1, &[]).await;
+    let proxy = ProxyProcess::start(
+        &b.bootstrap,
+        &[
+            "buffer.memory=65536",
+            "batch.size=16384",
+            "max.block.ms=500",
+            "linger.ms=0",
+            "request.timeout.ms=20000",
+            "delivery.timeout.ms=60000",
+        ],
+    );
+    let body = |tag: &str, n: usize, size: usize| {
+        let records: Vec<Value> = (0..n)
+            .map(|i| json!({"value": format!("{tag}-{i}-{}", "x".repeat(size))}))
+            .collect();
+        json!({ "records": records }).to_string()
+    };
+    let warm = http::post(&proxy.addr, "/topics/full", JSON_V2, &body("warm", 1, 1000));
+    assert_eq!(warm.status, 200, "{}", String::from_utf8_lossy(&warm.body));
+    // The broker stops answering: what is sent stays in the proxy's buffer, 45 records of
+    // 1 KB in 16 KB batches, so less than 20 KB of the 64 KB is free.
+    b.freeze(true);
+    let waiting: Vec<_> = (0..3)
+        .map(|i| {
+            let addr = proxy.addr.clone();
+            let body = body(&format!("held{i}"), 15, 1000);
+            std::thread::spawn(move || http::post(&addr, "/topics/full", JSON_V2, &body))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let started = Instant::now();
+    // One record of 20 KB needs a batch of its own, which the buffer has no room for.
+    let refused = http::post(
+        &proxy.addr,
+        "/topics/full",
+        JSON_V2,
+        &body("refused", 1, 20_000),
+    );
+    let waited = started.elapsed();
+    b.freeze(false);
+    assert_eq!(
+        refused.status,
+        429,
+        "{}",
+        String::from_utf8_lossy(&refused.body)
+    );
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    let answer = refused.json();
+    assert_eq!(answer["error_code"], 42901, "{answer}");
+    assert!(
+        waited >= Duration::from_millis(500),
+        "refused only after max.block.ms, not at once ({waited:?})"
+    );
+    // The held requests are written once the broker answers again; the refused one is not.
+    for w in waiting {
+        let r = w.join().unwrap();
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    }
+    let seen = consume(&b.bootstrap, "full", 1, 46);
+    assert_eq!(
+        seen.len(),
+        46,
+        "the warm-up record and the three held requests"
+    );
+    assert!(seen
+        .iter()
+        .all(|(_, _, _, v)| !String::from_utf8_lossy(v).contains("refused")));
 }
 
 #[test]

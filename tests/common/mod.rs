@@ -98,6 +98,16 @@ impl BrokerProcess {
         }
     }
 
+    /// SIGSTOP (`true`) or SIGCONT (`false`): a broker that stops answering, then resumes.
+    pub fn freeze(&self, frozen: bool) {
+        if let Some(child) = &self.child {
+            let sig = if frozen { "-STOP" } else { "-CONT" };
+            let _ = Command::new("kill")
+                .args([sig, &child.id().to_string()])
+                .status();
+        }
+    }
+
     /// SIGKILL: a crash.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
