@@ -232,21 +232,7 @@ fn phase(
     let handles = kafka::start_wide_fetchers(&wide, stop.clone(), Arc::new(AtomicU64::new(0)))?;
     std::thread::sleep(Duration::from_secs(3));
     let before = rt.block_on(pages(&o.metrics));
-    let produce = kafka::produce(
-        &kafka::ProduceOptions {
-            bootstrap: o.bootstrap.clone(),
-            topic: o.topic.clone(),
-            num_records: (o.rate * o.seconds as f64) as u64,
-            record_size: o.record_size,
-            throughput: o.rate,
-            props: vec![
-                ("acks".into(), "all".into()),
-                ("linger.ms".into(), "5".into()),
-            ],
-            round_robin: Some(o.partitions as i32),
-        },
-        &mut |_| {},
-    );
+    let produce = kafka::produce(&producer(o, o.seconds), &mut |_| {});
     let after = rt.block_on(pages(&o.metrics));
     stop.store(true, Ordering::Relaxed);
     for h in handles {
