@@ -71,9 +71,10 @@ enum Command {
         /// Address to serve HTTP on.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: std::net::SocketAddr,
-        /// A Java producer property: --producer-property key=value (repeatable), e.g. acks=1,
-        /// linger.ms=10, compression.type=lz4.
-        #[arg(long = "producer-property", value_name = "KEY=VALUE")]
+        /// Java producer properties: --producer-props key=value ... (as Kafka's perf tool
+        /// takes them; --producer-property key=value repeated works too), e.g. acks=1
+        /// linger.ms=10 compression.type=lz4.
+        #[arg(long = "producer-props", visible_alias = "producer-property", value_name = "KEY=VALUE", num_args = 1..)]
         producer_props: Vec<String>,
     },
     /// Format a log directory for a broker (writes meta.properties), like kafka-storage format
@@ -225,6 +226,9 @@ enum PerfCommand {
         #[arg(long, default_value = "10s", value_parser = evenkeel::rebalancer::cli::parse_duration)]
         interval: std::time::Duration,
     },
+    /// Keyed load through the producer proxy's HTTP API (v2 and v3 clients side by side),
+    /// printed like kafka-producer-perf-test, then every record read back and checked.
+    Proxy(evenkeel::perf::proxy::ProxyLoadArgs),
     /// Append and read throughput of the partition log, beside dd's figures.
     Storage {
         /// Directory for the benchmark files (on the disk to measure).
@@ -791,6 +795,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 print!("{}", evenkeel::perf::skew::render(&report));
                 Ok(())
             }
+            PerfCommand::Proxy(args) => perf_proxy(args),
             PerfCommand::Storage {
                 dir,
                 mib,
@@ -911,6 +916,24 @@ fn perf_produce(
     println!("{report}");
     if report.failed > 0 {
         anyhow::bail!("{} records failed", report.failed);
+    }
+    Ok(())
+}
+
+fn perf_proxy(args: evenkeel::perf::proxy::ProxyLoadArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Runtime::new()?;
+    let report = rt.block_on(evenkeel::perf::proxy::run(args, &mut |line| {
+        println!("{line}")
+    }))?;
+    print!("{report}");
+    if !report.errors.is_empty() {
+        anyhow::bail!(
+            "{} records were answered with an error",
+            report.errors.len()
+        );
+    }
+    if let Some(v) = report.verification.as_ref().filter(|v| !v.clean()) {
+        anyhow::bail!("the read-back disagrees with what was sent and answered: {v}");
     }
     Ok(())
 }

@@ -119,21 +119,83 @@ impl std::fmt::Display for ProduceReport {
     }
 }
 
+impl ProduceReport {
+    /// The figures of a run from each delivered record's latency (µs, any order).
+    pub fn from_latencies(
+        mut lat: Vec<u32>,
+        failed: u64,
+        seconds: f64,
+        record_size: usize,
+    ) -> ProduceReport {
+        lat.sort_unstable();
+        let records = lat.len() as u64;
+        let avg = if lat.is_empty() {
+            0.0
+        } else {
+            lat.iter().map(|v| *v as f64).sum::<f64>() / lat.len() as f64 / 1000.0
+        };
+        ProduceReport {
+            records,
+            failed,
+            seconds,
+            records_per_sec: records as f64 / seconds,
+            mb_per_sec: records as f64 * record_size as f64 / 1048576.0 / seconds,
+            avg_ms: avg,
+            max_ms: lat.last().copied().unwrap_or(0) as f64 / 1000.0,
+            p50_ms: percentile(&lat, 0.50),
+            p95_ms: percentile(&lat, 0.95),
+            p99_ms: percentile(&lat, 0.99),
+            p999_ms: percentile(&lat, 0.999),
+            rtt_p99_ms: None,
+            queue_p99_ms: None,
+        }
+    }
+}
+
 /// Creates the topic when it does not exist yet (an existing topic is fine).
 pub async fn ensure_topic(bootstrap: &str, topic: &str, partitions: i32) -> Result<(), PerfError> {
+    match create_topic(bootstrap, topic, partitions, 1).await {
+        Err(TopicError::Exists) => Ok(()),
+        Err(TopicError::Other(e)) => Err(e),
+        Ok(()) => Ok(()),
+    }
+}
+
+/// Why [`create_topic`] did not create the topic.
+pub enum TopicError {
+    Exists,
+    Other(PerfError),
+}
+
+/// Creates a new topic of `partitions` × `replication`.
+pub async fn create_topic(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    replication: i32,
+) -> Result<(), TopicError> {
+    let other = |e: KafkaError| TopicError::Other(e.into());
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
-        .create()?;
+        .create()
+        .map_err(other)?;
     let r = admin
         .create_topics(
-            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+            &[NewTopic::new(
+                topic,
+                partitions,
+                TopicReplication::Fixed(replication),
+            )],
             &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
         )
-        .await?;
+        .await
+        .map_err(other)?;
     match &r[0] {
         Ok(_) => Ok(()),
-        Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => Ok(()),
-        Err((t, e)) => Err(PerfError::Setup(format!("cannot create topic {t}: {e}"))),
+        Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => Err(TopicError::Exists),
+        Err((t, e)) => Err(TopicError::Other(PerfError::Setup(format!(
+            "cannot create topic {t}: {e}"
+        )))),
     }
 }
 
@@ -208,29 +270,16 @@ pub fn produce(
     }
     producer.flush(Duration::from_secs(300))?;
     let seconds = start.elapsed().as_secs_f64();
-    let mut lat = d.latencies_us.lock().map(|v| v.clone()).unwrap_or_default();
-    lat.sort_unstable();
-    let records = lat.len() as u64;
-    let avg = if lat.is_empty() {
-        0.0
-    } else {
-        lat.iter().map(|v| *v as f64).sum::<f64>() / lat.len() as f64 / 1000.0
-    };
-    Ok(ProduceReport {
-        records,
-        failed: d.failed.load(Ordering::Relaxed),
+    let lat = d.latencies_us.lock().map(|v| v.clone()).unwrap_or_default();
+    let mut report = ProduceReport::from_latencies(
+        lat,
+        d.failed.load(Ordering::Relaxed),
         seconds,
-        records_per_sec: records as f64 / seconds,
-        mb_per_sec: records as f64 * o.record_size as f64 / 1048576.0 / seconds,
-        avg_ms: avg,
-        max_ms: lat.last().copied().unwrap_or(0) as f64 / 1000.0,
-        p50_ms: percentile(&lat, 0.50),
-        p95_ms: percentile(&lat, 0.95),
-        p99_ms: percentile(&lat, 0.99),
-        p999_ms: percentile(&lat, 0.999),
-        rtt_p99_ms: median_ms(&d.rtt_p99_us),
-        queue_p99_ms: median_ms(&d.queue_p99_us),
-    })
+        o.record_size,
+    );
+    report.rtt_p99_ms = median_ms(&d.rtt_p99_us);
+    report.queue_p99_ms = median_ms(&d.queue_p99_us);
+    Ok(report)
 }
 
 fn median_ms(windows: &Mutex<Vec<i64>>) -> Option<f64> {
@@ -251,6 +300,28 @@ pub struct ConsumeOptions {
 
 /// Reads `messages` records from the beginning of every partition; returns (records, bytes, seconds).
 pub fn consume(o: &ConsumeOptions) -> Result<(u64, u64, f64), PerfError> {
+    let mut bytes = 0u64;
+    let (n, secs) = consume_each(o, &mut |r| {
+        bytes += r.value.len() as u64 + r.key.map_or(0, |k| k.len()) as u64;
+    })?;
+    Ok((n, bytes, secs))
+}
+
+/// One record read back by [`consume_each`].
+pub struct ReadBack<'a> {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<&'a [u8]>,
+    pub value: &'a [u8],
+}
+
+/// Reads up to `messages` records from the beginning of every partition, in each partition's
+/// order, handing each to `on_record`; stops early when nothing arrives for `timeout`.
+/// Returns (records, seconds).
+pub fn consume_each(
+    o: &ConsumeOptions,
+    on_record: &mut dyn FnMut(ReadBack<'_>),
+) -> Result<(u64, f64), PerfError> {
     let mut cfg = ClientConfig::new();
     cfg.set("bootstrap.servers", &o.bootstrap)
         .set("group.id", "evenkeel-perf")
@@ -259,36 +330,51 @@ pub fn consume(o: &ConsumeOptions) -> Result<(u64, u64, f64), PerfError> {
         cfg.set(k, v);
     }
     let c: BaseConsumer = cfg.create()?;
-    let md = c.fetch_metadata(Some(&o.topic), Duration::from_secs(10))?;
+    let parts = partitions_of(&c, &o.topic)?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..parts {
+        tpl.add_partition_offset(&o.topic, p, Offset::Beginning)?;
+    }
+    c.assign(&tpl)?;
+    let start = Instant::now();
+    let mut n = 0u64;
+    let mut last_data = Instant::now();
+    while n < o.messages && last_data.elapsed() < o.timeout {
+        if let Some(m) = c.poll(Duration::from_millis(100)) {
+            let m = m?;
+            use rdkafka::Message;
+            on_record(ReadBack {
+                partition: m.partition(),
+                offset: m.offset(),
+                key: m.key(),
+                value: m.payload().unwrap_or_default(),
+            });
+            n += 1;
+            last_data = Instant::now();
+        }
+    }
+    Ok((n, start.elapsed().as_secs_f64()))
+}
+
+/// How many partitions `topic` has (an error when it has none or does not exist).
+pub fn partition_count(bootstrap: &str, topic: &str) -> Result<i32, PerfError> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()?;
+    partitions_of(&c, topic)
+}
+
+fn partitions_of(c: &BaseConsumer, topic: &str) -> Result<i32, PerfError> {
+    let md = c.fetch_metadata(Some(topic), Duration::from_secs(10))?;
     let parts = md
         .topics()
         .first()
         .map(|t| t.partitions().len())
         .unwrap_or(0);
     if parts == 0 {
-        return Err(PerfError::Setup(format!(
-            "topic {} has no partitions",
-            o.topic
-        )));
+        return Err(PerfError::Setup(format!("topic {topic} has no partitions")));
     }
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..parts as i32 {
-        tpl.add_partition_offset(&o.topic, p, Offset::Beginning)?;
-    }
-    c.assign(&tpl)?;
-    let start = Instant::now();
-    let (mut n, mut bytes) = (0u64, 0u64);
-    let mut last_data = Instant::now();
-    while n < o.messages && last_data.elapsed() < o.timeout {
-        if let Some(m) = c.poll(Duration::from_millis(100)) {
-            let m = m?;
-            use rdkafka::Message;
-            bytes += m.payload_len() as u64 + m.key().map_or(0, |k| k.len()) as u64;
-            n += 1;
-            last_data = Instant::now();
-        }
-    }
-    Ok((n, bytes, start.elapsed().as_secs_f64()))
+    Ok(parts as i32)
 }
 
 /// Wide fetchers: `fetchers` consumers each fetching every partition of a `partitions`-wide
