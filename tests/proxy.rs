@@ -437,3 +437,46 @@ fn evenkeel_dev_serves_the_proxy_beside_its_broker() {
         .as_str()
         .is_some_and(|id| id.len() == 22));
 }
+
+/// The issue's load: 1,000,000 keyed records (EVENKEEL_PROXY_LOAD_RECORDS to change it) from 16
+/// concurrent HTTP clients, half posting REST Proxy v2 and half v3 streams, through
+/// `evenkeel perf proxy`, which then reads every record back with librdkafka and checks it.
+#[tokio::test]
+async fn a_million_keyed_records_from_sixteen_clients_read_back_on_java_partitions_in_key_order() {
+    let records: u64 = std::env::var("EVENKEEL_PROXY_LOAD_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let b = BrokerProcess::start(&[]);
+    let proxy = ProxyProcess::start(&b.bootstrap, &[]);
+    let n = records.to_string();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_evenkeel"))
+        .args([
+            "perf",
+            "proxy",
+            "--proxy",
+            &proxy.addr,
+            "--bootstrap",
+            &b.bootstrap,
+        ])
+        .args(["--topic", "load", "--partitions", "12", "--num-records", &n])
+        .args(["--clients", "16", "--record-size", "100"])
+        .output()
+        .expect("run evenkeel perf proxy");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let half = records / 2;
+    for api in ["v2", "v3"] {
+        let line = format!("{api} (8 clients): {half} records sent");
+        assert!(text.contains(&line), "no {line:?} in:\n{text}");
+    }
+    let clean = format!(
+        "read back: {records} records, 0 missing, 0 duplicated, 0 out of order for their key, \
+         0 not on their key's partition, 0 not at the offset they were answered with, 0 not of this run"
+    );
+    assert!(text.contains(&clean), "{text}");
+}
