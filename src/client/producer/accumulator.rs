@@ -652,12 +652,13 @@ impl RecordAccumulator {
     /// they go to the front of the partition's queue in order, as batches never tried (no
     /// retry backoff) that hold no buffer-pool memory. The refused batch's memory is freed.
     ///
+    /// A batch that is itself a part and is refused again is split in halves (at least its
+    /// largest record each), as Java does since KAFKA-8350: with `max.message.bytes` under
+    /// `batch.size` the first split gives the same batch back, and each later one halves it
+    /// until the parts fit.
+    ///
     /// `track` sees the refused batch and its parts before they are queued, for the idempotent
     /// producer to hand the refused batch's sequences to the parts. Returns the parts' count.
-    ///
-    /// Unlike Java, a split is never a no-op: when a split at `batch.size` would give back the
-    /// same batch (the broker's `max.message.bytes` is under `batch.size`, KAFKA-8350, where
-    /// Java resends it until `delivery.timeout.ms`), the parts are half its size instead.
     pub fn split_and_reenqueue(
         &self,
         mut big: ProducerBatch,
@@ -666,12 +667,12 @@ impl RecordAccumulator {
         let info = self.topic_info(&big.topic);
         let ratio = big.compression_ratio().max(1.0);
         *info.compression_ratio.lock() = ratio;
-        let mut parts = big.split(self.config.batch_size, ratio);
-        if parts.len() == 1 {
-            let mut only = parts.remove(0);
-            let half = (only.estimated_size_in_bytes() / 2).max(1);
-            parts = only.split(half, ratio);
-        }
+        let target = if big.is_split_batch() {
+            big.max_record_size().max(big.estimated_size_in_bytes() / 2)
+        } else {
+            self.config.batch_size
+        };
+        let parts = big.split(target, ratio);
         tracing::debug!(topic = %big.topic, partition = big.partition, parts = parts.len(), "split a batch refused as too large");
         track(&big, &parts);
         let count = parts.len();
@@ -1343,14 +1344,20 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_batch_that_fits_batch_size_is_split_in_halves_not_resent_whole() {
-        // batch.size over the broker's max.message.bytes: Java's split at batch.size gives the
-        // same batch back (KAFKA-8350); ours halves it until single records are left.
+    async fn a_split_batch_refused_again_is_split_in_halves() {
+        // KAFKA-8350: batch.size over the broker's max.message.bytes. The first split, at
+        // batch.size, gives the same batch back; refused again, it is halved.
         let a = plain(16384, 0);
         let c = cluster();
         let big = drained_pair(&a, &c, 100).await;
-        assert_eq!(a.split_and_reenqueue(big, &|_, _| {}), 2);
+        assert_eq!(a.split_and_reenqueue(big, &|_, _| {}), 1);
+        let nodes = BTreeSet::from([0]);
+        let mut drained = a.drain(&c, &nodes, usize::MAX, 0);
+        let part = drained.get_mut(&0).and_then(Vec::pop).unwrap();
+        assert!(part.is_split_batch() && part.record_count() == 2);
+        assert_eq!(a.split_and_reenqueue(part, &|_, _| {}), 2);
         assert_eq!(a.queue_len(TOPIC, 0), 2);
+        assert_eq!(a.incomplete_batches(), 2);
     }
 
     #[tokio::test]

@@ -148,6 +148,15 @@ impl ProducerBatch {
         }
     }
 
+    /// The largest batch any one of its records needs alone (Java's `maxRecordSize`).
+    pub fn max_record_size(&self) -> usize {
+        self.records
+            .iter()
+            .map(batch_size_upper_bound)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Whether the batch came out of `split` (its memory is not from the buffer pool).
     pub fn is_split_batch(&self) -> bool {
         self.is_split_batch
