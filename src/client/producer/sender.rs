@@ -7,7 +7,9 @@
 //! its own task when a leader is unknown or has moved, and every `metadata.max.age.ms`.
 //!
 //! As Java's Sender: a batch of several records refused as MESSAGE_TOO_LARGE is split and its
-//! parts queued again (`RecordAccumulator::split_and_reenqueue`).
+//! parts queued again (`RecordAccumulator::split_and_reenqueue`); batches past
+//! `delivery.timeout.ms` fail, whether queued or in flight (`InFlightBatches`), and an answer
+//! that comes for an expired batch is ignored.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
@@ -24,6 +26,7 @@ use parking_lot::Mutex;
 
 use super::batch::ProducerBatch;
 use super::idempotence::ProducerIdAndEpoch;
+use super::in_flight::InFlightBatch;
 use super::kafka_producer::Shared;
 use super::ProduceError;
 use crate::client::pipeline::PipelinedConnection;
@@ -226,6 +229,10 @@ async fn send_produce(
             shared.accumulator.mute_partition(&b.topic, b.partition);
         }
     }
+    let batches: Vec<Arc<InFlightBatch>> = batches
+        .into_iter()
+        .map(|b| shared.in_flight.add(b))
+        .collect();
     let started = Instant::now();
     match conn.send(&req, version, acks != 0).await {
         Err(e) => {
@@ -311,7 +318,7 @@ fn encode_all(
 /// lost connection: every batch is retried, and the metadata refreshed).
 fn settle_all(
     shared: &Shared,
-    batches: Vec<ProducerBatch>,
+    batches: Vec<Arc<InFlightBatch>>,
     result: Result<ProduceResponse, ClientError>,
 ) {
     let resp = match result {
@@ -350,13 +357,22 @@ fn settle_all(
     settle_answered(shared, answered);
 }
 
-fn settle_answered(shared: &Shared, answered: Vec<(ProducerBatch, PartitionProduceResponse)>) {
+/// Settles each answered batch that is still in flight; one that expired meanwhile was failed
+/// already and its answer changes nothing (Java: a batch in a final state stays in it).
+fn settle_answered(shared: &Shared, answered: Vec<(Arc<InFlightBatch>, PartitionProduceResponse)>) {
     let now = now_ms();
-    for (b, p) in answered {
+    for (slot, p) in answered {
         if shared.config.max_in_flight == 1 {
-            shared.accumulator.unmute_partition(&b.topic, b.partition);
+            shared
+                .accumulator
+                .unmute_partition(&slot.topic, slot.partition);
         }
-        settle(shared, b, &p, now);
+        match shared.in_flight.take(&slot) {
+            Some(b) => settle(shared, b, &p, now),
+            None => {
+                tracing::debug!(topic = %slot.topic, partition = slot.partition, error = errors::error_name(p.error_code), "ignoring the answer for an expired batch")
+            }
+        }
     }
 }
 
@@ -479,10 +495,13 @@ fn fail(shared: &Shared, mut b: ProducerBatch, e: ProduceError) {
     shared.accumulator.complete_batch(&b);
 }
 
-/// Fails the queued batches older than `delivery.timeout.ms` (Java's message).
+/// Fails the batches older than `delivery.timeout.ms`, queued or in flight (Java's message). A
+/// sequenced one leaves its partition's sequence unknown: the producer takes a new id.
 fn fail_expired(shared: &Shared, now: i64) {
     let timeout = shared.config.delivery_timeout_ms;
-    for b in shared.accumulator.expired_batches(now, timeout) {
+    let mut expired = shared.in_flight.expired(now, timeout);
+    expired.extend(shared.accumulator.expired_batches(now, timeout));
+    for b in expired {
         let e = ProduceError::Timeout(format!(
             "Expiring {} record(s) for {}-{}:{} ms has passed since batch creation",
             b.record_count(),
