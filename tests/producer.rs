@@ -1,12 +1,13 @@
 //! Our own producer (`evenkeel::client::producer::Producer`) against real brokers: everything it
 //! reports acked is in the log, read back with librdkafka; keys land on Java's partitions in
-//! order; bad records are refused before anything is written; and an idempotent producer loses
-//! and duplicates nothing while a leader is killed under it.
+//! order; bad records are refused before anything is written; an idempotent producer loses
+//! and duplicates nothing while a leader is killed under it; batches refused as too large are
+//! split; and batches in flight to a broker that stopped answering expire.
 
 mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::cluster::{admin, create_assigned, Cluster};
@@ -226,4 +227,130 @@ async fn an_idempotent_producer_loses_and_duplicates_nothing_when_a_leader_is_ki
         m.record_retry_total > 0,
         "the kill made the producer retry: {m:?}"
     );
+}
+
+#[tokio::test]
+async fn a_batch_refused_as_too_large_is_split_and_every_record_written_once() {
+    let b = BrokerProcess::start(&[]);
+    create_topic(&b.bootstrap, "split", 1, &[("max.message.bytes", "2000")]).await;
+    // Batches of up to 64 KB for a topic that takes 2000 bytes: every full batch is refused
+    // with MESSAGE_TOO_LARGE and must be split until its parts fit.
+    let p = Producer::start(config(
+        &b.bootstrap,
+        &[("batch.size", "65536"), ("linger.ms", "20")],
+    ))
+    .await
+    .unwrap();
+    assert!(p.config().enable_idempotence);
+    let n = 600;
+    let value = |i: usize| format!("{i:05}-{}", "x".repeat(200));
+    let records = (0..n).map(|i| record(None, value(i))).collect();
+    let results = send_all(&p, "split", records).await;
+    let offsets: Vec<i64> = results
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| r.unwrap_or_else(|e| panic!("record {i}: {e}")).offset)
+        .collect();
+    assert_eq!(
+        offsets,
+        (0..n as i64).collect::<Vec<_>>(),
+        "acked in order, once each"
+    );
+    let m = p.metrics();
+    assert!(m.batch_split_total > 0, "batches were split: {m:?}");
+    let read = consume_all(&b.bootstrap, "split", 1, n + 1);
+    let values: Vec<String> = read.into_iter().map(|(_, _, _, v)| v).collect();
+    assert_eq!(values.len(), n, "nothing written twice");
+    assert!(
+        values.iter().enumerate().all(|(i, v)| *v == value(i)),
+        "every record written once, in order"
+    );
+    p.close(Duration::from_secs(10)).await;
+}
+
+#[tokio::test]
+async fn a_single_record_over_max_message_bytes_fails_as_message_too_large() {
+    let b = BrokerProcess::start(&[]);
+    create_topic(&b.bootstrap, "one-big", 1, &[("max.message.bytes", "2000")]).await;
+    let p = Producer::start(config(&b.bootstrap, &[("linger.ms", "0")]))
+        .await
+        .unwrap();
+    let rx = p
+        .send("one-big", None, record(None, "x".repeat(3000)))
+        .await
+        .expect("under max.request.size, so queued");
+    match rx.await.unwrap() {
+        Err(ProduceError::Kafka { code: 10, name, .. }) => assert_eq!(name, "MESSAGE_TOO_LARGE"),
+        other => panic!("a one-record batch cannot be split: {other:?}"),
+    }
+    assert_eq!(p.metrics().batch_split_total, 0);
+    // The producer goes on (its idempotent sequence is not left with a gap).
+    let ok = p.send("one-big", None, record(None, "small".into())).await;
+    assert_eq!(ok.unwrap().await.unwrap().unwrap().offset, 0);
+}
+
+#[tokio::test]
+async fn batches_in_flight_to_a_frozen_broker_expire_after_the_delivery_timeout() {
+    let b = BrokerProcess::start(&[]);
+    create_topic(&b.bootstrap, "frozen", 1, &[]).await;
+    // The answer is awaited for request.timeout.ms + 1 s: a batch sent 50 ms after its creation
+    // reaches delivery.timeout.ms a second before its request would time out.
+    let p = Producer::start(config(
+        &b.bootstrap,
+        &[
+            ("linger.ms", "50"),
+            ("request.timeout.ms", "3000"),
+            ("delivery.timeout.ms", "3050"),
+        ],
+    ))
+    .await
+    .unwrap();
+    let warm = p.send("frozen", None, record(None, "warm".into())).await;
+    warm.unwrap()
+        .await
+        .unwrap()
+        .expect("connected, producer id taken");
+    b.freeze(true);
+    let sent = Instant::now();
+    let mut waiting = Vec::new();
+    for i in 0..5 {
+        let rx = p
+            .send("frozen", None, record(None, format!("lost{i}")))
+            .await;
+        waiting.push(rx.expect("queued"));
+    }
+    for rx in waiting {
+        match rx.await.unwrap() {
+            Err(ProduceError::Timeout(m)) => assert!(
+                m.starts_with("Expiring 5 record(s) for frozen-0:")
+                    && m.ends_with("ms has passed since batch creation"),
+                "{m}"
+            ),
+            other => panic!("the in-flight batch must expire, not {other:?}"),
+        }
+    }
+    assert!(
+        sent.elapsed() >= Duration::from_millis(3050),
+        "expired after {:?}, before delivery.timeout.ms",
+        sent.elapsed()
+    );
+    b.freeze(false);
+    // The late answer changes nothing; the producer keeps working (under a new producer id).
+    let n = 50;
+    let records = (0..n).map(|i| record(None, format!("after{i}"))).collect();
+    let results = send_all(&p, "frozen", records).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    // The expired records may have been written after all (the broker had them): at most once.
+    let read = consume_all(&b.bootstrap, "frozen", 1, 1 + 5 + n);
+    let values: Vec<String> = read.into_iter().map(|(_, _, _, v)| v).collect();
+    let after: Vec<&String> = values.iter().filter(|v| v.starts_with("after")).collect();
+    let want: Vec<String> = (0..n).map(|i| format!("after{i}")).collect();
+    assert_eq!(
+        after,
+        want.iter().collect::<Vec<_>>(),
+        "each once, in order"
+    );
+    let unique: HashSet<&String> = values.iter().collect();
+    assert_eq!(unique.len(), values.len(), "nothing twice: {values:?}");
+    p.close(Duration::from_secs(10)).await;
 }

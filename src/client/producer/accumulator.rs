@@ -3,7 +3,8 @@
 //!
 //! `append` picks the partition (the built-in partitioner for keyless records), fills the queue's
 //! last batch or opens a new one; `ready` finds the brokers with a full or lingered batch and, on
-//! the way, hands the queue lengths to the partitioner; `drain` takes batches for those brokers.
+//! the way, hands the queue lengths to the partitioner; `drain` takes batches for those brokers;
+//! `reenqueue` and `split_and_reenqueue` put batches back at the head of their queue.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -642,17 +643,51 @@ impl RecordAccumulator {
     pub fn reenqueue(&self, mut batch: ProducerBatch, now_ms: i64) {
         batch.reenqueued(now_ms);
         let dq = self.topic_info(&batch.topic).deque(batch.partition);
+        insert_in_sequence_order(&mut dq.lock(), batch);
+    }
+
+    /// Java's `splitAndReenqueue`, for a batch the leader refused as MESSAGE_TOO_LARGE: the
+    /// topic's compression estimate goes back to at least 1.0 (so the parts are not
+    /// over-filled again), the batch is split into batches of at most `batch.size` bytes, and
+    /// they go to the front of the partition's queue in order, as batches never tried (no
+    /// retry backoff) that hold no buffer-pool memory. The refused batch's memory is freed.
+    ///
+    /// A batch that is itself a part and is refused again is split in halves (at least its
+    /// largest record each), as Java does since KAFKA-8350: with `max.message.bytes` under
+    /// `batch.size` the first split gives the same batch back, and each later one halves it
+    /// until the parts fit.
+    ///
+    /// `track` sees the refused batch and its parts before they are queued, for the idempotent
+    /// producer to hand the refused batch's sequences to the parts. Returns the parts' count.
+    pub fn split_and_reenqueue(
+        &self,
+        mut big: ProducerBatch,
+        track: &dyn Fn(&ProducerBatch, &[ProducerBatch]),
+    ) -> usize {
+        let info = self.topic_info(&big.topic);
+        let ratio = big.compression_ratio().max(1.0);
+        *info.compression_ratio.lock() = ratio;
+        let target = if big.is_split_batch() {
+            big.max_record_size().max(big.estimated_size_in_bytes() / 2)
+        } else {
+            self.config.batch_size
+        };
+        let parts = big.split(target, ratio);
+        tracing::debug!(topic = %big.topic, partition = big.partition, parts = parts.len(), "split a batch refused as too large");
+        track(&big, &parts);
+        let count = parts.len();
+        self.incomplete.fetch_add(count, Ordering::SeqCst);
+        self.complete_batch(&big);
+        let dq = info.deque(big.partition);
         let mut q = dq.lock();
-        match batch.sequence {
-            None => q.push_front(batch),
-            Some(s) => {
-                let at = q
-                    .iter()
-                    .position(|b| b.sequence.is_none_or(|t| t.base_sequence > s.base_sequence))
-                    .unwrap_or(q.len());
-                q.insert(at, batch);
+        for part in parts.into_iter().rev() {
+            if part.sequence.is_some() {
+                insert_in_sequence_order(&mut q, part);
+            } else {
+                q.push_front(part);
             }
         }
+        count
     }
 
     /// Folds the ratio a drained batch compressed at (from `ProducerBatch::encode`, called by the
@@ -669,7 +704,10 @@ impl RecordAccumulator {
 
     /// Frees the memory of a batch that is done (acknowledged, failed or expired).
     pub fn complete_batch(&self, batch: &ProducerBatch) {
-        self.free.deallocate(batch.buffer_size() as u64);
+        // A split batch's memory was never the pool's (Java's `deallocate`).
+        if !batch.is_split_batch() {
+            self.free.deallocate(batch.buffer_size() as u64);
+        }
         self.incomplete.fetch_sub(1, Ordering::SeqCst);
     }
 
@@ -805,6 +843,21 @@ fn exponential_backoff(initial_ms: i64, max_ms: i64, attempts: u32, unit: f64) -
     let term = initial as f64 * 2f64.powf((attempts as f64).min(exp_max));
     let jitter = 0.8 + 0.4 * unit;
     ((jitter * term) as i64).min(max_ms)
+}
+
+/// Puts a batch back near the head of its queue: before the first batch that has no sequence or
+/// a later one (Java's `insertInSequenceOrder`; a batch without a sequence goes first).
+fn insert_in_sequence_order(q: &mut VecDeque<ProducerBatch>, batch: ProducerBatch) {
+    match batch.sequence {
+        None => q.push_front(batch),
+        Some(s) => {
+            let at = q
+                .iter()
+                .position(|b| b.sequence.is_none_or(|t| t.base_sequence > s.base_sequence))
+                .unwrap_or(q.len());
+            q.insert(at, batch);
+        }
+    }
 }
 
 /// Appends to the queue's last batch if it has room; a batch the record does not fit is closed.
@@ -1190,5 +1243,187 @@ mod tests {
         )));
         assert!(rx.await.unwrap().is_err());
         assert!(!a.has_undrained());
+    }
+
+    /// An empty batch of partition 0 holding 4 KB of the pool, as if `append` had opened it.
+    async fn pooled_batch(a: &RecordAccumulator, created_ms: i64) -> ProducerBatch {
+        a.free.allocate(4096, Duration::ZERO).await.unwrap();
+        a.incomplete.fetch_add(1, Ordering::SeqCst);
+        ProducerBatch::new(TOPIC, 0, 4096, Compression::None, 1.0, created_ms)
+    }
+
+    /// Two records of `value_len` bytes in one pooled batch of partition 0, drained as if sent.
+    async fn drained_pair(
+        a: &RecordAccumulator,
+        c: &ClusterView,
+        value_len: usize,
+    ) -> ProducerBatch {
+        let mut b = pooled_batch(a, 0).await;
+        for _ in 0..2 {
+            b.try_append(record(&vec![0; value_len]), None).unwrap();
+        }
+        a.reenqueue(b, 0);
+        let ready = a.ready(c, 1_000).ready_nodes;
+        let mut drained = a.drain(c, &ready, usize::MAX, 1_000);
+        drained
+            .get_mut(&0)
+            .and_then(Vec::pop)
+            .expect("the pair is drained")
+    }
+
+    #[tokio::test]
+    async fn a_split_batch_goes_back_in_parts_of_batch_size_and_every_record_hears_its_own_offset()
+    {
+        // RecordAccumulatorTest.testSplitAndReenqueue: two 1 KB records in one batch, batch.size 1 KB.
+        let a = plain(1024, 10);
+        let c = cluster();
+        let mut big = pooled_batch(&a, 7).await;
+        let (tx1, rx1) = tokio::sync::oneshot::channel();
+        let (tx2, rx2) = tokio::sync::oneshot::channel();
+        big.try_append(record(&[1; 1024]), Some(tx1)).unwrap();
+        big.try_append(record(&[2; 1024]), Some(tx2)).unwrap();
+        // A record queued behind the refused batch stays behind its parts.
+        append_to(&a, &c, 0, record(b"later")).await;
+        let seen = std::sync::atomic::AtomicUsize::new(0);
+        let parts = a.split_and_reenqueue(big, &|big, parts| {
+            assert_eq!(big.record_count(), 0, "the records moved to the parts");
+            seen.store(parts.len(), Ordering::SeqCst);
+        });
+        assert_eq!((parts, seen.load(Ordering::SeqCst)), (2, 2));
+        assert_eq!(a.queue_len(TOPIC, 0), 3);
+        assert_eq!(a.incomplete_batches(), 3);
+        let nodes = BTreeSet::from([0]);
+        let mut offsets = Vec::new();
+        for (rx, want) in [(rx1, 1u8), (rx2, 2)] {
+            let mut drained = a.drain(&c, &nodes, usize::MAX, 7);
+            let mut b = drained.get_mut(&0).and_then(Vec::pop).expect("a part");
+            assert!(
+                b.is_split_batch() && b.attempts == 0,
+                "a part is a batch never tried"
+            );
+            assert_eq!(b.created_ms, 7, "as old as the refused batch");
+            assert_eq!(b.record_count(), 1);
+            assert_eq!(b.records()[0].value.as_deref().map(|v| v[0]), Some(want));
+            b.complete(Ok((100 + want as i64, None)));
+            a.complete_batch(&b);
+            offsets.push(rx.await.unwrap().unwrap().offset);
+        }
+        assert_eq!(offsets, vec![101, 102]);
+        let mut drained = a.drain(&c, &nodes, usize::MAX, 7);
+        let later = drained.get_mut(&0).and_then(Vec::pop).unwrap();
+        assert_eq!(later.records()[0].value.as_deref(), Some(&b"later"[..]));
+    }
+
+    #[tokio::test]
+    async fn split_batches_are_allocated_off_the_buffer_pool() {
+        // RecordAccumulatorTest.testSplitBatchOffAccumulator.
+        let a = plain(1024, 0);
+        let c = cluster();
+        let big = drained_pair(&a, &c, 1024).await;
+        let total = a.free.total();
+        assert_eq!(a.free.available(), total - 4096);
+        a.split_and_reenqueue(big, &|_, _| {});
+        assert_eq!(
+            a.free.available(),
+            total,
+            "the refused batch's memory is free"
+        );
+        let nodes = BTreeSet::from([0]);
+        for _ in 0..2 {
+            let drained = a.drain(&c, &nodes, usize::MAX, 0);
+            for b in drained.values().flatten() {
+                a.complete_batch(b);
+            }
+        }
+        assert_eq!(
+            a.free.available(),
+            total,
+            "the parts never held pool memory"
+        );
+        assert_eq!(a.incomplete_batches(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_split_batch_refused_again_is_split_in_halves() {
+        // KAFKA-8350: batch.size over the broker's max.message.bytes. The first split, at
+        // batch.size, gives the same batch back; refused again, it is halved.
+        let a = plain(16384, 0);
+        let c = cluster();
+        let big = drained_pair(&a, &c, 100).await;
+        assert_eq!(a.split_and_reenqueue(big, &|_, _| {}), 1);
+        let nodes = BTreeSet::from([0]);
+        let mut drained = a.drain(&c, &nodes, usize::MAX, 0);
+        let part = drained.get_mut(&0).and_then(Vec::pop).unwrap();
+        assert!(part.is_split_batch() && part.record_count() == 2);
+        assert_eq!(a.split_and_reenqueue(part, &|_, _| {}), 2);
+        assert_eq!(a.queue_len(TOPIC, 0), 2);
+        assert_eq!(a.incomplete_batches(), 2);
+    }
+
+    #[tokio::test]
+    async fn split_parts_carry_on_the_refused_batchs_sequences_in_order() {
+        // Java's ProducerBatch.split with a sequence; RecordAccumulator.insertInSequenceOrder.
+        use crate::client::producer::batch::BatchSequence;
+        let a = plain(1024, 0);
+        let c = cluster();
+        let mut big = drained_pair(&a, &c, 1024).await;
+        let q = BatchSequence {
+            producer_id: 9,
+            producer_epoch: 1,
+            base_sequence: 40,
+        };
+        big.sequence = Some(q);
+        // A later batch (sequence 42) came back for a retry before the split.
+        let mut later = ProducerBatch::new(TOPIC, 0, 100, Compression::None, 1.0, 0);
+        later.try_append(record(b"x"), None).unwrap();
+        later.sequence = Some(BatchSequence {
+            base_sequence: 42,
+            ..q
+        });
+        a.incomplete.fetch_add(1, Ordering::SeqCst);
+        a.reenqueue(later, 0);
+        a.split_and_reenqueue(big, &|_, _| {});
+        let nodes = BTreeSet::from([0]);
+        let mut order = Vec::new();
+        for _ in 0..3 {
+            let drained = a.drain(&c, &nodes, usize::MAX, 10_000);
+            for b in drained.values().flatten() {
+                let s = b.sequence.unwrap();
+                order.push((
+                    s.producer_id,
+                    s.producer_epoch,
+                    s.base_sequence,
+                    b.record_count(),
+                ));
+            }
+        }
+        assert_eq!(order, vec![(9, 1, 40, 1), (9, 1, 41, 1), (9, 1, 42, 1)]);
+    }
+
+    #[tokio::test]
+    async fn a_split_resets_the_topics_compression_estimate_to_at_least_one() {
+        let mut config = AccumulatorConfig {
+            batch_size: 1024,
+            compression: Compression::Gzip,
+            ..AccumulatorConfig::default()
+        };
+        config.linger_ms = 0;
+        let a = RecordAccumulator::new(config, Arc::new(SequentialRandom::default()));
+        let c = cluster();
+        let info = a.topic_info(TOPIC);
+        a.record_compression_ratio(TOPIC, 0.1);
+        assert!(*info.compression_ratio.lock() < 1.0);
+        let mut big = drained_pair(&a, &c, 1024).await;
+        big.set_compression_ratio(0.4);
+        a.split_and_reenqueue(big, &|_, _| {});
+        assert_eq!(*info.compression_ratio.lock(), 1.0, "at least 1.0");
+        let mut big = drained_pair(&a, &c, 1024).await;
+        big.set_compression_ratio(1.3);
+        a.split_and_reenqueue(big, &|_, _| {});
+        assert_eq!(
+            *info.compression_ratio.lock(),
+            1.3,
+            "or what the refused batch achieved"
+        );
     }
 }

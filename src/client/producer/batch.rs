@@ -99,6 +99,11 @@ pub struct ProducerBatch {
     /// The producer id, epoch and base sequence the batch was first sent with (idempotence); a
     /// retry goes out with the same ones.
     pub sequence: Option<BatchSequence>,
+    /// Made by splitting a batch the leader refused as too large: its memory is not the buffer
+    /// pool's (Java's `isSplitBatch`).
+    is_split_batch: bool,
+    /// What the last encoding compressed to, over the uncompressed size (1.0 before).
+    compression_ratio: f32,
 }
 
 /// What an idempotent batch carries so that the leader can drop a retried duplicate.
@@ -138,7 +143,78 @@ impl ProducerBatch {
             leader_epoch: None,
             attempts_when_leader_last_changed: 0,
             sequence: None,
+            is_split_batch: false,
+            compression_ratio: 1.0,
         }
+    }
+
+    /// The largest batch any one of its records needs alone (Java's `maxRecordSize`).
+    pub fn max_record_size(&self) -> usize {
+        self.records
+            .iter()
+            .map(batch_size_upper_bound)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Whether the batch came out of `split` (its memory is not from the buffer pool).
+    pub fn is_split_batch(&self) -> bool {
+        self.is_split_batch
+    }
+
+    /// The ratio the last `encode` achieved (Java's `compressionRatio`).
+    pub fn compression_ratio(&self) -> f32 {
+        self.compression_ratio
+    }
+
+    /// Notes the ratio `encode` returned.
+    pub fn set_compression_ratio(&mut self, ratio: f32) {
+        self.compression_ratio = ratio;
+    }
+
+    /// Java's `ProducerBatch.split`: moves the records, with their waiters, into new batches of at
+    /// most `split_batch_size` bytes each (a record bigger than that alone), in order, estimated at
+    /// `ratio` and as old as this one. A sequenced batch hands its sequences on: the new batches
+    /// carry its producer id and epoch and count on from its base sequence. This batch is left
+    /// empty; the new ones are closed for appends and held outside the buffer pool.
+    pub fn split(&mut self, split_batch_size: usize, ratio: f32) -> Vec<ProducerBatch> {
+        let records = std::mem::take(&mut self.records);
+        let done = std::mem::take(&mut self.done);
+        self.uncompressed_size = 0;
+        let mut out: Vec<ProducerBatch> = Vec::new();
+        for (r, d) in records.into_iter().zip(done) {
+            let (r, d) = match out.last_mut() {
+                Some(last) => match last.try_append(r, d) {
+                    Ok(_) => continue,
+                    Err(back) => back,
+                },
+                None => (r, d),
+            };
+            let limit = split_batch_size.max(batch_size_upper_bound(&r));
+            let mut b = ProducerBatch::new(
+                &self.topic,
+                self.partition,
+                limit,
+                self.compression,
+                ratio,
+                self.created_ms,
+            );
+            b.is_split_batch = true;
+            if b.try_append(r, d).is_err() {
+                unreachable!("the first record always fits an empty batch");
+            }
+            out.push(b);
+        }
+        let mut next = self.sequence;
+        for b in &mut out {
+            b.close_for_record_appends();
+            b.sequence = next;
+            next = next.map(|q| BatchSequence {
+                base_sequence: q.base_sequence.wrapping_add(b.record_count() as i32),
+                ..q
+            });
+        }
+        out
     }
 
     pub fn record_count(&self) -> usize {
@@ -437,5 +513,50 @@ mod tests {
         assert!((update_compression_ratio(0.5, 0.52) - 0.55).abs() < 1e-6);
         assert!((update_compression_ratio(0.5, 0.2) - 0.495).abs() < 1e-6);
         assert_eq!(update_compression_ratio(0.5, 0.5), 0.5);
+    }
+
+    #[tokio::test]
+    async fn a_split_keeps_record_order_and_waiters_in_parts_of_the_split_size() {
+        // ProducerBatch.split: each part is at most the split size, a bigger record alone.
+        let mut big = ProducerBatch::new("t", 3, 1 << 20, Compression::None, 1.0, 42);
+        let mut waiting = Vec::new();
+        for (i, len) in [100usize, 100, 100, 500, 100].into_iter().enumerate() {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let mut r = rec(None, &vec![i as u8; len]);
+            r.timestamp = 1_000 + i as i64;
+            big.try_append(r, Some(tx)).unwrap();
+            waiting.push(rx);
+        }
+        let mut parts = big.split(300, 1.0);
+        assert_eq!(big.record_count(), 0, "the refused batch is left empty");
+        let counts: Vec<usize> = parts.iter().map(ProducerBatch::record_count).collect();
+        assert_eq!(
+            counts,
+            vec![2, 1, 1, 1],
+            "61 + 2 × 109 fits 300, a third does not"
+        );
+        for p in &parts {
+            assert!(p.is_split_batch() && p.is_full());
+            assert_eq!((p.topic.as_str(), p.partition, p.created_ms), ("t", 3, 42));
+            assert!(p.sequence.is_none(), "no sequence to hand on");
+            assert!(p.estimated_size_in_bytes() <= 300 || p.record_count() == 1);
+        }
+        assert_eq!(
+            parts[2].records()[0].value.as_ref().map(Bytes::len),
+            Some(500)
+        );
+        assert_eq!(parts[3].records()[0].timestamp, 1_004);
+        for (base, p) in [10i64, 20, 30, 40].into_iter().zip(&mut parts) {
+            p.complete(Ok((base, None)));
+        }
+        let mut offsets = Vec::new();
+        for rx in waiting {
+            offsets.push(rx.await.unwrap().unwrap().offset);
+        }
+        assert_eq!(
+            offsets,
+            vec![10, 11, 20, 30, 40],
+            "each waiter hears its new batch"
+        );
     }
 }

@@ -101,6 +101,29 @@ impl IdempotenceState {
         }
     }
 
+    /// A batch refused as too large was split (`ProducerBatch::split` handed its sequences on):
+    /// in one step its sequence is settled and its parts' are tracked in its place (Java's
+    /// `removeInFlightBatch` and `addInFlightBatch`), so that an out-of-order answer for a later
+    /// batch always sees them unsettled. Sequences under an older producer id are not tracked;
+    /// the parts are then sequenced afresh when drained.
+    pub fn split(&self, big: &ProducerBatch, parts: &[ProducerBatch]) {
+        let mut s = self.inner.lock();
+        let Some(pid) = s.current else { return };
+        let current =
+            |q: &BatchSequence| q.producer_id == pid.producer_id && q.producer_epoch == pid.epoch;
+        let tp = (big.topic.clone(), big.partition);
+        let set = s.in_flight.entry(tp.clone()).or_default();
+        if let Some(q) = big.sequence.filter(current) {
+            set.remove(&q.base_sequence);
+        }
+        for q in parts.iter().filter_map(|p| p.sequence).filter(current) {
+            set.insert(q.base_sequence);
+        }
+        if set.is_empty() {
+            s.in_flight.remove(&tp);
+        }
+    }
+
     /// Whether a batch of the same partition with a smaller sequence is still unsettled: then an
     /// OUT_OF_ORDER_SEQUENCE_NUMBER for this one only says its predecessor is being retried.
     pub fn has_earlier_unresolved(&self, batch: &ProducerBatch) -> bool {
@@ -213,5 +236,46 @@ mod tests {
                 base_sequence: 0
             })
         );
+    }
+
+    #[test]
+    fn split_parts_take_over_the_refused_batchs_sequences_and_go_one_at_a_time() {
+        // SenderTest.testIdempotentSplitBatchAndSend: the next sequence stays where it was, the
+        // parts are sent in sequence order, and a later batch's out-of-order answer is retried.
+        let s = IdempotenceState::default();
+        s.set_producer_id(PID);
+        let mut big = ProducerBatch::new("t", 0, 16384, Compression::None, 1.0, 0);
+        for _ in 0..2 {
+            let r = super::super::ProducerRecord {
+                value: Some(bytes::Bytes::from(vec![0; 200])),
+                ..Default::default()
+            };
+            assert!(big.try_append(r, None).is_ok());
+        }
+        let mut later = batch(0, 1);
+        s.sequence(&mut big);
+        s.sequence(&mut later);
+        // Parts of at most 300 bytes: one 200-byte record each.
+        let mut parts = big.split(300, 1.0);
+        assert_eq!(parts.len(), 2);
+        s.split(&big, &parts);
+        let base = |x: &ProducerBatch| x.sequence.map(|q| q.base_sequence);
+        assert_eq!((base(&parts[0]), base(&parts[1])), (Some(0), Some(1)));
+        assert!(
+            s.has_earlier_unresolved(&later),
+            "later waits behind the parts"
+        );
+        assert!(!s.should_hold(&parts[0]));
+        assert!(s.should_hold(&parts[1]), "one part at a time, in order");
+        // Drained again: a part keeps the sequence it was given.
+        assert!(s.sequence(&mut parts[0]));
+        assert_eq!(base(&parts[0]), Some(0));
+        s.resolved(&parts[0]);
+        assert!(!s.should_hold(&parts[1]));
+        s.resolved(&parts[1]);
+        assert!(!s.has_earlier_unresolved(&later));
+        let mut next = batch(0, 1);
+        s.sequence(&mut next);
+        assert_eq!(base(&next), Some(3), "the split took no new sequences");
     }
 }

@@ -12,6 +12,7 @@ use tokio::sync::{oneshot, Notify};
 
 use super::accumulator::{AccumulatorConfig, RecordAccumulator};
 use super::idempotence::IdempotenceState;
+use super::in_flight::InFlightBatches;
 use super::metadata::ProducerMetadata;
 use super::metrics::{MetricsSnapshot, ProducerMetrics};
 use super::partitioner::{StickyPartitionCache, ThreadRandom};
@@ -206,6 +207,8 @@ pub(super) struct Shared {
     pub accumulator: RecordAccumulator,
     pub metadata: ProducerMetadata,
     pub idempotence: IdempotenceState,
+    /// Batches sent and not yet answered, for expiry.
+    pub in_flight: InFlightBatches,
     pub metrics: ProducerMetrics,
     /// Wakes the sender: a batch filled or opened, a response came, a connection opened.
     pub wake: Notify,
@@ -245,6 +248,7 @@ impl Producer {
             config,
             metadata,
             idempotence: IdempotenceState::default(),
+            in_flight: InFlightBatches::default(),
             metrics: ProducerMetrics::default(),
             wake: Notify::new(),
             closing: AtomicBool::new(false),

@@ -1,6 +1,6 @@
 //! The producer's own counters, under the Java producer's metric names where one exists
 //! (record-send-total, batch-size-avg, record-queue-time-avg/max, request-latency-avg,
-//! record-retry-total, record-error-total), plus bytes and records sent per partition: the
+//! record-retry-total, record-error-total, batch-split-total), plus bytes and records sent per partition: the
 //! numbers that show the partitioner at work.
 
 use std::collections::BTreeMap;
@@ -43,6 +43,7 @@ pub struct ProducerMetrics {
     records_sent: AtomicU64,
     record_errors: AtomicU64,
     record_retries: AtomicU64,
+    batch_splits: AtomicU64,
     batch_size: Avg,
     queue_time: Avg,
     queue_time_max: AtomicI64,
@@ -56,6 +57,8 @@ pub struct MetricsSnapshot {
     pub record_send_total: u64,
     pub record_error_total: u64,
     pub record_retry_total: u64,
+    /// Batches split after a MESSAGE_TOO_LARGE (Java's batch-split-total).
+    pub batch_split_total: u64,
     pub batch_size_avg: f64,
     pub record_queue_time_avg: f64,
     pub record_queue_time_max: f64,
@@ -92,6 +95,10 @@ impl ProducerMetrics {
             .fetch_add(records as u64, Ordering::Relaxed);
     }
 
+    pub fn batch_split(&self) {
+        self.batch_splits.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn batch_failed(&self, records: usize) {
         self.record_errors
             .fetch_add(records as u64, Ordering::Relaxed);
@@ -102,6 +109,7 @@ impl ProducerMetrics {
             record_send_total: self.records_sent.load(Ordering::Relaxed),
             record_error_total: self.record_errors.load(Ordering::Relaxed),
             record_retry_total: self.record_retries.load(Ordering::Relaxed),
+            batch_split_total: self.batch_splits.load(Ordering::Relaxed),
             batch_size_avg: self.batch_size.avg(),
             record_queue_time_avg: self.queue_time.avg(),
             record_queue_time_max: self.queue_time_max.load(Ordering::Relaxed).max(0) as f64,

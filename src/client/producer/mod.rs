@@ -10,6 +10,7 @@ pub mod batch;
 pub mod buffer_pool;
 pub mod cluster;
 pub mod idempotence;
+pub mod in_flight;
 mod kafka_producer;
 pub mod metadata;
 pub mod metrics;

@@ -5,6 +5,11 @@
 //!
 //! Answers are handled by a task per request, which wakes the sender. Metadata is refreshed by
 //! its own task when a leader is unknown or has moved, and every `metadata.max.age.ms`.
+//!
+//! As Java's Sender: a batch of several records refused as MESSAGE_TOO_LARGE is split and its
+//! parts queued again (`RecordAccumulator::split_and_reenqueue`); batches past
+//! `delivery.timeout.ms` fail, whether queued or in flight (`InFlightBatches`), and an answer
+//! that comes for an expired batch is ignored.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
@@ -21,6 +26,7 @@ use parking_lot::Mutex;
 
 use super::batch::ProducerBatch;
 use super::idempotence::ProducerIdAndEpoch;
+use super::in_flight::InFlightBatch;
 use super::kafka_producer::Shared;
 use super::ProduceError;
 use crate::client::pipeline::PipelinedConnection;
@@ -223,6 +229,10 @@ async fn send_produce(
             shared.accumulator.mute_partition(&b.topic, b.partition);
         }
     }
+    let batches: Vec<Arc<InFlightBatch>> = batches
+        .into_iter()
+        .map(|b| shared.in_flight.add(b))
+        .collect();
     let started = Instant::now();
     match conn.send(&req, version, acks != 0).await {
         Err(e) => {
@@ -276,6 +286,7 @@ fn encode_all(
         let records = match b.encode(pid, epoch, seq) {
             Ok((bytes, ratio)) => {
                 shared.accumulator.record_compression_ratio(&b.topic, ratio);
+                b.set_compression_ratio(ratio);
                 bytes
             }
             Err(e) => {
@@ -307,7 +318,7 @@ fn encode_all(
 /// lost connection: every batch is retried, and the metadata refreshed).
 fn settle_all(
     shared: &Shared,
-    batches: Vec<ProducerBatch>,
+    batches: Vec<Arc<InFlightBatch>>,
     result: Result<ProduceResponse, ClientError>,
 ) {
     let resp = match result {
@@ -346,13 +357,22 @@ fn settle_all(
     settle_answered(shared, answered);
 }
 
-fn settle_answered(shared: &Shared, answered: Vec<(ProducerBatch, PartitionProduceResponse)>) {
+/// Settles each answered batch that is still in flight; one that expired meanwhile was failed
+/// already and its answer changes nothing (Java: a batch in a final state stays in it).
+fn settle_answered(shared: &Shared, answered: Vec<(Arc<InFlightBatch>, PartitionProduceResponse)>) {
     let now = now_ms();
-    for (b, p) in answered {
+    for (slot, p) in answered {
         if shared.config.max_in_flight == 1 {
-            shared.accumulator.unmute_partition(&b.topic, b.partition);
+            shared
+                .accumulator
+                .unmute_partition(&slot.topic, slot.partition);
         }
-        settle(shared, b, &p, now);
+        match shared.in_flight.take(&slot) {
+            Some(b) => settle(shared, b, &p, now),
+            None => {
+                tracing::debug!(topic = %slot.topic, partition = slot.partition, error = errors::error_name(p.error_code), "ignoring the answer for an expired batch")
+            }
+        }
     }
 }
 
@@ -363,12 +383,17 @@ enum Verdict {
     Retry,
     /// Retry under a new producer id (the leader lost or fenced ours).
     RetryAfterReset,
+    /// Too large for the leader: split it and send the parts (it holds more than one record).
+    Split,
     Fail,
 }
 
-/// Kafka's rules for a produce error: which are retried, which say the sequence is broken.
-fn verdict(code: i16, earlier_unresolved: bool) -> Verdict {
+/// Kafka's rules for a produce error: which are retried, which say the sequence is broken, which
+/// split the batch (Java's `Sender.completeBatch`; attempts and the delivery timeout do not
+/// stop a split).
+fn verdict(code: i16, earlier_unresolved: bool, record_count: usize) -> Verdict {
     match code {
+        errors::MESSAGE_TOO_LARGE if record_count > 1 => Verdict::Split,
         // DUPLICATE_SEQUENCE_NUMBER: the leader has the batch already (an earlier attempt).
         errors::NONE | errors::DUPLICATE_SEQUENCE_NUMBER => Verdict::Written,
         errors::UNKNOWN_PRODUCER_ID | errors::INVALID_PRODUCER_EPOCH => Verdict::RetryAfterReset,
@@ -384,7 +409,8 @@ fn settle(shared: &Shared, b: ProducerBatch, p: &PartitionProduceResponse, now: 
     if errors::is_invalid_metadata(code) {
         shared.metadata.request_update();
     }
-    let mut v = verdict(code, shared.idempotence.has_earlier_unresolved(&b));
+    let earlier = shared.idempotence.has_earlier_unresolved(&b);
+    let mut v = verdict(code, earlier, b.record_count());
     let can_retry = b.attempts < shared.config.retries
         && now - b.created_ms < shared.config.delivery_timeout_ms;
     if matches!(v, Verdict::Retry | Verdict::RetryAfterReset) && !can_retry {
@@ -396,6 +422,7 @@ fn settle(shared: &Shared, b: ProducerBatch, p: &PartitionProduceResponse, now: 
             let log_append_time = (p.log_append_time_ms >= 0).then_some(p.log_append_time_ms);
             succeed(shared, b, p.base_offset, log_append_time);
         }
+        Verdict::Split => split(shared, b, p),
         Verdict::Retry | Verdict::RetryAfterReset => {
             if v == Verdict::RetryAfterReset {
                 reset_producer_id(shared, &b);
@@ -419,6 +446,21 @@ fn settle(shared: &Shared, b: ProducerBatch, p: &PartitionProduceResponse, now: 
             fail(shared, b, e);
         }
     }
+}
+
+/// Java's split on MESSAGE_TOO_LARGE: the parts take the batch's place in its queue, each
+/// record's waiter now the part's, and the idempotent producer's sequences with them.
+fn split(shared: &Shared, b: ProducerBatch, p: &PartitionProduceResponse) {
+    let (topic, partition, records) = (b.topic.clone(), b.partition, b.record_count());
+    let track = |big: &ProducerBatch, parts: &[ProducerBatch]| {
+        if shared.config.enable_idempotence {
+            shared.idempotence.split(big, parts);
+        }
+    };
+    let parts = shared.accumulator.split_and_reenqueue(b, &track);
+    shared.metrics.batch_split();
+    let message = p.error_message.as_deref().map(|m| m.to_string());
+    tracing::warn!(%topic, partition, records, parts, error = ?message, "a batch refused as MESSAGE_TOO_LARGE is split and sent again");
 }
 
 /// Forgets the producer id a lost batch was sequenced under (not a newer one).
@@ -453,10 +495,13 @@ fn fail(shared: &Shared, mut b: ProducerBatch, e: ProduceError) {
     shared.accumulator.complete_batch(&b);
 }
 
-/// Fails the queued batches older than `delivery.timeout.ms` (Java's message).
+/// Fails the batches older than `delivery.timeout.ms`, queued or in flight (Java's message). A
+/// sequenced one leaves its partition's sequence unknown: the producer takes a new id.
 fn fail_expired(shared: &Shared, now: i64) {
     let timeout = shared.config.delivery_timeout_ms;
-    for b in shared.accumulator.expired_batches(now, timeout) {
+    let mut expired = shared.in_flight.expired(now, timeout);
+    expired.extend(shared.accumulator.expired_batches(now, timeout));
+    for b in expired {
         let e = ProduceError::Timeout(format!(
             "Expiring {} record(s) for {}-{}:{} ms has passed since batch creation",
             b.record_count(),
@@ -546,6 +591,7 @@ mod tests {
 
     #[test]
     fn produce_errors_are_retried_or_failed_as_kafka_does() {
+        let verdict = |code, earlier| super::verdict(code, earlier, 5);
         assert_eq!(verdict(errors::NONE, false), Verdict::Written);
         assert_eq!(
             verdict(errors::DUPLICATE_SEQUENCE_NUMBER, false),
@@ -569,7 +615,12 @@ mod tests {
             verdict(errors::UNKNOWN_PRODUCER_ID, false),
             Verdict::RetryAfterReset
         );
-        assert_eq!(verdict(errors::MESSAGE_TOO_LARGE, false), Verdict::Fail);
+        assert_eq!(verdict(errors::MESSAGE_TOO_LARGE, false), Verdict::Split);
+        assert_eq!(
+            super::verdict(errors::MESSAGE_TOO_LARGE, false, 1),
+            Verdict::Fail,
+            "one record cannot be split"
+        );
         assert_eq!(verdict(errors::INVALID_RECORD, false), Verdict::Fail);
     }
 }
