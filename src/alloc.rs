@@ -1,5 +1,8 @@
-//! The global allocator: the system allocator, except that very large requests get lazily
-//! backed, unreserved memory, so that a hostile length prefix cannot abort the broker.
+//! The global allocator: mimalloc, except that very large requests get lazily backed,
+//! unreserved memory, so that a hostile length prefix cannot abort the broker.
+//!
+//! mimalloc rather than glibc's malloc: the proxy's JSON path and the broker's request path
+//! allocate per record, and glibc's malloc was a quarter of the proxy's CPU profile.
 //!
 //! The kafka-protocol decoder reserves `Vec::with_capacity(n)` for an array's claimed length
 //! before it checks that the bytes are there. A 14-byte Metadata request claiming 2^31 topics
@@ -9,7 +12,9 @@
 //! released, and only that connection closes. No legitimate allocation is that large (requests
 //! are capped by `socket.request.max.bytes`, 100 MiB by default).
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
+
+use mimalloc::MiMalloc;
 
 /// Allocations from this size on are mapped lazily.
 pub const LAZY_THRESHOLD: usize = 1 << 30;
@@ -41,7 +46,7 @@ unsafe impl GlobalAlloc for EvenkeelAlloc {
             };
         }
         // SAFETY: forwarded as given.
-        unsafe { System.alloc(layout) }
+        unsafe { MiMalloc.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -53,7 +58,7 @@ unsafe impl GlobalAlloc for EvenkeelAlloc {
             return;
         }
         // SAFETY: forwarded as given.
-        unsafe { System.dealloc(ptr, layout) }
+        unsafe { MiMalloc.dealloc(ptr, layout) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
@@ -63,14 +68,14 @@ unsafe impl GlobalAlloc for EvenkeelAlloc {
             return unsafe { self.alloc(layout) };
         }
         // SAFETY: forwarded as given.
-        unsafe { System.alloc_zeroed(layout) }
+        unsafe { MiMalloc.alloc_zeroed(layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let lazy = |size: usize| size >= LAZY_THRESHOLD && page_aligned(&layout);
         if !lazy(layout.size()) && !lazy(new_size) {
             // SAFETY: forwarded as given.
-            return unsafe { System.realloc(ptr, layout, new_size) };
+            return unsafe { MiMalloc.realloc(ptr, layout, new_size) };
         }
         // SAFETY: the new layout has the old alignment and a size the caller vouches for.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
@@ -107,7 +112,7 @@ mod tests {
     }
 
     #[test]
-    fn small_allocations_use_the_system_allocator() {
+    fn small_allocations_and_their_growth_go_to_mimalloc() {
         let a = EvenkeelAlloc;
         let layout = Layout::from_size_align(128, 16).unwrap();
         // SAFETY: as above.
