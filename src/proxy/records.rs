@@ -2,8 +2,12 @@
 //! `{"records": [...]}` with the embedded format of the content type (json or base64 binary),
 //! and v3's one-record objects with typed key and value (`BINARY`, `JSON`, `STRING`).
 
+use std::borrow::Cow;
+
 use base64::Engine;
 use bytes::Bytes;
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::errors::{self, ApiError};
@@ -46,24 +50,87 @@ fn base64(what: &str, s: &str) -> Result<Bytes, ApiError> {
         })
 }
 
-fn json_bytes(v: &Value) -> Bytes {
-    Bytes::from(serde_json::to_vec(v).unwrap_or_default())
+/// A JSON value as compact text, the way it is stored (`{"a": 1}` becomes `{"a":1}`).
+fn json_bytes(raw: &RawValue) -> Bytes {
+    let v: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+    Bytes::from(serde_json::to_vec(&v).unwrap_or_default())
+}
+
+/// The fields of one record object (v2 or v3), each kept as its JSON text until it is read, so
+/// a record costs no tree of values. A field that is there as `null` is `Some("null")`.
+#[derive(Deserialize)]
+struct Fields<'a> {
+    #[serde(borrow, default, deserialize_with = "present")]
+    key: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    value: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    partition: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    partition_id: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    headers: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    timestamp: Option<&'a RawValue>,
+}
+
+/// A v3 key or value object.
+#[derive(Deserialize)]
+struct TypedData<'a> {
+    #[serde(rename = "type", borrow, default, deserialize_with = "present")]
+    kind: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    data: Option<&'a RawValue>,
+}
+
+/// A field that is there, `null` included (serde's `Option` would take `null` as absent).
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+/// Parses one record object; `None` when the text is not an object.
+fn fields(raw: &RawValue) -> Option<Result<Fields<'_>, serde_json::Error>> {
+    raw.get()
+        .starts_with('{')
+        .then(|| serde_json::from_str(raw.get()))
+}
+
+fn not_null(v: Option<&RawValue>) -> Option<&RawValue> {
+    v.filter(|v| v.get() != "null")
+}
+
+/// A JSON string's text, borrowed when it has no escapes; `None` when it is not a string.
+fn json_str(raw: &RawValue) -> Option<Cow<'_, str>> {
+    #[derive(Deserialize)]
+    struct Str<'a>(#[serde(borrow)] Cow<'a, str>);
+    serde_json::from_str::<Str>(raw.get()).ok().map(|s| s.0)
+}
+
+/// A small field (partition, headers) as a value tree.
+fn tree(raw: Option<&RawValue>) -> Option<Value> {
+    raw.and_then(|r| serde_json::from_str(r.get()).ok())
 }
 
 /// A v2 key or value: `None` for JSON null.
-fn v2_field(format: EmbeddedFormat, what: &str, v: &Value) -> Result<Option<Bytes>, ApiError> {
-    match (format, v) {
-        (_, Value::Null) => Ok(None),
-        (EmbeddedFormat::Json, v) => Ok(Some(json_bytes(v))),
-        (EmbeddedFormat::Binary, Value::String(s)) => base64(what, s).map(Some),
-        (EmbeddedFormat::Binary, _) => Err(ApiError::invalid(
+fn v2_field(
+    format: EmbeddedFormat,
+    what: &str,
+    v: Option<&RawValue>,
+) -> Result<Option<Bytes>, ApiError> {
+    let Some(v) = not_null(v) else {
+        return Ok(None);
+    };
+    match (format, json_str(v)) {
+        (EmbeddedFormat::Json, _) => Ok(Some(json_bytes(v))),
+        (EmbeddedFormat::Binary, Some(s)) => base64(what, &s).map(Some),
+        (EmbeddedFormat::Binary, None) => Err(ApiError::invalid(
             errors::INVALID_BASE64,
             format!("{what} must be a base64 string"),
         )),
     }
 }
 
-fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
+fn parse_json(body: &[u8]) -> Result<&RawValue, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::invalid(
             errors::INVALID_ENTITY,
@@ -120,15 +187,26 @@ fn partition_field(v: Option<&Value>, key: &str) -> Result<Option<i32>, ApiError
     }
 }
 
+/// The `records` list of a v2 body.
+fn v2_records(doc: &RawValue) -> Option<Vec<&RawValue>> {
+    #[derive(Deserialize)]
+    struct Body<'a> {
+        #[serde(borrow)]
+        records: Option<&'a RawValue>,
+    }
+    let body: Body = doc
+        .get()
+        .starts_with('{')
+        .then(|| serde_json::from_str(doc.get()).ok())??;
+    serde_json::from_str(body.records?.get()).ok()
+}
+
 /// The records of a v2 produce body.
 pub fn parse_v2(body: &[u8], format: EmbeddedFormat) -> Result<Vec<Incoming>, ApiError> {
     let doc = parse_json(body)?;
-    let records = doc
-        .get("records")
-        .and_then(Value::as_array)
-        .ok_or_else(|| {
-            ApiError::invalid(errors::INVALID_ENTITY, "the body needs a \"records\" list")
-        })?;
+    let records = v2_records(doc).ok_or_else(|| {
+        ApiError::invalid(errors::INVALID_ENTITY, "the body needs a \"records\" list")
+    })?;
     if records.is_empty() {
         return Err(ApiError::invalid(
             errors::INVALID_ENTITY,
@@ -139,22 +217,33 @@ pub fn parse_v2(body: &[u8], format: EmbeddedFormat) -> Result<Vec<Incoming>, Ap
         .iter()
         .enumerate()
         .map(|(i, r)| {
-            if !r.is_object() {
+            let r = match fields(r) {
+                Some(Ok(r)) => r,
+                Some(Err(e)) => {
+                    return Err(ApiError::invalid(
+                        errors::INVALID_ENTITY,
+                        format!("record {i}: {e}"),
+                    ))
+                }
+                None => {
+                    return Err(ApiError::invalid(
+                        errors::INVALID_ENTITY,
+                        format!("record {i} is not an object"),
+                    ))
+                }
+            };
+            if r.value.is_none() {
                 return Err(ApiError::invalid(
-                    errors::INVALID_ENTITY,
-                    format!("record {i} is not an object"),
+                    errors::MISSING_VALUE,
+                    format!("record {i} has no value"),
                 ));
             }
-            let value = r.get("value").ok_or_else(|| {
-                ApiError::invalid(errors::MISSING_VALUE, format!("record {i} has no value"))
-            })?;
-            let key = r.get("key").unwrap_or(&Value::Null);
             Ok(Incoming {
-                partition: partition_field(r.get("partition"), "partition")?,
+                partition: partition_field(tree(r.partition).as_ref(), "partition")?,
                 record: ProducerRecord {
-                    key: v2_field(format, "a key", key)?,
-                    value: v2_field(format, "a value", value)?,
-                    headers: headers(r.get("headers"))?,
+                    key: v2_field(format, "a key", r.key)?,
+                    value: v2_field(format, "a value", r.value)?,
+                    headers: headers(tree(r.headers).as_ref())?,
                     timestamp: -1,
                 },
             })
@@ -164,24 +253,33 @@ pub fn parse_v2(body: &[u8], format: EmbeddedFormat) -> Result<Vec<Incoming>, Ap
 
 /// A v3 key or value: `{"type": "BINARY"|"JSON"|"STRING", "data": ...}`, JSON when the type is
 /// left out. Returns the bytes and the type to report back.
-fn v3_field(what: &str, v: Option<&Value>) -> Result<Option<(Bytes, &'static str)>, ApiError> {
-    let Some(v) = v.filter(|v| !v.is_null()) else {
+/// Anything but an object (a bare string, say) carries no data.
+fn v3_field(what: &str, v: Option<&RawValue>) -> Result<Option<(Bytes, &'static str)>, ApiError> {
+    let Some(v) = v.filter(|v| v.get().starts_with('{')) else {
         return Ok(None);
     };
-    let kind = v.get("type").and_then(Value::as_str).unwrap_or("JSON");
-    let data = v.get("data").unwrap_or(&Value::Null);
-    match kind.to_ascii_uppercase().as_str() {
-        _ if data.is_null() => Ok(None),
-        "BINARY" => match data {
-            Value::String(s) => Ok(Some((base64(what, s)?, "BINARY"))),
-            _ => Err(ApiError::invalid(
+    let typed: TypedData = serde_json::from_str(v.get())
+        .map_err(|e| ApiError::invalid(errors::INVALID_ENTITY, format!("{what}: {e}")))?;
+    let kind = typed.kind.and_then(json_str);
+    let Some(data) = not_null(typed.data) else {
+        return Ok(None);
+    };
+    match kind
+        .as_deref()
+        .unwrap_or("JSON")
+        .to_ascii_uppercase()
+        .as_str()
+    {
+        "BINARY" => match json_str(data) {
+            Some(s) => Ok(Some((base64(what, &s)?, "BINARY"))),
+            None => Err(ApiError::invalid(
                 errors::INVALID_BASE64,
                 format!("{what} of type BINARY must be a base64 string"),
             )),
         },
-        "STRING" => match data {
-            Value::String(s) => Ok(Some((Bytes::from(s.clone()), "STRING"))),
-            _ => Err(ApiError::invalid(
+        "STRING" => match json_str(data) {
+            Some(s) => Ok(Some((Bytes::from(s.into_owned()), "STRING"))),
+            None => Err(ApiError::invalid(
                 errors::INVALID_ENTITY,
                 format!("{what} of type STRING must be a string"),
             )),
@@ -203,30 +301,34 @@ pub struct IncomingV3 {
 }
 
 /// A v3 record object.
-pub fn parse_v3(doc: &Value) -> Result<IncomingV3, ApiError> {
-    if !doc.is_object() {
-        return Err(ApiError::invalid(
-            errors::INVALID_ENTITY,
-            "a record must be a JSON object",
-        ));
-    }
-    let key = v3_field("the key", doc.get("key"))?;
-    let value = v3_field("the value", doc.get("value"))?;
+pub fn parse_v3(doc: &RawValue) -> Result<IncomingV3, ApiError> {
+    let doc = match fields(doc) {
+        Some(Ok(doc)) => doc,
+        Some(Err(e)) => return Err(ApiError::invalid(errors::INVALID_ENTITY, e.to_string())),
+        None => {
+            return Err(ApiError::invalid(
+                errors::INVALID_ENTITY,
+                "a record must be a JSON object",
+            ))
+        }
+    };
+    let key = v3_field("the key", doc.key)?;
+    let value = v3_field("the value", doc.value)?;
     if value.is_none() {
         return Err(ApiError::invalid(
             errors::MISSING_VALUE,
             "the record has no value",
         ));
     }
-    let timestamp = match doc.get("timestamp") {
-        None | Some(Value::Null) => -1,
-        Some(Value::String(s)) => parse_rfc3339_ms(s).ok_or_else(|| {
+    let timestamp = match not_null(doc.timestamp).map(json_str) {
+        None => -1,
+        Some(Some(s)) => parse_rfc3339_ms(&s).ok_or_else(|| {
             ApiError::invalid(
                 errors::INVALID_ENTITY,
                 format!("timestamp {s:?} is not RFC 3339"),
             )
         })?,
-        Some(_) => {
+        Some(None) => {
             return Err(ApiError::invalid(
                 errors::INVALID_ENTITY,
                 "timestamp must be a string",
@@ -237,11 +339,11 @@ pub fn parse_v3(doc: &Value) -> Result<IncomingV3, ApiError> {
         key_type: key.as_ref().map(|k| k.1),
         value_type: value.as_ref().map(|v| v.1),
         incoming: Incoming {
-            partition: partition_field(doc.get("partition_id"), "partition_id")?,
+            partition: partition_field(tree(doc.partition_id).as_ref(), "partition_id")?,
             record: ProducerRecord {
                 key: key.map(|k| k.0),
                 value: value.map(|v| v.0),
-                headers: headers(doc.get("headers"))?,
+                headers: headers(tree(doc.headers).as_ref())?,
                 timestamp,
             },
         },
@@ -323,6 +425,65 @@ mod tests {
         r.unwrap_err().error_code
     }
 
+    fn raw(s: &str) -> Box<RawValue> {
+        serde_json::from_str(s).unwrap()
+    }
+
+    #[test]
+    fn a_null_v2_value_is_a_tombstone_and_a_missing_one_is_refused() {
+        let json = EmbeddedFormat::Json;
+        let r = parse_v2(br#"{"records":[{"key":"k","value":null}]}"#, json).unwrap();
+        assert_eq!(r[0].record.value, None);
+        assert_eq!(
+            code(parse_v2(br#"{"records":[{"key":"k"}]}"#, json)),
+            errors::MISSING_VALUE
+        );
+    }
+
+    #[test]
+    fn escaped_strings_and_spaced_json_read_as_their_values() {
+        let body = br#"{ "records" : [ { "value" : "dmFs\u0064WU=" , "key" : "\/" } ] }"#;
+        let r = parse_v2(body, EmbeddedFormat::Binary);
+        assert_eq!(code(r), errors::INVALID_BASE64, "\\/ is / and not base64");
+        let body = br#"{ "records" : [ { "value" : "dmFs\u0064WU=" } ] }"#;
+        let r = parse_v2(body, EmbeddedFormat::Binary).unwrap();
+        assert_eq!(r[0].record.value.as_deref(), Some(&b"value"[..]));
+        let r = parse_v2(
+            br#"{"records":[{"value": { "a" : [1, 2] }}]}"#,
+            EmbeddedFormat::Json,
+        );
+        assert_eq!(
+            r.unwrap()[0].record.value.as_deref(),
+            Some(&br#"{"a":[1,2]}"#[..])
+        );
+    }
+
+    #[test]
+    fn bodies_and_records_that_are_not_objects_are_refused() {
+        let json = EmbeddedFormat::Json;
+        assert_eq!(
+            code(parse_v2(br#"[{"value":1}]"#, json)),
+            errors::INVALID_ENTITY
+        );
+        assert_eq!(
+            code(parse_v2(br#"{"records":{"value":1}}"#, json)),
+            errors::INVALID_ENTITY
+        );
+        assert_eq!(
+            code(parse_v2(br#"{"records":[5]}"#, json)),
+            errors::INVALID_ENTITY
+        );
+        assert_eq!(
+            parse_v3(&raw("[1]")).unwrap_err().error_code,
+            errors::INVALID_ENTITY
+        );
+        let bare = raw(r#"{"value":"not an object"}"#);
+        assert_eq!(
+            parse_v3(&bare).unwrap_err().error_code,
+            errors::MISSING_VALUE
+        );
+    }
+
     #[test]
     fn v2_json_and_binary_records_become_bytes() {
         let body = br#"{"records":[{"key":"k","value":{"a":1}},{"value":[1,2],"partition":2}]}"#;
@@ -367,23 +528,22 @@ mod tests {
 
     #[test]
     fn v3_records_carry_typed_keys_and_values() {
-        let doc: Value = serde_json::from_str(
+        let doc = raw(
             r#"{"partition_id":1,"key":{"type":"STRING","data":"k"},"value":{"type":"BINARY","data":"aGk="},"timestamp":"2021-02-05T19:14:42.500Z"}"#,
-        )
-        .unwrap();
+        );
         let r = parse_v3(&doc).unwrap();
         assert_eq!(r.incoming.partition, Some(1));
         assert_eq!(r.incoming.record.key.as_deref(), Some(&b"k"[..]));
         assert_eq!(r.incoming.record.value.as_deref(), Some(&b"hi"[..]));
         assert_eq!((r.key_type, r.value_type), (Some("STRING"), Some("BINARY")));
         assert_eq!(r.incoming.record.timestamp, 1_612_552_482_500);
-        let untyped: Value = serde_json::from_str(r#"{"value":{"data":{"x":true}}}"#).unwrap();
+        let untyped = raw(r#"{"value":{"data": {"x": true}}}"#);
         let r = parse_v3(&untyped).unwrap();
         assert_eq!(
             r.incoming.record.value.as_deref(),
             Some(&br#"{"x":true}"#[..])
         );
-        let none: Value = serde_json::from_str(r#"{"key":{"data":"k"}}"#).unwrap();
+        let none = raw(r#"{"key":{"data":"k"}}"#);
         assert_eq!(
             parse_v3(&none).unwrap_err().error_code,
             errors::MISSING_VALUE

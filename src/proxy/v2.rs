@@ -7,6 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::errors::{self, record_error_code, ApiError};
@@ -110,29 +111,57 @@ async fn produce_v2(
         .map_err(|_| ApiError::unavailable("no answer within delivery.timeout.ms"))?;
     if offsets
         .iter()
-        .all(|o| o["error_code"] == errors::KAFKA_RETRIABLE_ERROR)
+        .all(|o| o.error_code == Some(errors::KAFKA_RETRIABLE_ERROR))
     {
         // Nothing was written and only waiting might help: the cluster is not answering.
-        let why = offsets[0]["error"].as_str().unwrap_or_default().to_string();
+        let why = offsets[0].error.clone().unwrap_or_default();
         return Err(ApiError::unavailable(why));
     }
-    s.metrics.records_answered(&offsets);
-    let answer = json!({"key_schema_id": null, "value_schema_id": null, "offsets": offsets});
+    for o in &offsets {
+        s.metrics.record_answered(o.offset.is_some());
+    }
+    let answer = Answer {
+        key_schema_id: None,
+        value_schema_id: None,
+        offsets,
+    };
     Ok(([(header::CONTENT_TYPE, V2_CONTENT_TYPE)], Json(answer)).into_response())
 }
 
-/// Each record's `{"partition", "offset"}`, or `{"error_code", "error"}` in its place, in order.
-async fn outcomes(queued: Vec<Queued>) -> Vec<Value> {
+/// The answer to a v2 produce.
+#[derive(Serialize)]
+struct Answer {
+    key_schema_id: Option<i32>,
+    value_schema_id: Option<i32>,
+    offsets: Vec<Offset>,
+}
+
+/// One record's `{"partition", "offset"}`, or `{"error_code", "error"}` in its place.
+#[derive(Serialize)]
+struct Offset {
+    partition: Option<i32>,
+    offset: Option<i64>,
+    error_code: Option<u32>,
+    error: Option<String>,
+}
+
+/// Each record's outcome, in order.
+async fn outcomes(queued: Vec<Queued>) -> Vec<Offset> {
     let mut out = Vec::with_capacity(queued.len());
     for q in queued {
         out.push(match q.outcome().await {
-            Ok(m) => json!({"partition": m.partition, "offset": m.offset, "error_code": null, "error": null}),
-            Err(e) => json!({
-                "partition": null,
-                "offset": null,
-                "error_code": record_error_code(&e),
-                "error": e.to_string(),
-            }),
+            Ok(m) => Offset {
+                partition: Some(m.partition),
+                offset: Some(m.offset),
+                error_code: None,
+                error: None,
+            },
+            Err(e) => Offset {
+                partition: None,
+                offset: None,
+                error_code: Some(record_error_code(&e)),
+                error: Some(e.to_string()),
+            },
         });
     }
     out

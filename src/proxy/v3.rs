@@ -8,7 +8,9 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::StreamExt;
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::json;
+use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
 use super::errors::{self, record_error_code, ApiError};
@@ -88,8 +90,8 @@ async fn read_records(s: Shared, topic: String, body: Body, tx: mpsc::Sender<Rep
     let mut ended = false;
     loop {
         match next_object(&mut buf, ended) {
-            Next::Object(doc) => {
-                let report = queue_one(&s, &topic, &doc).await;
+            Next::Object(record) => {
+                let report = queue_one(&s, &topic, record).await;
                 if tx.send(report).await.is_err() {
                     return; // the client is gone: nothing more is read or written
                 }
@@ -123,25 +125,26 @@ async fn read_records(s: Shared, topic: String, body: Body, tx: mpsc::Sender<Rep
 }
 
 enum Next {
-    Object(Value),
+    Object(Result<IncomingV3, ApiError>),
     NeedMore,
     Bad(ApiError),
     Done,
 }
 
-/// Takes the next complete JSON value off the front of `buf`.
+/// Takes the next complete JSON value off the front of `buf`, as a record.
 fn next_object(buf: &mut Vec<u8>, ended: bool) -> Next {
     let start = buf.iter().position(|b| !b.is_ascii_whitespace());
     let Some(start) = start else {
         buf.clear();
         return if ended { Next::Done } else { Next::NeedMore };
     };
-    let mut it = serde_json::Deserializer::from_slice(&buf[start..]).into_iter::<Value>();
+    let mut it = serde_json::Deserializer::from_slice(&buf[start..]).into_iter::<&RawValue>();
     match it.next() {
         Some(Ok(v)) => {
+            let record = parse_v3(v);
             let used = start + it.byte_offset();
             buf.drain(..used);
-            Next::Object(v)
+            Next::Object(record)
         }
         Some(Err(e)) if e.is_eof() && !ended => Next::NeedMore,
         Some(Err(e)) => Next::Bad(ApiError::invalid(
@@ -153,12 +156,12 @@ fn next_object(buf: &mut Vec<u8>, ended: bool) -> Next {
     }
 }
 
-async fn queue_one(s: &Shared, topic: &str, doc: &Value) -> Report {
+async fn queue_one(s: &Shared, topic: &str, record: Result<IncomingV3, ApiError>) -> Report {
     let IncomingV3 {
         incoming,
         key_type,
         value_type,
-    } = match parse_v3(doc) {
+    } = match record {
         Ok(r) => r,
         Err(e) => return Report::Error(e),
     };
@@ -174,35 +177,66 @@ async fn queue_one(s: &Shared, topic: &str, doc: &Value) -> Report {
     }
 }
 
+/// A written record's delivery report.
+#[derive(Serialize)]
+struct Delivered<'a> {
+    error_code: u32,
+    cluster_id: &'a str,
+    topic_name: &'a str,
+    partition_id: i32,
+    offset: i64,
+    timestamp: String,
+    key: Option<Sized<'a>>,
+    value: Option<Sized<'a>>,
+}
+
+/// The type and size of a written key or value.
+#[derive(Serialize)]
+struct Sized<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    size: usize,
+}
+
+fn sized(f: Option<(&str, usize)>) -> Option<Sized<'_>> {
+    f.map(|(kind, size)| Sized { kind, size })
+}
+
 /// A report as one line of JSON.
 async fn render(s: &Shared, topic: &str, report: Report) -> bytes::Bytes {
-    let v = match report {
-        Report::Error(e) => e.body(),
+    let failed = |e: &ApiError| (serde_json::to_vec(&e.body()), false);
+    let (line, written) = match report {
+        Report::Error(e) => failed(&e),
         Report::Pending { queued, key, value } => {
             let outcome = tokio::time::timeout(answer_deadline(s), queued.outcome()).await;
-            let field = |f: Option<(&str, usize)>| {
-                f.map_or(Value::Null, |(t, n)| json!({"type": t, "size": n}))
-            };
             match outcome {
-                Ok(Ok(m)) => json!({
-                    "error_code": 200,
-                    "cluster_id": s.cluster_id,
-                    "topic_name": topic,
-                    "partition_id": m.partition,
-                    "offset": m.offset,
-                    "timestamp": format_rfc3339_ms(m.timestamp),
-                    "key": field(key),
-                    "value": field(value),
-                }),
-                Ok(Err(e)) => {
-                    json!({"error_code": record_error_code(&e), "message": e.to_string()})
-                }
-                Err(_) => ApiError::unavailable("no answer within delivery.timeout.ms").body(),
+                Ok(Ok(m)) => (
+                    serde_json::to_vec(&Delivered {
+                        error_code: 200,
+                        cluster_id: &s.cluster_id,
+                        topic_name: topic,
+                        partition_id: m.partition,
+                        offset: m.offset,
+                        timestamp: format_rfc3339_ms(m.timestamp),
+                        key: sized(key),
+                        value: sized(value),
+                    }),
+                    true,
+                ),
+                Ok(Err(e)) => (
+                    serde_json::to_vec(
+                        &json!({"error_code": record_error_code(&e), "message": e.to_string()}),
+                    ),
+                    false,
+                ),
+                Err(_) => failed(&ApiError::unavailable(
+                    "no answer within delivery.timeout.ms",
+                )),
             }
         }
     };
-    s.metrics.records_answered(std::slice::from_ref(&v));
-    let mut line = serde_json::to_vec(&v).unwrap_or_default();
+    let mut line = line.unwrap_or_default();
+    s.metrics.record_answered(written);
     line.push(b'\n');
     bytes::Bytes::from(line)
 }
@@ -211,20 +245,25 @@ async fn render(s: &Shared, topic: &str, report: Report) -> bytes::Bytes {
 mod tests {
     use super::*;
 
-    fn take(buf: &mut Vec<u8>, ended: bool) -> Option<Value> {
+    /// The value of the next record, as text.
+    fn take(buf: &mut Vec<u8>, ended: bool) -> Option<String> {
         match next_object(buf, ended) {
-            Next::Object(v) => Some(v),
+            Next::Object(Ok(r)) => r
+                .incoming
+                .record
+                .value
+                .map(|v| String::from_utf8_lossy(&v).into_owned()),
             _ => None,
         }
     }
 
     #[test]
     fn objects_are_cut_off_a_stream_as_they_complete() {
-        let mut buf = br#" {"a":1}{"b":"#.to_vec();
-        assert_eq!(take(&mut buf, false), Some(json!({"a": 1})));
+        let mut buf = br#" {"value":{"data":1}}{"value":{"data":"#.to_vec();
+        assert_eq!(take(&mut buf, false).as_deref(), Some("1"));
         assert!(matches!(next_object(&mut buf, false), Next::NeedMore));
-        buf.extend_from_slice(b"2}\n");
-        assert_eq!(take(&mut buf, false), Some(json!({"b": 2})));
+        buf.extend_from_slice(b"2}}\n");
+        assert_eq!(take(&mut buf, false).as_deref(), Some("2"));
         assert!(matches!(next_object(&mut buf, false), Next::NeedMore));
         assert!(matches!(next_object(&mut buf, true), Next::Done));
     }
