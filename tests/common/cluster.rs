@@ -216,7 +216,16 @@ impl Cluster {
         let child = n.child.as_mut().expect("started");
         match wait_ready(child, Duration::from_secs(90)) {
             Ok(metrics) => n.metrics = metrics,
-            Err(e) => panic!("node {id} did not start: {e}"),
+            Err(e) => {
+                let log = std::fs::read_to_string(n.config.with_extension("stderr"))
+                    .unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                panic!(
+                    "node {id} did not start: {e}; the end of its log:\n{}",
+                    tail.join("\n")
+                )
+            }
         }
     }
 
