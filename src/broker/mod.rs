@@ -145,6 +145,7 @@ pub fn open_log_dir(
     lmc.high_watermark_checkpoint_interval_ms =
         config.replication.high_watermark_checkpoint_interval_ms;
     lmc.start_offset_checkpoint_interval_ms = config.log_flush_start_offset_checkpoint_interval_ms;
+    lmc.cleaner = config.cleaner.clone();
     let logs = LogManager::open(lmc)?;
     Ok((meta, logs))
 }

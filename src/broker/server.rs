@@ -262,6 +262,8 @@ fn refresh_hook(
         m.under_min_isr.set(under_min);
         m.at_min_isr.set(at_min);
         m.replica_fetcher_max_lag.set(max_lag);
+        let dir = broker.logs.log_dir().display().to_string();
+        m.log_cleaner.set(&broker.logs.cleaner_metrics(), &dir);
     })
 }
 

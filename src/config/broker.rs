@@ -46,6 +46,8 @@ pub struct BrokerConfig {
     pub group_max_session_timeout_ms: i32,
     pub group_max_size: usize,
     pub offsets_topic_num_partitions: i32,
+    /// `offsets.topic.segment.bytes` (104857600): `segment.bytes` of `__consumer_offsets`.
+    pub offsets_topic_segment_bytes: u64,
     pub offsets_retention_minutes: u64,
     pub offset_metadata_max_bytes: usize,
     pub log: LogConfig,
@@ -53,6 +55,8 @@ pub struct BrokerConfig {
     pub cluster: ClusterConfig,
     /// Followers, ISR and replica selection.
     pub replication: super::replication::ReplicationConfig,
+    /// The log cleaner (`log.cleaner.*`).
+    pub cleaner: super::cleaner::CleanerConfig,
     /// The properties as given, for DescribeConfigs.
     pub raw: BTreeMap<String, String>,
 }
@@ -94,6 +98,7 @@ const KNOWN: &[&str] = &[
     "group.max.session.timeout.ms",
     "group.max.size",
     "offsets.topic.num.partitions",
+    "offsets.topic.segment.bytes",
     "offsets.retention.minutes",
     "offset.metadata.max.bytes",
 ];
@@ -146,6 +151,7 @@ impl BrokerConfig {
                 !KNOWN.contains(&k)
                     && !cluster::KEYS.contains(&k)
                     && !super::replication::KEYS.contains(&k)
+                    && !super::cleaner::KEYS.contains(&k)
                     && !topic_synonyms.contains(&k)
             })
             .cloned()
@@ -260,11 +266,18 @@ impl BrokerConfig {
             group_max_size: parse(props, "group.max.size", i32::MAX as usize)?,
             offsets_topic_num_partitions: parse(props, "offsets.topic.num.partitions", 50i32)?
                 .max(1),
+            offsets_topic_segment_bytes: parse(
+                props,
+                "offsets.topic.segment.bytes",
+                104_857_600u64,
+            )?
+            .max(1),
             offsets_retention_minutes: parse(props, "offsets.retention.minutes", 10_080u64)?,
             offset_metadata_max_bytes: parse(props, "offset.metadata.max.bytes", 4096usize)?,
             log,
             cluster,
             replication: super::replication::ReplicationConfig::from_props(props)?,
+            cleaner: super::cleaner::CleanerConfig::from_props(props)?,
             raw: props.clone(),
         };
         if c.num_partitions < 1 {

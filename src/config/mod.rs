@@ -76,7 +76,22 @@ pub struct LogConfig {
     /// rates limit (kafka-reassign-partitions --throttle sets them).
     pub leader_throttled_replicas: String,
     pub follower_throttled_replicas: String,
+    /// `min.cleanable.dirty.ratio` (0.5): the dirty share of a log above which the cleaner takes it.
+    pub min_cleanable_dirty_ratio: Ratio,
+    /// `min.compaction.lag.ms` (0): a record stays uncompacted at least this long.
+    pub min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms` (Long.MAX): a record becomes eligible for compaction after this long,
+    /// whatever the dirty ratio.
+    pub max_compaction_lag_ms: i64,
+    /// `delete.retention.ms` (86400000): how long a tombstone is kept once the cleaner has seen it.
+    pub delete_retention_ms: i64,
 }
+
+/// A ratio in [0, 1] (`min.cleanable.dirty.ratio`). Never NaN, so it can be `Eq`.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct Ratio(pub f64);
+
+impl Eq for Ratio {}
 
 impl Default for LogConfig {
     fn default() -> Self {
@@ -100,11 +115,16 @@ impl Default for LogConfig {
             unclean_leader_election_enable: false,
             leader_throttled_replicas: String::new(),
             follower_throttled_replicas: String::new(),
+            min_cleanable_dirty_ratio: Ratio(0.5),
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            delete_retention_ms: 86_400_000,
         }
     }
 }
 
 pub mod broker;
+pub mod cleaner;
 pub mod cluster;
 pub mod replication;
 
@@ -130,6 +150,13 @@ pub const TOPIC_CONFIG_SYNONYMS: &[(&str, &str)] = &[
         "unclean.leader.election.enable",
         "unclean.leader.election.enable",
     ),
+    (
+        "min.cleanable.dirty.ratio",
+        "log.cleaner.min.cleanable.ratio",
+    ),
+    ("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms"),
+    ("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms"),
+    ("delete.retention.ms", "log.cleaner.delete.retention.ms"),
     // No broker key sets these.
     ("leader.replication.throttled.replicas", ""),
     ("follower.replication.throttled.replicas", ""),
@@ -178,6 +205,18 @@ fn parse_i64(key: &str, v: &str, min: i64) -> Result<i64, ConfigError> {
     Ok(n)
 }
 
+/// A double between 0 and 1 inclusive (Kafka's `between(0, 1)`).
+pub fn parse_ratio(key: &str, v: &str) -> Result<Ratio, ConfigError> {
+    let n: f64 = v
+        .trim()
+        .parse()
+        .map_err(|_| invalid(key, v, "not a number"))?;
+    if !(0.0..=1.0).contains(&n) {
+        return Err(invalid(key, v, "value must be between 0 and 1"));
+    }
+    Ok(Ratio(n))
+}
+
 /// Kafka's booleans: `true` or `false`, in any case.
 pub fn parse_bool(key: &str, v: &str) -> Result<bool, ConfigError> {
     match v.trim().to_ascii_lowercase().as_str() {
@@ -191,6 +230,18 @@ impl LogConfig {
     /// Whether `flush.messages` or `flush.ms` is set, rather than flushing being left to the OS.
     pub fn has_flush_policy(&self) -> bool {
         self.flush_messages != i64::MAX || self.flush_ms != i64::MAX
+    }
+
+    /// Whether `cleanup.policy` includes `compact` (Kafka's `LogConfig.compact`).
+    pub fn compact(&self) -> bool {
+        self.cleanup_policy
+            .split(',')
+            .any(|p| p.trim() == "compact")
+    }
+
+    /// Whether `cleanup.policy` includes `delete` (Kafka's `LogConfig.delete`).
+    pub fn delete(&self) -> bool {
+        self.cleanup_policy.split(',').any(|p| p.trim() == "delete")
     }
 
     /// Sets one topic-level key. Unknown keys are reported as `Ok(false)`.
@@ -210,6 +261,10 @@ impl LogConfig {
             "max.message.bytes" => self.max_message_bytes = parse_i64(key, v, 0)? as u64,
             "min.insync.replicas" => self.min_insync_replicas = parse_i64(key, v, 1)? as i32,
             "preallocate" => self.preallocate = parse_bool(key, v)?,
+            "min.cleanable.dirty.ratio" => self.min_cleanable_dirty_ratio = parse_ratio(key, v)?,
+            "min.compaction.lag.ms" => self.min_compaction_lag_ms = parse_i64(key, v, 0)?,
+            "max.compaction.lag.ms" => self.max_compaction_lag_ms = parse_i64(key, v, 1)?,
+            "delete.retention.ms" => self.delete_retention_ms = parse_i64(key, v, 0)?,
             "leader.replication.throttled.replicas" => {
                 self.leader_throttled_replicas = parse_throttled_replicas(key, v)?
             }
@@ -304,6 +359,7 @@ pub const CONFIG_TYPE_BOOLEAN: i8 = 1;
 pub const CONFIG_TYPE_STRING: i8 = 2;
 pub const CONFIG_TYPE_INT: i8 = 3;
 pub const CONFIG_TYPE_LONG: i8 = 5;
+pub const CONFIG_TYPE_DOUBLE: i8 = 6;
 pub const CONFIG_TYPE_LIST: i8 = 7;
 
 impl LogConfig {
@@ -332,6 +388,13 @@ impl LogConfig {
             "cleanup.policy" => (self.cleanup_policy.clone(), CONFIG_TYPE_LIST),
             "compression.type" => (self.compression_type.clone(), CONFIG_TYPE_STRING),
             "preallocate" => (self.preallocate.to_string(), CONFIG_TYPE_BOOLEAN),
+            "min.cleanable.dirty.ratio" => (
+                self.min_cleanable_dirty_ratio.0.to_string(),
+                CONFIG_TYPE_DOUBLE,
+            ),
+            "min.compaction.lag.ms" => (self.min_compaction_lag_ms.to_string(), CONFIG_TYPE_LONG),
+            "max.compaction.lag.ms" => (self.max_compaction_lag_ms.to_string(), CONFIG_TYPE_LONG),
+            "delete.retention.ms" => (self.delete_retention_ms.to_string(), CONFIG_TYPE_LONG),
             "leader.replication.throttled.replicas" => {
                 (self.leader_throttled_replicas.clone(), CONFIG_TYPE_LIST)
             }
@@ -423,6 +486,39 @@ mod tests {
         assert_eq!(
             LogConfig::from_broker_props(&props).unwrap().retention_ms,
             5000
+        );
+    }
+
+    #[test]
+    fn cleaner_topic_keys_have_kafkas_defaults_synonyms_and_ranges() {
+        let c = LogConfig::default();
+        assert_eq!(c.min_cleanable_dirty_ratio, Ratio(0.5));
+        assert_eq!(c.min_compaction_lag_ms, 0);
+        assert_eq!(c.max_compaction_lag_ms, i64::MAX);
+        assert_eq!(c.delete_retention_ms, 86_400_000);
+        let props = parse_properties(
+            "log.cleaner.min.cleanable.ratio=0.1\nlog.cleaner.delete.retention.ms=5\n\
+             log.cleaner.min.compaction.lag.ms=7\nlog.cleaner.max.compaction.lag.ms=9\n",
+        );
+        let c = LogConfig::from_broker_props(&props).unwrap();
+        assert_eq!(c.min_cleanable_dirty_ratio, Ratio(0.1));
+        assert_eq!(
+            (
+                c.delete_retention_ms,
+                c.min_compaction_lag_ms,
+                c.max_compaction_lag_ms
+            ),
+            (5, 7, 9)
+        );
+        let mut t = LogConfig::default();
+        assert!(t.set("min.cleanable.dirty.ratio", "1.5").is_err());
+        assert!(t.set("max.compaction.lag.ms", "0").is_err());
+        assert!(t.set("delete.retention.ms", "-1").is_err());
+        t.set("cleanup.policy", "compact,delete").unwrap();
+        assert!(t.compact() && t.delete());
+        assert_eq!(
+            t.value_of("min.cleanable.dirty.ratio"),
+            Some(("0.5".to_string(), CONFIG_TYPE_DOUBLE))
         );
     }
 

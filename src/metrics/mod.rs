@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use prometheus::{
     Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    Opts, Registry, TextEncoder,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Millisecond buckets for request timings, from sub-millisecond to minutes (the 30–240 s
@@ -105,7 +105,98 @@ pub struct BrokerMetrics {
     pub fetch_session_evictions: IntCounter,
     pub handler_meter: IdleMeter,
     pub network_meter: IdleMeter,
+    /// Kafka's `kafka.log:type=LogCleaner` and `type=LogCleanerManager` gauges.
+    pub log_cleaner: LogCleanerGauges,
     ready: AtomicBool,
+}
+
+/// The log cleaner's gauges under the JMX exporter's names for `kafka.log:type=LogCleaner,…`
+/// and `kafka.log:type=LogCleanerManager,…` (hyphens become underscores).
+pub struct LogCleanerGauges {
+    pub max_dirty_percent: IntGauge,
+    pub time_since_last_run_ms: IntGauge,
+    pub uncleanable_partitions_count: IntGaugeVec,
+    pub uncleanable_bytes: IntGaugeVec,
+    pub max_buffer_utilization_percent: IntGauge,
+    pub cleaner_recopy_percent: IntGauge,
+    pub max_clean_time_secs: IntGauge,
+    pub max_compaction_delay_secs: IntGauge,
+    pub dead_thread_count: IntGauge,
+}
+
+impl LogCleanerGauges {
+    fn new(r: &Registry) -> LogCleanerGauges {
+        let vec = |name: &str, help: &str| {
+            let g =
+                IntGaugeVec::new(Opts::new(name, help), &["logDirectory"]).expect("valid gauge");
+            r.register(Box::new(g.clone())).expect("unique metric");
+            g
+        };
+        LogCleanerGauges {
+            max_dirty_percent: int_gauge(
+                r,
+                "kafka_log_logcleanermanager_max_dirty_percent",
+                "Cleanable share of the dirtiest compacted log at the cleaner's last look (%)",
+            ),
+            time_since_last_run_ms: int_gauge(
+                r,
+                "kafka_log_logcleanermanager_time_since_last_run_ms",
+                "Milliseconds since the cleaner last looked for a log to clean",
+            ),
+            uncleanable_partitions_count: vec(
+                "kafka_log_logcleanermanager_uncleanable_partitions_count",
+                "Partitions whose cleaning failed; they are left as they were",
+            ),
+            uncleanable_bytes: vec(
+                "kafka_log_logcleanermanager_uncleanable_bytes",
+                "Cleanable bytes of the uncleanable partitions",
+            ),
+            max_buffer_utilization_percent: int_gauge(
+                r,
+                "kafka_log_logcleaner_max_buffer_utilization_percent",
+                "Fill of the offset map in the last cleaning of a thread, the most of all (%)",
+            ),
+            cleaner_recopy_percent: int_gauge(
+                r,
+                "kafka_log_logcleaner_cleaner_recopy_percent",
+                "Bytes written over bytes read by the last cleaning, mean of the threads (%)",
+            ),
+            max_clean_time_secs: int_gauge(
+                r,
+                "kafka_log_logcleaner_max_clean_time_secs",
+                "Seconds the longest last cleaning of a thread took",
+            ),
+            max_compaction_delay_secs: int_gauge(
+                r,
+                "kafka_log_logcleaner_max_compaction_delay_secs",
+                "How far past max.compaction.lag.ms the most overdue log is (s)",
+            ),
+            dead_thread_count: int_gauge(
+                r,
+                "kafka_log_logcleaner_deadthreadcount",
+                "Cleaner threads that died",
+            ),
+        }
+    }
+
+    /// Copies the cleaner's gauges of the log directory `log_dir`.
+    pub fn set(&self, m: &crate::storage::cleaner::CleanerMetrics, log_dir: &str) {
+        self.max_dirty_percent.set(m.max_dirty_percent);
+        self.time_since_last_run_ms.set(m.time_since_last_run_ms);
+        self.uncleanable_partitions_count
+            .with_label_values(&[log_dir])
+            .set(m.uncleanable_partitions_count as i64);
+        self.uncleanable_bytes
+            .with_label_values(&[log_dir])
+            .set(m.uncleanable_bytes as i64);
+        self.max_buffer_utilization_percent
+            .set(m.max_buffer_utilization_percent);
+        self.cleaner_recopy_percent.set(m.cleaner_recopy_percent);
+        self.max_clean_time_secs.set(m.max_clean_time_secs);
+        self.max_compaction_delay_secs
+            .set(m.max_compaction_delay_secs);
+        self.dead_thread_count.set(m.dead_thread_count as i64);
+    }
 }
 
 /// Creates and registers one metric (names are fixed, so registering cannot fail).
@@ -329,6 +420,7 @@ impl BrokerMetrics {
                 "kafka_server_fetchsessioncache_incrementalfetchsessionevictions_total",
                 "Incremental fetch sessions evicted to make room for new ones",
             ),
+            log_cleaner: LogCleanerGauges::new(&r),
             registry: r,
             handler_meter: IdleMeter::default(),
             network_meter: IdleMeter::default(),

@@ -26,6 +26,8 @@ const COMPRESSION_MASK: i16 = 0x07;
 const TIMESTAMP_TYPE_MASK: i16 = 0x08;
 const TRANSACTIONAL_MASK: i16 = 0x10;
 const CONTROL_MASK: i16 = 0x20;
+/// KIP-534: the base timestamp holds the delete horizon of the batch's tombstones.
+const DELETE_HORIZON_MASK: i16 = 0x40;
 
 /// Compression codec named as `kafka-dump-log` prints it.
 pub fn compression_name(codec: u8) -> &'static str {
@@ -121,6 +123,11 @@ impl BatchHeader {
     pub fn has_producer_id(&self) -> bool {
         self.producer_id >= 0
     }
+    /// KIP-534's delete horizon: set by the cleaner on a batch whose tombstones it kept, in the
+    /// base timestamp. A tombstone may go once the cleaner runs at or after it.
+    pub fn delete_horizon_ms(&self) -> Option<i64> {
+        (self.attributes & DELETE_HORIZON_MASK != 0).then_some(self.base_timestamp)
+    }
 }
 
 /// CRC32C over attributes to the end of the batch, as the v2 format defines it.
@@ -149,6 +156,17 @@ pub struct BatchInfo {
 /// Corruption (length, CRC) maps to CORRUPT_MESSAGE; a well-formed batch that breaks the
 /// rules (magic, count, deltas) maps to INVALID_RECORD, as in Kafka's LogValidator.
 pub fn validate_batch(b: &[u8]) -> Result<BatchHeader, StorageError> {
+    validate_batch_with(b, false)
+}
+
+/// Checks a batch as it may lie in a log: like `validate_batch`, but a cleaned batch may hold
+/// fewer records than its offset range (gaps where the cleaner removed records), or none at all
+/// (a header the cleaner kept for its producer's sequence), as Kafka's logs do after compaction.
+pub fn validate_stored_batch(b: &[u8]) -> Result<BatchHeader, StorageError> {
+    validate_batch_with(b, true)
+}
+
+fn validate_batch_with(b: &[u8], stored: bool) -> Result<BatchHeader, StorageError> {
     let h = BatchHeader::parse(b)?;
     if h.magic != 2 {
         return Err(StorageError::InvalidRecord(format!(
@@ -170,13 +188,20 @@ pub fn validate_batch(b: &[u8]) -> Result<BatchHeader, StorageError> {
             h.crc
         )));
     }
-    if h.records_count <= 0 {
+    let min_count = if stored { 0 } else { 1 };
+    if h.records_count < min_count {
         return Err(StorageError::InvalidRecord(format!(
             "invalid reported count {} for record batch",
             h.records_count
         )));
     }
-    if h.last_offset_delta < 0 || h.last_offset_delta as i64 + 1 != h.records_count as i64 {
+    let range = h.last_offset_delta as i64 + 1;
+    let count_ok = if stored {
+        h.records_count as i64 <= range
+    } else {
+        h.records_count as i64 == range
+    };
+    if h.last_offset_delta < 0 || !count_ok {
         return Err(StorageError::InvalidRecord(format!(
             "inconsistent batch offset range: last offset delta {} for {} records",
             h.last_offset_delta, h.records_count
@@ -189,13 +214,22 @@ pub fn validate_batch(b: &[u8]) -> Result<BatchHeader, StorageError> {
         )));
     }
     if h.compression() == 0 {
-        validate_uncompressed_records(&b[BATCH_HEADER_SIZE..], h.records_count)?;
+        validate_uncompressed_records(&b[BATCH_HEADER_SIZE..], &h, stored)?;
     }
     Ok(h)
 }
 
 /// Splits a buffer of one or more batches and validates each; the batches must fill it exactly.
 pub fn validate_batches(b: &[u8]) -> Result<Vec<BatchInfo>, StorageError> {
+    validate_batches_with(b, false)
+}
+
+/// `validate_batches` for batches copied from a log (a follower's fetch): cleaned batches pass.
+pub fn validate_stored_batches(b: &[u8]) -> Result<Vec<BatchInfo>, StorageError> {
+    validate_batches_with(b, true)
+}
+
+fn validate_batches_with(b: &[u8], stored: bool) -> Result<Vec<BatchInfo>, StorageError> {
     let mut out = Vec::with_capacity(1);
     let mut pos = 0;
     while pos < b.len() {
@@ -214,7 +248,7 @@ pub fn validate_batches(b: &[u8]) -> Result<Vec<BatchInfo>, StorageError> {
             )));
         }
         let size = size as usize;
-        let header = validate_batch(&rest[..size])?;
+        let header = validate_batch_with(&rest[..size], stored)?;
         out.push(BatchInfo {
             position: pos,
             header,
@@ -228,18 +262,32 @@ pub fn validate_batches(b: &[u8]) -> Result<Vec<BatchInfo>, StorageError> {
 }
 
 /// Walks the records of an uncompressed batch and checks each record's offset delta is its
-/// index (Kafka: "Invalid offset ... expected ...") and that the records fill the batch.
-fn validate_uncompressed_records(mut b: &[u8], count: i32) -> Result<(), StorageError> {
-    for expected in 0..count {
+/// index (Kafka: "Invalid offset ... expected ...") and that the records fill the batch. A stored
+/// (cleaned) batch only needs deltas that grow and stay within the batch's offset range.
+fn validate_uncompressed_records(
+    mut b: &[u8],
+    h: &BatchHeader,
+    stored: bool,
+) -> Result<(), StorageError> {
+    let mut previous = -1i64;
+    for n in 0..h.records_count {
         let rec = Record::parse(&mut b).ok_or_else(|| {
-            StorageError::CorruptRecord(format!("record {expected} of the batch is malformed"))
+            StorageError::CorruptRecord(format!("record {n} of the batch is malformed"))
         })?;
-        if rec.offset_delta != expected {
+        let delta = rec.offset_delta as i64;
+        let ok = if stored {
+            delta > previous && delta <= h.last_offset_delta as i64
+        } else {
+            delta == n as i64
+        };
+        if !ok {
             return Err(StorageError::InvalidRecord(format!(
-                "record has offset delta {} where {expected} was expected",
-                rec.offset_delta
+                "record has offset delta {} where {} was expected",
+                rec.offset_delta,
+                if stored { previous + 1 } else { n as i64 }
             )));
         }
+        previous = delta;
     }
     if !b.is_empty() {
         return Err(StorageError::CorruptRecord(format!(
@@ -392,6 +440,193 @@ pub fn set_log_append_time(batch: &mut [u8], now_ms: i64) {
     batch[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
+/// One record of a decompressed records section, as the cleaner sees it: its deltas, whether it
+/// has a key and value, and the bytes from the key on (key, value, headers), to copy as they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawRecord<'a> {
+    pub attributes: i8,
+    pub timestamp_delta: i64,
+    pub offset_delta: i32,
+    pub key: Option<&'a [u8]>,
+    pub has_value: bool,
+    /// Key, value and headers, encoded.
+    pub tail: &'a [u8],
+}
+
+impl<'a> RawRecord<'a> {
+    /// Parses one length-prefixed record and advances `b` past it; `None` when malformed.
+    pub fn parse(b: &mut &'a [u8]) -> Option<RawRecord<'a>> {
+        let len = read_varint(b)?;
+        if len < 0 || b.len() < len as usize {
+            return None;
+        }
+        let (mut body, rest) = b.split_at(len as usize);
+        *b = rest;
+        let (&attributes, r) = body.split_first()?;
+        body = r;
+        let timestamp_delta = read_varlong(&mut body)?;
+        let offset_delta = read_varint(&mut body)?;
+        let tail = body;
+        let key = read_bytes(&mut body)?;
+        let value = read_bytes(&mut body)?;
+        let n_headers = read_varint(&mut body)?;
+        for _ in 0..n_headers.max(0) {
+            read_bytes(&mut body)??;
+            read_bytes(&mut body)?;
+        }
+        if n_headers < 0 || !body.is_empty() {
+            return None;
+        }
+        Some(RawRecord {
+            attributes: attributes as i8,
+            timestamp_delta,
+            offset_delta,
+            key,
+            has_value: value.is_some(),
+            tail,
+        })
+    }
+
+    /// Appends the record to `out` with a new timestamp delta (offset delta and the rest as they were).
+    pub fn encode_with_timestamp_delta(&self, out: &mut Vec<u8>, timestamp_delta: i64) {
+        let mut head = Vec::with_capacity(16);
+        head.push(self.attributes as u8);
+        put_varlong(&mut head, timestamp_delta);
+        put_varlong(&mut head, self.offset_delta as i64);
+        put_varlong(out, (head.len() + self.tail.len()) as i64);
+        out.extend_from_slice(&head);
+        out.extend_from_slice(self.tail);
+    }
+}
+
+/// The records section of a whole batch, decompressed when its codec says so.
+pub fn records_section(batch: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, StorageError> {
+    use kafka_protocol::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
+    let h = BatchHeader::parse(batch)?;
+    let mut body = batch.get(BATCH_HEADER_SIZE..h.size()).unwrap_or(&[]);
+    let take = |b: &mut bytes::Bytes| -> anyhow::Result<Vec<u8>> { Ok(b.to_vec()) };
+    let out = match h.compression() {
+        0 => return Ok(std::borrow::Cow::Borrowed(body)),
+        1 => Gzip::decompress(&mut body, take),
+        2 => Snappy::decompress(&mut body, take),
+        3 => Lz4::decompress(&mut body, take),
+        4 => Zstd::decompress(&mut body, take),
+        c => {
+            return Err(StorageError::CorruptRecord(format!(
+                "unknown compression codec {c}"
+            )))
+        }
+    };
+    out.map(std::borrow::Cow::Owned)
+        .map_err(|e| StorageError::CorruptRecord(format!("cannot decompress a record batch: {e}")))
+}
+
+/// `records` compressed with `codec` (Kafka's ids: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd).
+pub fn compress_records(codec: u8, records: &[u8]) -> Result<Vec<u8>, StorageError> {
+    use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
+    let mut out: Vec<u8> = Vec::with_capacity(records.len() / 2 + 64);
+    let fill = |b: &mut bytes::BytesMut| -> anyhow::Result<()> {
+        b.extend_from_slice(records);
+        Ok(())
+    };
+    let done = match codec {
+        0 => {
+            out.extend_from_slice(records);
+            Ok(())
+        }
+        1 => Gzip::compress(&mut out, fill),
+        2 => Snappy::compress(&mut out, fill),
+        3 => Lz4::compress(&mut out, fill),
+        4 => Zstd::compress(&mut out, fill),
+        c => {
+            return Err(StorageError::InvalidRecord(format!(
+                "unknown compression codec {c}"
+            )))
+        }
+    };
+    done.map_err(|e| StorageError::InvalidRecord(format!("cannot compress a record batch: {e}")))?;
+    Ok(out)
+}
+
+/// What a rewritten batch keeps of its original and what changes (Kafka's
+/// `MemoryRecords.buildRetainedRecordsInto`): same base offset, last offset delta, leader epoch,
+/// producer id, epoch, base sequence, codec and flags; new count, timestamps and delete horizon.
+#[derive(Debug, Clone, Copy)]
+pub struct Rewrite {
+    pub records_count: i32,
+    pub base_timestamp: i64,
+    pub max_timestamp: i64,
+    pub delete_horizon: bool,
+}
+
+/// A batch like `orig` holding `records` (an encoded, uncompressed records section).
+pub fn build_rewritten_batch(
+    orig: &BatchHeader,
+    records: &[u8],
+    rw: Rewrite,
+) -> Result<Vec<u8>, StorageError> {
+    let body = compress_records(orig.compression(), records)?;
+    let mut attributes = orig.attributes & !DELETE_HORIZON_MASK;
+    if rw.delete_horizon {
+        attributes |= DELETE_HORIZON_MASK;
+    }
+    let h = BatchHeader {
+        attributes,
+        base_timestamp: rw.base_timestamp,
+        max_timestamp: rw.max_timestamp,
+        records_count: rw.records_count,
+        ..*orig
+    };
+    Ok(assemble_batch(&h, &body))
+}
+
+/// A header-only batch in place of `orig` whose records all went (Kafka's
+/// `DefaultRecordBatch.writeEmptyHeader`): it keeps the offset range and producer fields, so the
+/// producer's last sequence survives cleaning.
+pub fn build_empty_batch(orig: &BatchHeader) -> Vec<u8> {
+    let keep = TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK;
+    let h = BatchHeader {
+        attributes: orig.attributes & keep,
+        base_timestamp: orig.max_timestamp,
+        records_count: 0,
+        ..*orig
+    };
+    assemble_batch(&h, &[])
+}
+
+/// Writes `h` (its length and CRC recomputed) followed by `body`.
+fn assemble_batch(h: &BatchHeader, body: &[u8]) -> Vec<u8> {
+    let mut out = vec![0u8; BATCH_HEADER_SIZE];
+    out.extend_from_slice(body);
+    let len = (out.len() - LOG_OVERHEAD) as i32;
+    out[BASE_OFFSET..BASE_OFFSET + 8].copy_from_slice(&h.base_offset.to_be_bytes());
+    out[LENGTH..LENGTH + 4].copy_from_slice(&len.to_be_bytes());
+    out[PARTITION_LEADER_EPOCH..PARTITION_LEADER_EPOCH + 4]
+        .copy_from_slice(&h.partition_leader_epoch.to_be_bytes());
+    out[MAGIC] = 2;
+    out[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&h.attributes.to_be_bytes());
+    out[LAST_OFFSET_DELTA..LAST_OFFSET_DELTA + 4]
+        .copy_from_slice(&h.last_offset_delta.to_be_bytes());
+    out[BASE_TIMESTAMP..BASE_TIMESTAMP + 8].copy_from_slice(&h.base_timestamp.to_be_bytes());
+    out[MAX_TIMESTAMP..MAX_TIMESTAMP + 8].copy_from_slice(&h.max_timestamp.to_be_bytes());
+    out[PRODUCER_ID..PRODUCER_ID + 8].copy_from_slice(&h.producer_id.to_be_bytes());
+    out[PRODUCER_EPOCH..PRODUCER_EPOCH + 2].copy_from_slice(&h.producer_epoch.to_be_bytes());
+    out[BASE_SEQUENCE..BASE_SEQUENCE + 4].copy_from_slice(&h.base_sequence.to_be_bytes());
+    out[RECORDS_COUNT..RECORDS_COUNT + 4].copy_from_slice(&h.records_count.to_be_bytes());
+    let crc = compute_crc(&out);
+    out[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    out
+}
+
+fn put_varlong(out: &mut Vec<u8>, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    while z >= 0x80 {
+        out.push((z as u8) | 0x80);
+        z >>= 7;
+    }
+    out.push(z as u8);
+}
+
 /// A record to build: optional key and optional value.
 pub type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
 
@@ -420,14 +655,6 @@ pub fn build_batch_with(
     timestamp_ms: i64,
     control: bool,
 ) -> Vec<u8> {
-    fn put_varlong(out: &mut Vec<u8>, v: i64) {
-        let mut z = ((v << 1) ^ (v >> 63)) as u64;
-        while z >= 0x80 {
-            out.push((z as u8) | 0x80);
-            z >>= 7;
-        }
-        out.push(z as u8);
-    }
     fn put_bytes(out: &mut Vec<u8>, v: Option<&[u8]>) {
         match v {
             None => put_varlong(out, -1),

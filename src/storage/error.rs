@@ -33,6 +33,10 @@ pub enum StorageError {
     /// The log directory is locked by another process.
     #[error("log directory {0} is in use by another process")]
     DirectoryLocked(PathBuf),
+    /// A cleaning stopped before its end: the cleaner is shutting down or the log changed under
+    /// it (Kafka's `LogCleaningAbortedException`). The log is left as it was.
+    #[error("log cleaning was aborted")]
+    CleaningAborted,
     /// A thread panicked while it held a log's lock.
     #[error("a thread panicked while holding the log's lock")]
     Poisoned,
@@ -58,6 +62,7 @@ impl StorageError {
             | StorageError::MalformedFile { .. }
             | StorageError::DirectoryLocked(_)
             | StorageError::Poisoned
+            | StorageError::CleaningAborted
             | StorageError::Io { .. } => 56,
         }
     }

@@ -86,6 +86,13 @@ impl IndexFile {
         &self.path
     }
 
+    /// Renames the file; the mapping stays valid (it follows the inode, not the name).
+    pub fn rename_to(&mut self, to: PathBuf) -> Result<()> {
+        std::fs::rename(&self.path, &to).map_err(StorageError::io(&self.path))?;
+        self.path = to;
+        Ok(())
+    }
+
     /// Drops every entry (before a rebuild).
     pub fn reset(&mut self) {
         self.entries = 0;

@@ -74,6 +74,11 @@ pub struct Log {
     pending_deletes: Vec<PendingDelete>,
     /// Set by a roll: segments below this offset are complete and should be fsynced.
     roll_flush_upto: Option<i64>,
+    /// Bumped whenever a segment is removed or replaced, so that the cleaner never swaps in a
+    /// segment prepared from segments that have changed since.
+    generation: u64,
+    /// The lowest offset truncated to since the cleaner last asked.
+    cleaner_truncation: Option<i64>,
 }
 
 /// Wall-clock milliseconds since the epoch, as Kafka timestamps count them.
@@ -123,6 +128,7 @@ impl Log {
         params: LoadParams,
     ) -> Result<Log> {
         std::fs::create_dir_all(dir).map_err(StorageError::io(dir))?;
+        cleaning::complete_interrupted_swaps(dir, &tp)?;
         let seg_cfg = segment_config(&config);
         let mut bases = Vec::new();
         let mut index_files = Vec::new();
@@ -246,6 +252,8 @@ impl Log {
             last_flush_ms: now_ms(),
             pending_deletes: Vec::new(),
             roll_flush_upto: None,
+            generation: 0,
+            cleaner_truncation: None,
         })
     }
 
@@ -377,7 +385,7 @@ impl Log {
     /// Appends batches fetched from a leader with their offsets as they are. The first batch
     /// must start at the log end or later.
     pub fn append_as_follower(&mut self, records: &[u8]) -> Result<AppendInfo> {
-        let infos = batch::validate_batches(records)?;
+        let infos = batch::validate_stored_batches(records)?;
         let first: &BatchHeader = &infos[0].header;
         if first.base_offset < self.log_end_offset {
             return Err(StorageError::UnexpectedAppendOffset(format!(
@@ -580,9 +588,13 @@ impl Log {
 
     /// Retention: deletes closed segments past `retention.ms`, the oldest while the log exceeds
     /// `retention.bytes`, and those below the log start offset. Only segments wholly below the
-    /// high watermark go. Returns the number of segments deleted.
+    /// high watermark go. Time and size apply only with `cleanup.policy` `delete` (a `compact`
+    /// log keeps its segments, as in Kafka's `deleteOldSegments`). Returns the segments deleted.
     pub fn delete_old_segments(&mut self, now: i64) -> Result<usize> {
         let mut n = self.delete_segments_where(now, DeleteReason::LogStartOffset)?;
+        if !self.config.delete() {
+            return Ok(n);
+        }
         if self.config.retention_ms >= 0 {
             n += self.delete_segments_where(now, DeleteReason::RetentionMs)?;
         }
@@ -633,6 +645,7 @@ impl Log {
             }
         }
         if !doomed.is_empty() {
+            self.generation += 1;
             let first = *self.segments.keys().next().unwrap_or(&self.log_end_offset);
             if first > self.log_start_offset {
                 self.log_start_offset = first;
@@ -674,6 +687,7 @@ impl Log {
             self.truncate_fully_and_start_at(target)?;
             return Ok(true);
         }
+        self.note_truncation(target);
         let later: Vec<i64> = self.segments.range(target + 1..).map(|(b, _)| *b).collect();
         let now = now_ms();
         for b in later {
@@ -695,12 +709,18 @@ impl Log {
         Ok(true)
     }
 
+    fn note_truncation(&mut self, offset: i64) {
+        self.generation += 1;
+        self.cleaner_truncation = Some(self.cleaner_truncation.map_or(offset, |t| t.min(offset)));
+    }
+
     fn first_segment_base(&self) -> i64 {
         *self.segments.keys().next().unwrap_or(&0)
     }
 
     /// Deletes every segment and starts an empty log at `offset`.
     pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<()> {
+        self.note_truncation(offset);
         let now = now_ms();
         for (_, seg) in std::mem::take(&mut self.segments) {
             let files = seg.rename_to_deleted()?;
@@ -786,6 +806,9 @@ impl Log {
         self.delete_due_files(i64::MAX)
     }
 }
+
+mod cleaning;
+pub use cleaning::{CleaningView, SegmentView};
 
 #[cfg(test)]
 mod tests;

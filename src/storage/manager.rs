@@ -13,8 +13,10 @@ use super::checkpoint::{
     sync_dir, write_atomic, KafkaUuid, OffsetCheckpointFile, TopicPartition, CLEAN_SHUTDOWN_MARKER,
     LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT,
 };
+use super::cleaner::{CleanerMetrics, LogCleaner};
 use super::error::{Result, StorageError};
 use super::log::{now_ms, LoadParams, Log};
+use crate::config::cleaner::CleanerConfig;
 use crate::config::LogConfig;
 
 /// Shared handle to one partition's log. parking_lot's mutex, not std's: std's never hands the
@@ -42,6 +44,8 @@ pub struct LogManagerConfig {
     pub high_watermark_checkpoint_interval_ms: i64,
     /// How often the background thread looks for due work.
     pub tick_ms: u64,
+    /// The log cleaner (`log.cleaner.*`).
+    pub cleaner: CleanerConfig,
 }
 
 impl LogManagerConfig {
@@ -55,6 +59,7 @@ impl LogManagerConfig {
             start_offset_checkpoint_interval_ms: 60_000,
             high_watermark_checkpoint_interval_ms: 5000,
             tick_ms: 200,
+            cleaner: CleanerConfig::default(),
         }
     }
 }
@@ -67,6 +72,8 @@ pub struct LogManager {
     doomed_dirs: Mutex<Vec<(i64, PathBuf)>>,
     stop: Arc<(Mutex<bool>, Condvar)>,
     background: Mutex<Option<JoinHandle<()>>>,
+    /// Compacts `cleanup.policy=compact` logs (none with `log.cleaner.enable=false`).
+    cleaner: Option<Arc<LogCleaner>>,
     closed: AtomicBool,
     _lock: File,
 }
@@ -136,6 +143,11 @@ impl LogManager {
             sync_dir(&dir)?;
         }
         tracing::info!(dir = %dir.display(), logs = logs.len(), clean = had_clean_shutdown, "loaded logs");
+        let cleaner = if config.cleaner.enable && config.cleaner.num_threads > 0 {
+            Some(LogCleaner::new(config.cleaner.clone(), &dir)?)
+        } else {
+            None
+        };
         let mgr = Arc::new(LogManager {
             config,
             logs: RwLock::new(logs),
@@ -143,6 +155,7 @@ impl LogManager {
             doomed_dirs: Mutex::new(doomed),
             stop: Arc::new((Mutex::new(false), Condvar::new())),
             background: Mutex::new(None),
+            cleaner,
             closed: AtomicBool::new(false),
             _lock: lock,
         });
@@ -159,6 +172,19 @@ impl LogManager {
     }
     pub fn default_config(&self) -> &LogConfig {
         &self.config.default_config
+    }
+
+    /// The log cleaner, when `log.cleaner.enable` is on.
+    pub fn cleaner(&self) -> Option<&Arc<LogCleaner>> {
+        self.cleaner.as_ref()
+    }
+
+    /// Kafka's LogCleaner gauges (zeros without a cleaner).
+    pub fn cleaner_metrics(&self) -> CleanerMetrics {
+        self.cleaner
+            .as_ref()
+            .map(|c| c.metrics())
+            .unwrap_or_default()
     }
 
     pub fn get_log(&self, tp: &TopicPartition) -> Option<LogRef> {
@@ -213,6 +239,7 @@ impl LogManager {
             return Ok(false);
         };
         let mut log = log.lock();
+        log.invalidate_cleaning();
         let from = log.dir().to_path_buf();
         let delay = log.config().file_delete_delay_ms;
         log.delete_due_files(i64::MAX)?;
@@ -225,6 +252,10 @@ impl LogManager {
         sync_dir(&self.config.log_dir)?;
         if let Ok(mut d) = self.doomed_dirs.lock() {
             d.push((now_ms() + delay, to));
+        }
+        drop(log);
+        if let Some(c) = &self.cleaner {
+            c.forget(tp);
         }
         self.delete_due_dirs(now_ms());
         Ok(true)
@@ -329,8 +360,13 @@ impl LogManager {
         Ok(deleted)
     }
 
-    /// Starts the background thread: flushes, retention, checkpoints and delayed deletes.
+    /// Starts the background thread (flushes, retention, checkpoints and delayed deletes) and
+    /// the log cleaner's threads.
     pub fn start_background(self: &Arc<Self>) {
+        if let Some(c) = &self.cleaner {
+            let me = Arc::downgrade(self);
+            c.start(Arc::new(move || me.upgrade().map(|m| m.all_logs())));
+        }
         let me = Arc::downgrade(self);
         let stop = self.stop.clone();
         let tick = Duration::from_millis(self.config.tick_ms.max(1));
@@ -422,6 +458,9 @@ impl LogManager {
         if let Some(h) = self.background.lock().ok().and_then(|mut b| b.take()) {
             let _ = h.join();
         }
+        if let Some(c) = &self.cleaner {
+            c.shutdown();
+        }
         for (tp, log) in self.all_logs() {
             let mut l = log.lock();
             l.close().inspect_err(|e| {
@@ -441,6 +480,10 @@ impl LogManager {
 
 impl Drop for LogManager {
     fn drop(&mut self) {
+        if let Some(c) = &self.cleaner {
+            // No join: the last reference may go on a cleaner thread itself.
+            c.stop();
+        }
         let (m, cv) = &*self.stop;
         if let Ok(mut g) = m.lock() {
             *g = true;

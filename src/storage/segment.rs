@@ -14,6 +14,10 @@ pub const LOG_SUFFIX: &str = ".log";
 pub const INDEX_SUFFIX: &str = ".index";
 pub const TIME_INDEX_SUFFIX: &str = ".timeindex";
 pub const DELETED_SUFFIX: &str = ".deleted";
+/// A segment the cleaner is writing (Kafka's `CleanedFileSuffix`).
+pub const CLEANED_SUFFIX: &str = ".cleaned";
+/// A cleaned segment about to replace the segments it was cleaned from (`SwapFileSuffix`).
+pub const SWAP_SUFFIX: &str = ".swap";
 
 /// What a read takes in one go past its index entry to find the wanted batch: the default
 /// `index.interval.bytes` of 4096 plus a batch header fits, and the stack buffer stays small
@@ -91,15 +95,25 @@ fn now_ms() -> i64 {
 impl LogSegment {
     /// Creates a fresh segment, replacing stale files of the same name (Kafka does the same on roll).
     pub fn create(dir: &Path, base_offset: i64, config: SegmentConfig) -> Result<LogSegment> {
-        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
-            let p = dir.join(file_name(base_offset, suffix));
+        Self::create_with_suffix(dir, base_offset, config, "")
+    }
+
+    /// `create` with `suffix` after each file's name (`.cleaned` for the cleaner's output).
+    pub fn create_with_suffix(
+        dir: &Path,
+        base_offset: i64,
+        config: SegmentConfig,
+        suffix: &str,
+    ) -> Result<LogSegment> {
+        for kind in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            let p = dir.join(file_name(base_offset, kind) + suffix);
             match std::fs::remove_file(&p) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(StorageError::io(&p)(e)),
             }
         }
-        let log_path = dir.join(file_name(base_offset, LOG_SUFFIX));
+        let log_path = dir.join(file_name(base_offset, LOG_SUFFIX) + suffix);
         let log = OpenOptions::new()
             .read(true)
             .write(true)
@@ -114,7 +128,7 @@ impl LogSegment {
                 tracing::debug!(path = %log_path.display(), error = %e, "preallocation not done");
             }
         }
-        Self::assemble(dir, base_offset, config, log_path, log)
+        Self::assemble(dir, base_offset, config, log_path, log, suffix)
     }
 
     /// Opens an existing segment. Indexes are taken as they are; call `sanity_check` or `recover`.
@@ -125,7 +139,7 @@ impl LogSegment {
             .write(true)
             .open(&log_path)
             .map_err(StorageError::io(&log_path))?;
-        let mut seg = Self::assemble(dir, base_offset, config, log_path, log)?;
+        let mut seg = Self::assemble(dir, base_offset, config, log_path, log, "")?;
         seg.load_tail_state()?;
         Ok(seg)
     }
@@ -136,15 +150,16 @@ impl LogSegment {
         config: SegmentConfig,
         log_path: PathBuf,
         log: File,
+        suffix: &str,
     ) -> Result<LogSegment> {
         let size = log.metadata().map_err(StorageError::io(&log_path))?.len();
         let offset_index = OffsetIndex::open(
-            &dir.join(file_name(base_offset, INDEX_SUFFIX)),
+            &dir.join(file_name(base_offset, INDEX_SUFFIX) + suffix),
             base_offset,
             config.max_index_size,
         )?;
         let time_index = TimeIndex::open(
-            &dir.join(file_name(base_offset, TIME_INDEX_SUFFIX)),
+            &dir.join(file_name(base_offset, TIME_INDEX_SUFFIX) + suffix),
             base_offset,
             config.max_index_size,
         )?;
@@ -229,6 +244,33 @@ impl LogSegment {
     }
     pub fn log_path(&self) -> &Path {
         &self.log_path
+    }
+    /// The max timestamp of the first batch (Kafka's `getFirstBatchTimestamp`), if any.
+    pub fn first_batch_timestamp(&self) -> Option<i64> {
+        self.rolling_based_timestamp
+    }
+    /// The open `.log` file, for a reader that works outside the log's lock (the cleaner).
+    pub fn log_file(&self) -> Arc<File> {
+        self.log.clone()
+    }
+
+    /// Renames the three files from `old` to `new` suffix, `.log` first (Kafka's
+    /// `changeFileSuffixes`), and keeps working on them under their new names.
+    pub fn change_file_suffixes(&mut self, old: &str, new: &str) -> Result<()> {
+        let to = renamed(&self.log_path, old, new)?;
+        std::fs::rename(&self.log_path, &to).map_err(StorageError::io(&self.log_path))?;
+        self.log_path = to;
+        let to = renamed(self.offset_index.path(), old, new)?;
+        self.offset_index.rename_to(to)?;
+        let to = renamed(self.time_index.path(), old, new)?;
+        self.time_index.rename_to(to)
+    }
+
+    /// Sets the `.log` file's modification time (the cleaner keeps the original segments').
+    pub fn set_last_modified(&self, t: std::time::SystemTime) -> Result<()> {
+        self.log
+            .set_modified(t)
+            .map_err(StorageError::io(&self.log_path))
     }
 
     /// Largest timestamp for retention: the max record timestamp, else the file's mtime.
@@ -523,7 +565,7 @@ impl LogSegment {
             self.log
                 .read_exact_at(&mut buf, pos)
                 .map_err(StorageError::io(&self.log_path))?;
-            if let Err(e) = batch::validate_batch(&buf) {
+            if let Err(e) = batch::validate_stored_batch(&buf) {
                 tracing::warn!(segment = %self.log_path.display(), position = pos, error = %e,
                     "found an invalid batch during recovery; truncating here");
                 break;
@@ -672,6 +714,18 @@ impl LogSegment {
             }
         }
         Ok(out)
+    }
+}
+
+/// `path` with its suffix `old` replaced by `new`.
+fn renamed(path: &Path, old: &str, new: &str) -> Result<PathBuf> {
+    let s = path.to_string_lossy();
+    match s.strip_suffix(old) {
+        Some(stem) => Ok(PathBuf::from(format!("{stem}{new}"))),
+        None => Err(StorageError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(format!("file name does not end in {old:?}")),
+        }),
     }
 }
 

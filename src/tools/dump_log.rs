@@ -90,6 +90,14 @@ fn dump_log(path: &Path, opts: DumpOptions, out: &mut dyn Write) -> Result<(), D
     Ok(())
 }
 
+/// Java's `OptionalLong.toString`, as Kafka prints a batch's delete horizon (KIP-534).
+fn optional_long(v: Option<i64>) -> String {
+    v.map_or_else(
+        || "OptionalLong.empty".into(),
+        |n| format!("OptionalLong[{n}]"),
+    )
+}
+
 fn timestamp_label(h: &BatchHeader) -> &'static str {
     if h.is_log_append_time() {
         "LogAppendTime"
@@ -113,7 +121,7 @@ fn print_batch(
         out,
         "baseOffset: {} lastOffset: {} count: {} baseSequence: {} lastSequence: {} producerId: {} \
          producerEpoch: {} partitionLeaderEpoch: {} isTransactional: {} isControl: {} \
-         deleteHorizonMs: OptionalLong.empty position: {} {}: {} size: {} magic: {} \
+         deleteHorizonMs: {} position: {} {}: {} size: {} magic: {} \
          compresscodec: {} crc: {} isvalid: {}",
         h.base_offset,
         h.last_offset(),
@@ -125,6 +133,7 @@ fn print_batch(
         h.partition_leader_epoch,
         h.is_transactional(),
         h.is_control(),
+        optional_long(h.delete_horizon_ms()),
         pos,
         timestamp_label(h),
         h.max_timestamp,
@@ -324,5 +333,41 @@ mod tests {
             text.contains(r#"key: order-1002 payload: {"amount":2000}"#),
             "{text}"
         );
+        assert!(
+            text.contains("deleteHorizonMs: OptionalLong.empty"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_cleaned_batch_with_a_delete_horizon_and_an_empty_batch_print_as_kafka_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = batch::build_batch(&[(Some(b"k".as_slice()), None)], 1_000);
+        let h = BatchHeader::parse(&b).unwrap();
+        let section = batch::records_section(&b).unwrap().into_owned();
+        let rewrite = batch::Rewrite {
+            records_count: 1,
+            base_timestamp: 90_000,
+            max_timestamp: 1_000,
+            delete_horizon: true,
+        };
+        let mut data = batch::build_rewritten_batch(&h, &section, rewrite).unwrap();
+        data.extend(batch::build_empty_batch(&h));
+        let seg = dir.path().join("00000000000000000000.log");
+        std::fs::write(&seg, &data).unwrap();
+        let mut out = Vec::new();
+        let opts = DumpOptions {
+            print_data_log: true,
+            deep_iteration: false,
+        };
+        dump_file(&seg, opts, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("deleteHorizonMs: OptionalLong[90000]"),
+            "{text}"
+        );
+        assert!(text.contains("count: 0"), "{text}");
+        assert_eq!(text.matches("isvalid: true").count(), 2, "{text}");
+        assert!(!text.contains("invalid bytes"), "{text}");
     }
 }

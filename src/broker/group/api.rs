@@ -56,6 +56,7 @@ fn offsets_replication_factor(broker: &Broker) -> i16 {
 /// Creates `__consumer_offsets` through the controller, as Kafka does on first use, and
 /// waits (bounded) until this broker sees it.
 async fn create_offsets_topic(broker: &Broker) {
+    let segment_bytes = broker.config.offsets_topic_segment_bytes.to_string();
     super::super::metadata::create_missing(
         broker,
         &[OFFSETS_TOPIC.to_string()],
@@ -63,7 +64,7 @@ async fn create_offsets_topic(broker: &Broker) {
         offsets_replication_factor(broker),
         &[
             ("cleanup.policy", "compact"),
-            ("segment.bytes", "104857600"),
+            ("segment.bytes", &segment_bytes),
             ("compression.type", "producer"),
         ],
     )

@@ -1,0 +1,153 @@
+//! How a cleaner thread reads a segment outside the log's lock: whole batches in chunks of
+//! `log.cleaner.io.buffer.size`, throttled to `log.cleaner.io.max.bytes.per.second`.
+
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::storage::batch::{self, BatchHeader, BATCH_HEADER_SIZE, LOG_OVERHEAD};
+use crate::storage::error::{Result, StorageError};
+use crate::storage::log::SegmentView;
+
+/// Kafka's `Throttler`: keeps a rate of bytes per second by sleeping, checked every 300 ms.
+pub(super) struct Throttler {
+    rate: f64,
+    period_start: Instant,
+    bytes: f64,
+}
+
+const THROTTLE_CHECK: Duration = Duration::from_millis(300);
+
+impl Throttler {
+    pub(super) fn new(rate: f64) -> Throttler {
+        Throttler {
+            rate,
+            period_start: Instant::now(),
+            bytes: 0.0,
+        }
+    }
+
+    pub(super) fn maybe_throttle(&mut self, bytes: u64) {
+        if self.rate >= f64::MAX || self.rate <= 0.0 {
+            return;
+        }
+        self.bytes += bytes as f64;
+        let elapsed = self.period_start.elapsed();
+        if elapsed < THROTTLE_CHECK {
+            return;
+        }
+        let wanted = Duration::from_secs_f64(self.bytes / self.rate);
+        if wanted > elapsed {
+            std::thread::sleep(wanted - elapsed);
+        }
+        self.period_start = Instant::now();
+        self.bytes = 0.0;
+    }
+}
+
+/// What a batch visitor asks next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Flow {
+    Continue,
+    Stop,
+}
+
+/// A cleaner thread's read buffer, throttle and stop flag.
+pub(super) struct IoContext {
+    buf: Vec<u8>,
+    chunk: usize,
+    pub(super) throttler: Throttler,
+    running: Arc<AtomicBool>,
+}
+
+impl IoContext {
+    pub(super) fn new(chunk: usize, rate: f64, running: Arc<AtomicBool>) -> IoContext {
+        IoContext {
+            buf: Vec::new(),
+            chunk: chunk.max(BATCH_HEADER_SIZE),
+            throttler: Throttler::new(rate),
+            running,
+        }
+    }
+
+    /// Kafka's `checkDone`: a cleaning in progress stops when the cleaner shuts down.
+    pub(super) fn check_done(&self) -> Result<()> {
+        if self.running.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(StorageError::CleaningAborted)
+        }
+    }
+
+    /// Calls `f` with every whole batch of `seg` from byte `from` until it says stop.
+    pub(super) fn for_each_batch(
+        &mut self,
+        seg: &SegmentView,
+        from: u64,
+        mut f: impl FnMut(&BatchHeader, &[u8]) -> Result<Flow>,
+    ) -> Result<()> {
+        let mut pos = from;
+        let mut want = self.chunk;
+        while pos < seg.size {
+            self.check_done()?;
+            let len = ((seg.size - pos) as usize).min(want);
+            self.buf.resize(len, 0);
+            seg.file
+                .read_exact_at(&mut self.buf, pos)
+                .map_err(StorageError::io(&seg.path))?;
+            self.throttler.maybe_throttle(len as u64);
+            let (used, next_size) = walk(&self.buf, &mut f)?;
+            if used.is_none() {
+                return Ok(());
+            }
+            let used = used.unwrap_or(0);
+            if used == 0 {
+                // One batch larger than the buffer: read it whole (Kafka grows its buffers).
+                let size = next_size.ok_or_else(|| torn(seg, pos))?;
+                if pos + size as u64 > seg.size || size <= want {
+                    return Err(torn(seg, pos));
+                }
+                want = size;
+                continue;
+            }
+            pos += used as u64;
+            want = self.chunk;
+        }
+        Ok(())
+    }
+}
+
+fn torn(seg: &SegmentView, pos: u64) -> StorageError {
+    StorageError::CorruptRecord(format!(
+        "segment {} has no whole batch at position {pos}",
+        seg.path.display()
+    ))
+}
+
+/// Visits the whole batches at the start of `buf`. Returns the bytes they fill (`None` when the
+/// visitor stopped) and the size of the first batch that does not fit.
+fn walk(
+    buf: &[u8],
+    f: &mut impl FnMut(&BatchHeader, &[u8]) -> Result<Flow>,
+) -> Result<(Option<usize>, Option<usize>)> {
+    let mut at = 0usize;
+    while let Some((_, len)) = batch::peek_offset_and_size(&buf[at..]) {
+        if len < (BATCH_HEADER_SIZE - LOG_OVERHEAD) as i32 {
+            return Err(StorageError::CorruptRecord(format!(
+                "record batch length {len} is too small"
+            )));
+        }
+        let size = LOG_OVERHEAD + len as usize;
+        if at + size > buf.len() {
+            return Ok((Some(at), Some(size)));
+        }
+        let bytes = &buf[at..at + size];
+        let h = BatchHeader::parse(bytes)?;
+        if f(&h, bytes)? == Flow::Stop {
+            return Ok((None, None));
+        }
+        at += size;
+    }
+    Ok((Some(at), None))
+}

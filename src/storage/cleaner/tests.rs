@@ -1,0 +1,439 @@
+//! The cleaner against a model: random keyed appends and tombstones over many small segments,
+//! cleaned at chosen times, then read back and compared with the table the model keeps.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::config::{LogConfig, Ratio};
+use crate::storage::batch::{self, BatchHeader, Record, Rewrite};
+use crate::storage::log::{LoadParams, Log};
+
+const RETENTION_MS: i64 = 10_000;
+const PRODUCER: i64 = 7;
+
+fn log_config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 1500,
+        index_interval_bytes: 200,
+        segment_index_bytes: 64 * 1024,
+        cleanup_policy: "compact".into(),
+        min_cleanable_dirty_ratio: Ratio(0.0),
+        delete_retention_ms: RETENTION_MS,
+        file_delete_delay_ms: 0,
+        ..LogConfig::default()
+    }
+}
+
+fn tp() -> TopicPartition {
+    TopicPartition::new("compacted", 0)
+}
+
+fn open(dir: &Path) -> LogRef {
+    let log = Log::open(dir, tp(), log_config(), LoadParams::default()).unwrap();
+    Arc::new(parking_lot::Mutex::new(log))
+}
+
+/// One record to append: key index and value (None: a tombstone).
+type Rec = (u8, Option<Vec<u8>>);
+
+/// A batch of `recs` at `ts`, with codec `codec` and, when `producer`, producer fields.
+fn make_batch(recs: &[Rec], ts: i64, codec: u8, producer: Option<i32>) -> Vec<u8> {
+    let keys: Vec<Vec<u8>> = recs
+        .iter()
+        .map(|(k, _)| format!("key-{k}").into_bytes())
+        .collect();
+    let kvs: Vec<batch::KeyValue<'_>> = recs
+        .iter()
+        .zip(&keys)
+        .map(|((_, v), k)| (Some(k.as_slice()), v.as_deref()))
+        .collect();
+    let plain = batch::build_batch(&kvs, ts);
+    if codec == 0 && producer.is_none() {
+        return plain;
+    }
+    let mut h = BatchHeader::parse(&plain).unwrap();
+    h.attributes |= codec as i16;
+    if let Some(seq) = producer {
+        (h.producer_id, h.producer_epoch, h.base_sequence) = (PRODUCER, 3, seq);
+    }
+    let rw = Rewrite {
+        records_count: h.records_count,
+        base_timestamp: ts,
+        max_timestamp: ts,
+        delete_horizon: false,
+    };
+    batch::build_rewritten_batch(&h, &plain[batch::BATCH_HEADER_SIZE..], rw).unwrap()
+}
+
+/// A record read back: offset, key, value.
+type ReadRecord = (i64, Vec<u8>, Option<Vec<u8>>);
+
+/// What a reader from the start sees: every record and every batch header.
+fn read_back(log: &Log) -> (Vec<ReadRecord>, Vec<BatchHeader>) {
+    let (mut recs, mut headers) = (Vec::new(), Vec::new());
+    let mut at = log.log_start_offset();
+    while at < log.log_end_offset() {
+        let data = log.read(at, 1 << 20, None, true).unwrap();
+        assert!(!data.is_empty(), "no progress at {at}");
+        for info in batch::validate_stored_batches(&data).unwrap() {
+            let b = &data[info.position..info.position + info.header.size()];
+            let section = batch::records_section(b).unwrap();
+            let mut rest: &[u8] = &section;
+            while !rest.is_empty() {
+                let r = Record::parse(&mut rest).unwrap();
+                recs.push((
+                    info.header.base_offset + r.offset_delta as i64,
+                    r.key.unwrap().to_vec(),
+                    r.value.map(<[u8]>::to_vec),
+                ));
+            }
+            headers.push(info.header);
+            at = info.header.next_offset();
+        }
+    }
+    (recs, headers)
+}
+
+/// The model: every appended record by offset, and when each tombstone was first cleaned.
+#[derive(Default)]
+struct Model {
+    records: BTreeMap<i64, (Vec<u8>, Option<Vec<u8>>)>,
+    horizon_from: BTreeMap<i64, i64>,
+    producer_last_batch: Option<(i64, i64)>,
+}
+
+impl Model {
+    /// key → offset of its latest record below `end` (the cleaner sees only up to there).
+    fn latest_below(&self, end: i64) -> BTreeMap<Vec<u8>, i64> {
+        let mut out = BTreeMap::new();
+        for (o, (k, _)) in self.records.range(..end) {
+            out.insert(k.clone(), *o);
+        }
+        out
+    }
+
+    /// Whether a reader should find the record at `o` after a cleaning at `now` that cleaned
+    /// everything below `active_base`.
+    fn expect_present(
+        &self,
+        o: i64,
+        now: i64,
+        active_base: i64,
+        latest: &BTreeMap<Vec<u8>, i64>,
+    ) -> bool {
+        let (k, v) = &self.records[&o];
+        if o >= active_base {
+            return true;
+        }
+        if latest[k] != o {
+            return false;
+        }
+        match (v, self.horizon_from.get(&o)) {
+            (None, Some(first)) => now == *first || now < first + RETENTION_MS,
+            _ => true,
+        }
+    }
+}
+
+fn append(log: &LogRef, model: &mut Model, recs: &[Rec], ts: i64, codec: u8, seq: Option<i32>) {
+    let mut b = make_batch(recs, ts, codec, seq);
+    let mut l = log.lock();
+    let info = l.append_as_leader(&mut b, 0).unwrap();
+    let leo = l.log_end_offset();
+    l.update_high_watermark(leo);
+    for (i, (k, v)) in recs.iter().enumerate() {
+        let key = format!("key-{k}").into_bytes();
+        model
+            .records
+            .insert(info.first_offset + i as i64, (key, v.clone()));
+    }
+    if seq.is_some() {
+        model.producer_last_batch = Some((info.first_offset, info.last_offset));
+    }
+}
+
+/// Runs one cleaning at `now` and checks the log against the model.
+fn clean_and_check(dir: &Path, log: &LogRef, model: &mut Model, now: i64) {
+    let active_base = log.lock().cleaning_view().active_base();
+    let active_before = std::fs::read(log.lock().segments().last().unwrap().log_path()).unwrap();
+    let cleaner = LogCleaner::new(crate::config::cleaner::CleanerConfig::default(), dir).unwrap();
+    let cleaned = cleaner.clean_once(&[(tp(), log.clone())], now);
+    assert_eq!(cleaner.metrics().uncleanable_partitions_count, 0);
+    assert!(cleaned, "a log with dirty closed segments is cleaned");
+    let latest = model.latest_below(active_base);
+    if cleaned {
+        for (o, (k, v)) in &model.records {
+            if *o < active_base && v.is_none() && latest[k] == *o {
+                model.horizon_from.entry(*o).or_insert(now);
+            }
+        }
+    }
+    let l = log.lock();
+    let after = std::fs::read(l.segments().last().unwrap().log_path()).unwrap();
+    assert_eq!(active_before, after, "the active segment was touched");
+    check_against_model(&l, model, now, active_base);
+    check_indexes(&l);
+}
+
+fn check_against_model(l: &Log, model: &Model, now: i64, active_base: i64) {
+    let (recs, headers) = read_back(l);
+    let latest = model.latest_below(active_base);
+    assert!(
+        recs.windows(2).all(|w| w[0].0 < w[1].0),
+        "offsets must only increase"
+    );
+    let got: BTreeMap<i64, (Vec<u8>, Option<Vec<u8>>)> = recs
+        .iter()
+        .map(|(o, k, v)| (*o, (k.clone(), v.clone())))
+        .collect();
+    for (o, rec) in &got {
+        assert_eq!(
+            model.records.get(o),
+            Some(rec),
+            "record {o} is not what was appended there"
+        );
+    }
+    for o in model.records.keys() {
+        let want = model.expect_present(*o, now, active_base, &latest);
+        assert_eq!(
+            got.contains_key(o),
+            want,
+            "record {o} ({:?}), active segment at {active_base}, now {now}",
+            model.records[o]
+        );
+    }
+    if let Some((base, last)) = model.producer_last_batch {
+        let h = headers
+            .iter()
+            .find(|h| h.base_offset == base)
+            .expect("the producer's last batch");
+        assert_eq!(
+            (h.last_offset(), h.producer_id, h.producer_epoch),
+            (last, PRODUCER, 3)
+        );
+    }
+}
+
+/// Both indexes of every segment agree with a scan of its batches.
+fn check_indexes(l: &Log) {
+    for seg in l.segments() {
+        let data = std::fs::read(seg.log_path()).unwrap();
+        let infos = batch::validate_stored_batches(&data).unwrap_or_default();
+        let starts: BTreeMap<u32, BatchHeader> = infos
+            .iter()
+            .map(|i| (i.position as u32, i.header))
+            .collect();
+        for n in 0..seg.offset_index().entries() {
+            let e = seg.offset_index().entry_at(n);
+            let h = starts
+                .get(&e.position)
+                .expect("index entry at a batch start");
+            assert_eq!(h.last_offset(), e.offset);
+        }
+        for n in 0..seg.time_index().entries() {
+            let e = seg.time_index().entry_at(n);
+            assert!(
+                infos.iter().any(|i| i.header.last_offset() == e.offset),
+                "{e:?}"
+            );
+        }
+    }
+}
+
+fn arb_batch() -> impl Strategy<Value = (Vec<Rec>, u8, bool)> {
+    let rec = (
+        0u8..12,
+        prop::option::weighted(0.8, prop::collection::vec(any::<u8>(), 0..40)),
+    );
+    (
+        prop::collection::vec(rec, 1..5),
+        0u8..5,
+        prop::bool::weighted(0.2),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn cleaning_keeps_each_keys_latest_record_at_its_offset_and_drops_tombstones_after_retention(
+        batches in prop::collection::vec(arb_batch(), 20..90),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path());
+        let mut model = Model::default();
+        let t0 = crate::storage::log::now_ms();
+        let mut seq = 0;
+        for (recs, codec, by_producer) in &batches {
+            let s = by_producer.then_some(seq);
+            if s.is_some() {
+                seq += recs.len() as i32;
+            }
+            append(&log, &mut model, recs, t0, *codec, s);
+        }
+        clean_and_check(dir.path(), &log, &mut model, t0);
+        // Later rounds need a dirty segment: a record of a key of its own, then a roll.
+        for (i, now) in [t0 + RETENTION_MS - 1, t0 + RETENTION_MS].into_iter().enumerate() {
+            log.lock().roll(0).unwrap();
+            append(&log, &mut model, &[(100 + i as u8, Some(b"filler".to_vec()))], now, 0, None);
+            log.lock().roll(0).unwrap();
+            clean_and_check(dir.path(), &log, &mut model, now);
+        }
+        // A reopen with full recovery (no clean shutdown) reads the same table.
+        let before = read_back(&log.lock()).0;
+        drop(log);
+        let l = Log::open(dir.path(), tp(), log_config(), LoadParams::default()).unwrap();
+        prop_assert_eq!(read_back(&l).0, before);
+    }
+}
+
+#[test]
+fn a_key_updated_many_times_keeps_only_its_latest_value_at_its_original_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path());
+    let mut model = Model::default();
+    let t0 = crate::storage::log::now_ms();
+    for i in 0..300u32 {
+        append(
+            &log,
+            &mut model,
+            &[(1, Some(i.to_be_bytes().to_vec()))],
+            t0,
+            (i % 5) as u8,
+            None,
+        );
+    }
+    clean_and_check(dir.path(), &log, &mut model, t0);
+    // Groups are made by the segments' sizes before cleaning (Kafka's groupSegmentsBySize): the
+    // next round finds small cleaned segments and merges them.
+    let segments_before = log.lock().num_segments();
+    log.lock().roll(0).unwrap();
+    append(
+        &log,
+        &mut model,
+        &[(2, Some(b"other".to_vec()))],
+        t0,
+        0,
+        None,
+    );
+    log.lock().roll(0).unwrap();
+    clean_and_check(dir.path(), &log, &mut model, t0);
+    let l = log.lock();
+    assert!(
+        l.num_segments() < segments_before,
+        "small cleaned segments are grouped: {} then {}",
+        segments_before,
+        l.num_segments()
+    );
+    let (recs, _) = read_back(&l);
+    let active_base = l.cleaning_view().active_base();
+    let key1: Vec<_> = recs
+        .iter()
+        .filter(|r| r.0 < active_base && r.1 == b"key-1")
+        .collect();
+    assert_eq!(key1.len(), 1, "{key1:?}");
+    assert_eq!(key1[0].0, 299, "the latest update keeps its offset");
+    assert_eq!(key1[0].2, Some(299u32.to_be_bytes().to_vec()));
+}
+
+/// Builds a log of several segments, copies its directory, cleans the original, and returns
+/// (the copy before cleaning, the cleaned directory).
+fn cleaned_and_uncleaned() -> (tempfile::TempDir, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path());
+    let mut model = Model::default();
+    let t0 = crate::storage::log::now_ms();
+    for i in 0..200u32 {
+        append(
+            &log,
+            &mut model,
+            &[((i % 3) as u8, Some(vec![b'v'; 50]))],
+            t0,
+            0,
+            None,
+        );
+    }
+    log.lock().close().unwrap();
+    let copy = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(dir.path()).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, copy.path().join(p.file_name().unwrap())).unwrap();
+    }
+    let cleaner =
+        LogCleaner::new(crate::config::cleaner::CleanerConfig::default(), dir.path()).unwrap();
+    assert!(cleaner.clean_once(&[(tp(), log.clone())], t0));
+    log.lock().close().unwrap();
+    (copy, dir)
+}
+
+fn table(dir: &Path) -> Vec<(i64, Vec<u8>, Option<Vec<u8>>)> {
+    let l = Log::open(dir, tp(), log_config(), LoadParams::default()).unwrap();
+    let mut recs = read_back(&l).0;
+    // The table: each key's latest record.
+    let mut latest = BTreeMap::new();
+    for r in recs.drain(..) {
+        latest.insert(r.1.clone(), r);
+    }
+    latest.into_values().collect()
+}
+
+fn segment_files(dir: &Path, base: i64, suffix: &str) -> Vec<std::path::PathBuf> {
+    [".log", ".index", ".timeindex"]
+        .iter()
+        .map(|s| dir.join(format!("{base:020}{s}{suffix}")))
+        .collect()
+}
+
+#[test]
+fn a_swap_cut_short_after_the_swap_files_are_complete_is_finished_at_load() {
+    let (old, new) = cleaned_and_uncleaned();
+    // The state between Kafka's two renames: the cleaned segment as `.swap`, some old segments
+    // already `.deleted`, the others still there.
+    let first_new = segment_files(new.path(), 0, "");
+    for (from, to) in first_new.iter().zip(segment_files(old.path(), 0, ".swap")) {
+        std::fs::copy(from, to).unwrap();
+    }
+    for f in segment_files(old.path(), 0, "") {
+        std::fs::rename(&f, format!("{}.deleted", f.display())).unwrap();
+    }
+    let expected = table(new.path());
+    assert_eq!(table(old.path()), expected);
+    let names: Vec<String> = std::fs::read_dir(old.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.ends_with(".swap") || n.ends_with(".deleted")),
+        "{names:?}"
+    );
+}
+
+#[test]
+fn a_swap_whose_renames_were_cut_short_is_discarded_and_the_old_segments_stay() {
+    let (old, new) = cleaned_and_uncleaned();
+    let expected = table(old.path());
+    // `.log` renamed to `.swap`, its indexes still `.cleaned`: the swap never completed.
+    let first_new = segment_files(new.path(), 0, "");
+    let targets = [
+        old.path().join(format!("{:020}.log.swap", 0)),
+        old.path().join(format!("{:020}.index.cleaned", 0)),
+        old.path().join(format!("{:020}.timeindex.cleaned", 0)),
+    ];
+    for (from, to) in first_new.iter().zip(targets) {
+        std::fs::copy(from, to).unwrap();
+    }
+    let raw_before =
+        read_back(&Log::open(new.path(), tp(), log_config(), LoadParams::default()).unwrap()).0;
+    assert_eq!(table(old.path()), expected);
+    let l = Log::open(old.path(), tp(), log_config(), LoadParams::default()).unwrap();
+    assert!(
+        read_back(&l).0.len() > raw_before.len(),
+        "the old, uncleaned segments are back"
+    );
+}
