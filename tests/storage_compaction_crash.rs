@@ -25,8 +25,11 @@ const TOPIC: &str = "compacted-crash";
 const KILLS: usize = 50;
 const KEYS: u32 = 40;
 
-/// The broker: a cleaner that backs off 10 ms, and `.deleted` files that go after 100 ms.
+/// The broker: a cleaner that backs off 10 ms, `.deleted` files that go after 100 ms, and a
+/// short broker session, so a restarted broker need not wait long for its killed self's to end.
 const BROKER_OVERRIDES: &[&str] = &[
+    "broker.session.timeout.ms=2000",
+    "broker.heartbeat.interval.ms=200",
     "log.cleaner.backoff.ms=10",
     "log.cleaner.dedupe.buffer.size=4194304",
     "log.segment.delete.delay.ms=100",

@@ -217,8 +217,8 @@ impl Cluster {
         match wait_ready(child, Duration::from_secs(90)) {
             Ok(metrics) => n.metrics = metrics,
             Err(e) => {
-                let log = std::fs::read_to_string(n.config.with_extension("stderr"))
-                    .unwrap_or_default();
+                let log =
+                    std::fs::read_to_string(n.config.with_extension("stderr")).unwrap_or_default();
                 let tail: Vec<&str> = log.lines().rev().take(40).collect();
                 let tail: Vec<&str> = tail.into_iter().rev().collect();
                 panic!(
