@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{invalid as bad, parse_bool, ConfigError};
+use super::{invalid as bad, number, parse_bool, ConfigError};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct CleanerConfig {
@@ -52,21 +52,6 @@ pub const KEYS: &[&str] = &[
     "log.cleaner.backoff.ms",
     "producer.id.expiration.ms",
 ];
-
-fn number<T: std::str::FromStr + PartialOrd>(
-    props: &BTreeMap<String, String>,
-    key: &str,
-    default: T,
-    min: T,
-) -> Result<T, ConfigError> {
-    let Some(v) = props.get(key) else {
-        return Ok(default);
-    };
-    match v.trim().parse::<T>() {
-        Ok(n) if n >= min => Ok(n),
-        _ => Err(bad(key, v, "not a valid number, or below the minimum")),
-    }
-}
 
 impl CleanerConfig {
     pub fn from_props(props: &BTreeMap<String, String>) -> Result<Self, ConfigError> {

@@ -39,6 +39,22 @@ pub(crate) fn prop<T: std::str::FromStr>(
     }
 }
 
+/// The number at `key`, at least `min`, or `default` when the key is not set.
+pub(crate) fn number<T: std::str::FromStr + PartialOrd>(
+    props: &BTreeMap<String, String>,
+    key: &str,
+    default: T,
+    min: T,
+) -> Result<T, ConfigError> {
+    let Some(v) = props.get(key) else {
+        return Ok(default);
+    };
+    match v.trim().parse::<T>() {
+        Ok(n) if n >= min => Ok(n),
+        _ => Err(invalid(key, v, "not a valid number, or below the minimum")),
+    }
+}
+
 /// `message.timestamp.type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimestampType {

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{invalid as bad, ConfigError};
+use super::{invalid as bad, number, ConfigError};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReplicationConfig {
@@ -63,21 +63,6 @@ pub const KEYS: &[&str] = &[
 
 /// Kafka's rack-aware selector, the one `replica.selector.class` may name.
 pub const RACK_AWARE_SELECTOR: &str = "org.apache.kafka.common.replica.RackAwareReplicaSelector";
-
-fn number<T: std::str::FromStr + PartialOrd>(
-    props: &BTreeMap<String, String>,
-    key: &str,
-    default: T,
-    min: T,
-) -> Result<T, ConfigError> {
-    let Some(v) = props.get(key) else {
-        return Ok(default);
-    };
-    match v.trim().parse::<T>() {
-        Ok(n) if n >= min => Ok(n),
-        _ => Err(bad(key, v, "not a valid number, or below the minimum")),
-    }
-}
 
 impl ReplicationConfig {
     pub fn from_props(props: &BTreeMap<String, String>) -> Result<Self, ConfigError> {

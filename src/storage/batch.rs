@@ -341,19 +341,25 @@ fn read_bytes<'a>(b: &mut &'a [u8]) -> Option<Option<&'a [u8]>> {
     Some(Some(v))
 }
 
+/// The fixed front of one length-prefixed record (attributes, timestamp delta, offset delta) and
+/// the bytes after it (key, value, headers); advances `b` past the record.
+fn record_front<'a>(b: &mut &'a [u8]) -> Option<(i8, i64, i32, &'a [u8])> {
+    let len = read_varint(b)?;
+    if len < 0 || b.len() < len as usize {
+        return None;
+    }
+    let (body, rest) = b.split_at(len as usize);
+    *b = rest;
+    let (&attributes, mut body) = body.split_first()?;
+    let timestamp_delta = read_varlong(&mut body)?;
+    let offset_delta = read_varint(&mut body)?;
+    Some((attributes as i8, timestamp_delta, offset_delta, body))
+}
+
 impl<'a> Record<'a> {
     /// Parses one length-prefixed record and advances `b` past it; `None` when malformed.
     pub fn parse(b: &mut &'a [u8]) -> Option<Record<'a>> {
-        let len = read_varint(b)?;
-        if len < 0 || b.len() < len as usize {
-            return None;
-        }
-        let (mut body, rest) = b.split_at(len as usize);
-        *b = rest;
-        let (&attributes, r) = body.split_first()?;
-        body = r;
-        let timestamp_delta = read_varlong(&mut body)?;
-        let offset_delta = read_varint(&mut body)?;
+        let (attributes, timestamp_delta, offset_delta, mut body) = record_front(b)?;
         let key = read_bytes(&mut body)?;
         let value = read_bytes(&mut body)?;
         let n_headers = read_varint(&mut body)?;
@@ -370,7 +376,7 @@ impl<'a> Record<'a> {
             return None;
         }
         Some(Record {
-            attributes: attributes as i8,
+            attributes,
             timestamp_delta,
             offset_delta,
             key,
@@ -456,16 +462,7 @@ pub struct RawRecord<'a> {
 impl<'a> RawRecord<'a> {
     /// Parses one length-prefixed record and advances `b` past it; `None` when malformed.
     pub fn parse(b: &mut &'a [u8]) -> Option<RawRecord<'a>> {
-        let len = read_varint(b)?;
-        if len < 0 || b.len() < len as usize {
-            return None;
-        }
-        let (mut body, rest) = b.split_at(len as usize);
-        *b = rest;
-        let (&attributes, r) = body.split_first()?;
-        body = r;
-        let timestamp_delta = read_varlong(&mut body)?;
-        let offset_delta = read_varint(&mut body)?;
+        let (attributes, timestamp_delta, offset_delta, mut body) = record_front(b)?;
         let tail = body;
         let key = read_bytes(&mut body)?;
         let value = read_bytes(&mut body)?;
@@ -478,7 +475,7 @@ impl<'a> RawRecord<'a> {
             return None;
         }
         Some(RawRecord {
-            attributes: attributes as i8,
+            attributes,
             timestamp_delta,
             offset_delta,
             key,
