@@ -385,6 +385,57 @@ impl LogSegment {
         Ok(())
     }
 
+    /// Where the indexes disagree with a scan of the segment's batches, one line each: an
+    /// offset-index entry not at a batch start or naming another offset, a time-index entry
+    /// naming no batch's last offset, a batch that a lookup of its base offset does not find.
+    /// Empty when they agree (what `kafka-dump-log --verify-index-only` checks, and more).
+    pub fn index_mismatches(&self) -> Result<Vec<String>> {
+        let data = std::fs::read(&self.log_path).map_err(StorageError::io(&self.log_path))?;
+        let mut out = Vec::new();
+        let scanned = if data.is_empty() {
+            Ok(Vec::new())
+        } else {
+            batch::validate_stored_batches(&data)
+        };
+        let infos = match scanned {
+            Ok(infos) => infos,
+            Err(e) => {
+                out.push(format!("the segment does not hold whole batches: {e}"));
+                Vec::new()
+            }
+        };
+        let starts: std::collections::BTreeMap<u64, BatchHeader> = infos
+            .iter()
+            .map(|i| (i.position as u64, i.header))
+            .collect();
+        for n in 0..self.offset_index().entries() {
+            let e = self.offset_index().entry_at(n);
+            match starts.get(&(e.position as u64)) {
+                Some(h) if h.last_offset() == e.offset => {}
+                Some(h) => out.push(format!("{e:?} names a batch ending at {}", h.last_offset())),
+                None => out.push(format!("{e:?} is not at a batch start")),
+            }
+        }
+        for n in 0..self.time_index().entries() {
+            let e = self.time_index().entry_at(n);
+            if !infos.iter().any(|i| i.header.last_offset() == e.offset) {
+                out.push(format!("{e:?} names no batch's last offset"));
+            }
+        }
+        for i in &infos {
+            let found = self.translate_offset(i.header.base_offset)?;
+            if found.map(|(pos, h)| (pos, h.base_offset))
+                != Some((i.position as u64, i.header.base_offset))
+            {
+                out.push(format!(
+                    "batch at {} is not found by its base offset",
+                    i.position
+                ));
+            }
+        }
+        Ok(out)
+    }
+
     /// Position and header of the first batch whose last offset is ≥ `offset`.
     pub fn translate_offset(&self, offset: i64) -> Result<Option<(u64, BatchHeader)>> {
         self.batch_from(self.offset_index.lookup(offset).position as u64, offset)
@@ -855,6 +906,26 @@ mod preallocate_tests {
 
     fn allocated(path: &Path) -> u64 {
         std::fs::metadata(path).unwrap().blocks() * 512
+    }
+
+    #[test]
+    fn index_mismatches_are_none_for_a_written_segment_and_name_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = SegmentConfig {
+            index_interval_bytes: 1,
+            max_index_size: 1024 * 1024,
+            preallocate_bytes: None,
+        };
+        let mut seg = LogSegment::create(dir.path(), 0, cfg).unwrap();
+        let v: &[u8] = b"v";
+        seg.append(&batch::build_batch(&[(Some(b"k".as_slice()), Some(v))], 1))
+            .unwrap();
+        assert_eq!(seg.index_mismatches().unwrap(), Vec::<String>::new());
+        let path = dir.path().join(file_name(0, LOG_SUFFIX));
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        std::io::Write::write_all(&mut f, &[0, 0, 0, 0, 0, 0, 0, 9, 0]).unwrap();
+        let bad = seg.index_mismatches().unwrap();
+        assert!(bad[0].contains("whole batches"), "{bad:?}");
     }
 
     #[test]
