@@ -187,18 +187,17 @@ fn partition_field(v: Option<&Value>, key: &str) -> Result<Option<i32>, ApiError
     }
 }
 
-/// The `records` list of a v2 body.
+/// The `records` list of a v2 body; `None` when the body is not an object with one.
 fn v2_records(doc: &RawValue) -> Option<Vec<&RawValue>> {
     #[derive(Deserialize)]
     struct Body<'a> {
         #[serde(borrow)]
-        records: Option<&'a RawValue>,
+        records: Option<Vec<&'a RawValue>>,
     }
-    let body: Body = doc
-        .get()
-        .starts_with('{')
-        .then(|| serde_json::from_str(doc.get()).ok())??;
-    serde_json::from_str(body.records?.get()).ok()
+    if !doc.get().starts_with('{') {
+        return None;
+    }
+    serde_json::from_str::<Body>(doc.get()).ok()?.records
 }
 
 /// The records of a v2 produce body.
