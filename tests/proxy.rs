@@ -266,6 +266,36 @@ async fn bad_input_gets_its_status_and_code_and_nothing_is_written() {
     assert_empty(&b.bootstrap, "strict", 2);
 }
 
+/// A client that goes on sending after its body was refused (as an uploader does until it reads
+/// the answer) still reads the refusal: the proxy takes in and discards what follows for a while
+/// instead of closing at once, which would reset the connection and lose the answer.
+#[tokio::test]
+async fn a_refused_body_that_keeps_coming_still_gets_its_413() {
+    let b = BrokerProcess::start(&[]);
+    create_topic(&b.bootstrap, "linger", 1, &[]).await;
+    let proxy = ProxyProcess::start(&b.bootstrap, &["buffer.memory=1048576"]);
+    for _ in 0..3 {
+        let mut s = http::start_chunked(&proxy.addr, "/topics/linger");
+        http::chunk(&mut s, &vec![b' '; 1024 * 1024 + 1024]);
+        // By now the proxy has answered; the client has not looked and keeps sending.
+        std::thread::sleep(Duration::from_millis(300));
+        for _ in 0..4 {
+            http::chunk(&mut s, &vec![b' '; 256 * 1024]);
+        }
+        let r = http::finish(s);
+        assert_eq!(r.status, 413, "{}", String::from_utf8_lossy(&r.body));
+        assert_eq!(r.json()["error_code"], 41301);
+    }
+    // A refusal before the body is read (an unknown content type) lingers the same way.
+    let mut s = http::start_chunked_as(&proxy.addr, "/topics/linger", "text/plain");
+    http::chunk(&mut s, &vec![b' '; 512 * 1024]);
+    std::thread::sleep(Duration::from_millis(300));
+    http::chunk(&mut s, &vec![b' '; 512 * 1024]);
+    let r = http::finish(s);
+    assert_eq!(r.status, 415, "{}", String::from_utf8_lossy(&r.body));
+    assert_empty(&b.bootstrap, "linger", 1);
+}
+
 #[tokio::test]
 async fn a_client_that_leaves_mid_stream_keeps_what_was_acked_and_nothing_more() {
     let b = BrokerProcess::start(&[]);

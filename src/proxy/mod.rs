@@ -3,9 +3,10 @@
 //! and its KIP-794 partitioner. A request is answered only once its records are acknowledged.
 //!
 //! `v2` and `v3` hold the handlers, `records` the body formats, `errors` the HTTP error shapes,
-//! `metrics` the `/metrics` text.
+//! `metrics` the `/metrics` text, `linger` the reading-out of refused bodies.
 
 pub mod errors;
+mod linger;
 mod metrics;
 pub mod records;
 mod v2;

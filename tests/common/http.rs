@@ -81,9 +81,14 @@ pub fn post(addr: &str, path: &str, content_type: &str, body: &str) -> Response 
 
 /// Starts a chunked POST; the caller writes chunks with `chunk` and ends with `finish`.
 pub fn start_chunked(addr: &str, path: &str) -> TcpStream {
+    start_chunked_as(addr, path, "application/json")
+}
+
+/// `start_chunked` with the given content type.
+pub fn start_chunked_as(addr: &str, path: &str, content_type: &str) -> TcpStream {
     let mut s = connect(addr);
     let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: {content_type}\r\nTransfer-Encoding: chunked\r\n\r\n"
     );
     s.write_all(head.as_bytes()).unwrap();
     s
