@@ -86,12 +86,16 @@ async fn drain_then_spread_moves_replicas_on_a_real_cluster() {
     .await;
     let brokers = state.brokers.clone();
     assert!(brokers.len() >= 3, "needs three brokers, found {brokers:?}");
-    let last = *brokers.iter().max().unwrap();
+    // The broker to drain is the highest one that holds replicas. A loaded machine can fence
+    // a broker for a moment (missed heartbeats) just as the topic is created, and the placement
+    // then leaves that broker out; the spread below puts replicas on every broker all the same.
+    let counts = replica_counts(&state, &topic);
+    let last = *brokers
+        .iter()
+        .filter(|b| counts.get(b).is_some_and(|n| *n > 0))
+        .max()
+        .expect("some broker holds replicas");
     let keep: Vec<i32> = brokers.iter().copied().filter(|b| *b != last).collect();
-    assert!(
-        replica_counts(&state, &topic)[&last] > 0,
-        "Kafka placed replicas on every broker"
-    );
 
     // Drain the last broker, as before a scale-down.
     let parts: Vec<_> = state
