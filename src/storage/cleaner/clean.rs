@@ -21,6 +21,8 @@ use crate::storage::LogRef;
 #[derive(Debug, Clone)]
 pub struct CleanerStats {
     pub start: Instant,
+    /// When the offset map was built (Kafka's `indexDone`).
+    pub index_done: Option<Instant>,
     pub end: Option<Instant>,
     pub bytes_read: u64,
     pub bytes_written: u64,
@@ -37,6 +39,7 @@ impl Default for CleanerStats {
     fn default() -> Self {
         CleanerStats {
             start: Instant::now(),
+            index_done: None,
             end: None,
             bytes_read: 0,
             bytes_written: 0,
@@ -56,6 +59,68 @@ impl CleanerStats {
             .unwrap_or_else(Instant::now)
             .duration_since(self.start)
             .as_secs_f64()
+    }
+
+    /// Seconds spent building the offset map (Kafka's `elapsedIndexSecs`).
+    pub fn elapsed_index_secs(&self) -> f64 {
+        self.index_done
+            .map(|t| t.duration_since(self.start).as_secs_f64())
+            .unwrap_or(0.0)
+    }
+
+    /// The round's figures in the words of Kafka's `LogCleaner.recordStats` (MB of 2^20 bytes),
+    /// on one line: what was processed and how fast, the offset map's share, the size before
+    /// and after. `from` and `to` are the dirty section.
+    pub fn report(&self, tp: &impl std::fmt::Display, from: i64, to: i64) -> String {
+        fn mb(bytes: f64) -> f64 {
+            bytes / (1024.0 * 1024.0)
+        }
+        fn per_sec(mb: f64, secs: f64) -> f64 {
+            if secs > 0.0 {
+                mb / secs
+            } else {
+                0.0
+            }
+        }
+        fn pct(part: f64, whole: f64) -> f64 {
+            if whole > 0.0 {
+                100.0 * part / whole
+            } else {
+                0.0
+            }
+        }
+        fn reduction(after: f64, before: f64) -> f64 {
+            if before > 0.0 {
+                100.0 * (1.0 - after / before)
+            } else {
+                0.0
+            }
+        }
+        let secs = self.elapsed_secs();
+        let index_secs = self.elapsed_index_secs();
+        let clean_secs = (secs - index_secs).max(0.0);
+        let read = mb(self.bytes_read as f64);
+        let map_read = mb(self.map_bytes_read as f64);
+        format!(
+            "cleaned log {tp} (dirty section = [{from}, {to}]): \
+             {read:.1} MB of log processed in {secs:.3} seconds ({:.1} MB/sec); \
+             indexed {map_read:.1} MB in {index_secs:.3} seconds ({:.1} MB/sec, {:.1}% of total time); \
+             buffer utilization: {:.1}%; \
+             cleaned {read:.1} MB in {clean_secs:.3} seconds ({:.1} MB/sec, {:.1}% of total time); \
+             start size: {read:.1} MB ({} messages); end size: {:.1} MB ({} messages); \
+             {:.1}% size reduction ({:.1}% fewer messages)",
+            per_sec(read, secs),
+            per_sec(map_read, index_secs),
+            pct(index_secs, secs),
+            100.0 * self.buffer_utilization,
+            per_sec(read, clean_secs),
+            pct(clean_secs, secs),
+            self.messages_read,
+            mb(self.bytes_written as f64),
+            self.messages_written,
+            reduction(self.bytes_written as f64, self.bytes_read as f64),
+            reduction(self.messages_written as f64, self.messages_read as f64),
+        )
     }
 }
 
@@ -96,6 +161,7 @@ impl Cleaner {
             &mut map,
             &mut stats,
         )?;
+        stats.index_done = Some(Instant::now());
         let end_offset = map.latest_offset() + 1;
         let producers = self.last_batches_of_producers(view)?;
         let cleanable: Vec<&SegmentView> = view.segments[..view.segments.len().saturating_sub(1)]

@@ -144,7 +144,13 @@ impl LogCleaner {
         let tp = grabbed.tp.clone();
         match cleaner.clean(&grabbed.log, &grabbed.range, now) {
             Ok((end_offset, stats)) => {
-                self.log_stats(&tp, &stats);
+                self.log_stats(
+                    id,
+                    &tp,
+                    grabbed.range.first_dirty_offset,
+                    end_offset,
+                    &stats,
+                );
                 if let Err(e) = self.manager.done_cleaning(&tp, end_offset) {
                     tracing::error!(partition = %tp, error = %e, "cannot write the cleaner checkpoint");
                 }
@@ -168,13 +174,16 @@ impl LogCleaner {
         }
     }
 
-    fn log_stats(&self, tp: &TopicPartition, s: &CleanerStats) {
-        tracing::info!(partition = %tp,
-            read_mb = s.bytes_read as f64 / 1e6, written_mb = s.bytes_written as f64 / 1e6,
+    /// Kafka's `recordStats`: one info line per round with the figures of its report, and
+    /// the raw counts as fields.
+    fn log_stats(&self, id: usize, tp: &TopicPartition, from: i64, to: i64, s: &CleanerStats) {
+        tracing::info!(thread = id, partition = %tp,
+            bytes_read = s.bytes_read, bytes_written = s.bytes_written,
+            map_bytes_read = s.map_bytes_read,
             messages_read = s.messages_read, messages_written = s.messages_written,
             map_messages = s.map_messages_read, secs = s.elapsed_secs(),
-            buffer_utilization = s.buffer_utilization,
-            "log cleaner round done");
+            index_secs = s.elapsed_index_secs(),
+            "log cleaner round done: {}", s.report(tp, from, to));
     }
 
     /// Cleans the filthiest compacted log of `logs` once, in this thread (tests, tools).

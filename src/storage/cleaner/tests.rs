@@ -419,3 +419,48 @@ fn a_swap_whose_renames_were_cut_short_is_discarded_and_the_old_segments_stay() 
         "the old, uncleaned segments are back"
     );
 }
+
+#[test]
+fn a_round_is_reported_with_kafkas_figures() {
+    use std::time::{Duration, Instant};
+    let start = Instant::now();
+    let stats = clean::CleanerStats {
+        start,
+        index_done: Some(start + Duration::from_millis(500)),
+        end: Some(start + Duration::from_secs(2)),
+        bytes_read: 100 * 1024 * 1024,
+        bytes_written: 25 * 1024 * 1024,
+        map_bytes_read: 50 * 1024 * 1024,
+        map_messages_read: 1000,
+        messages_read: 4000,
+        invalid_messages_read: 0,
+        messages_written: 1000,
+        buffer_utilization: 0.125,
+    };
+    assert!((stats.elapsed_index_secs() - 0.5).abs() < 1e-9);
+    let r = stats.report(&tp(), 7, 4007);
+    assert!(
+        r.starts_with("cleaned log compacted-0 (dirty section = [7, 4007]): "),
+        "{r}"
+    );
+    for part in [
+        "100.0 MB of log processed in 2.000 seconds (50.0 MB/sec)",
+        "indexed 50.0 MB in 0.500 seconds (100.0 MB/sec, 25.0% of total time)",
+        "buffer utilization: 12.5%",
+        "cleaned 100.0 MB in 1.500 seconds (66.7 MB/sec, 75.0% of total time)",
+        "start size: 100.0 MB (4000 messages); end size: 25.0 MB (1000 messages)",
+        "75.0% size reduction (75.0% fewer messages)",
+    ] {
+        assert!(r.contains(part), "{part:?} not in {r}");
+    }
+    // A round that read nothing reports zeros, not NaN.
+    let empty = clean::CleanerStats {
+        end: Some(start),
+        ..clean::CleanerStats::default()
+    };
+    let r = empty.report(&tp(), 0, 0);
+    assert!(
+        !r.contains("NaN") && r.contains("0.0% size reduction"),
+        "{r}"
+    );
+}
