@@ -22,6 +22,7 @@ use rand::{Rng, SeedableRng};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 
 const TOPIC: &str = "compacted-crash";
+/// Kills in a run; `EVENKEEL_CRASH_KILLS` may ask for more (or fewer, to try a change quickly).
 const KILLS: usize = 50;
 const KEYS: u32 = 40;
 
@@ -68,7 +69,7 @@ fn produce(
         &[
             ("acks", "all"),
             ("linger.ms", "2"),
-            ("message.timeout.ms", "3000"),
+            ("message.timeout.ms", "1000"),
         ],
     );
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -213,11 +214,15 @@ fn sigkill_while_the_cleaner_works_leaves_the_old_or_the_new_segments_and_loses_
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| rand::thread_rng().gen());
     eprintln!("compaction crash test seed {seed} (set EVENKEEL_CRASH_SEED to repeat)");
+    let kills: usize = std::env::var("EVENKEEL_CRASH_KILLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(KILLS);
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let data = tempfile::tempdir().unwrap();
     let acked: Acked = Arc::default();
     let (mut seq, mut mid_clean, mut segments_seen) = (0u64, 0, 0usize);
-    for round in 0..KILLS {
+    for round in 0..kills {
         let t = Instant::now();
         let mut broker = BrokerProcess::start_in(data.path(), BROKER_OVERRIDES);
         eprintln!("round {round}: broker up in {:?}", t.elapsed());
@@ -249,7 +254,7 @@ fn sigkill_while_the_cleaner_works_leaves_the_old_or_the_new_segments_and_loses_
         segments_seen = segments_seen.max(std::fs::read_dir(&pdir).unwrap().count());
         assert!(table.len() as u32 <= KEYS);
     }
-    eprintln!("{KILLS} kills, {mid_clean} left cleaning files behind; up to {segments_seen} files in the partition");
+    eprintln!("{kills} kills, {mid_clean} left cleaning files behind; up to {segments_seen} files in the partition");
     assert!(seq > 0, "the producer wrote nothing");
     // The broker itself serves the table after a last restart.
     let expected = acked.lock().unwrap().clone();
