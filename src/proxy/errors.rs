@@ -13,8 +13,6 @@ pub const INVALID_ENTITY: u32 = 42201;
 pub const INVALID_BASE64: u32 = 42202;
 /// A record without a value.
 pub const MISSING_VALUE: u32 = 42203;
-/// The request body broke off before its end.
-pub const BAD_REQUEST: u32 = 400;
 pub const TOPIC_NOT_FOUND: u32 = 40401;
 pub const PARTITION_NOT_FOUND: u32 = 40402;
 pub const CLUSTER_NOT_FOUND: u32 = 40403;

@@ -3,7 +3,7 @@
 //! and its KIP-794 partitioner. A request is answered only once its records are acknowledged.
 //!
 //! `v2` and `v3` hold the handlers, `records` the body formats, `errors` the HTTP error shapes,
-//! `metrics` the `/metrics` text, `linger` the reading-out of refused bodies.
+//! `metrics` the `/metrics` text, `linger` the reading-out of request bodies a handler drops early.
 
 pub mod errors;
 mod linger;
@@ -150,6 +150,7 @@ fn router(state: Shared) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics::render))
+        .layer(axum::middleware::from_fn(linger::lingering_bodies))
         .layer(axum::middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state)
 }

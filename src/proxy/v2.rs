@@ -10,10 +10,7 @@ use axum::Json;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use futures::StreamExt;
-
 use super::errors::{self, record_error_code, ApiError};
-use super::linger;
 use super::records::{parse_v2, EmbeddedFormat};
 use super::{answer_deadline, check_records, queue, Queued, Shared};
 
@@ -65,29 +62,11 @@ async fn read_body(s: &Shared, headers: &HeaderMap, body: Body) -> Result<bytes:
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if announced.is_some_and(|n| n > limit as u64) {
-        // A client that asked `Expect: 100-continue` sends nothing until told to.
-        if !headers.contains_key(header::EXPECT) {
-            linger::discard_body(body);
-        }
         return Err(too_large());
     }
-    let mut stream = body.into_data_stream();
-    let mut read = bytes::BytesMut::new();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| {
-            ApiError::new(
-                axum::http::StatusCode::BAD_REQUEST,
-                errors::BAD_REQUEST,
-                format!("the request body could not be read: {e}"),
-            )
-        })?;
-        if read.len() + chunk.len() > limit {
-            linger::discard_rest(stream);
-            return Err(too_large());
-        }
-        read.extend_from_slice(&chunk);
-    }
-    Ok(read.freeze())
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| too_large())
 }
 
 async fn produce_v2(
@@ -101,16 +80,15 @@ async fn produce_v2(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let Some(format) = EmbeddedFormat::from_content_type(ct) else {
-        linger::discard_body(body);
-        return Err(ApiError::new(
+    let format = EmbeddedFormat::from_content_type(ct).ok_or_else(|| {
+        ApiError::new(
             axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
             errors::UNSUPPORTED_MEDIA_TYPE,
             format!(
                 "content type {ct:?}: use application/vnd.kafka.json.v2+json or application/vnd.kafka.binary.v2+json"
             ),
-        ));
-    };
+        )
+    })?;
     let body = read_body(&s, &headers, body).await?;
     let mut records = parse_v2(&body, format)?;
     if partition.is_some() {

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 
 use super::errors::{self, record_error_code, ApiError};
 use super::records::{format_rfc3339_ms, parse_v3, IncomingV3};
-use super::{answer_deadline, check_records, linger, queue, Queued, Shared};
+use super::{answer_deadline, check_records, queue, Queued, Shared};
 
 /// `GET /v3/clusters`.
 pub(super) async fn list_clusters(State(s): State<Shared>) -> Response {
@@ -50,16 +50,14 @@ pub(super) async fn produce(
     body: Body,
 ) -> Response {
     if cluster_id != s.cluster_id {
-        let e = ApiError::new(
+        return ApiError::new(
             StatusCode::NOT_FOUND,
             errors::CLUSTER_NOT_FOUND,
             format!("Cluster {cluster_id} cannot be found."),
-        );
-        linger::discard_body(body);
-        return e.into_response();
+        )
+        .into_response();
     }
     if let Err(e) = check_records(&s, &topic, &[]).await {
-        linger::discard_body(body);
         return e.into_response();
     }
     // Reports go out in record order; the channel's bound keeps a fast client from queueing
@@ -101,7 +99,6 @@ async fn read_records(s: Shared, topic: String, body: Body, tx: mpsc::Sender<Rep
             }
             Next::Bad(e) => {
                 let _ = tx.send(Report::Error(e)).await;
-                linger::discard_rest(stream);
                 return;
             }
             Next::Done => return,
@@ -112,7 +109,6 @@ async fn read_records(s: Shared, topic: String, body: Body, tx: mpsc::Sender<Rep
                     format!("a record object over {max} bytes"),
                 );
                 let _ = tx.send(Report::Error(e)).await;
-                linger::discard_rest(stream);
                 return;
             }
             Next::NeedMore => {}
