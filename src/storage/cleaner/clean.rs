@@ -75,23 +75,10 @@ impl CleanerStats {
         fn mb(bytes: f64) -> f64 {
             bytes / (1024.0 * 1024.0)
         }
-        fn per_sec(mb: f64, secs: f64) -> f64 {
-            if secs > 0.0 {
-                mb / secs
-            } else {
-                0.0
-            }
-        }
-        fn pct(part: f64, whole: f64) -> f64 {
+        /// `part / whole`, and 0 for an empty whole (a round that read nothing).
+        fn ratio(part: f64, whole: f64) -> f64 {
             if whole > 0.0 {
-                100.0 * part / whole
-            } else {
-                0.0
-            }
-        }
-        fn reduction(after: f64, before: f64) -> f64 {
-            if before > 0.0 {
-                100.0 * (1.0 - after / before)
+                part / whole
             } else {
                 0.0
             }
@@ -99,7 +86,8 @@ impl CleanerStats {
         let secs = self.elapsed_secs();
         let index_secs = self.elapsed_index_secs();
         let clean_secs = (secs - index_secs).max(0.0);
-        let read = mb(self.bytes_read as f64);
+        let (read_bytes, written_bytes) = (self.bytes_read as f64, self.bytes_written as f64);
+        let read = mb(read_bytes);
         let map_read = mb(self.map_bytes_read as f64);
         format!(
             "cleaned log {tp} (dirty section = [{from}, {to}]): \
@@ -109,17 +97,20 @@ impl CleanerStats {
              cleaned {read:.1} MB in {clean_secs:.3} seconds ({:.1} MB/sec, {:.1}% of total time); \
              start size: {read:.1} MB ({} messages); end size: {:.1} MB ({} messages); \
              {:.1}% size reduction ({:.1}% fewer messages)",
-            per_sec(read, secs),
-            per_sec(map_read, index_secs),
-            pct(index_secs, secs),
+            ratio(read, secs),
+            ratio(map_read, index_secs),
+            100.0 * ratio(index_secs, secs),
             100.0 * self.buffer_utilization,
-            per_sec(read, clean_secs),
-            pct(clean_secs, secs),
+            ratio(read, clean_secs),
+            100.0 * ratio(clean_secs, secs),
             self.messages_read,
-            mb(self.bytes_written as f64),
+            mb(written_bytes),
             self.messages_written,
-            reduction(self.bytes_written as f64, self.bytes_read as f64),
-            reduction(self.messages_written as f64, self.messages_read as f64),
+            100.0 * ratio(read_bytes - written_bytes, read_bytes),
+            100.0 * ratio(
+                self.messages_read as f64 - self.messages_written as f64,
+                self.messages_read as f64
+            ),
         )
     }
 }
