@@ -2,7 +2,8 @@
 //! reports acked is in the log, read back with librdkafka; keys land on Java's partitions in
 //! order; bad records are refused before anything is written; an idempotent producer loses
 //! and duplicates nothing while a leader is killed under it; batches refused as too large are
-//! split; and batches in flight to a broker that stopped answering expire.
+//! split; batches in flight to a broker that stopped answering expire; and a broker that stops
+//! reading holds up only its own partitions.
 
 mod common;
 
@@ -352,5 +353,66 @@ async fn batches_in_flight_to_a_frozen_broker_expire_after_the_delivery_timeout(
     );
     let unique: HashSet<&String> = values.iter().collect();
     assert_eq!(unique.len(), values.len(), "nothing twice: {values:?}");
+    p.close(Duration::from_secs(10)).await;
+}
+
+/// Queues one keyless record for `partition` of topic "stuck"; its outcome to come.
+async fn queue_to(
+    p: &Producer,
+    partition: i32,
+    value: String,
+) -> tokio::sync::oneshot::Receiver<Result<RecordMetadata, ProduceError>> {
+    p.send("stuck", Some(partition), record(None, value))
+        .await
+        .expect("queued")
+}
+
+#[tokio::test]
+async fn a_broker_that_stops_reading_holds_up_only_its_own_partitions() {
+    let mut c = Cluster::start(3, &[]);
+    // Partition 0 on broker 1, partition 1 on broker 2, one replica each.
+    create_assigned(&c, "stuck", vec![vec![1], vec![2]], &[]).await;
+    let p = Producer::start(config(
+        &c.bootstrap(),
+        &[("linger.ms", "0"), ("max.request.size", "4194304")],
+    ))
+    .await
+    .unwrap();
+    // Both connections are up before broker 2 stops.
+    for partition in [0, 1] {
+        queue_to(&p, partition, "warm".into())
+            .await
+            .await
+            .unwrap()
+            .expect("acked");
+    }
+    c.sigstop(2);
+    // Five requests of 3.5 MB in flight to the stopped broker are more than the socket buffers
+    // on both sides hold, so writing them blocks until the broker reads again.
+    let big: Vec<_> = {
+        let mut v = Vec::new();
+        for i in 0..8 {
+            v.push(queue_to(&p, 1, format!("{i}{}", "x".repeat(3_500_000))).await);
+        }
+        v
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    for i in 0..10 {
+        let rx = queue_to(&p, 0, format!("meanwhile{i}")).await;
+        let m = tokio::time::timeout(Duration::from_secs(5), rx)
+            .await
+            .unwrap_or_else(|_| panic!("record {i} to broker 1 waited on the stopped broker 2"))
+            .unwrap()
+            .expect("acked");
+        assert_eq!(m.partition, 0);
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+    c.sigcont(2);
+    for rx in big {
+        rx.await
+            .unwrap()
+            .expect("written once broker 2 reads again");
+    }
     p.close(Duration::from_secs(10)).await;
 }

@@ -1,5 +1,7 @@
 //! A connection that keeps several requests in flight (Java's `max.in.flight.requests.per.connection`):
-//! requests are written in order and a reader task hands each response to its waiter in order.
+//! requests are queued in order for a writer task, and a reader task hands each response to its
+//! waiter in order. Sending never waits on the socket, so a broker that stops reading holds up
+//! only its own requests, as Java's non-blocking NetworkClient.
 //!
 //! The producer's sender uses it; `Connection` stays the simple one-call-at-a-time kind.
 
@@ -14,7 +16,7 @@ use kafka_protocol::protocol::{Decodable, Request};
 use parking_lot::Mutex;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use super::connection::{encode_request, open, read_response};
 use super::ClientError;
@@ -51,14 +53,17 @@ impl Shared {
 pub struct PipelinedConnection {
     shared: Arc<Shared>,
     versions: HashMap<ApiKey, i16>,
-    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    /// Frames for the writer task, in the order their waiters were queued in `pending`.
+    frames: mpsc::UnboundedSender<Bytes>,
     next_correlation_id: AtomicI32,
     reader: tokio::task::JoinHandle<()>,
+    writer: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for PipelinedConnection {
     fn drop(&mut self) {
         self.reader.abort();
+        self.writer.abort();
         self.shared.fail_all("closed");
     }
 }
@@ -77,12 +82,15 @@ impl PipelinedConnection {
             broken: AtomicBool::new(false),
         });
         let reader = tokio::spawn(read_responses(read, shared.clone()));
+        let (frames, queued) = mpsc::unbounded_channel();
+        let writer = tokio::spawn(write_requests(write, queued, shared.clone()));
         Ok(PipelinedConnection {
             shared,
             versions,
-            writer: tokio::sync::Mutex::new(write),
+            frames,
             next_correlation_id: AtomicI32::new(next),
             reader,
+            writer,
         })
     }
 
@@ -104,9 +112,10 @@ impl PipelinedConnection {
         self.shared.broken.load(Ordering::Acquire)
     }
 
-    /// Writes `req` at `version` and returns a receiver for its decoded response, or `None`
-    /// for a request the broker does not answer (a Produce with acks=0).
-    pub async fn send<R: Request>(
+    /// Queues `req` at `version` for writing and returns a receiver for its decoded response,
+    /// or `None` for a request the broker does not answer (a Produce with acks=0). It does not
+    /// wait for the socket: a write that fails later fails every request waiting.
+    pub fn send<R: Request>(
         &self,
         req: &R,
         version: i16,
@@ -114,18 +123,23 @@ impl PipelinedConnection {
     ) -> Result<Option<ResponseFuture<R::Response>>, ClientError> {
         let key = ApiKey::try_from(R::KEY)
             .map_err(|_| ClientError::Protocol(format!("unknown API key {}", R::KEY)))?;
-        if self.is_broken() {
-            return Err(ClientError::Io(std::io::Error::new(
+        let broken = || {
+            ClientError::Io(std::io::Error::new(
                 std::io::ErrorKind::NotConnected,
                 format!("connection to {} failed earlier", self.addr()),
-            )));
+            ))
+        };
+        if self.is_broken() {
+            return Err(broken());
         }
-        let mut writer = self.writer.lock().await;
         let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::AcqRel);
         let frame = encode_request(key, version, correlation_id, req)?;
+        // The waiter and the frame are queued under one lock, so that responses, which come in
+        // the order of the frames, find their waiters in the same order.
+        let mut pending = self.shared.pending.lock();
         let rx = expect_response.then(|| {
             let (tx, rx) = oneshot::channel();
-            self.shared.pending.lock().push_back(Pending {
+            pending.push_back(Pending {
                 key,
                 version,
                 correlation_id,
@@ -133,15 +147,29 @@ impl PipelinedConnection {
             });
             rx
         });
-        if let Err(e) = writer.write_all(&frame).await {
-            self.shared.fail_all(&e.to_string());
-            return Err(ClientError::Io(e));
+        if self.frames.send(frame).is_err() {
+            drop(pending);
+            self.shared.fail_all("the writer stopped");
+            return Err(broken());
         }
         Ok(rx.map(|rx| ResponseFuture {
             rx,
             version,
             _r: std::marker::PhantomData,
         }))
+    }
+}
+
+/// Writes queued frames in order; the first failed write fails every request waiting.
+async fn write_requests(
+    mut write: OwnedWriteHalf,
+    mut frames: mpsc::UnboundedReceiver<Bytes>,
+    shared: Arc<Shared>,
+) {
+    while let Some(frame) = frames.recv().await {
+        if let Err(e) = write.write_all(&frame).await {
+            return shared.fail_all(&e.to_string());
+        }
     }
 }
 

@@ -69,12 +69,16 @@ pub(super) async fn run(shared: Arc<Shared>) {
                 continue;
             }
         }
-        let sent = run_once(&shared, &conns).await;
+        let sent = run_once(&shared, &conns);
         if stop_now(&shared) {
             break;
         }
-        if let Some(delay) = sent {
-            let _ = tokio::time::timeout(delay, shared.wake.notified()).await;
+        match sent {
+            Some(delay) => {
+                let _ = tokio::time::timeout(delay, shared.wake.notified()).await;
+            }
+            // Something was sent: go again, after the tasks that wait for answers had a turn.
+            None => tokio::task::yield_now().await,
         }
     }
     shared.stopped.notify_waiters();
@@ -99,7 +103,7 @@ fn retry_backoff(shared: &Shared) -> Duration {
 
 /// One pass: expire, find ready brokers, drain, send. Returns how long to wait before the next
 /// pass (`None`: go again at once, something was sent).
-async fn run_once(shared: &Arc<Shared>, conns: &Connections) -> Option<Duration> {
+fn run_once(shared: &Arc<Shared>, conns: &Connections) -> Option<Duration> {
     let now = now_ms();
     fail_expired(shared, now);
     let view = shared.metadata.view();
@@ -131,7 +135,7 @@ async fn run_once(shared: &Arc<Shared>, conns: &Connections) -> Option<Duration>
             continue;
         }
         if let Some(conn) = usable.remove(&node) {
-            send_produce(shared, conns, node, conn, batches, now).await;
+            send_produce(shared, conns, node, conn, batches, now);
             sent = true;
         }
     }
@@ -198,9 +202,9 @@ fn drop_connection(conns: &Connections, node: i32, conn: &Arc<PipelinedConnectio
     }
 }
 
-/// Sequences and encodes the batches, writes one Produce request, and leaves its answer to a
-/// task of its own.
-async fn send_produce(
+/// Sequences and encodes the batches, queues one Produce request on the connection, and leaves
+/// its answer to a task of its own.
+fn send_produce(
     shared: &Arc<Shared>,
     conns: &Connections,
     node: i32,
@@ -234,7 +238,7 @@ async fn send_produce(
         .map(|b| shared.in_flight.add(b))
         .collect();
     let started = Instant::now();
-    match conn.send(&req, version, acks != 0).await {
+    match conn.send(&req, version, acks != 0) {
         Err(e) => {
             drop_connection(conns, node, &conn);
             settle_all(shared, batches, Err(e));
