@@ -89,22 +89,54 @@ fn render_producer(m: &MetricsSnapshot, queues: &[(String, i32, usize)]) -> Stri
         (
             "record_send_total",
             "Records acknowledged",
-            m.record_send_total as f64,
+            m.record_send_total,
         ),
         (
             "record_error_total",
             "Records that failed",
-            m.record_error_total as f64,
+            m.record_error_total,
         ),
         (
             "record_retry_total",
             "Record sends retried",
-            m.record_retry_total as f64,
+            m.record_retry_total,
+        ),
+        (
+            "batch_split_total",
+            "Batches split after MESSAGE_TOO_LARGE",
+            m.batch_split_total,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP {p}_{name} {help}\n# TYPE {p}_{name} counter\n{p}_{name} {v}"
+        );
+    }
+    for (name, help, v) in [
+        (
+            "record_send_rate",
+            "Records acknowledged per second",
+            m.record_send_rate,
+        ),
+        (
+            "record_error_rate",
+            "Records failed per second",
+            m.record_error_rate,
+        ),
+        (
+            "record_retry_rate",
+            "Record sends retried per second",
+            m.record_retry_rate,
         ),
         (
             "batch_size_avg",
             "Average encoded batch size (bytes)",
             m.batch_size_avg,
+        ),
+        (
+            "batch_size_max",
+            "Largest encoded batch (bytes)",
+            m.batch_size_max,
         ),
         (
             "record_queue_time_avg",
@@ -121,10 +153,15 @@ fn render_producer(m: &MetricsSnapshot, queues: &[(String, i32, usize)]) -> Stri
             "Average produce request latency (ms)",
             m.request_latency_avg,
         ),
+        (
+            "request_latency_max",
+            "Longest produce request latency (ms)",
+            m.request_latency_max,
+        ),
     ] {
         let _ = writeln!(
             out,
-            "# HELP {p}_{name} {help}\n# TYPE {p}_{name} gauge\n{p}_{name} {v}"
+            "# HELP {p}_{name} {help} over the last two 30 s windows\n# TYPE {p}_{name} gauge\n{p}_{name} {v}"
         );
     }
     let q = "evenkeel_proxy_partition_queue_batches";
@@ -183,6 +220,8 @@ mod tests {
     fn per_partition_figures_are_labelled_by_topic_and_partition() {
         let mut m = MetricsSnapshot {
             record_send_total: 7,
+            record_send_rate: 0.25,
+            batch_size_avg: f64::NAN,
             ..Default::default()
         };
         m.per_partition.insert(
@@ -195,9 +234,11 @@ mod tests {
         );
         let text = render_producer(&m, &[("t".into(), 2, 3)]);
         assert!(
-            text.contains("kafka_producer_producer_metrics_record_send_total 7\n"),
+            text.contains("# TYPE kafka_producer_producer_metrics_record_send_total counter\nkafka_producer_producer_metrics_record_send_total 7\n"),
             "{text}"
         );
+        assert!(text.contains("kafka_producer_producer_metrics_record_send_rate 0.25\n"));
+        assert!(text.contains("kafka_producer_producer_metrics_batch_size_avg NaN\n"));
         assert!(text
             .contains("evenkeel_proxy_partition_queue_batches{topic=\"t\",partition=\"2\"} 3\n"));
         assert!(text.contains(
