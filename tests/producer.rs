@@ -371,7 +371,13 @@ async fn queue_to(
 async fn a_broker_that_stops_reading_holds_up_only_its_own_partitions() {
     let mut c = Cluster::start(3, &[]);
     // Partition 0 on broker 1, partition 1 on broker 2, one replica each.
-    create_assigned(&c, "stuck", vec![vec![1], vec![2]], &[]).await;
+    create_assigned(
+        &c,
+        "stuck",
+        vec![vec![1], vec![2]],
+        &[("max.message.bytes", "4194304")],
+    )
+    .await;
     let p = Producer::start(config(
         &c.bootstrap(),
         &[("linger.ms", "0"), ("max.request.size", "4194304")],
