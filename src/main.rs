@@ -496,11 +496,16 @@ fn cmd_proxy(
     let props = parse_props(&producer_props)?;
     let config = evenkeel::proxy::ProxyConfig::new(listen, &bootstrap, &props)?;
     let rt = tokio::runtime::Runtime::new()?;
+    let grace = config.shutdown_grace();
     rt.block_on(async move {
-        let proxy = evenkeel::proxy::start(config).await?;
+        let mut proxy = evenkeel::proxy::start(config).await?;
+        let cluster = match &proxy.cluster_id {
+            Some(id) => format!("cluster {id}"),
+            None => "no broker answers yet: not ready".to_string(),
+        };
         println!(
-            "evenkeel proxy ready on http://{} (cluster {}, bootstrap {bootstrap})",
-            proxy.addr, proxy.cluster_id
+            "evenkeel proxy ready on http://{} ({cluster}, bootstrap {bootstrap})",
+            proxy.addr
         );
         use std::io::Write;
         let _ = std::io::stdout().flush();
@@ -508,6 +513,8 @@ fn cmd_proxy(
             _ = wait_for_signal() => {}
             _ = proxy.wait() => anyhow::bail!("the proxy stopped serving"),
         }
+        eprintln!("stopping: answering the requests in progress, then flushing the producer");
+        proxy.shutdown(grace).await;
         eprintln!("stopped");
         Ok(())
     })

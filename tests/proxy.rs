@@ -1,7 +1,8 @@
 //! The producer proxy (`evenkeel proxy`) over real HTTP against a real broker: REST Proxy v2 and
 //! v3 produce answered with offsets only once written, read back with librdkafka; bad input
 //! answered with its status and code and nothing written; a client that leaves mid-stream; a
-//! full buffer (429); and no broker at all.
+//! full buffer (429); no broker at all, and none yet at start; a shutdown that answers the
+//! requests in progress; and the metrics that time streams and rate records.
 
 mod common;
 
@@ -266,6 +267,81 @@ async fn bad_input_gets_its_status_and_code_and_nothing_is_written() {
     assert_empty(&b.bootstrap, "strict", 2);
 }
 
+#[tokio::test]
+async fn v3_single_records_get_their_own_status_and_a_stream_reports_each() {
+    let b = BrokerProcess::start(&[]);
+    create_topic(&b.bootstrap, "strict3", 2, &[]).await;
+    let proxy = ProxyProcess::start(&b.bootstrap, &["max.request.size=2000"]);
+    let id = http::get(&proxy.addr, "/v3/clusters").json()["data"][0]["cluster_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let path = format!("/v3/clusters/{id}/topics/strict3/records");
+    let big = "x".repeat(3000);
+    let cases: Vec<(String, String, u16, u32)> = vec![
+        (path.clone(), "{\"value\": ".into(), 422, 42201),
+        (path.clone(), String::new(), 422, 42201),
+        (
+            path.clone(),
+            json!({"value": {"type": "BINARY", "data": "%%%"}}).to_string(),
+            422,
+            42202,
+        ),
+        (
+            path.clone(),
+            json!({"key": {"data": "k"}}).to_string(),
+            422,
+            42203,
+        ),
+        (
+            path.clone(),
+            json!({"partition_id": 9, "value": {"data": 1}}).to_string(),
+            404,
+            40402,
+        ),
+        (
+            path.clone(),
+            json!({"value": {"type": "STRING", "data": big}}).to_string(),
+            413,
+            41301,
+        ),
+        (
+            format!("/v3/clusters/{id}/topics/nope/records"),
+            json!({"value": {"data": 1}}).to_string(),
+            404,
+            40401,
+        ),
+    ];
+    for (path, body, status, code) in cases {
+        let r = http::post(&proxy.addr, &path, "application/json", &body);
+        let shown = String::from_utf8_lossy(&r.body).into_owned();
+        assert_eq!(r.status, status, "{path} {body:.60}: {shown}");
+        assert_eq!(r.json()["error_code"], code, "{shown}");
+    }
+    assert_empty(&b.bootstrap, "strict3", 2);
+    // In a stream the status is 200 and each record has its report: the bad one its error.
+    let mut s = http::start_chunked(&proxy.addr, &path);
+    let stream = [
+        json!({"partition_id": 0, "value": {"data": "first"}}),
+        json!({"partition_id": 5, "value": {"data": "nowhere"}}),
+        json!({"partition_id": 0, "value": {"data": "third"}}),
+    ];
+    for r in &stream {
+        http::chunk(&mut s, r.to_string().as_bytes());
+    }
+    let r = http::finish(s);
+    assert_eq!(r.status, 200);
+    let codes: Vec<Value> = r
+        .json_lines()
+        .iter()
+        .map(|l| l["error_code"].clone())
+        .collect();
+    assert_eq!(codes, vec![json!(200), json!(40402), json!(200)]);
+    let read = consume(&b.bootstrap, "strict3", 2, 3);
+    let values: Vec<&[u8]> = read.iter().map(|r| r.3.as_slice()).collect();
+    assert_eq!(values, vec![&b"\"first\""[..], &b"\"third\""[..]]);
+}
+
 /// A client that goes on sending after its body was refused (as an uploader does until it reads
 /// the answer) still reads the refusal: the proxy takes in and discards what follows for a while
 /// instead of closing at once, which would reset the connection and lose the answer.
@@ -312,7 +388,12 @@ async fn a_client_that_leaves_mid_stream_keeps_what_was_acked_and_nothing_more()
     for i in 0..10 {
         http::chunk(&mut s, json!({"value": {"data": i}}).to_string().as_bytes());
     }
-    // Half of an eleventh record, then the client is gone.
+    // The ten reports come back while the stream is still open...
+    let acked = http::read_until(&mut s, Duration::from_secs(20), |seen| {
+        seen.matches("\"error_code\":200").count() == 10
+    });
+    assert_eq!(acked.matches("\"error_code\":200").count(), 10, "{acked}");
+    // ...then half of an eleventh record, and the client is gone.
     http::chunk(&mut s, b"{\"value\": {\"data\": 1");
     std::thread::sleep(Duration::from_millis(500));
     drop(s);
@@ -432,6 +513,133 @@ async fn a_full_buffer_past_max_block_is_answered_429_with_retry_after_and_write
     assert!(seen
         .iter()
         .all(|(_, _, _, v)| !String::from_utf8_lossy(v).contains("refused")));
+}
+
+#[tokio::test]
+async fn a_proxy_started_before_its_broker_serves_unready_then_writes_once_one_answers() {
+    let port = common::free_port();
+    let bootstrap = format!("127.0.0.1:{port}");
+    let proxy = ProxyProcess::start(&bootstrap, &[]);
+    assert_eq!(http::get(&proxy.addr, "/healthz").status, 200, "alive");
+    assert_eq!(http::get(&proxy.addr, "/readyz").status, 503, "not ready");
+    let early = http::post(
+        &proxy.addr,
+        "/topics/late",
+        JSON_V2,
+        &json!({"records": [{"value": 1}]}).to_string(),
+    );
+    assert_eq!(
+        early.status,
+        503,
+        "{}",
+        String::from_utf8_lossy(&early.body)
+    );
+    assert_eq!(early.json()["error_code"], 50302);
+    assert_eq!(http::get(&proxy.addr, "/v3/clusters").status, 503);
+    let data = tempfile::tempdir().unwrap();
+    let b = BrokerProcess::start_on(data.path(), port, &[]);
+    create_topic(&b.bootstrap, "late", 1, &[]).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http::get(&proxy.addr, "/readyz").status != 200 {
+        assert!(Instant::now() < deadline, "never ready with a broker up");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let r = http::post(
+        &proxy.addr,
+        "/topics/late",
+        JSON_V2,
+        &json!({"records": [{"value": 2}]}).to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(consume(&b.bootstrap, "late", 1, 1).len(), 1);
+    let id = http::get(&proxy.addr, "/v3/clusters").json()["data"][0]["cluster_id"].clone();
+    assert!(id.as_str().is_some_and(|id| id.len() == 22), "{id}");
+}
+
+#[tokio::test]
+async fn sigterm_answers_the_requests_in_progress_before_the_proxy_exits() {
+    let b = BrokerProcess::start(&[]);
+    create_topic(&b.bootstrap, "drain", 1, &[]).await;
+    let mut proxy = ProxyProcess::start(&b.bootstrap, &["request.timeout.ms=20000"]);
+    let warm = http::post(
+        &proxy.addr,
+        "/topics/drain",
+        JSON_V2,
+        &json!({"records": [{"value": "warm"}]}).to_string(),
+    );
+    assert_eq!(warm.status, 200);
+    // The broker holds its answers: the request below waits in the proxy for its ack.
+    b.freeze(true);
+    let addr = proxy.addr.clone();
+    let held = std::thread::spawn(move || {
+        let body = json!({"records": [{"value": "held"}]}).to_string();
+        http::post(&addr, "/topics/drain", JSON_V2, &body)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    // SIGTERM with the request in progress; the broker answers two seconds later.
+    proxy.sigterm();
+    std::thread::sleep(Duration::from_secs(2));
+    b.freeze(false);
+    let answer = held.join().unwrap();
+    assert_eq!(
+        answer.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    assert_eq!(answer.json()["offsets"][0]["offset"], 1);
+    let status = proxy.wait_exit(Duration::from_secs(30));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "exited cleanly: {status:?}"
+    );
+    assert_eq!(consume(&b.bootstrap, "drain", 1, 2).len(), 2);
+}
+
+#[tokio::test]
+async fn the_request_histogram_times_a_v3_stream_to_its_last_report_and_records_have_a_rate() {
+    let b = BrokerProcess::start(&[]);
+    create_topic(&b.bootstrap, "timed", 1, &[]).await;
+    let proxy = ProxyProcess::start(&b.bootstrap, &[]);
+    let id = http::get(&proxy.addr, "/v3/clusters").json()["data"][0]["cluster_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let path = format!("/v3/clusters/{id}/topics/timed/records");
+    let started = Instant::now();
+    let mut s = http::start_chunked(&proxy.addr, &path);
+    http::chunk(&mut s, json!({"value": {"data": 1}}).to_string().as_bytes());
+    std::thread::sleep(Duration::from_millis(1500));
+    http::chunk(&mut s, json!({"value": {"data": 2}}).to_string().as_bytes());
+    let r = http::finish(s);
+    assert_eq!(r.json_lines().len(), 2);
+    let v2 = json!({"records": (0..298).map(|i| json!({"value": i})).collect::<Vec<_>>()});
+    assert_eq!(
+        http::post(&proxy.addr, "/topics/timed", JSON_V2, &v2.to_string()).status,
+        200
+    );
+    let elapsed = started.elapsed().as_secs_f64();
+    let text = String::from_utf8(http::get(&proxy.addr, "/metrics").body).unwrap();
+    let value = |series: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(series))
+            .and_then(|l| l.rsplit_once(' '))
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in {text}"))
+    };
+    let stream_secs = value(
+        "evenkeel_proxy_http_request_duration_seconds_sum{method=\"POST\",route=\"/v3/clusters/{cluster_id}/topics/{topic}/records\",status=\"200\"}",
+    );
+    assert!(
+        stream_secs >= 1.5,
+        "the stream was open 1.5 s, timed {stream_secs} s"
+    );
+    // Java's record-send-rate: 300 records over at least one whole 30 s window.
+    let rate = value("kafka_producer_producer_metrics_record_send_rate ");
+    assert!(
+        rate <= 300.0 / 30.0 && rate >= 300.0 / (30.0 + elapsed + 1.0),
+        "300 records in {elapsed:.1} s: rate {rate}"
+    );
 }
 
 #[test]

@@ -205,6 +205,14 @@ impl AdminClient {
     /// Connects to the first reachable broker of `bootstrap` ("host:port[,host:port…]").
     /// `timeout` bounds each connect and each call.
     pub async fn connect(bootstrap: &str, timeout: Duration) -> Result<AdminClient, ClientError> {
+        let client = AdminClient::new(bootstrap, timeout)?;
+        client.any_connection().await?;
+        Ok(client)
+    }
+
+    /// A client that connects on its first call (as Java's clients do), so it can be made
+    /// before any broker answers. Only an empty bootstrap list is refused.
+    pub fn new(bootstrap: &str, timeout: Duration) -> Result<AdminClient, ClientError> {
         let list: Vec<String> = bootstrap
             .split(',')
             .map(str::trim)
@@ -216,13 +224,11 @@ impl AdminClient {
                 "empty bootstrap list {bootstrap:?}"
             )));
         }
-        let client = AdminClient {
+        Ok(AdminClient {
             bootstrap: list,
             timeout,
             state: Mutex::new(State::default()),
-        };
-        client.any_connection().await?;
-        Ok(client)
+        })
     }
 
     /// The cluster id, controller and brokers: DescribeCluster where the broker has it (its

@@ -90,6 +90,15 @@ impl ApiError {
         }
     }
 
+    /// The error for a record the producer queued and could not write: REST Proxy's 50003 for
+    /// a retriable Kafka error or a timeout, 50002 for the rest, both with status 500.
+    pub fn for_record(e: &ProduceError) -> ApiError {
+        let code = record_error_code(e);
+        let status =
+            StatusCode::from_u16((code / 100) as u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        ApiError::new(status, code, e.to_string())
+    }
+
     pub fn body(&self) -> serde_json::Value {
         serde_json::json!({"error_code": self.error_code, "message": self.message})
     }

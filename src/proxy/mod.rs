@@ -3,12 +3,14 @@
 //! and its KIP-794 partitioner. A request is answered only once its records are acknowledged.
 //!
 //! `v2` and `v3` hold the handlers, `records` the body formats, `errors` the HTTP error shapes,
-//! `metrics` the `/metrics` text, `linger` the reading-out of request bodies a handler drops early.
+//! `metrics` the `/metrics` text, `linger` the reading-out of request bodies a handler drops early,
+//! `timed` the answer bodies that report when they are done.
 
 pub mod errors;
 mod linger;
 mod metrics;
 pub mod records;
+mod timed;
 mod v2;
 mod v3;
 
@@ -17,7 +19,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::body::Body;
 use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, HeaderMap};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -42,7 +46,7 @@ pub const PROXY_PRODUCER_DEFAULTS: &[(&str, &str)] = &[
 #[derive(Clone, Debug)]
 pub struct ProxyConfig {
     pub listen: SocketAddr,
-    /// Its `buffer.memory` is also the largest request body taken (see `v2::read_body`).
+    /// Its `buffer.memory` is also the largest request body taken (see `read_body`).
     pub producer: ProducerConfig,
 }
 
@@ -62,21 +66,46 @@ impl ProxyConfig {
         let producer = ProducerConfig::from_properties(&props)?;
         Ok(ProxyConfig { listen, producer })
     }
+
+    /// How long a shutdown waits for the requests in progress: as long as any of them may
+    /// wait for its records.
+    pub fn shutdown_grace(&self) -> Duration {
+        answer_deadline_of(&self.producer)
+    }
 }
 
 /// What every handler shares.
 pub(crate) struct AppState {
     producer: Producer,
     metrics: metrics::ProxyMetrics,
-    cluster_id: String,
+    /// Learned from the cluster when first needed: the proxy serves before a broker answers.
+    cluster_id: tokio::sync::OnceCell<String>,
+}
+
+impl AppState {
+    /// The cluster's id (REST Proxy v3 names it in its paths); 503 while no broker answers.
+    async fn cluster_id(&self) -> Result<&str, ApiError> {
+        self.cluster_id
+            .get_or_try_init(|| self.producer.cluster_id())
+            .await
+            .map(String::as_str)
+            .map_err(ApiError::unavailable)
+    }
 }
 
 type Shared = Arc<AppState>;
 
-/// A running proxy: its address, and the task that serves until the handle is dropped.
+/// How long `start` waits for the cluster's id before it serves without it.
+const FIRST_CONTACT: Duration = Duration::from_secs(5);
+
+/// A running proxy: its address, and the task that serves until the handle is dropped or shut
+/// down.
 pub struct ProxyHandle {
     pub addr: SocketAddr,
-    pub cluster_id: String,
+    /// `None` when no broker answered within the first seconds; `/readyz` says when one does.
+    pub cluster_id: Option<String>,
+    state: Shared,
+    stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -88,47 +117,74 @@ impl Drop for ProxyHandle {
 
 impl ProxyHandle {
     /// Serves until the task ends (an I/O error on the listener).
-    pub async fn wait(mut self) {
+    pub async fn wait(&mut self) {
         let _ = (&mut self.task).await;
+    }
+
+    /// Stops taking connections, lets the requests in progress finish (each is answered once
+    /// its records are settled) for up to `grace`, then flushes and closes the producer.
+    pub async fn shutdown(mut self, grace: Duration) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if tokio::time::timeout(grace, &mut self.task).await.is_err() {
+            tracing::warn!(?grace, "requests still open at shutdown: closing them");
+            self.task.abort();
+        }
+        self.state.producer.close(grace).await;
     }
 }
 
-/// Connects the producer and starts serving.
+/// Starts the producer and serves. No broker has to answer yet: until one does, `/readyz`
+/// answers 503 and so does every produce.
 pub async fn start(config: ProxyConfig) -> Result<ProxyHandle, ProxyError> {
     let producer = Producer::start(config.producer.clone())
-        .await
-        .map_err(|e| ProxyError::Cluster(e.to_string()))?;
-    let cluster_id = producer
-        .cluster_id()
         .await
         .map_err(|e| ProxyError::Cluster(e.to_string()))?;
     let state = Arc::new(AppState {
         producer,
         metrics: metrics::ProxyMetrics::new(),
-        cluster_id: cluster_id.clone(),
+        cluster_id: tokio::sync::OnceCell::new(),
     });
-    let app = router(state);
+    let cluster_id = match tokio::time::timeout(FIRST_CONTACT, state.cluster_id()).await {
+        Ok(Ok(id)) => Some(id.to_string()),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e.message, "no broker answers yet; serving, not ready");
+            None
+        }
+        Err(_) => {
+            tracing::warn!("no broker answered within {FIRST_CONTACT:?}; serving, not ready");
+            None
+        }
+    };
+    let app = router(state.clone());
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| ProxyError::Listen(config.listen, e))?;
     let addr = listener
         .local_addr()
         .map_err(|e| ProxyError::Listen(config.listen, e))?;
+    let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
+        let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+            let _ = stopped.await;
+        });
+        if let Err(e) = serve.await {
             tracing::error!(error = %e, "the proxy stopped serving");
         }
     });
     Ok(ProxyHandle {
         addr,
         cluster_id,
+        state,
+        stop: Some(stop),
         task,
     })
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
-    #[error("cannot reach the Kafka cluster: {0}")]
+    #[error("cannot use the Kafka cluster: {0}")]
     Cluster(String),
     #[error("cannot listen on {0}: {1}")]
     Listen(SocketAddr, std::io::Error),
@@ -155,15 +211,19 @@ fn router(state: Shared) -> Router {
         .with_state(state)
 }
 
-/// Ready once the producer can see the cluster.
+/// Ready while a broker answers.
 async fn readyz(State(s): State<Shared>) -> Response {
     match s.producer.cluster_id().await {
-        Ok(_) => "ready\n".into_response(),
+        Ok(id) => {
+            let _ = s.cluster_id.set(id);
+            "ready\n".into_response()
+        }
         Err(e) => ApiError::unavailable(e).into_response(),
     }
 }
 
-/// Times every request by route and status.
+/// Times every request by route and status, until the last byte of its answer is sent (a v3
+/// stream's reports come in the body, long after the status line).
 async fn observe(State(s): State<Shared>, req: Request, next: Next) -> Response {
     let route = req
         .extensions()
@@ -172,9 +232,13 @@ async fn observe(State(s): State<Shared>, req: Request, next: Next) -> Response 
     let method = req.method().to_string();
     let started = Instant::now();
     let resp = next.run(req).await;
-    s.metrics
-        .observe(&method, &route, resp.status().as_u16(), started.elapsed());
-    resp
+    let status = resp.status().as_u16();
+    resp.map(|body| {
+        timed::Timed::body(body, move || {
+            s.metrics
+                .observe(&method, &route, status, started.elapsed())
+        })
+    })
 }
 
 /// Checks the topic and every record's partition before anything is queued, so that a request
@@ -208,21 +272,29 @@ async fn check_records(s: &AppState, topic: &str, records: &[Incoming]) -> Resul
     Ok(())
 }
 
-/// A record handed to the producer: its outcome to come, or why it was refused.
+/// A record handed to the producer: its outcome to come, or why it was refused before it was
+/// queued (in REST Proxy's terms: a full buffer is 429, an unknown partition 404, ...).
 enum Queued {
     Waiting(oneshot::Receiver<RecordResult>),
-    Refused(ProduceError),
+    Refused(ApiError),
 }
 
 impl Queued {
-    async fn outcome(self) -> RecordResult {
+    /// The record's outcome once settled: its metadata, or the producer's error for it.
+    async fn outcome(rx: oneshot::Receiver<RecordResult>) -> RecordResult {
+        rx.await.unwrap_or_else(|_| {
+            Err(ProduceError::Timeout(
+                "the producer stopped before an answer".into(),
+            ))
+        })
+    }
+
+    /// Refused for a full buffer: the records after it in the same request are refused at
+    /// once, rather than each waiting `max.block.ms` again.
+    fn refused_for_memory(&self) -> Option<&ApiError> {
         match self {
-            Queued::Waiting(rx) => rx.await.unwrap_or_else(|_| {
-                Err(ProduceError::Timeout(
-                    "the producer stopped before an answer".into(),
-                ))
-            }),
-            Queued::Refused(e) => Err(e),
+            Queued::Refused(e) if e.error_code == errors::BUFFER_FULL => Some(e),
+            _ => None,
         }
     }
 }
@@ -230,12 +302,43 @@ impl Queued {
 async fn queue(s: &AppState, topic: &str, r: Incoming) -> Queued {
     match s.producer.send(topic, r.partition, r.record).await {
         Ok(rx) => Queued::Waiting(rx),
-        Err(e) => Queued::Refused(e),
+        Err(e) => Queued::Refused(ApiError::from_send(&e)),
     }
+}
+
+/// Reads the whole body, up to the proxy's limit: `buffer.memory`, which no request could
+/// exceed and still be held. A body announced larger is refused before it is read (413).
+async fn read_body(
+    s: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<bytes::Bytes, ApiError> {
+    let limit = s.producer.config().accumulator.buffer_memory as usize;
+    let too_large = || {
+        ApiError::new(
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            errors::TOO_LARGE,
+            format!("the request body is over {limit} bytes (buffer.memory)"),
+        )
+    };
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| too_large())
 }
 
 /// The longest a request waits for its records' outcomes: the producer settles each within
 /// `delivery.timeout.ms`; this is only a backstop.
 fn answer_deadline(s: &AppState) -> Duration {
-    Duration::from_millis(s.producer.config().delivery_timeout_ms.max(0) as u64 + 5000)
+    answer_deadline_of(s.producer.config())
+}
+
+fn answer_deadline_of(c: &ProducerConfig) -> Duration {
+    Duration::from_millis(c.delivery_timeout_ms.max(0) as u64 + 5000)
 }

@@ -10,9 +10,9 @@ use axum::Json;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::errors::{self, record_error_code, ApiError};
+use super::errors::{self, ApiError};
 use super::records::{parse_v2, EmbeddedFormat};
-use super::{answer_deadline, check_records, queue, Queued, Shared};
+use super::{answer_deadline, check_records, queue, read_body, Queued, Shared};
 
 const V2_CONTENT_TYPE: &str = "application/vnd.kafka.v2+json";
 
@@ -46,29 +46,6 @@ pub(super) async fn produce_to_partition(
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-/// Reads the whole body, up to the proxy's limit: `buffer.memory`, which no request could
-/// exceed and still be held. A body announced larger is refused before it is read (413).
-async fn read_body(s: &Shared, headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, ApiError> {
-    let limit = s.producer.config().accumulator.buffer_memory as usize;
-    let too_large = || {
-        ApiError::new(
-            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-            errors::TOO_LARGE,
-            format!("the request body is over {limit} bytes (buffer.memory)"),
-        )
-    };
-    let announced = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if announced.is_some_and(|n| n > limit as u64) {
-        return Err(too_large());
-    }
-    axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| too_large())
-}
-
 async fn produce_v2(
     s: Shared,
     topic: String,
@@ -97,28 +74,32 @@ async fn produce_v2(
         }
     }
     check_records(&s, &topic, &records).await?;
-    let mut queued = Vec::with_capacity(records.len());
+    let mut queued: Vec<Queued> = Vec::with_capacity(records.len());
     for r in records {
-        match queue(&s, &topic, r).await {
+        let q = match queued.last().and_then(Queued::refused_for_memory) {
+            Some(full) => Queued::Refused(full.clone()),
+            None => queue(&s, &topic, r).await,
+        };
+        match q {
             // The first refusal with nothing queued yet refuses the request (429 for a full
             // buffer); later ones are that record's error.
-            Queued::Refused(e) if queued.is_empty() => return Err(ApiError::from_send(&e)),
+            Queued::Refused(e) if queued.is_empty() => return Err(e),
             q => queued.push(q),
         }
     }
     let offsets = tokio::time::timeout(answer_deadline(&s), outcomes(queued))
         .await
         .map_err(|_| ApiError::unavailable("no answer within delivery.timeout.ms"))?;
+    for o in &offsets {
+        s.metrics.record_answered(o.offset.is_some());
+    }
     if offsets
         .iter()
         .all(|o| o.error_code == Some(errors::KAFKA_RETRIABLE_ERROR))
     {
         // Nothing was written and only waiting might help: the cluster is not answering.
-        let why = offsets[0].error.clone().unwrap_or_default();
-        return Err(ApiError::unavailable(why));
-    }
-    for o in &offsets {
-        s.metrics.record_answered(o.offset.is_some());
+        let why = offsets.first().and_then(|o| o.error.clone());
+        return Err(ApiError::unavailable(why.unwrap_or_default()));
     }
     let answer = Answer {
         key_schema_id: None,
@@ -149,7 +130,13 @@ struct Offset {
 async fn outcomes(queued: Vec<Queued>) -> Vec<Offset> {
     let mut out = Vec::with_capacity(queued.len());
     for q in queued {
-        out.push(match q.outcome().await {
+        let result = match q {
+            Queued::Waiting(rx) => Queued::outcome(rx)
+                .await
+                .map_err(|e| ApiError::for_record(&e)),
+            Queued::Refused(e) => Err(e),
+        };
+        out.push(match result {
             Ok(m) => Offset {
                 partition: Some(m.partition),
                 offset: Some(m.offset),
@@ -159,8 +146,8 @@ async fn outcomes(queued: Vec<Queued>) -> Vec<Offset> {
             Err(e) => Offset {
                 partition: None,
                 offset: None,
-                error_code: Some(record_error_code(&e)),
-                error: Some(e.to_string()),
+                error_code: Some(e.error_code),
+                error: Some(e.message),
             },
         });
     }

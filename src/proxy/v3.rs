@@ -1,10 +1,12 @@
 //! REST Proxy v3 endpoints: the cluster list (the id a v3 client puts in its paths) and produce,
 //! where the body is one record object or a stream of them (chunked), and the answer is one
-//! delivery report per record, in order, each sent as soon as that record is settled.
+//! delivery report per record, in order, each sent as soon as that record is settled. A body of
+//! one record with a length (not chunked) is answered with its record's status: 200 with the
+//! report, or the error's own status and body.
 
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::StreamExt;
@@ -13,13 +15,16 @@ use serde_json::json;
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
-use super::errors::{self, record_error_code, ApiError};
+use super::errors::{self, ApiError};
 use super::records::{format_rfc3339_ms, parse_v3, IncomingV3};
-use super::{answer_deadline, check_records, queue, Queued, Shared};
+use super::{answer_deadline, check_records, queue, read_body, Queued, Shared};
 
 /// `GET /v3/clusters`.
 pub(super) async fn list_clusters(State(s): State<Shared>) -> Response {
-    let id = &s.cluster_id;
+    let id = match s.cluster_id().await {
+        Ok(id) => id,
+        Err(e) => return e.into_response(),
+    };
     Json(json!({
         "kind": "KafkaClusterList",
         "metadata": {"self": "/v3/clusters", "next": null},
@@ -47,9 +52,14 @@ enum Report {
 pub(super) async fn produce(
     State(s): State<Shared>,
     Path((cluster_id, topic)): Path<(String, String)>,
+    headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if cluster_id != s.cluster_id {
+    let known = match s.cluster_id().await {
+        Ok(id) => id,
+        Err(e) => return e.into_response(),
+    };
+    if cluster_id != known {
         return ApiError::new(
             StatusCode::NOT_FOUND,
             errors::CLUSTER_NOT_FOUND,
@@ -60,13 +70,29 @@ pub(super) async fn produce(
     if let Err(e) = check_records(&s, &topic, &[]).await {
         return e.into_response();
     }
+    let body = if headers.contains_key(header::CONTENT_LENGTH) {
+        let bytes = match read_body(&s, &headers, body).await {
+            Ok(b) => b,
+            Err(e) => return e.into_response(),
+        };
+        match only_object(&bytes) {
+            Only::One(record) => return produce_one(&s, &topic, record).await,
+            Only::None => {
+                return ApiError::invalid(errors::INVALID_ENTITY, "the body holds no record")
+                    .into_response()
+            }
+            Only::Several => Body::from(bytes),
+        }
+    } else {
+        body
+    };
     // Reports go out in record order; the channel's bound keeps a fast client from queueing
     // without limit ahead of its answers.
     let (tx, rx) = mpsc::channel::<Report>(1024);
     tokio::spawn(read_records(s.clone(), topic.clone(), body, tx));
     let reports = futures::stream::unfold((rx, s, topic), |(mut rx, s, topic)| async move {
         let report = rx.recv().await?;
-        let line = render(&s, &topic, report).await;
+        let line = report_line(settle(&s, &topic, report).await);
         Some((Ok::<_, std::convert::Infallible>(line), (rx, s, topic)))
     });
     (
@@ -74,6 +100,40 @@ pub(super) async fn produce(
         Body::from_stream(reports),
     )
         .into_response()
+}
+
+/// What a complete (not chunked) body holds.
+enum Only {
+    None,
+    One(Result<IncomingV3, ApiError>),
+    Several,
+}
+
+fn only_object(bytes: &[u8]) -> Only {
+    let mut buf = bytes.to_vec();
+    match next_object(&mut buf, true) {
+        Next::Done => Only::None,
+        Next::Bad(e) => Only::One(Err(e)),
+        Next::Object(record) => match next_object(&mut buf, true) {
+            Next::Done => Only::One(record),
+            _ => Only::Several,
+        },
+        Next::NeedMore => Only::Several,
+    }
+}
+
+/// One record, answered with its own status: 200 and its report once written, or its error's
+/// status and body.
+async fn produce_one(s: &Shared, topic: &str, record: Result<IncomingV3, ApiError>) -> Response {
+    let report = queue_one(s, topic, record).await;
+    match settle(s, topic, report).await {
+        Ok(line) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            bytes::Bytes::from(line),
+        )
+            .into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 /// Reads record objects off the body as they arrive and queues each; stops at the end of the
@@ -202,41 +262,48 @@ fn sized(f: Option<(&str, usize)>) -> Option<Sized<'_>> {
     f.map(|(kind, size)| Sized { kind, size })
 }
 
-/// A report as one line of JSON.
-async fn render(s: &Shared, topic: &str, report: Report) -> bytes::Bytes {
-    let failed = |e: &ApiError| (serde_json::to_vec(&e.body()), false);
-    let (line, written) = match report {
-        Report::Error(e) => failed(&e),
-        Report::Pending { queued, key, value } => {
-            let outcome = tokio::time::timeout(answer_deadline(s), queued.outcome()).await;
-            match outcome {
-                Ok(Ok(m)) => (
-                    serde_json::to_vec(&Delivered {
-                        error_code: 200,
-                        cluster_id: &s.cluster_id,
-                        topic_name: topic,
-                        partition_id: m.partition,
-                        offset: m.offset,
-                        timestamp: format_rfc3339_ms(m.timestamp),
-                        key: sized(key),
-                        value: sized(value),
-                    }),
-                    true,
-                ),
-                Ok(Err(e)) => (
-                    serde_json::to_vec(
-                        &json!({"error_code": record_error_code(&e), "message": e.to_string()}),
-                    ),
-                    false,
-                ),
-                Err(_) => failed(&ApiError::unavailable(
-                    "no answer within delivery.timeout.ms",
-                )),
-            }
+/// Waits for a record's outcome: its delivery report as JSON, or its error. An error the
+/// producer reports for a queued record gets the status its REST Proxy code names (500 for
+/// 50002 and 50003).
+async fn settle(s: &Shared, topic: &str, report: Report) -> Result<Vec<u8>, ApiError> {
+    let (queued, key, value) = match report {
+        Report::Error(e) => {
+            s.metrics.record_answered(false);
+            return Err(e);
+        }
+        Report::Pending { queued, key, value } => (queued, key, value),
+    };
+    let rx = match queued {
+        Queued::Waiting(rx) => rx,
+        Queued::Refused(e) => {
+            s.metrics.record_answered(false);
+            return Err(e);
         }
     };
-    let mut line = line.unwrap_or_default();
-    s.metrics.record_answered(written);
+    let outcome = tokio::time::timeout(answer_deadline(s), Queued::outcome(rx)).await;
+    s.metrics.record_answered(matches!(outcome, Ok(Ok(_))));
+    match outcome {
+        Ok(Ok(m)) => Ok(serde_json::to_vec(&Delivered {
+            error_code: 200,
+            cluster_id: s.cluster_id.get().map_or("", String::as_str),
+            topic_name: topic,
+            partition_id: m.partition,
+            offset: m.offset,
+            timestamp: format_rfc3339_ms(m.timestamp),
+            key: sized(key),
+            value: sized(value),
+        })
+        .unwrap_or_default()),
+        Ok(Err(e)) => Err(ApiError::for_record(&e)),
+        Err(_) => Err(ApiError::unavailable(
+            "no answer within delivery.timeout.ms",
+        )),
+    }
+}
+
+/// A streamed report: one line of JSON, the delivery report or the error body.
+fn report_line(settled: Result<Vec<u8>, ApiError>) -> bytes::Bytes {
+    let mut line = settled.unwrap_or_else(|e| serde_json::to_vec(&e.body()).unwrap_or_default());
     line.push(b'\n');
     bytes::Bytes::from(line)
 }

@@ -191,6 +191,42 @@ impl ProxyProcess {
     }
 }
 
+impl ProxyProcess {
+    /// SIGTERM: a clean shutdown begins.
+    pub fn sigterm(&self) {
+        super::unsafe_sigterm(self.child.id());
+    }
+
+    /// Waits up to `within` for the process to exit: its status, or `None` if it did not.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+/// Reads a chunked answer's body as it comes, until `done` holds for what was read so far or
+/// `within` passes; what was read.
+pub fn read_until(s: &mut TcpStream, within: Duration, done: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + within;
+    let mut seen = Vec::new();
+    let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
+    let mut buf = [0u8; 4096];
+    while std::time::Instant::now() < deadline && !done(&String::from_utf8_lossy(&seen)) {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+            Err(_) => {}
+        }
+    }
+    String::from_utf8_lossy(&seen).into_owned()
+}
+
 impl Drop for ProxyProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -158,7 +158,7 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-fn unsafe_sigterm(pid: u32) {
+pub fn unsafe_sigterm(pid: u32) {
     let _ = Command::new("kill")
         .arg("-TERM")
         .arg(pid.to_string())

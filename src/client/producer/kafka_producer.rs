@@ -240,7 +240,7 @@ impl Producer {
     /// Connects to the cluster and starts the sender.
     pub async fn start(config: ProducerConfig) -> Result<Producer, ClientError> {
         let timeout = Duration::from_millis(config.request_timeout_ms.max(1) as u64);
-        let metadata = ProducerMetadata::connect(&config.bootstrap, timeout).await?;
+        let metadata = ProducerMetadata::new(&config.bootstrap, timeout)?;
         let random = Arc::new(ThreadRandom);
         let shared = Arc::new(Shared {
             accumulator: RecordAccumulator::new(config.accumulator.clone(), random.clone()),
@@ -369,7 +369,7 @@ impl Producer {
     }
 
     /// Sends what is queued (up to `timeout`), then stops the sender; later sends are refused.
-    pub async fn close(self, timeout: Duration) {
+    pub async fn close(&self, timeout: Duration) {
         self.shared.closing.store(true, Ordering::SeqCst);
         self.shared.accumulator.close();
         self.shared.wake.notify_one();

@@ -29,9 +29,10 @@ pub struct ProducerMetadata {
 }
 
 impl ProducerMetadata {
-    /// Connects to a broker of `bootstrap` (each connect and call bounded by `timeout`).
-    pub async fn connect(bootstrap: &str, timeout: Duration) -> Result<Self, ClientError> {
-        let admin = AdminClient::connect(bootstrap, timeout).await?;
+    /// Metadata from the brokers of `bootstrap`, fetched when first needed (each connect and
+    /// call bounded by `timeout`): no broker has to answer yet.
+    pub fn new(bootstrap: &str, timeout: Duration) -> Result<Self, ClientError> {
+        let admin = AdminClient::new(bootstrap, timeout)?;
         Ok(ProducerMetadata {
             admin,
             state: RwLock::new(State {
