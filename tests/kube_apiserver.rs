@@ -23,7 +23,7 @@ use evenkeel::operator::crd::{KafkaCluster, KafkaTopic, TOPIC_FINALIZER};
 use evenkeel::operator::kafka::{AdminConnector, ClientConnector, TopicAdmin};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -965,6 +965,240 @@ async fn a_proxy_becomes_a_deployment_and_service_and_goes_when_removed() {
         .await
         .unwrap()
         .is_some());
+    op.assert_never_forbidden();
+}
+
+/// The cluster's Ready condition and `status.proxy`, once the status is for the current
+/// generation.
+async fn ready_and_proxy_status(
+    clusters: &Api<KafkaCluster>,
+    name: &str,
+) -> Option<((String, String, String), Value)> {
+    let kc = clusters.get(name).await.ok()?;
+    let v = serde_json::to_value(&kc).unwrap();
+    (kc.status?.observed_generation == kc.metadata.generation)
+        .then(|| Some((condition(&v, "Ready")?, v["status"]["proxy"].clone())))?
+}
+
+/// Writes the proxy Deployment's status as the Deployment controller would (none runs here):
+/// `updated` pods on the current template (generation seen), `ready` of them ready.
+async fn set_deployment_status(api: &Api<Deployment>, name: &str, updated: i32, ready: i32) {
+    let generation = api.get(name).await.unwrap().metadata.generation.unwrap();
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {
+            "observedGeneration": generation, "replicas": updated, "updatedReplicas": updated,
+            "readyReplicas": ready, "availableReplicas": ready,
+        }})),
+    )
+    .await
+    .unwrap();
+}
+
+/// A broker pod the operator counts as ready (no kubelet here: the test writes its status).
+async fn ready_broker_pod(admin: &Client, ns: &str, cluster: &str, ordinal: i32) {
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
+    let default: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "default"}})).unwrap();
+    if accounts.get_opt("default").await.unwrap().is_none() {
+        accounts
+            .create(&PostParams::default(), &default)
+            .await
+            .unwrap();
+    }
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    let name = format!("{cluster}-kafka-{ordinal}");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": evenkeel::operator::resources::labels(cluster)},
+        "spec": {"automountServiceAccountToken": false,
+                 "containers": [{"name": "broker", "image": "evenkeel-test:1"}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    pods.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}})),
+    )
+    .await
+    .unwrap();
+}
+
+/// 8b. `spec.proxy.config` is kept by the CRD (and `bootstrap.servers` refused by its CEL rule),
+/// becomes `--producer-props` on the Deployment, and a change rolls it (a new generation);
+/// `status.proxy` follows the Deployment's status and holds `Ready` until the proxy is rolled
+/// out and ready; a config the proxy would refuse is `InvalidSpec` and changes nothing; removing
+/// the proxy clears `status.proxy`.
+#[tokio::test]
+async fn proxy_config_becomes_producer_props_and_its_readiness_enters_the_status() {
+    require_kube!();
+    let admin = kubeenv::admin().await;
+    kubeenv::install_base(&admin).await;
+    let ns = kubeenv::test_namespace(&admin, "proxycfg").await;
+    let clusters: Api<KafkaCluster> = Api::namespaced(admin.clone(), &ns);
+    let mut kc = cluster("main", 1, &[]);
+    kc.spec.proxy = Some(
+        serde_json::from_value(json!({"replicas": 2, "config": {"bootstrap.servers": "x:9092"}}))
+            .unwrap(),
+    );
+    let (code, msg) = refusal(clusters.create(&PostParams::default(), &kc).await);
+    assert_eq!(code, 422, "{msg}");
+    assert!(
+        msg.contains("spec.proxy.config.bootstrap.servers is set by the operator"),
+        "{msg}"
+    );
+
+    let op = Operator::start(&ns, "127.0.0.1:9", false);
+    kc.spec.proxy = Some(
+        serde_json::from_value(json!({"replicas": 2, "config": {"acks": "1", "linger.ms": "20"}}))
+            .unwrap(),
+    );
+    clusters.create(&PostParams::default(), &kc).await.unwrap();
+    let kept = clusters
+        .get("main")
+        .await
+        .unwrap()
+        .spec
+        .proxy
+        .unwrap()
+        .config;
+    assert_eq!(
+        kept.into_iter().collect::<Vec<_>>(),
+        [
+            ("acks".to_string(), "1".to_string()),
+            ("linger.ms".to_string(), "20".to_string())
+        ],
+        "the CRD pruned spec.proxy.config"
+    );
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    let args_of = |d: &Deployment| {
+        d.spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0]
+            .args
+            .clone()
+            .unwrap_or_default()
+    };
+    let d = wait_for("Deployment main-proxy", 60, || async {
+        deployments.get_opt("main-proxy").await.ok()?
+    })
+    .await;
+    assert_eq!(
+        args_of(&d)[5..],
+        [
+            "--producer-props",
+            "acks=1",
+            "--producer-props",
+            "linger.ms=20"
+        ]
+    );
+
+    // Brokers ready, the proxy not yet: Ready waits for the proxy, and says so.
+    ready_broker_pod(&admin, &ns, "main", 0).await;
+    set_deployment_status(&deployments, "main-proxy", 2, 1).await;
+    let url = format!("http://main-proxy.{ns}.svc:8080");
+    let ((status, _, message), proxy) = wait_for("ProxyNotReady", 60, || async {
+        let (ready, proxy) = ready_and_proxy_status(&clusters, "main").await?;
+        (ready.1 == "ProxyNotReady" && proxy["readyReplicas"] == 1).then_some((ready, proxy))
+    })
+    .await;
+    assert_eq!(status, "False");
+    assert_eq!(message, "1 of 1 brokers ready; 1 of 2 proxies ready");
+    assert_eq!(
+        proxy,
+        json!({"replicas": 2, "readyReplicas": 1, "url": url})
+    );
+    set_deployment_status(&deployments, "main-proxy", 2, 2).await;
+    let (ready, _) = wait_for("Ready", 60, || async {
+        let (ready, proxy) = ready_and_proxy_status(&clusters, "main").await?;
+        (ready.0 == "True" && proxy["readyReplicas"] == 2).then_some((ready, proxy))
+    })
+    .await;
+    assert_eq!(ready.2, "1 brokers ready, 2 proxies ready");
+    let v = serde_json::to_value(clusters.get("main").await.unwrap()).unwrap();
+    assert_eq!(condition(&v, "Degraded").unwrap().0, "False");
+
+    // A config change: new arguments, a new generation the Deployment has not rolled out yet.
+    let generation = d.metadata.generation.unwrap();
+    clusters
+        .patch(
+            "main",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"proxy": {"config": {"linger.ms": "50"}}}})),
+        )
+        .await
+        .unwrap();
+    let rolled = wait_for("new producer props", 60, || async {
+        let d = deployments.get("main-proxy").await.ok()?;
+        args_of(&d)
+            .contains(&"linger.ms=50".to_string())
+            .then_some(d)
+    })
+    .await;
+    assert_eq!(
+        args_of(&rolled)[5..],
+        [
+            "--producer-props",
+            "acks=1",
+            "--producer-props",
+            "linger.ms=50"
+        ]
+    );
+    assert!(rolled.metadata.generation.unwrap() > generation);
+    let (ready, _) = wait_for("ProxyNotReady while rolling", 60, || async {
+        let (ready, proxy) = ready_and_proxy_status(&clusters, "main").await?;
+        (ready.1 == "ProxyNotReady").then_some((ready, proxy))
+    })
+    .await;
+    assert!(
+        ready.2.contains("has not seen its latest spec"),
+        "{ready:?}"
+    );
+
+    // A value the proxy would refuse at start: InvalidSpec, and the Deployment is left as it was.
+    clusters
+        .patch(
+            "main",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"proxy": {"config": {"acks": "2"}}}})),
+        )
+        .await
+        .unwrap();
+    let (ready, _) = wait_for("InvalidSpec", 60, || async {
+        let (ready, proxy) = ready_and_proxy_status(&clusters, "main").await?;
+        (ready.1 == "InvalidSpec").then_some((ready, proxy))
+    })
+    .await;
+    assert!(
+        ready.2.contains("spec.proxy.config") && ready.2.contains("acks"),
+        "{ready:?}"
+    );
+    assert_eq!(
+        args_of(&deployments.get("main-proxy").await.unwrap()),
+        args_of(&rolled)
+    );
+
+    // No proxy: its objects go, and so does status.proxy.
+    clusters
+        .patch(
+            "main",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"proxy": null}})),
+        )
+        .await
+        .unwrap();
+    wait_for("status.proxy to be cleared", 60, || async {
+        let (ready, proxy) = ready_and_proxy_status(&clusters, "main").await?;
+        (ready.0 == "True" && proxy.is_null()).then_some(())
+    })
+    .await;
+    assert!(deployments.get_opt("main-proxy").await.unwrap().is_none());
     op.assert_never_forbidden();
 }
 

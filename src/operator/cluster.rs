@@ -15,7 +15,7 @@ use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::crd::{BrokerStatus, KafkaCluster, KafkaClusterStatus, ListenerStatus};
+use super::crd::{BrokerStatus, KafkaCluster, KafkaClusterStatus, ListenerStatus, ProxyStatus};
 use super::kafka::{AdminConnector, ClusterState, TopicAdmin};
 use super::placement;
 use super::resources::{self, Names};
@@ -186,7 +186,7 @@ async fn reconcile_inner<C: AdminConnector>(
         identity.apply(ctx, &names).await?;
     }
     let applied = objects.apply(ctx, &names).await?;
-    reconcile_proxy(ctx, kc, &names, objects.proxy.as_ref()).await?;
+    let proxy = reconcile_proxy(ctx, kc, &names, objects.proxy.as_ref()).await?;
     if objects.rebalancer.is_none() {
         remove_rebalancer_identity(ctx, kc, &names).await?;
     }
@@ -202,6 +202,15 @@ async fn reconcile_inner<C: AdminConnector>(
 
     let mut st = pass.status.clone();
     fill_status(&mut st, kc, &names, &views, &brokers, &objects.sts)?;
+    let (proxy_status, proxy_waiting) = match &proxy {
+        Some(d) => {
+            let (status, waiting) = proxy_view(d, names.proxy_url());
+            (Some(status), waiting)
+        }
+        None => (None, None),
+    };
+    st.proxy = proxy_status;
+    pass.proxy_waiting = proxy_waiting;
     let requeue = pass.conclude(ctx, kc, &mut st).await;
     patch_status(&clusters, kc, st).await?;
     Ok(Action::requeue(requeue))
@@ -217,6 +226,9 @@ struct Pass {
     /// Partition moves for a scale (drain before a scale-down, spread after a scale-up).
     moving: Option<(String, String)>,
     rolling: Option<(String, String)>,
+    /// Why the producer proxy is not ready yet (`proxy_view`); `None` when it is, or when the
+    /// spec asks for none.
+    proxy_waiting: Option<String>,
     requeue: Option<Duration>,
 }
 
@@ -229,6 +241,7 @@ impl Pass {
             degraded: None,
             moving: None,
             rolling: None,
+            proxy_waiting: None,
             requeue: None,
         }
     }
@@ -249,21 +262,8 @@ impl Pass {
             self.requeue_within(Duration::from_secs(15));
         }
         let rolling = self.rolling.take().or(self.moving.take());
-        let all_ready = st.ready_brokers == kc.spec.replicas && rolling.is_none();
-        let ready = all_ready && self.degraded.is_none();
-        let (reason, message) = if ready {
-            (
-                "Ready".to_string(),
-                format!("{} brokers ready", st.ready_brokers),
-            )
-        } else if let Some(d) = self.degraded.clone().or(rolling.clone()) {
-            d
-        } else {
-            (
-                "BrokersNotReady".to_string(),
-                format!("{} of {} brokers ready", st.ready_brokers, kc.spec.replicas),
-            )
-        };
+        let brokers_ready = st.ready_brokers == kc.spec.replicas && rolling.is_none();
+        let (ready, reason, message) = self.ready_condition(kc, st, brokers_ready, &rolling);
         let (g, now) = (self.generation, self.now.clone());
         set_condition(
             &mut st.conditions,
@@ -274,14 +274,15 @@ impl Pass {
             g,
             &now,
         );
-        let (reconciling, r, m) = match &rolling {
-            Some((r, m)) => (true, r.clone(), m.clone()),
-            None if !all_ready => (
+        let (reconciling, r, m) = match (&rolling, &self.proxy_waiting) {
+            (Some((r, m)), _) => (true, r.clone(), m.clone()),
+            (None, _) if !brokers_ready => (
                 true,
                 "BrokersStarting".to_string(),
                 format!("{} of {} brokers ready", st.ready_brokers, kc.spec.replicas),
             ),
-            None => (false, "Reconciled".to_string(), String::new()),
+            (None, Some(why)) => (true, "ProxyNotReady".to_string(), why.clone()),
+            (None, None) => (false, "Reconciled".to_string(), String::new()),
         };
         set_condition(
             &mut st.conditions,
@@ -292,6 +293,48 @@ impl Pass {
             g,
             &now,
         );
+        self.set_degraded(ctx, kc, st).await;
+        if !brokers_ready || self.proxy_waiting.is_some() {
+            self.requeue_within(Duration::from_secs(15));
+        }
+        st.observed_generation = g;
+        self.requeue.unwrap_or(ctx.resync)
+    }
+
+    /// The Ready condition: every broker ready and current, nothing degraded, and the producer
+    /// proxy (when the spec asks for one) rolled out and ready. Returns (ready, reason, message).
+    fn ready_condition(
+        &self,
+        kc: &KafkaCluster,
+        st: &KafkaClusterStatus,
+        brokers_ready: bool,
+        rolling: &Option<(String, String)>,
+    ) -> (bool, String, String) {
+        let brokers = format!("{} of {} brokers ready", st.ready_brokers, kc.spec.replicas);
+        if let Some((r, m)) = self.degraded.clone().or(rolling.clone()) {
+            return (false, r, m);
+        }
+        if !brokers_ready {
+            return (false, "BrokersNotReady".into(), brokers);
+        }
+        if let Some(why) = &self.proxy_waiting {
+            return (false, "ProxyNotReady".into(), format!("{brokers}; {why}"));
+        }
+        let mut message = format!("{} brokers ready", st.ready_brokers);
+        if let Some(p) = &st.proxy {
+            message.push_str(&format!(", {} proxies ready", p.ready_replicas));
+        }
+        (true, "Ready".into(), message)
+    }
+
+    /// Sets the Degraded condition (and its Warning event) from what the pass found.
+    async fn set_degraded<C: AdminConnector>(
+        &self,
+        ctx: &Context<C>,
+        kc: &KafkaCluster,
+        st: &mut KafkaClusterStatus,
+    ) {
+        let (g, now) = (self.generation, self.now.as_str());
         match &self.degraded {
             Some((r, m)) => {
                 ctx.event(kc, EventType::Warning, r, m).await;
@@ -302,7 +345,7 @@ impl Pass {
                     r,
                     m.clone(),
                     g,
-                    &now,
+                    now,
                 )
             }
             None => set_condition(
@@ -312,14 +355,9 @@ impl Pass {
                 "AsExpected",
                 "",
                 g,
-                &now,
+                now,
             ),
         }
-        if !all_ready {
-            self.requeue_within(Duration::from_secs(15));
-        }
-        st.observed_generation = g;
-        self.requeue.unwrap_or(ctx.resync)
     }
 }
 
@@ -493,27 +531,28 @@ impl Objects {
     }
 }
 
-/// Applies the producer proxy's Deployment and Service when the spec asks for a proxy; removes
-/// them when it does not (`spec.proxy` absent or 0 replicas).
+/// Applies the producer proxy's Deployment and Service when the spec asks for a proxy, and
+/// returns the Deployment as applied (with its status); removes them when it does not
+/// (`spec.proxy` absent or 0 replicas).
 async fn reconcile_proxy<C: AdminConnector>(
     ctx: &Context<C>,
     kc: &KafkaCluster,
     names: &Names,
     proxy: Option<&ProxyObjects>,
-) -> Result<(), Error> {
+) -> Result<Option<Deployment>, Error> {
     let ns = &names.namespace;
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
     let name = names.proxy();
     if let Some(p) = proxy {
         let pp = PatchParams::apply(FIELD_MANAGER).force();
-        deployments
+        let applied = deployments
             .patch(&name, &pp, &Patch::Apply(&p.deployment))
             .await?;
         services
             .patch(&name, &pp, &Patch::Apply(&p.service))
             .await?;
-        return Ok(());
+        return Ok(Some(applied));
     }
     let owner = kc.uid().ok_or(Error::Missing("uid"))?;
     let deployment_removed = delete_if_controlled(&deployments, &name, &owner).await?;
@@ -523,7 +562,45 @@ async fn reconcile_proxy<C: AdminConnector>(
         ctx.event(kc, EventType::Normal, "ProxyRemoved", &note)
             .await;
     }
-    Ok(())
+    Ok(None)
+}
+
+/// `status.proxy` from the proxy's Deployment, and why the proxy is not ready yet: as
+/// `kubectl rollout status` has it, the Deployment must have seen its latest spec, every pod must
+/// run the current template with no old pod left, and as many pods as asked must be ready.
+pub fn proxy_view(d: &Deployment, url: String) -> (ProxyStatus, Option<String>) {
+    let desired = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let st = d.status.clone().unwrap_or_default();
+    let ready = st.ready_replicas.unwrap_or(0);
+    let updated = st.updated_replicas.unwrap_or(0);
+    let total = st.replicas.unwrap_or(0);
+    let seen = match (d.metadata.generation, st.observed_generation) {
+        (Some(g), Some(o)) => o >= g,
+        (Some(_), None) => false,
+        (None, _) => true,
+    };
+    let waiting = if !seen {
+        Some("the proxy's Deployment has not seen its latest spec yet".to_string())
+    } else if updated < desired {
+        Some(format!(
+            "rolling out the producer proxy: {updated} of {desired} pods updated"
+        ))
+    } else if total > updated {
+        Some(format!(
+            "rolling out the producer proxy: {} old pods still running",
+            total - updated
+        ))
+    } else if ready < desired {
+        Some(format!("{ready} of {desired} proxies ready"))
+    } else {
+        None
+    };
+    let status = ProxyStatus {
+        replicas: desired,
+        ready_replicas: ready,
+        url,
+    };
+    (status, waiting)
 }
 
 /// Deletes object `name` if the KafkaCluster with UID `owner` controls it (an object of that name
@@ -934,6 +1011,8 @@ fn operator_status_patch(st: &KafkaClusterStatus) -> Result<serde_json::Value, E
     })?;
     if let Some(fields) = status.as_object_mut() {
         fields.remove("rebalance");
+        // A merge patch keeps what it leaves out: a proxy that went must be cleared by name.
+        fields.entry("proxy").or_insert(serde_json::Value::Null);
     }
     Ok(json!({ "status": status }))
 }

@@ -24,6 +24,7 @@ pub const CLUSTER_LABEL: &str = "kafka.evenkeel.dev/cluster";
     plural = "kafkaclusters",
     shortname = "kc",
     namespaced,
+    cel,
     status = "KafkaClusterStatus",
     printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".spec.replicas"}"#,
     printcolumn = r#"{"name":"Ready Brokers","type":"integer","jsonPath":".status.readyBrokers"}"#,
@@ -31,6 +32,7 @@ pub const CLUSTER_LABEL: &str = "kafka.evenkeel.dev/cluster";
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
     printcolumn = r#"{"name":"Bootstrap","type":"string","jsonPath":".status.listeners[0].bootstrapServers","priority":1}"#,
     printcolumn = r#"{"name":"Cluster ID","type":"string","jsonPath":".status.clusterId","priority":1}"#,
+    printcolumn = r#"{"name":"Ready Proxies","type":"integer","jsonPath":".status.proxy.readyReplicas","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -192,15 +194,27 @@ impl Default for Rebalancer {
     }
 }
 
+/// The HTTP producer proxy (`evenkeel proxy`), run as the Deployment `<cluster>-proxy`.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Proxy {
+    /// Proxy pods; 0 removes the proxy's Deployment and Service.
     #[serde(default)]
     #[schemars(range(min = 0, max = 100))]
     pub replicas: i32,
+    /// CPU and memory for the proxy container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Resources>,
+    /// Java producer properties for the proxy's producer (`acks`, `linger.ms`,
+    /// `compression.type`, `batch.size`, …), as Strimzi's KafkaBridge `spec.producer.config`.
+    /// `bootstrap.servers` is the operator's. A change rolls the proxy pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[x_kube(validation = Rule::new("!('bootstrap.servers' in self)").message("spec.proxy.config.bootstrap.servers is set by the operator (the cluster's bootstrap Service)"))]
+    pub config: BTreeMap<String, String>,
 }
+
+/// Keys of `spec.proxy.config` the operator owns.
+pub const PROXY_RESERVED_KEYS: &[&str] = &["bootstrap.servers"];
 
 /// A status condition, as in `metav1.Condition`.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -244,6 +258,21 @@ pub struct KafkaClusterStatus {
     /// The rebalancer sidecar's last action.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rebalance: Option<RebalanceStatus>,
+    /// The producer proxy's Deployment, while `spec.proxy` asks for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<ProxyStatus>,
+}
+
+/// The producer proxy as its Deployment reports it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyStatus {
+    /// Proxy pods asked for (`spec.proxy.replicas`).
+    pub replicas: i32,
+    /// Proxy pods that pass `/readyz` (the Deployment's `readyReplicas`).
+    pub ready_replicas: i32,
+    /// Where clients POST: `http://<cluster>-proxy.<namespace>.svc:8080`.
+    pub url: String,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -454,11 +483,36 @@ mod tests {
                 "Reason",
                 "Bootstrap",
                 "Cluster ID",
+                "Ready Proxies",
                 "Age"
             ]
         );
         let topic = KafkaTopic::crd();
         assert_eq!(topic.spec.names.short_names, Some(vec!["kt".to_string()]));
+    }
+
+    #[test]
+    fn proxy_bootstrap_servers_is_refused_by_cel() {
+        let with_proxy_config = |config: serde_json::Value| {
+            let spec: KafkaClusterSpec = serde_json::from_value(serde_json::json!({
+                "replicas": 3, "proxy": {"replicas": 1, "config": config},
+            }))
+            .expect("spec parses");
+            KafkaCluster::new("main", spec)
+        };
+        let err = with_proxy_config(serde_json::json!({"bootstrap.servers": "x:9092"}))
+            .validate_cel()
+            .unwrap_err();
+        assert!(
+            format!("{err:?}")
+                .contains("spec.proxy.config.bootstrap.servers is set by the operator"),
+            "{err:?}"
+        );
+        assert!(
+            with_proxy_config(serde_json::json!({"acks": "1", "linger.ms": "20"}))
+                .validate_cel()
+                .is_ok()
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use super::crd::{KafkaCluster, CLUSTER_LABEL, GROUP};
+use super::crd::{KafkaCluster, Proxy, CLUSTER_LABEL, GROUP, PROXY_RESERVED_KEYS};
 
 /// Port of the brokers' `/metrics`, `/healthz` and `/readyz`.
 pub const METRICS_PORT: i32 = 9404;
@@ -86,6 +86,14 @@ impl Names {
     /// The producer proxy's Deployment and Service.
     pub fn proxy(&self) -> String {
         format!("{}-proxy", self.cluster)
+    }
+    /// Where clients reach the producer proxy: its Service's HTTP port.
+    pub fn proxy_url(&self) -> String {
+        format!(
+            "http://{}.{}.svc:{PROXY_PORT}",
+            self.proxy(),
+            self.namespace
+        )
     }
     /// The rebalancer sidecar's ServiceAccount, Role and RoleBinding (one name for all three).
     pub fn rebalancer(&self) -> String {
@@ -651,9 +659,56 @@ fn statefulset_metadata(
     Ok(m)
 }
 
-/// The producer proxy's Deployment (`spec.proxy`): `evenkeel proxy` writing to the bootstrap
-/// Service on the first listener, with the brokers' image. Its pods carry component `proxy`, so
-/// the brokers' selectors (Services, PDB, StatefulSet) never pick them.
+/// The arguments of `evenkeel proxy` for `spec.proxy`: the bootstrap Service on the first
+/// listener, the HTTP port, and one `--producer-props key=value` per `spec.proxy.config` entry
+/// (sorted by key). A key the operator owns, a key `--producer-props` cannot carry, or a value
+/// the proxy would refuse at start (checked by the proxy's own parser) is refused here.
+pub fn proxy_args(kc: &KafkaCluster, proxy: &Proxy) -> Result<Vec<String>, BuildError> {
+    let names = Names::of(kc)?;
+    let port = kc
+        .spec
+        .listeners
+        .first()
+        .ok_or_else(|| BuildError::Invalid("spec.listeners is empty".into()))?
+        .port;
+    let bootstrap = names.bootstrap_address(port);
+    let listen = std::net::SocketAddr::from(([0, 0, 0, 0], PROXY_PORT as u16));
+    for key in proxy.config.keys() {
+        if PROXY_RESERVED_KEYS.contains(&key.as_str()) {
+            return Err(BuildError::Invalid(format!(
+                "spec.proxy.config.{key} is set by the operator and cannot be overridden"
+            )));
+        }
+        if key.is_empty() || key.contains(|c: char| c == '=' || c.is_whitespace()) {
+            return Err(BuildError::Invalid(format!(
+                "spec.proxy.config: key {key:?} may not be empty or contain '=' or whitespace"
+            )));
+        }
+    }
+    let props: Vec<(String, String)> = proxy
+        .config
+        .iter()
+        .map(|(k, v)| (k.clone(), v.trim().to_string()))
+        .collect();
+    crate::proxy::ProxyConfig::new(listen, &bootstrap, &props)
+        .map_err(|e| BuildError::Invalid(format!("spec.proxy.config: {e}")))?;
+    let mut args = vec![
+        "proxy".to_string(),
+        "--bootstrap".into(),
+        bootstrap,
+        "--listen".into(),
+        listen.to_string(),
+    ];
+    for (k, v) in props {
+        args.push("--producer-props".into());
+        args.push(format!("{k}={v}"));
+    }
+    Ok(args)
+}
+
+/// The producer proxy's Deployment (`spec.proxy`): `evenkeel proxy` (`proxy_args`) with the
+/// brokers' image. Its pods carry component `proxy`, so the brokers' selectors (Services, PDB,
+/// StatefulSet) never pick them.
 pub fn proxy_deployment(kc: &KafkaCluster, image: &str) -> Result<Deployment, BuildError> {
     let names = Names::of(kc)?;
     let proxy = kc
@@ -661,20 +716,10 @@ pub fn proxy_deployment(kc: &KafkaCluster, image: &str) -> Result<Deployment, Bu
         .proxy
         .as_ref()
         .ok_or(BuildError::Missing("spec.proxy"))?;
-    let port = kc
-        .spec
-        .listeners
-        .first()
-        .ok_or_else(|| BuildError::Invalid("spec.listeners is empty".into()))?
-        .port;
     let container = json!({
         "name": "proxy",
         "image": image,
-        "args": [
-            "proxy",
-            "--bootstrap", names.bootstrap_address(port),
-            "--listen", format!("0.0.0.0:{PROXY_PORT}"),
-        ],
+        "args": proxy_args(kc, proxy)?,
         "env": [{"name": "EVENKEEL_LOG", "value": "info"}],
         "ports": [{"name": "http", "containerPort": PROXY_PORT, "protocol": "TCP"}],
         "readinessProbe": {

@@ -616,10 +616,115 @@ fn proxy_object(api_version: &str, kind: &str, owner_uid: &str) -> Value {
     })
 }
 
+/// The proxy's Deployment as the API server holds it: generation 4, `replicas` asked for, and
+/// the status the Deployment controller last wrote.
+fn proxy_deployment_with(
+    replicas: i32,
+    observed: i64,
+    updated: i32,
+    total: i32,
+    ready: i32,
+) -> Value {
+    let mut d = proxy_object("apps/v1", "Deployment", UID);
+    d["metadata"]["generation"] = json!(4);
+    d["spec"] = json!({"replicas": replicas});
+    d["status"] = json!({"observedGeneration": observed, "updatedReplicas": updated,
+                         "replicas": total, "readyReplicas": ready});
+    d
+}
+
+fn deployment(v: Value) -> Deployment {
+    serde_json::from_value(v).expect("Deployment parses")
+}
+
+#[test]
+fn the_proxy_is_ready_once_rolled_out_with_every_pod_ready() {
+    let url = || "http://main-proxy.ns.svc:8080".to_string();
+    let (st, waiting) = proxy_view(&deployment(proxy_deployment_with(2, 4, 2, 2, 2)), url());
+    assert_eq!(
+        st,
+        ProxyStatus {
+            replicas: 2,
+            ready_replicas: 2,
+            url: url()
+        }
+    );
+    assert_eq!(waiting, None);
+    for (d, want) in [
+        (
+            proxy_deployment_with(2, 3, 2, 2, 2),
+            "the proxy's Deployment has not seen its latest spec yet",
+        ),
+        (
+            proxy_deployment_with(2, 4, 1, 3, 2),
+            "rolling out the producer proxy: 1 of 2 pods updated",
+        ),
+        (
+            proxy_deployment_with(2, 4, 2, 3, 2),
+            "rolling out the producer proxy: 1 old pods still running",
+        ),
+        (proxy_deployment_with(2, 4, 2, 2, 1), "1 of 2 proxies ready"),
+    ] {
+        let (st, waiting) = proxy_view(&deployment(d), url());
+        assert_eq!(waiting.as_deref(), Some(want));
+        assert_eq!(st.replicas, 2);
+    }
+    // A Deployment no controller has looked at yet has no status: nothing is ready.
+    let mut fresh = proxy_deployment_with(3, 0, 0, 0, 0);
+    fresh["status"] = Value::Null;
+    let (st, waiting) = proxy_view(&deployment(fresh), url());
+    assert_eq!((st.replicas, st.ready_replicas), (3, 0));
+    assert!(waiting.is_some());
+}
+
+#[tokio::test]
+async fn a_proxy_that_is_not_ready_holds_ready_without_degrading_the_cluster() {
+    let ready: Vec<Value> = (0..3).map(|i| pod_json(i, "rev2", true)).collect();
+    let s = server(3, ready);
+    s.put(PROXY_DEPLOYMENT, proxy_deployment_with(2, 4, 2, 2, 1));
+    let k = kafka_with(vec![partition("t", 0, &[0, 1, 2], &[0, 1, 2], 2)]);
+    let action = reconcile(with_proxy(2), context(&s, &k))
+        .await
+        .expect("reconciles");
+    assert_eq!(action, Action::requeue(Duration::from_secs(15)));
+    let st = status(&s);
+    assert_eq!(
+        st["proxy"],
+        json!({"replicas": 2, "readyReplicas": 1, "url": "http://main-proxy.ns.svc:8080"})
+    );
+    assert_eq!(condition(&st, "Ready")["status"], "False");
+    assert_eq!(condition(&st, "Ready")["reason"], "ProxyNotReady");
+    assert_eq!(
+        condition(&st, "Ready")["message"],
+        "3 of 3 brokers ready; 1 of 2 proxies ready"
+    );
+    assert_eq!(condition(&st, "Reconciling")["status"], "True");
+    assert_eq!(condition(&st, "Reconciling")["reason"], "ProxyNotReady");
+    assert_eq!(condition(&st, "Degraded")["status"], "False");
+    assert_eq!(st["readyBrokers"], 3);
+}
+
+#[tokio::test]
+async fn brokers_not_ready_come_before_the_proxy_in_the_ready_reason() {
+    let mut pods: Vec<Value> = (0..3).map(|i| pod_json(i, "rev2", true)).collect();
+    pods[1] = pod_json(1, "rev2", false);
+    let s = server(3, pods);
+    s.put(PROXY_DEPLOYMENT, proxy_deployment_with(2, 4, 2, 2, 0));
+    let k = kafka_with(vec![partition("t", 0, &[0, 1, 2], &[0, 1, 2], 2)]);
+    reconcile(with_proxy(2), context(&s, &k))
+        .await
+        .expect("reconciles");
+    let st = status(&s);
+    assert_eq!(condition(&st, "Ready")["reason"], "BrokersNotReady");
+    assert_eq!(condition(&st, "Reconciling")["reason"], "BrokersStarting");
+    assert_eq!(st["proxy"]["readyReplicas"], 0);
+}
+
 #[tokio::test]
 async fn a_proxy_is_applied_beside_the_brokers_and_does_not_degrade_the_cluster() {
     let ready: Vec<Value> = (0..3).map(|i| pod_json(i, "rev2", true)).collect();
     let s = server(3, ready);
+    s.put(PROXY_DEPLOYMENT, proxy_deployment_with(2, 4, 2, 2, 2));
     let k = kafka_with(vec![partition("t", 0, &[0, 1, 2], &[0, 1, 2], 2)]);
     reconcile(with_proxy(2), context(&s, &k))
         .await
@@ -651,13 +756,28 @@ async fn a_proxy_is_applied_beside_the_brokers_and_does_not_degrade_the_cluster(
         "a proxy does not degrade the cluster: {st}"
     );
     assert_eq!(condition(&st, "Ready")["status"], "True");
+    assert_eq!(
+        condition(&st, "Ready")["message"],
+        "3 brokers ready, 2 proxies ready"
+    );
+    assert_eq!(condition(&st, "Reconciling")["status"], "False");
+    assert_eq!(st["proxy"]["readyReplicas"], 2);
 }
 
 #[tokio::test]
-async fn removing_the_proxy_deletes_its_objects() {
+async fn removing_the_proxy_deletes_its_objects_and_its_status() {
     for kc in [cluster(3), with_proxy(0)] {
         let ready: Vec<Value> = (0..3).map(|i| pod_json(i, "rev2", true)).collect();
         let s = server(3, ready);
+        // The last pass saw the proxy ready: the stored status still has it.
+        let mut kc = (*kc).clone();
+        kc.status = Some(
+            serde_json::from_value(json!({"proxy": {
+                "replicas": 2, "readyReplicas": 2, "url": "http://main-proxy.ns.svc:8080"}}))
+            .expect("status parses"),
+        );
+        s.put(NS, serde_json::to_value(&kc).unwrap());
+        let kc = Arc::new(kc);
         s.put(PROXY_DEPLOYMENT, proxy_object("apps/v1", "Deployment", UID));
         s.put(PROXY_SERVICE, proxy_object("v1", "Service", UID));
         let k = kafka_with(vec![]);
@@ -676,7 +796,38 @@ async fn removing_the_proxy_deletes_its_objects() {
         assert!(s.calls_to(Method::PATCH, "main-proxy").is_empty());
         assert!(s.event_reasons().contains(&"ProxyRemoved".to_string()));
         assert_eq!(condition(&status(&s), "Degraded")["status"], "False");
+        let stored = s.object(NS).expect("the cluster");
+        assert!(
+            stored["status"].get("proxy").is_none(),
+            "status.proxy outlived the proxy: {}",
+            stored["status"]
+        );
+        assert_eq!(stored["status"]["readyBrokers"], 3);
     }
+}
+
+#[tokio::test]
+async fn an_invalid_proxy_config_is_reported_and_nothing_is_applied() {
+    let s = server(3, vec![]);
+    let k = FakeKafka::default();
+    let mut kc = (*with_proxy(1)).clone();
+    if let Some(p) = kc.spec.proxy.as_mut() {
+        p.config
+            .insert("bootstrap.servers".into(), "elsewhere:9092".into());
+    }
+    reconcile(Arc::new(kc), context(&s, &k))
+        .await
+        .expect("reconciles");
+    assert!(s.calls_to(Method::PATCH, "deployments").is_empty());
+    assert!(s.calls_to(Method::PATCH, "statefulsets").is_empty());
+    let st = status(&s);
+    assert_eq!(condition(&st, "Ready")["reason"], "InvalidSpec");
+    assert_eq!(condition(&st, "Degraded")["reason"], "InvalidSpec");
+    assert_eq!(
+        condition(&st, "Ready")["message"],
+        "spec.proxy.config.bootstrap.servers is set by the operator and cannot be overridden"
+    );
+    assert!(s.event_reasons().contains(&"InvalidSpec".to_string()));
 }
 
 #[tokio::test]

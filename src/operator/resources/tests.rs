@@ -468,6 +468,104 @@ fn a_proxy_without_a_listener_or_a_spec_is_refused() {
     assert_eq!(err.to_string(), "spec.listeners is empty");
 }
 
+fn proxy_args_of(yaml_spec: &str) -> Result<Vec<String>, BuildError> {
+    let kc = cluster(yaml_spec);
+    let d = proxy_deployment(&kc, "img")?;
+    let container = &d.spec.unwrap().template.spec.unwrap().containers[0];
+    Ok(container.args.clone().unwrap_or_default())
+}
+
+#[test]
+fn proxy_config_becomes_producer_props_in_key_order() {
+    let args = proxy_args_of(
+        "replicas: 3\nproxy:\n  replicas: 1\n  config:\n    linger.ms: \"20\"\n    acks: \"1\"\n    \
+         compression.type: lz4\n",
+    )
+    .unwrap();
+    assert_eq!(
+        args,
+        [
+            "proxy",
+            "--bootstrap",
+            "main-kafka-bootstrap.streams.svc:9092",
+            "--listen",
+            "0.0.0.0:8080",
+            "--producer-props",
+            "acks=1",
+            "--producer-props",
+            "compression.type=lz4",
+            "--producer-props",
+            "linger.ms=20",
+        ]
+    );
+    // A changed value changes the pod template, so the Deployment rolls its pods.
+    let changed = proxy_args_of(
+        "replicas: 3\nproxy:\n  replicas: 1\n  config: {acks: all, linger.ms: \"20\"}\n",
+    )
+    .unwrap();
+    assert_eq!(
+        &changed[5..],
+        [
+            "--producer-props",
+            "acks=all",
+            "--producer-props",
+            "linger.ms=20"
+        ]
+    );
+}
+
+#[test]
+fn proxy_config_may_not_set_the_bootstrap_servers() {
+    let err = proxy_args_of(
+        "replicas: 3\nproxy: {replicas: 1, config: {bootstrap.servers: \"elsewhere:9092\"}}\n",
+    )
+    .unwrap_err();
+    assert!(matches!(err, BuildError::Invalid(_)), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "spec.proxy.config.bootstrap.servers is set by the operator and cannot be overridden"
+    );
+}
+
+#[test]
+fn proxy_config_the_proxy_would_refuse_at_start_is_refused() {
+    for (config, names) in [
+        ("{acks: \"2\"}", "acks"),
+        ("{compression.type: brotli}", "compression.type"),
+        // The proxy's own timeouts (request.timeout.ms 15000) make this too short.
+        ("{delivery.timeout.ms: \"1000\"}", "delivery.timeout.ms"),
+        ("{\"linger ms\": \"5\"}", "\"linger ms\""),
+        ("{\"a=b\": \"5\"}", "\"a=b\""),
+    ] {
+        let err = proxy_args_of(&format!(
+            "replicas: 3\nproxy: {{replicas: 1, config: {config}}}\n"
+        ))
+        .unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, BuildError::Invalid(_)), "{config}: {err:?}");
+        assert!(
+            msg.starts_with("spec.proxy.config") && msg.contains(names),
+            "{config}: {msg}"
+        );
+    }
+    // What the proxy takes passes through unchanged, known or not (Java only warns on unknown).
+    let args = proxy_args_of(
+        "replicas: 3\nproxy: {replicas: 1, config: {acks: \"0\", client.id: web, batch.size: \"65536\"}}\n",
+    )
+    .unwrap();
+    assert_eq!(
+        &args[5..],
+        [
+            "--producer-props",
+            "acks=0",
+            "--producer-props",
+            "batch.size=65536",
+            "--producer-props",
+            "client.id=web",
+        ]
+    );
+}
+
 #[test]
 fn cluster_id_is_the_uid_in_kafka_form() {
     let kc = cluster("replicas: 1");
