@@ -322,14 +322,18 @@ fn a_key_updated_many_times_keeps_only_its_latest_value_at_its_original_offset()
     assert_eq!(key1[0].2, Some(299u32.to_be_bytes().to_vec()));
 }
 
-/// Builds a log of several segments, copies its directory, cleans the original, and returns
-/// (the copy before cleaning, the cleaned directory).
+/// Builds a log of small segments (rolled every 3 appends, so that the first cleaning groups
+/// several into one), copies its directory, cleans the original, and returns (the copy before
+/// cleaning, the cleaned directory).
 fn cleaned_and_uncleaned() -> (tempfile::TempDir, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path());
     let mut model = Model::default();
     let t0 = crate::storage::log::now_ms();
     for i in 0..200u32 {
+        if i > 0 && i % 3 == 0 {
+            log.lock().roll(0).unwrap();
+        }
         append(
             &log,
             &mut model,
@@ -352,15 +356,12 @@ fn cleaned_and_uncleaned() -> (tempfile::TempDir, tempfile::TempDir) {
     (copy, dir)
 }
 
-fn table(dir: &Path) -> Vec<(i64, Vec<u8>, Option<Vec<u8>>)> {
+/// What a broker restarting on `dir` serves: every record from the log start, the log start
+/// offset and the segments' base offsets.
+fn loaded(dir: &Path) -> (Vec<ReadRecord>, i64, Vec<i64>) {
     let l = Log::open(dir, tp(), log_config(), LoadParams::default()).unwrap();
-    let mut recs = read_back(&l).0;
-    // The table: each key's latest record.
-    let mut latest = BTreeMap::new();
-    for r in recs.drain(..) {
-        latest.insert(r.1.clone(), r);
-    }
-    latest.into_values().collect()
+    let bases = l.segments().map(|s| s.base_offset()).collect();
+    (read_back(&l).0, l.log_start_offset(), bases)
 }
 
 fn segment_files(dir: &Path, base: i64, suffix: &str) -> Vec<std::path::PathBuf> {
@@ -370,24 +371,59 @@ fn segment_files(dir: &Path, base: i64, suffix: &str) -> Vec<std::path::PathBuf>
         .collect()
 }
 
+fn file_names(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect()
+}
+
 #[test]
 fn a_swap_cut_short_after_the_swap_files_are_complete_is_finished_at_load() {
     let (old, new) = cleaned_and_uncleaned();
-    // The state between Kafka's two renames: the cleaned segment as `.swap`, some old segments
-    // already `.deleted`, the others still there.
-    let first_new = segment_files(new.path(), 0, "");
-    for (from, to) in first_new.iter().zip(segment_files(old.path(), 0, ".swap")) {
+    let (new_records, _, new_bases) = loaded(new.path());
+    let (old_records, _, old_bases) = loaded(old.path());
+    // The first cleaned segment replaced every old segment below the next cleaned one.
+    let end = new_bases[1];
+    let replaced: Vec<i64> = old_bases.iter().copied().filter(|b| *b < end).collect();
+    assert!(
+        replaced.len() >= 3,
+        "the first group is several segments: {replaced:?}"
+    );
+    // The state between Kafka's two renames: the cleaned segment as `.swap`, the first old
+    // segment already `.deleted`, the other old segments of its range still there.
+    for (from, to) in
+        segment_files(new.path(), 0, "")
+            .iter()
+            .zip(segment_files(old.path(), 0, ".swap"))
+    {
         std::fs::copy(from, to).unwrap();
     }
     for f in segment_files(old.path(), 0, "") {
         std::fs::rename(&f, format!("{}.deleted", f.display())).unwrap();
     }
-    let expected = table(new.path());
-    assert_eq!(table(old.path()), expected);
-    let names: Vec<String> = std::fs::read_dir(old.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+    let (records, log_start, bases) = loaded(old.path());
+    // Finished: the cleaned segment's records below `end`, the old ones from `end` on.
+    let expected: Vec<ReadRecord> = new_records
+        .iter()
+        .filter(|r| r.0 < end)
+        .chain(old_records.iter().filter(|r| r.0 >= end))
+        .cloned()
         .collect();
+    assert!(
+        expected.len() < old_records.len(),
+        "the cleaned segment holds fewer records than the ones it replaced"
+    );
+    assert_eq!(
+        records, expected,
+        "the swap's segment is served in place of the old ones"
+    );
+    assert_eq!(log_start, 0, "no gap at the start of the log");
+    let expected_bases: Vec<i64> = std::iter::once(0)
+        .chain(old_bases.iter().copied().filter(|b| *b >= end))
+        .collect();
+    assert_eq!(bases, expected_bases, "one segment where the group was");
+    let names = file_names(old.path());
     assert!(
         !names
             .iter()
@@ -399,24 +435,29 @@ fn a_swap_cut_short_after_the_swap_files_are_complete_is_finished_at_load() {
 #[test]
 fn a_swap_whose_renames_were_cut_short_is_discarded_and_the_old_segments_stay() {
     let (old, new) = cleaned_and_uncleaned();
-    let expected = table(old.path());
+    let before = loaded(old.path());
     // `.log` renamed to `.swap`, its indexes still `.cleaned`: the swap never completed.
-    let first_new = segment_files(new.path(), 0, "");
     let targets = [
         old.path().join(format!("{:020}.log.swap", 0)),
         old.path().join(format!("{:020}.index.cleaned", 0)),
         old.path().join(format!("{:020}.timeindex.cleaned", 0)),
     ];
-    for (from, to) in first_new.iter().zip(targets) {
+    for (from, to) in segment_files(new.path(), 0, "").iter().zip(targets) {
         std::fs::copy(from, to).unwrap();
     }
-    let raw_before =
-        read_back(&Log::open(new.path(), tp(), log_config(), LoadParams::default()).unwrap()).0;
-    assert_eq!(table(old.path()), expected);
-    let l = Log::open(old.path(), tp(), log_config(), LoadParams::default()).unwrap();
+    let cleaned = loaded(new.path());
+    assert_ne!(cleaned.0, before.0, "cleaning changed the records");
+    let after = loaded(old.path());
+    assert_eq!(
+        after, before,
+        "the old, uncleaned segments are served as they were"
+    );
+    let names = file_names(old.path());
     assert!(
-        read_back(&l).0.len() > raw_before.len(),
-        "the old, uncleaned segments are back"
+        !names
+            .iter()
+            .any(|n| n.ends_with(".swap") || n.ends_with(".cleaned")),
+        "{names:?}"
     );
 }
 
