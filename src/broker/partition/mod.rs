@@ -49,6 +49,8 @@ pub struct PartitionError {
     pub message: String,
     /// `(leader id, leader epoch)` when known.
     pub current_leader: Option<(i32, i32)>,
+    /// The refused records of a batch (Produce's `record_errors`): index in the batch, why.
+    pub record_errors: Vec<(i32, String)>,
 }
 
 impl PartitionError {
@@ -57,6 +59,7 @@ impl PartitionError {
             code,
             message: message.into(),
             current_leader: None,
+            record_errors: Vec::new(),
         }
     }
 
@@ -65,13 +68,21 @@ impl PartitionError {
             code: errors::NOT_LEADER_OR_FOLLOWER,
             message: "This server is not the leader for that topic-partition.".into(),
             current_leader: Some((leader, epoch)),
+            record_errors: Vec::new(),
         }
     }
 }
 
 impl From<StorageError> for PartitionError {
     fn from(e: StorageError) -> Self {
-        PartitionError::new(e.kafka_error_code(), e.to_string())
+        let mut p = PartitionError::new(e.kafka_error_code(), e.to_string());
+        if let StorageError::RecordErrors(errors) = e {
+            p.record_errors = errors
+                .into_iter()
+                .map(|r| (r.batch_index, r.message))
+                .collect();
+        }
+        p
     }
 }
 
@@ -298,6 +309,7 @@ impl Partition {
                     st.leader_epoch
                 ),
                 current_leader: Some((st.leader, st.leader_epoch)),
+                record_errors: Vec::new(),
             });
         }
         if current_leader_epoch > st.leader_epoch {
