@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use crate::protocol::errors;
+
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
     /// The bytes are damaged: wrong CRC, wrong length, torn batch (CORRUPT_MESSAGE).
@@ -83,18 +85,20 @@ impl StorageError {
     /// Kafka's error code for this error (see `org.apache.kafka.common.protocol.Errors`).
     pub fn kafka_error_code(&self) -> i16 {
         match self {
-            StorageError::CorruptRecord(_) => 2,
-            StorageError::InvalidRecord(_) | StorageError::RecordErrors(_) => 87,
-            StorageError::OffsetOutOfRange { .. } => 1,
-            StorageError::RecordTooLarge { .. } => 10,
-            StorageError::UnexpectedAppendOffset(_) => 2,
-            // KAFKA_STORAGE_ERROR
+            StorageError::CorruptRecord(_) | StorageError::UnexpectedAppendOffset(_) => {
+                errors::CORRUPT_MESSAGE
+            }
+            StorageError::InvalidRecord(_) | StorageError::RecordErrors(_) => {
+                errors::INVALID_RECORD
+            }
+            StorageError::OffsetOutOfRange { .. } => errors::OFFSET_OUT_OF_RANGE,
+            StorageError::RecordTooLarge { .. } => errors::MESSAGE_TOO_LARGE,
             StorageError::CorruptIndex { .. }
             | StorageError::MalformedFile { .. }
             | StorageError::DirectoryLocked(_)
             | StorageError::Poisoned
             | StorageError::CleaningAborted
-            | StorageError::Io { .. } => 56,
+            | StorageError::Io { .. } => errors::KAFKA_STORAGE_ERROR,
         }
     }
 
