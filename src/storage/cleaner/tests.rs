@@ -13,7 +13,12 @@ use crate::storage::batch::{self, BatchHeader, Record, Rewrite};
 use crate::storage::log::{LoadParams, Log};
 
 const RETENTION_MS: i64 = 10_000;
-const PRODUCER: i64 = 7;
+/// Two idempotent producers: (producer id, epoch).
+const PRODUCERS: [(i64, i16); 2] = [(7, 3), (8, 0)];
+const PRODUCER: i64 = PRODUCERS[0].0;
+
+/// A producer's fields of a batch: id, epoch, base sequence.
+type ProducerFields = (i64, i16, i32);
 
 fn log_config() -> LogConfig {
     LogConfig {
@@ -41,7 +46,7 @@ fn open(dir: &Path) -> LogRef {
 type Rec = (u8, Option<Vec<u8>>);
 
 /// A batch of `recs` at `ts`, with codec `codec` and, when `producer`, producer fields.
-fn make_batch(recs: &[Rec], ts: i64, codec: u8, producer: Option<i32>) -> Vec<u8> {
+fn make_batch(recs: &[Rec], ts: i64, codec: u8, producer: Option<ProducerFields>) -> Vec<u8> {
     let keys: Vec<Vec<u8>> = recs
         .iter()
         .map(|(k, _)| format!("key-{k}").into_bytes())
@@ -57,8 +62,8 @@ fn make_batch(recs: &[Rec], ts: i64, codec: u8, producer: Option<i32>) -> Vec<u8
     }
     let mut h = BatchHeader::parse(&plain).unwrap();
     h.attributes |= codec as i16;
-    if let Some(seq) = producer {
-        (h.producer_id, h.producer_epoch, h.base_sequence) = (PRODUCER, 3, seq);
+    if let Some(fields) = producer {
+        (h.producer_id, h.producer_epoch, h.base_sequence) = fields;
     }
     let rw = Rewrite {
         records_count: h.records_count,
@@ -98,12 +103,23 @@ fn read_back(log: &Log) -> (Vec<ReadRecord>, Vec<BatchHeader>) {
     (recs, headers)
 }
 
-/// The model: every appended record by offset, and when each tombstone was first cleaned.
+/// What a batch was appended as: codec, producer fields, last offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct AppendedBatch {
+    codec: u8,
+    producer: (i64, i16, i32),
+    last_offset: i64,
+}
+
+/// The model: every appended record by offset, every batch by base offset, and when each
+/// tombstone was first cleaned.
 #[derive(Default)]
 struct Model {
     records: BTreeMap<i64, (Vec<u8>, Option<Vec<u8>>)>,
+    batches: BTreeMap<i64, AppendedBatch>,
     horizon_from: BTreeMap<i64, i64>,
-    producer_last_batch: Option<(i64, i64)>,
+    /// Producer id → (base offset, last offset) of its last batch.
+    producer_last_batch: BTreeMap<i64, (i64, i64)>,
 }
 
 impl Model {
@@ -139,8 +155,15 @@ impl Model {
     }
 }
 
-fn append(log: &LogRef, model: &mut Model, recs: &[Rec], ts: i64, codec: u8, seq: Option<i32>) {
-    let mut b = make_batch(recs, ts, codec, seq);
+fn append(
+    log: &LogRef,
+    model: &mut Model,
+    recs: &[Rec],
+    ts: i64,
+    codec: u8,
+    producer: Option<ProducerFields>,
+) {
+    let mut b = make_batch(recs, ts, codec, producer);
     let mut l = log.lock();
     let info = l.append_as_leader(&mut b, 0).unwrap();
     let leo = l.log_end_offset();
@@ -151,8 +174,16 @@ fn append(log: &LogRef, model: &mut Model, recs: &[Rec], ts: i64, codec: u8, seq
             .records
             .insert(info.first_offset + i as i64, (key, v.clone()));
     }
-    if seq.is_some() {
-        model.producer_last_batch = Some((info.first_offset, info.last_offset));
+    let fields = producer.unwrap_or((-1, -1, -1));
+    let appended = AppendedBatch {
+        codec,
+        producer: fields,
+        last_offset: info.last_offset,
+    };
+    model.batches.insert(info.first_offset, appended);
+    if producer.is_some() {
+        let last = (info.first_offset, info.last_offset);
+        model.producer_last_batch.insert(fields.0, last);
     }
 }
 
@@ -206,15 +237,34 @@ fn check_against_model(l: &Log, model: &Model, now: i64, active_base: i64) {
             model.records[o]
         );
     }
-    if let Some((base, last)) = model.producer_last_batch {
+    check_batches(model, &headers);
+}
+
+/// Each batch read back is one that was appended, or its rewrite: the same base and last
+/// offsets, producer id, epoch and base sequence, and, holding records, the same codec. Each
+/// producer's last batch is there.
+fn check_batches(model: &Model, headers: &[BatchHeader]) {
+    for h in headers {
+        let orig = model
+            .batches
+            .get(&h.base_offset)
+            .unwrap_or_else(|| panic!("no batch was appended at {}", h.base_offset));
+        assert_eq!(h.last_offset(), orig.last_offset, "{h:?}");
+        assert_eq!(
+            (h.producer_id, h.producer_epoch, h.base_sequence),
+            orig.producer,
+            "{h:?}"
+        );
+        if h.records_count > 0 {
+            assert_eq!(h.compression(), orig.codec, "{h:?}");
+        }
+    }
+    for (pid, (base, last)) in &model.producer_last_batch {
         let h = headers
             .iter()
-            .find(|h| h.base_offset == base)
-            .expect("the producer's last batch");
-        assert_eq!(
-            (h.last_offset(), h.producer_id, h.producer_epoch),
-            (last, PRODUCER, 3)
-        );
+            .find(|h| h.base_offset == *base)
+            .unwrap_or_else(|| panic!("producer {pid}'s last batch at {base}"));
+        assert_eq!((h.last_offset(), h.producer_id), (*last, *pid));
     }
 }
 
@@ -226,16 +276,14 @@ fn check_indexes(l: &Log) {
     }
 }
 
-fn arb_batch() -> impl Strategy<Value = (Vec<Rec>, u8, bool)> {
+/// Records, codec, and which producer writes the batch (0: none, 1 and 2: `PRODUCERS`).
+fn arb_batch() -> impl Strategy<Value = (Vec<Rec>, u8, usize)> {
     let rec = (
         0u8..12,
         prop::option::weighted(0.8, prop::collection::vec(any::<u8>(), 0..40)),
     );
-    (
-        prop::collection::vec(rec, 1..5),
-        0u8..5,
-        prop::bool::weighted(0.2),
-    )
+    let producer = prop_oneof![6 => Just(0usize), 2 => Just(1usize), 2 => Just(2usize)];
+    (prop::collection::vec(rec, 1..5), 0u8..5, producer)
 }
 
 proptest! {
@@ -249,13 +297,15 @@ proptest! {
         let log = open(dir.path());
         let mut model = Model::default();
         let t0 = crate::storage::log::now_ms();
-        let mut seq = 0;
-        for (recs, codec, by_producer) in &batches {
-            let s = by_producer.then_some(seq);
-            if s.is_some() {
-                seq += recs.len() as i32;
-            }
-            append(&log, &mut model, recs, t0, *codec, s);
+        let mut seqs = [0i32; 2];
+        for (recs, codec, producer) in &batches {
+            let fields = producer.checked_sub(1).map(|p| {
+                let (id, epoch) = PRODUCERS[p];
+                let seq = seqs[p];
+                seqs[p] += recs.len() as i32;
+                (id, epoch, seq)
+            });
+            append(&log, &mut model, recs, t0, *codec, fields);
         }
         clean_and_check(dir.path(), &log, &mut model, t0);
         // Later rounds need a dirty segment: a record of a key of its own, then a roll.
