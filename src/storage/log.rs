@@ -79,6 +79,8 @@ pub struct Log {
     generation: u64,
     /// The lowest offset truncated to since the cleaner last asked.
     cleaner_truncation: Option<i64>,
+    /// Who can tell the cleaner each producer's last batch (see `set_producer_last_batches`).
+    producer_last_batches: Option<ProducerLastBatches>,
 }
 
 /// Wall-clock milliseconds since the epoch, as Kafka timestamps count them.
@@ -254,6 +256,7 @@ impl Log {
             roll_flush_upto: None,
             generation: 0,
             cleaner_truncation: None,
+            producer_last_batches: None,
         })
     }
 
@@ -843,7 +846,7 @@ impl Log {
 }
 
 mod cleaning;
-pub use cleaning::{CleaningView, SegmentView};
+pub use cleaning::{CleaningView, LastBatch, ProducerLastBatches, SegmentView};
 
 #[cfg(test)]
 mod tests;

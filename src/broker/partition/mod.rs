@@ -8,6 +8,7 @@ mod follower;
 mod leader;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
@@ -111,8 +112,9 @@ pub struct Partition {
     /// This broker's id.
     local: i32,
     log: LogRef,
-    /// Idempotent-producer state; always locked after `log`.
-    producers: Mutex<ProducerStateManager>,
+    /// Idempotent-producer state; always locked after `log`. The log's cleaner asks it for
+    /// each producer's last batch (with no log lock held).
+    producers: Arc<Mutex<ProducerStateManager>>,
     state: RwLock<ReplicaState>,
     /// While leader: the followers' progress and an ISR change in flight.
     leader: Mutex<LeaderState>,
@@ -145,13 +147,17 @@ impl Partition {
         image: &PartitionImage,
         local: i32,
     ) -> Result<Partition, StorageError> {
-        let producers = ProducerStateManager::load(&log.lock())?;
+        let producers = Arc::new(Mutex::new(ProducerStateManager::load(&log.lock())?));
+        let state = Arc::downgrade(&producers);
+        log.lock().set_producer_last_batches(Some(Arc::new(move || {
+            state.upgrade().map(|p| p.lock().last_batches())
+        })));
         let p = Partition {
             tp,
             topic_id,
             local,
             log,
-            producers: Mutex::new(producers),
+            producers,
             leader: Mutex::new(LeaderState::default()),
             leader_throttled: AtomicBool::new(false),
             follower_throttled: AtomicBool::new(false),

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 
 use super::*;
+use crate::config::cleaner::CleanerConfig;
 use crate::config::{LogConfig, Ratio};
 use crate::storage::batch::{self, BatchHeader, Record, Rewrite};
 use crate::storage::log::{LoadParams, Log};
@@ -38,8 +39,16 @@ fn tp() -> TopicPartition {
 }
 
 fn open(dir: &Path) -> LogRef {
-    let log = Log::open(dir, tp(), log_config(), LoadParams::default()).unwrap();
+    open_with(dir, tp(), log_config())
+}
+
+fn open_with(dir: &Path, tp: TopicPartition, config: LogConfig) -> LogRef {
+    let log = Log::open(dir, tp, config, LoadParams::default()).unwrap();
     Arc::new(parking_lot::Mutex::new(log))
+}
+
+fn cleaner_with(config: CleanerConfig, dir: &Path) -> Arc<LogCleaner> {
+    LogCleaner::new(config, dir).unwrap()
 }
 
 /// One record to append: key index and value (None: a tombstone).
@@ -553,5 +562,72 @@ fn a_round_is_reported_with_kafkas_figures() {
     assert!(
         !r.contains("NaN") && r.contains("0.0% size reduction"),
         "{r}"
+    );
+}
+
+/// Appends one single-record batch of key `k` at `ts` for each of `keys`, rolling every
+/// `per_segment` batches, then rolls (so that all of it is in closed segments).
+fn fill(log: &LogRef, model: &mut Model, keys: &[u8], ts: i64, per_segment: usize) {
+    for (i, k) in keys.iter().enumerate() {
+        if i > 0 && i % per_segment == 0 {
+            log.lock().roll(0).unwrap();
+        }
+        let value = format!("{k}@{}", model.records.len()).into_bytes();
+        append(log, model, &[(*k, Some(value))], ts, 0, None);
+    }
+    log.lock().roll(0).unwrap();
+}
+
+#[test]
+fn the_producers_last_batches_come_from_the_producer_state_when_the_log_has_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path());
+    let mut model = Model::default();
+    let t0 = crate::storage::log::now_ms();
+    // Two batches of the producer, both overwritten later by keyless-producer batches.
+    let (id, epoch) = PRODUCERS[0];
+    append(
+        &log,
+        &mut model,
+        &[(1, Some(b"a".to_vec()))],
+        t0,
+        0,
+        Some((id, epoch, 0)),
+    );
+    append(
+        &log,
+        &mut model,
+        &[(2, Some(b"b".to_vec()))],
+        t0,
+        0,
+        Some((id, epoch, 1)),
+    );
+    let keys: Vec<u8> = (0..20).map(|i| 1 + i % 2).collect();
+    fill(&log, &mut model, &keys, t0, 5);
+    // The producer state says the first batch is the producer's last (a scan would say the
+    // second): the cleaner believes it.
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = calls.clone();
+    log.lock().set_producer_last_batches(Some(Arc::new(move || {
+        seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let last = crate::storage::log::LastBatch {
+            last_offset: 0,
+            timestamp: t0,
+        };
+        Some(std::collections::HashMap::from([(PRODUCER, last)]))
+    })));
+    let cleaner = cleaner_with(CleanerConfig::default(), dir.path());
+    assert!(cleaner.clean_once(&[(tp(), log.clone())], t0));
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let (_, headers) = read_back(&log.lock());
+    let kept: Vec<i64> = headers
+        .iter()
+        .filter(|h| h.producer_id == PRODUCER)
+        .map(|h| h.base_offset)
+        .collect();
+    assert_eq!(
+        kept,
+        [0],
+        "the batch the producer state names is kept, empty"
     );
 }

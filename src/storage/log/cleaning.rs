@@ -1,18 +1,18 @@
 //! What the log cleaner needs from a Log: a view of its segments to read outside the lock, and
 //! Kafka's `replaceSegments` swap; plus, at load, Kafka's completion of an interrupted swap.
 
+use std::collections::HashMap;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::{now_ms, remove_if_exists, Log, PendingDelete};
 use crate::config::LogConfig;
-use crate::storage::batch::{BatchHeader, BATCH_HEADER_SIZE, LOG_OVERHEAD};
 use crate::storage::checkpoint::{sync_dir, TopicPartition};
 use crate::storage::error::{Result, StorageError};
 use crate::storage::index::{OffsetIndex, TimeIndex};
-use crate::storage::segment::{LogSegment, CLEANED_SUFFIX, SWAP_SUFFIX};
+use crate::storage::segment::{walk_batch_headers, LogSegment, CLEANED_SUFFIX, SWAP_SUFFIX};
 
 /// One segment as the cleaner reads it: the open `.log` (it stays readable if the segment is
 /// deleted meanwhile) and the sizes taken under the log's lock.
@@ -30,6 +30,18 @@ pub struct SegmentView {
     pub last_modified: Option<std::time::SystemTime>,
 }
 
+/// A producer's last batch in the log: its last offset and max timestamp (Kafka's
+/// `ProducerStateEntry` last data offset and timestamp, what the cleaner keeps for idempotence).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastBatch {
+    pub last_offset: i64,
+    pub timestamp: i64,
+}
+
+/// The last batch of each producer of a log, from whoever keeps the producers' state (the
+/// broker's ProducerStateManager), without reading the log; `None` when it cannot say.
+pub type ProducerLastBatches = Arc<dyn Fn() -> Option<HashMap<i64, LastBatch>> + Send + Sync>;
+
 /// A log as the cleaner sees it at one moment. The last segment is the active one.
 #[derive(Clone)]
 pub struct CleaningView {
@@ -43,6 +55,8 @@ pub struct CleaningView {
     pub segments: Vec<SegmentView>,
     /// Changes whenever a segment is removed or replaced; a swap prepared on an older view is refused.
     pub generation: u64,
+    /// Where the producers' last batches can be had without a read of the log, if anywhere.
+    pub producers: Option<ProducerLastBatches>,
 }
 
 impl CleaningView {
@@ -80,7 +94,14 @@ impl Log {
             last_stable_offset: self.high_watermark,
             segments: self.segments.values().map(view_of).collect(),
             generation: self.generation,
+            producers: self.producer_last_batches.clone(),
         }
+    }
+
+    /// Lets the cleaner ask `source` for the producers' last batches instead of reading every
+    /// batch header of the log each round (`None`: it reads them).
+    pub fn set_producer_last_batches(&mut self, source: Option<ProducerLastBatches>) {
+        self.producer_last_batches = source;
     }
 
     /// The lowest offset the log was truncated to since the last call (the cleaner's checkpoint
@@ -160,19 +181,11 @@ fn offset_from_name(name: &str) -> Option<i64> {
 fn next_offset_of_log_file(path: &Path, base: i64) -> Result<i64> {
     let f = File::open(path).map_err(StorageError::io(path))?;
     let len = f.metadata().map_err(StorageError::io(path))?.len();
-    let (mut pos, mut next) = (0u64, base);
-    let mut buf = [0u8; BATCH_HEADER_SIZE];
-    while pos + BATCH_HEADER_SIZE as u64 <= len {
-        f.read_exact_at(&mut buf, pos)
-            .map_err(StorageError::io(path))?;
-        let h = BatchHeader::parse(&buf)?;
-        if h.batch_length < (BATCH_HEADER_SIZE - LOG_OVERHEAD) as i32 || pos + h.size() as u64 > len
-        {
-            break;
-        }
+    let mut next = base;
+    walk_batch_headers(&f, path, 0, len, |_, h| {
         next = h.next_offset();
-        pos += h.size() as u64;
-    }
+        ControlFlow::Continue(())
+    })?;
     Ok(next)
 }
 
