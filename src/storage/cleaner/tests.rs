@@ -578,6 +578,64 @@ fn fill(log: &LogRef, model: &mut Model, keys: &[u8], ts: i64, per_segment: usiz
     log.lock().roll(0).unwrap();
 }
 
+/// key → (offset, value) of a reader from the start: the last record of each key.
+fn consumer_table(l: &Log) -> BTreeMap<Vec<u8>, (i64, Option<Vec<u8>>)> {
+    let mut t = BTreeMap::new();
+    for (o, k, v) in read_back(l).0 {
+        t.insert(k, (o, v));
+    }
+    t
+}
+
+impl Model {
+    /// The table a reader from the start should build: each key's latest record.
+    fn table(&self) -> BTreeMap<Vec<u8>, (i64, Option<Vec<u8>>)> {
+        let mut t = BTreeMap::new();
+        for (o, (k, v)) in &self.records {
+            t.insert(k.clone(), (*o, v.clone()));
+        }
+        t
+    }
+}
+
+/// The `.log` bytes of each closed segment based at or above `from`.
+fn closed_segment_bytes(l: &Log, from: i64) -> Vec<(i64, Vec<u8>)> {
+    let active = l.cleaning_view().active_base();
+    l.segments()
+        .filter(|s| s.base_offset() >= from && s.base_offset() < active)
+        .map(|s| (s.base_offset(), std::fs::read(s.log_path()).unwrap()))
+        .collect()
+}
+
+#[test]
+fn a_round_is_held_to_log_cleaner_io_max_bytes_per_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path());
+    let mut model = Model::default();
+    let t0 = crate::storage::log::now_ms();
+    let keys: Vec<u8> = (0..150).map(|i| i % 5).collect();
+    fill(&log, &mut model, &keys, t0, 10);
+    let closed: u64 = closed_segment_bytes(&log.lock(), 0)
+        .iter()
+        .map(|(_, b)| b.len() as u64)
+        .sum();
+    // A round reads the closed segments at least twice (the offset map, then the copy): at
+    // `closed` bytes a second that is 2 s at the least.
+    let config = CleanerConfig {
+        max_io_bytes_per_second: closed as f64,
+        ..CleanerConfig::default()
+    };
+    let cleaner = cleaner_with(config, dir.path());
+    let start = std::time::Instant::now();
+    assert!(cleaner.clean_once(&[(tp(), log.clone())], t0));
+    let took = start.elapsed();
+    assert!(
+        took >= std::time::Duration::from_millis(1500),
+        "{closed} bytes read twice at {closed} bytes/s took {took:?}"
+    );
+    assert_eq!(consumer_table(&log.lock()), model.table());
+}
+
 #[test]
 fn the_producers_last_batches_come_from_the_producer_state_when_the_log_has_one() {
     let dir = tempfile::tempdir().unwrap();
