@@ -637,6 +637,49 @@ fn a_round_is_held_to_log_cleaner_io_max_bytes_per_second() {
 }
 
 #[test]
+fn a_swap_that_fails_midway_leaves_the_log_whole_in_memory_and_is_finished_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path());
+    let mut model = Model::default();
+    let t0 = crate::storage::log::now_ms();
+    let keys: Vec<u8> = (0..60).map(|i| i % 3).collect();
+    fill(&log, &mut model, &keys, t0, 3);
+    let bases: Vec<i64> = log.lock().segments().map(|s| s.base_offset()).collect();
+    // The rename of the second segment to `.deleted` fails (a directory holds its name).
+    let blocker = dir.path().join(format!("{:020}.log.deleted", bases[1]));
+    std::fs::create_dir(&blocker).unwrap();
+    std::fs::write(blocker.join("x"), b"x").unwrap();
+    let cleaner = cleaner_with(CleanerConfig::default(), dir.path());
+    assert!(!cleaner.clean_once(&[(tp(), log.clone())], t0));
+    assert_eq!(cleaner.metrics().uncleanable_partitions_count, 1);
+    {
+        let l = log.lock();
+        let now: Vec<i64> = l.segments().map(|s| s.base_offset()).collect();
+        assert!(
+            now.len() < bases.len(),
+            "the cleaned segment replaced its group: {now:?}"
+        );
+        assert!(
+            !now.contains(&bases[2]),
+            "no old segment of the group is left beside the new one: {now:?}"
+        );
+        let recs = read_back(&l).0;
+        assert!(recs.windows(2).all(|w| w[0].0 < w[1].0), "offsets go back");
+        assert_eq!(consumer_table(&l), model.table());
+        check_indexes(&l);
+    }
+    let served = read_back(&log.lock()).0;
+    drop(log);
+    std::fs::remove_dir_all(&blocker).unwrap();
+    let (records, start, _) = loaded(dir.path());
+    assert_eq!(
+        records, served,
+        "the load finishes the swap: the same records"
+    );
+    assert_eq!(start, 0);
+}
+
+#[test]
 fn the_producers_last_batches_come_from_the_producer_state_when_the_log_has_one() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path());

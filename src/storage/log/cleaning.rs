@@ -12,7 +12,10 @@ use crate::config::LogConfig;
 use crate::storage::checkpoint::{sync_dir, TopicPartition};
 use crate::storage::error::{Result, StorageError};
 use crate::storage::index::{OffsetIndex, TimeIndex};
-use crate::storage::segment::{walk_batch_headers, LogSegment, CLEANED_SUFFIX, SWAP_SUFFIX};
+use crate::storage::segment::{
+    file_name, walk_batch_headers, LogSegment, CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX,
+    SWAP_SUFFIX, TIME_INDEX_SUFFIX,
+};
 
 /// One segment as the cleaner reads it: the open `.log` (it stays readable if the segment is
 /// deleted meanwhile) and the sizes taken under the log's lock.
@@ -121,9 +124,12 @@ impl Log {
     }
 
     /// Kafka's `replaceSegments`: puts `cleaned` (written as `.cleaned` files and fsynced) in
-    /// place of the segments based at `old`. The cleaned files become `.swap`, the old segments
-    /// `.deleted`, then the swap suffix goes. A kill at any point leaves a state that loading
-    /// turns into the old segments or the new one (see `complete_interrupted_swaps`).
+    /// place of the segments based at `old`. The cleaned files become `.swap` (the `.log`
+    /// first); then, in memory, the old segments leave the log and the cleaned one takes their
+    /// place in one step; on disk the old segments are renamed `.deleted`, and the `.swap`
+    /// suffix goes only once all of them are. A kill at any point leaves a state that loading
+    /// turns into the old segments or the new one (see `complete_interrupted_swaps`); an I/O
+    /// error does too, and the log in memory serves the new segment from then on.
     /// Returns false, touching nothing, when the log changed since `generation`.
     pub fn replace_segments(
         &mut self,
@@ -132,37 +138,44 @@ impl Log {
         generation: u64,
     ) -> Result<bool> {
         let active = self.active().base_offset();
+        let base = cleaned.base_offset();
         let unchanged = generation == self.generation
-            && old.first() == Some(&cleaned.base_offset())
+            && old.first() == Some(&base)
             && old
                 .iter()
                 .all(|b| self.segments.contains_key(b) && *b != active);
         if !unchanged {
             return Ok(false);
         }
-        cleaned.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)?;
-        sync_dir(&self.dir)?;
-        // From here on the in-memory log must end up with the cleaned segment whatever fails:
-        // it holds everything the old ones served.
-        let retired = self.retire_segments(old);
-        let renamed = cleaned.change_file_suffixes(SWAP_SUFFIX, "");
-        self.segments.insert(cleaned.base_offset(), cleaned);
+        let swapped = cleaned
+            .change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+            .and_then(|()| sync_dir(&self.dir));
+        if let Err(e) = swapped {
+            // Not swapped: no `.swap` file may outlive this, or a later load would finish it.
+            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                remove_if_exists(&self.dir.join(file_name(base, suffix) + SWAP_SUFFIX))?;
+            }
+            return Err(e);
+        }
+        let retired: Vec<LogSegment> = old.iter().filter_map(|b| self.segments.remove(b)).collect();
+        self.segments.insert(base, cleaned);
         self.generation += 1;
-        retired?;
-        renamed?;
+        self.retire_files(&retired)?;
+        if let Some(seg) = self.segments.get_mut(&base) {
+            seg.change_file_suffixes(SWAP_SUFFIX, "")?;
+        }
         sync_dir(&self.dir)?;
         Ok(true)
     }
 
-    /// Takes the segments at `old` out of the log and renames their files `.deleted`, to be
-    /// removed after `file.delete.delay.ms`.
-    fn retire_segments(&mut self, old: &[i64]) -> Result<()> {
+    /// Renames the files of segments taken out of the log `.deleted`, to be removed after
+    /// `file.delete.delay.ms`. Stops at the first error (the caller leaves its `.swap` for the
+    /// next load to finish).
+    fn retire_files(&mut self, retired: &[LogSegment]) -> Result<()> {
         let due_ms = now_ms() + self.config.file_delete_delay_ms;
-        for base in old {
-            if let Some(seg) = self.segments.remove(base) {
-                let files = seg.rename_to_deleted()?;
-                self.pending_deletes.push(PendingDelete { due_ms, files });
-            }
+        for seg in retired {
+            let files = seg.rename_to_deleted()?;
+            self.pending_deletes.push(PendingDelete { due_ms, files });
         }
         Ok(())
     }
