@@ -81,6 +81,8 @@ pub struct Log {
     cleaner_truncation: Option<i64>,
     /// Who can tell the cleaner each producer's last batch (see `set_producer_last_batches`).
     producer_last_batches: Option<ProducerLastBatches>,
+    /// Set when the LogManager deletes the log (see `mark_deleted`).
+    deleted: bool,
 }
 
 /// Wall-clock milliseconds since the epoch, as Kafka timestamps count them.
@@ -257,6 +259,7 @@ impl Log {
             generation: 0,
             cleaner_truncation: None,
             producer_last_batches: None,
+            deleted: false,
         })
     }
 

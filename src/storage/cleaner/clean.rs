@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::filter::{self, FilterContext};
@@ -135,14 +137,17 @@ impl Cleaner {
         Cleaner { config, io }
     }
 
-    /// Kafka's `Cleaner.doClean`: cleans `log` from the view in `range` at time `now`.
-    /// Returns the first offset not cleaned (the next first dirty offset) and the stats.
+    /// Kafka's `Cleaner.doClean`: cleans `log` from the view in `range` at time `now`, until
+    /// `aborted` is set. Returns the first offset not cleaned (the next first dirty offset)
+    /// and the stats.
     pub fn clean(
         &mut self,
         log: &LogRef,
         range: &CleanRange,
         now: i64,
+        aborted: Arc<AtomicBool>,
     ) -> Result<(i64, CleanerStats)> {
+        self.io.watch(aborted);
         let view = &range.view;
         let mut stats = CleanerStats::default();
         let mut map = SkimpyOffsetMap::new(self.map_slots(range));

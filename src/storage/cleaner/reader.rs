@@ -63,12 +63,13 @@ pub(super) enum Flow {
     Stop,
 }
 
-/// A cleaner thread's read buffer, throttle and stop flag.
+/// A cleaner thread's read buffer, throttle, stop flag and the abort flag of its cleaning.
 pub(super) struct IoContext {
     buf: Vec<u8>,
     chunk: usize,
     pub(super) throttler: Throttler,
     running: Arc<AtomicBool>,
+    aborted: Arc<AtomicBool>,
 }
 
 impl IoContext {
@@ -78,12 +79,19 @@ impl IoContext {
             chunk: chunk.max(BATCH_HEADER_SIZE),
             throttler: Throttler::new(rate, running.clone()),
             running,
+            aborted: Arc::new(AtomicBool::new(false)),
         }
     }
 
-    /// Kafka's `checkDone`: a cleaning in progress stops when the cleaner shuts down.
+    /// The cleaning from now on stops when `aborted` is set (its partition is deleted).
+    pub(super) fn watch(&mut self, aborted: Arc<AtomicBool>) {
+        self.aborted = aborted;
+    }
+
+    /// Kafka's `checkDone`: a cleaning in progress stops when the cleaner shuts down or the
+    /// cleaning is aborted.
     pub(super) fn check_done(&self) -> Result<()> {
-        if self.running.load(Ordering::SeqCst) {
+        if self.running.load(Ordering::SeqCst) && !self.aborted.load(Ordering::SeqCst) {
             Ok(())
         } else {
             Err(StorageError::CleaningAborted)

@@ -732,3 +732,55 @@ fn the_producers_last_batches_come_from_the_producer_state_when_the_log_has_one(
         "the batch the producer state names is kept, empty"
     );
 }
+
+#[test]
+fn a_partition_deleted_while_it_is_cleaned_is_forgotten_and_one_created_again_is_cleaned() {
+    let root = tempfile::tempdir().unwrap();
+    let pdir = root.path().join(tp().dir_name());
+    let log = open(&pdir);
+    let mut model = Model::default();
+    let t0 = crate::storage::log::now_ms();
+    let keys: Vec<u8> = (0..200).map(|i| i % 4).collect();
+    fill(&log, &mut model, &keys, t0, 10);
+    let closed: u64 = closed_segment_bytes(&log.lock(), 0)
+        .iter()
+        .map(|(_, b)| b.len() as u64)
+        .sum();
+    // Slow enough that the offset map alone takes about 2 s.
+    let config = CleanerConfig {
+        max_io_bytes_per_second: closed as f64 / 2.0,
+        ..CleanerConfig::default()
+    };
+    let cleaner = cleaner_with(config, root.path());
+    let worker = {
+        let (c, l) = (cleaner.clone(), log.clone());
+        std::thread::spawn(move || c.clean_once(&[(tp(), l)], t0))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !cleaner.manager.is_cleaning(&tp()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cleaning did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    // What LogManager::delete_log does: the log is marked, its directory renamed, the cleaner
+    // told. The cleaning would otherwise go on to write its `.cleaned` files into a directory
+    // that is gone.
+    log.lock().mark_deleted();
+    std::fs::rename(&pdir, root.path().join("compacted-0.gone-delete")).unwrap();
+    cleaner.forget(&tp());
+    assert!(
+        !cleaner.manager.is_cleaning(&tp()),
+        "forget waits for the cleaning to stop"
+    );
+    assert!(!worker.join().unwrap());
+    assert_eq!(cleaner.metrics().uncleanable_partitions_count, 0);
+    assert_eq!(cleaner.checkpointed(&tp()), None);
+    // A partition of the same name, created again, is cleaned like any other.
+    let again = open(&pdir);
+    let mut model = Model::default();
+    fill(&again, &mut model, &[1, 1, 2, 2], t0, 2);
+    assert!(cleaner.clean_once(&[(tp(), again.clone())], t0));
+    assert!(cleaner.checkpointed(&tp()).is_some());
+}

@@ -118,9 +118,15 @@ impl Log {
         self.generation
     }
 
-    /// Refuses any swap prepared before now (the log is being deleted or rewritten).
-    pub fn invalidate_cleaning(&mut self) {
+    /// The log is being deleted: the cleaner takes it no more, and a swap prepared before now
+    /// is refused.
+    pub fn mark_deleted(&mut self) {
+        self.deleted = true;
         self.generation += 1;
+    }
+
+    pub fn is_deleted(&self) -> bool {
+        self.deleted
     }
 
     /// Kafka's `replaceSegments`: puts `cleaned` (written as `.cleaned` files and fsynced) in
