@@ -607,6 +607,85 @@ fn closed_segment_bytes(l: &Log, from: i64) -> Vec<(i64, Vec<u8>)> {
         .collect()
 }
 
+/// Keys of the records below `end`, in offset order.
+fn keys_below(l: &Log, end: i64) -> Vec<Vec<u8>> {
+    read_back(l)
+        .0
+        .into_iter()
+        .filter(|r| r.0 < end)
+        .map(|r| r.1)
+        .collect()
+}
+
+fn assert_each_key_once(keys: &[Vec<u8>]) {
+    let distinct: std::collections::BTreeSet<&Vec<u8>> = keys.iter().collect();
+    assert_eq!(distinct.len(), keys.len(), "a key twice in {keys:?}");
+}
+
+#[test]
+fn a_segment_younger_than_min_compaction_lag_is_not_cleaned() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        min_compaction_lag_ms: 60_000,
+        ..log_config()
+    };
+    let log = open_with(dir.path(), tp(), config);
+    let mut model = Model::default();
+    let t0 = crate::storage::log::now_ms();
+    let keys: Vec<u8> = (0..60).map(|i| i % 3).collect();
+    fill(&log, &mut model, &keys, t0 - 120_000, 5);
+    let young_base = log.lock().log_end_offset();
+    fill(&log, &mut model, &keys[..30], t0, 5);
+    let young_before = closed_segment_bytes(&log.lock(), young_base);
+    assert_eq!(young_before.len(), 6);
+    let cleaner = cleaner_with(CleanerConfig::default(), dir.path());
+    assert!(cleaner.clean_once(&[(tp(), log.clone())], t0));
+    let l = log.lock();
+    assert_eq!(
+        closed_segment_bytes(&l, young_base),
+        young_before,
+        "segments younger than the lag are left as they were"
+    );
+    assert_each_key_once(&keys_below(&l, young_base));
+    assert_eq!(keys_below(&l, young_base).len(), 3);
+    assert_eq!(cleaner.checkpointed(&tp()), Some(young_base));
+    assert_eq!(consumer_table(&l), model.table());
+}
+
+#[test]
+fn a_log_below_its_dirty_ratio_is_cleaned_once_its_oldest_dirty_record_passes_max_compaction_lag() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        // A ratio no log exceeds: only the lag can get this log cleaned.
+        min_cleanable_dirty_ratio: Ratio(1.0),
+        max_compaction_lag_ms: 60_000,
+        ..log_config()
+    };
+    let log = open_with(dir.path(), tp(), config);
+    let mut model = Model::default();
+    let t0 = crate::storage::log::now_ms();
+    let keys: Vec<u8> = (0..40).map(|i| i % 4).collect();
+    fill(&log, &mut model, &keys, t0, 5);
+    let end = log.lock().log_end_offset();
+    let cleaner = cleaner_with(CleanerConfig::default(), dir.path());
+    assert!(!cleaner.clean_once(&[(tp(), log.clone())], t0 + 30_000));
+    assert_eq!(
+        keys_below(&log.lock(), end).len(),
+        40,
+        "not cleaned before the lag"
+    );
+    assert_eq!(cleaner.metrics().max_compaction_delay_secs, 0);
+    assert!(cleaner.clean_once(&[(tp(), log.clone())], t0 + 61_000));
+    assert_eq!(
+        cleaner.metrics().max_compaction_delay_secs,
+        1,
+        "the oldest dirty batch was 1 s past the lag when the log was chosen"
+    );
+    let l = log.lock();
+    assert_eq!(keys_below(&l, end).len(), 4);
+    assert_eq!(consumer_table(&l), model.table());
+}
+
 #[test]
 fn a_round_is_held_to_log_cleaner_io_max_bytes_per_second() {
     let dir = tempfile::tempdir().unwrap();
@@ -634,6 +713,194 @@ fn a_round_is_held_to_log_cleaner_io_max_bytes_per_second() {
         "{closed} bytes read twice at {closed} bytes/s took {took:?}"
     );
     assert_eq!(consumer_table(&log.lock()), model.table());
+}
+
+#[test]
+fn two_cleaner_threads_clean_two_logs_and_never_take_the_same_one() {
+    let root = tempfile::tempdir().unwrap();
+    let t0 = crate::storage::log::now_ms();
+    let mut logs = Vec::new();
+    let mut models = Vec::new();
+    for p in 0..2 {
+        let tp = TopicPartition::new("compacted", p);
+        let log = open_with(&root.path().join(tp.dir_name()), tp.clone(), log_config());
+        let mut model = Model::default();
+        let keys: Vec<u8> = (0..60).map(|i| i % 6).collect();
+        fill(&log, &mut model, &keys, t0, 10);
+        logs.push((tp, log));
+        models.push(model);
+    }
+    let config = CleanerConfig {
+        num_threads: 2,
+        backoff_ms: 10,
+        ..CleanerConfig::default()
+    };
+    let cleaner = cleaner_with(config, root.path());
+    // A log being cleaned is not handed to another thread.
+    let m = &cleaner.manager;
+    let first = m.grab_filthiest_compacted_log(&logs, t0).unwrap().unwrap();
+    let second = m.grab_filthiest_compacted_log(&logs, t0).unwrap().unwrap();
+    assert_ne!(first.tp, second.tp);
+    assert!(m.grab_filthiest_compacted_log(&logs, t0).unwrap().is_none());
+    m.aborted(&first.tp);
+    m.aborted(&second.tp);
+    // Two threads over both logs clean both.
+    let source = logs.clone();
+    cleaner.start(Arc::new(move || Some(source.clone())));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while logs
+        .iter()
+        .any(|(tp, _)| cleaner.checkpointed(tp).is_none())
+    {
+        assert!(std::time::Instant::now() < deadline, "not both cleaned");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(cleaner.threads.lock().unwrap().len(), 2);
+    cleaner.shutdown();
+    for ((tp, log), model) in logs.iter().zip(&models) {
+        let l = log.lock();
+        let active = l.cleaning_view().active_base();
+        assert_each_key_once(&keys_below(&l, active));
+        assert_eq!(keys_below(&l, active).len(), 6, "{tp}");
+        assert_eq!(consumer_table(&l), model.table());
+    }
+}
+
+#[test]
+fn the_dirtiest_log_is_cleaned_first() {
+    let root = tempfile::tempdir().unwrap();
+    let t0 = crate::storage::log::now_ms();
+    let keys: Vec<u8> = (0..60).map(|i| i % 6).collect();
+    let (a, b) = (
+        TopicPartition::new("compacted", 0),
+        TopicPartition::new("compacted", 1),
+    );
+    let la = open_with(&root.path().join(a.dir_name()), a.clone(), log_config());
+    let lb = open_with(&root.path().join(b.dir_name()), b.clone(), log_config());
+    let cleaner = cleaner_with(CleanerConfig::default(), root.path());
+    let mut model = Model::default();
+    fill(&la, &mut model, &keys, t0, 10);
+    // `b`: a log as large, cleaned once, then a little more written: its dirty share is smaller.
+    let mut other = Model::default();
+    fill(&lb, &mut other, &keys, t0, 10);
+    assert!(cleaner.clean_once(&[(b.clone(), lb.clone())], t0));
+    fill(&lb, &mut other, &keys[..10], t0, 10);
+    let m = &cleaner.manager;
+    for order in [
+        [(a.clone(), la.clone()), (b.clone(), lb.clone())],
+        [(b.clone(), lb.clone()), (a.clone(), la.clone())],
+    ] {
+        let got = m.grab_filthiest_compacted_log(&order, t0).unwrap().unwrap();
+        assert_eq!(got.tp, a, "ratio {}", got.cleanable_ratio);
+        assert_eq!(cleaner.metrics().max_dirty_percent, 100, "`a` is all dirty");
+        // With `a` in hand, the next thread gets `b`, the less dirty.
+        let next = m.grab_filthiest_compacted_log(&order, t0).unwrap().unwrap();
+        assert_eq!(next.tp, b);
+        assert!(next.cleanable_ratio < got.cleanable_ratio);
+        m.aborted(&a);
+        m.aborted(&b);
+    }
+}
+
+#[test]
+fn compact_delete_logs_lose_old_segments_to_retention_and_duplicates_to_cleaning() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        cleanup_policy: "compact,delete".into(),
+        retention_ms: 60_000,
+        ..log_config()
+    };
+    let log = open_with(dir.path(), tp(), config);
+    let mut model = Model::default();
+    let t0 = crate::storage::log::now_ms();
+    // Old: keys 0..3 and 9, past retention. New: keys 0..3, each several times.
+    let old: Vec<u8> = (0..20).map(|i| if i == 19 { 9 } else { i % 3 }).collect();
+    fill(&log, &mut model, &old, t0 - 120_000, 5);
+    let new_base = log.lock().log_end_offset();
+    let keys: Vec<u8> = (0..30).map(|i| i % 3).collect();
+    fill(&log, &mut model, &keys, t0, 5);
+    let deleted = log.lock().delete_old_segments(t0).unwrap();
+    assert_eq!(deleted, 4, "the old segments went by retention");
+    assert_eq!(log.lock().log_start_offset(), new_base);
+    let cleaner = cleaner_with(CleanerConfig::default(), dir.path());
+    assert!(cleaner.clean_once(&[(tp(), log.clone())], t0));
+    let l = log.lock();
+    let active = l.cleaning_view().active_base();
+    let left = keys_below(&l, active);
+    assert_each_key_once(&left);
+    assert_eq!(
+        left.len(),
+        3,
+        "key 9 went with its segment, the others keep one record"
+    );
+    let expected: BTreeMap<_, _> = model
+        .table()
+        .into_iter()
+        .filter(|(_, (o, _))| *o >= new_base)
+        .collect();
+    assert_eq!(consumer_table(&l), expected);
+}
+
+#[test]
+fn a_full_offset_map_cleans_part_of_the_dirty_section_and_the_next_round_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path());
+    let mut model = Model::default();
+    let t0 = crate::storage::log::now_ms();
+    // Keys 0..9 ten times (offsets 0..99), keys 10..29 once (100..119), keys 0..9 again.
+    let mut keys: Vec<u8> = (0..100).map(|i| i % 10).collect();
+    keys.extend(10..30);
+    keys.extend(0..10);
+    fill(&log, &mut model, &keys, t0, 10);
+    let active = log.lock().cleaning_view().active_base();
+    // 30 slots at a load factor of 0.9: the map holds 27 keys, 0..26, up to offset 116.
+    let config = CleanerConfig {
+        dedupe_buffer_size: 30 * 24,
+        ..CleanerConfig::default()
+    };
+    let cleaner = cleaner_with(config, dir.path());
+    assert!(cleaner.clean_once(&[(tp(), log.clone())], t0));
+    assert_eq!(cleaner.checkpointed(&tp()), Some(117), "the map's end");
+    {
+        let l = log.lock();
+        let below = keys_below(&l, 117);
+        assert_each_key_once(&below);
+        assert_eq!(below.len(), 27);
+        assert_eq!(
+            keys_below(&l, active).len(),
+            27 + 13,
+            "from 117 on: as written"
+        );
+        assert_eq!(consumer_table(&l), model.table());
+    }
+    assert!(cleaner.clean_once(&[(tp(), log.clone())], t0));
+    assert_eq!(cleaner.checkpointed(&tp()), Some(active));
+    let l = log.lock();
+    assert_each_key_once(&keys_below(&l, active));
+    assert_eq!(keys_below(&l, active).len(), 30);
+    check_against_model(&l, &model, t0, active);
+    check_indexes(&l);
+}
+
+#[test]
+fn time_since_last_run_grows_until_the_cleaner_looks_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path());
+    let mut model = Model::default();
+    let t0 = crate::storage::log::now_ms();
+    fill(&log, &mut model, &[1, 1, 2, 2], t0, 2);
+    let cleaner = cleaner_with(CleanerConfig::default(), dir.path());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let before = cleaner.metrics().time_since_last_run_ms;
+    assert!(before >= 300, "{before}");
+    assert!(cleaner.clean_once(&[(tp(), log.clone())], crate::storage::log::now_ms()));
+    let after = cleaner.metrics().time_since_last_run_ms;
+    assert!((0..200).contains(&after), "{after} ms after a run");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let later = cleaner.metrics().time_since_last_run_ms;
+    assert!(later >= after + 300, "{after} then {later}");
+    let recopy = cleaner.metrics().cleaner_recopy_percent;
+    assert!((1..100).contains(&recopy), "{recopy}");
 }
 
 #[test]
