@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::produce_response::{
-    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
+    TopicProduceResponse,
 };
 use kafka_protocol::messages::{
     BrokerId, InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse,
@@ -19,9 +20,19 @@ use super::{msg, Broker, Outcome};
 use crate::protocol::errors;
 use crate::storage::TopicPartition;
 
-/// NOT_LEADER_OR_FOLLOWER with the leader this broker knows of (KIP-951, Produce v10+).
+/// A refused partition: its code and message, the refused records of an INVALID_RECORD batch,
+/// and with NOT_LEADER_OR_FOLLOWER the leader this broker knows of (KIP-951, Produce v10+).
 fn refused(index: i32, e: PartitionError, leaders: &mut Vec<i32>) -> PartitionProduceResponse {
-    let r = partition_error(index, e.code, Some(e.message));
+    let record_errors = e
+        .record_errors
+        .into_iter()
+        .map(|(i, m)| {
+            BatchIndexAndErrorMessage::default()
+                .with_batch_index(i)
+                .with_batch_index_error_message(Some(StrBytes::from_string(m)))
+        })
+        .collect();
+    let r = partition_error(index, e.code, Some(e.message)).with_record_errors(record_errors);
     match e.current_leader {
         Some((leader, epoch)) if e.code == errors::NOT_LEADER_OR_FOLLOWER => {
             if leader >= 0 && !leaders.contains(&leader) {

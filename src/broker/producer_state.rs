@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::protocol::errors;
 use crate::storage::batch::BatchHeader;
 use crate::storage::checkpoint::write_atomic;
+use crate::storage::log::LastBatch;
 use crate::storage::{Log, StorageError};
 
 /// Kafka keeps this many batches per producer for duplicate detection.
@@ -131,6 +132,21 @@ impl ProducerStateManager {
             })?;
         }
         Ok(psm)
+    }
+
+    /// Each producer's last batch, for the log cleaner (Kafka's `lastEntry(pid).lastDataOffset`).
+    pub fn last_batches(&self) -> HashMap<i64, LastBatch> {
+        self.producers
+            .iter()
+            .filter_map(|(id, e)| {
+                let b = e.batches.back()?;
+                let last = LastBatch {
+                    last_offset: b.last_offset,
+                    timestamp: b.timestamp,
+                };
+                Some((*id, last))
+            })
+            .collect()
     }
 
     pub fn producer(&self, id: i64) -> Option<&ProducerEntry> {

@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use crate::protocol::errors;
+
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
     /// The bytes are damaged: wrong CRC, wrong length, torn batch (CORRUPT_MESSAGE).
@@ -18,6 +20,10 @@ pub enum StorageError {
         log_start_offset: i64,
         log_end_offset: i64,
     },
+    /// Records a batch may not hold, each named by its index in the batch (INVALID_RECORD with
+    /// Kafka's `record_errors`): e.g. a record without a key on a compacted topic.
+    #[error("{}", record_errors_message(.0))]
+    RecordErrors(Vec<RecordError>),
     /// A batch larger than `max.message.bytes` (MESSAGE_TOO_LARGE).
     #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
     RecordTooLarge { size: usize, max: usize },
@@ -48,22 +54,51 @@ pub enum StorageError {
     },
 }
 
+/// One refused record of a batch (Kafka's `RecordError`): its index in the batch and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordError {
+    pub batch_index: i32,
+    pub message: String,
+}
+
+/// Kafka's `LogValidator.processRecordErrors` message: the count and the first three errors.
+fn record_errors_message(errors: &[RecordError]) -> String {
+    let shown: Vec<String> = errors
+        .iter()
+        .take(3)
+        .map(|e| {
+            format!(
+                "RecordError(batchIndex={}, message='{}')",
+                e.batch_index, e.message
+            )
+        })
+        .collect();
+    format!(
+        "One or more records have been rejected due to {} record errors in total, and only \
+         showing the first three errors at most: [{}]",
+        errors.len(),
+        shown.join(", ")
+    )
+}
+
 impl StorageError {
     /// Kafka's error code for this error (see `org.apache.kafka.common.protocol.Errors`).
     pub fn kafka_error_code(&self) -> i16 {
         match self {
-            StorageError::CorruptRecord(_) => 2,
-            StorageError::InvalidRecord(_) => 87,
-            StorageError::OffsetOutOfRange { .. } => 1,
-            StorageError::RecordTooLarge { .. } => 10,
-            StorageError::UnexpectedAppendOffset(_) => 2,
-            // KAFKA_STORAGE_ERROR
+            StorageError::CorruptRecord(_) | StorageError::UnexpectedAppendOffset(_) => {
+                errors::CORRUPT_MESSAGE
+            }
+            StorageError::InvalidRecord(_) | StorageError::RecordErrors(_) => {
+                errors::INVALID_RECORD
+            }
+            StorageError::OffsetOutOfRange { .. } => errors::OFFSET_OUT_OF_RANGE,
+            StorageError::RecordTooLarge { .. } => errors::MESSAGE_TOO_LARGE,
             StorageError::CorruptIndex { .. }
             | StorageError::MalformedFile { .. }
             | StorageError::DirectoryLocked(_)
             | StorageError::Poisoned
             | StorageError::CleaningAborted
-            | StorageError::Io { .. } => 56,
+            | StorageError::Io { .. } => errors::KAFKA_STORAGE_ERROR,
         }
     }
 

@@ -9,7 +9,7 @@ use super::checkpoint::{
     read_partition_metadata, write_partition_metadata, KafkaUuid, TopicPartition,
 };
 use super::epoch::LeaderEpochFileCache;
-use super::error::{Result, StorageError};
+use super::error::{RecordError, Result, StorageError};
 use super::segment::{
     file_name, FlushHandles, LogSegment, RollParams, SegmentConfig, TimestampAndOffset,
     DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX,
@@ -79,6 +79,10 @@ pub struct Log {
     generation: u64,
     /// The lowest offset truncated to since the cleaner last asked.
     cleaner_truncation: Option<i64>,
+    /// Who can tell the cleaner each producer's last batch (see `set_producer_last_batches`).
+    producer_last_batches: Option<ProducerLastBatches>,
+    /// Set when the LogManager deletes the log (see `mark_deleted`).
+    deleted: bool,
 }
 
 /// Wall-clock milliseconds since the epoch, as Kafka timestamps count them.
@@ -254,6 +258,8 @@ impl Log {
             roll_flush_upto: None,
             generation: 0,
             cleaner_truncation: None,
+            producer_last_batches: None,
+            deleted: false,
         })
     }
 
@@ -346,6 +352,10 @@ impl Log {
                     max: self.config.max_message_bytes as usize,
                 });
             }
+            if self.config.compact() {
+                let b = &records[info.position..info.position + size];
+                self.refuse_keyless_records(&info.header, b)?;
+            }
         }
         let now = now_ms();
         let log_append = self.config.message_timestamp_type == TimestampType::LogAppendTime;
@@ -380,6 +390,37 @@ impl Log {
             self.epoch_cache.assign(leader_epoch, first_offset)?;
         }
         Ok(info)
+    }
+
+    /// Kafka's `LogValidator.validateKey`, on a compacted log: a batch holding a record without
+    /// a key is refused whole, each such record named by its index in the batch. Followers
+    /// append what the leader wrote; only leader appends are checked.
+    fn refuse_keyless_records(&self, h: &BatchHeader, b: &[u8]) -> Result<()> {
+        if h.is_control() {
+            return Ok(());
+        }
+        let section = batch::records_section(b)?;
+        let mut rest: &[u8] = &section;
+        let mut errors = Vec::new();
+        for index in 0..h.records_count.max(0) {
+            let r = batch::RawRecord::parse(&mut rest).ok_or_else(|| {
+                StorageError::CorruptRecord("a record of a batch is malformed".into())
+            })?;
+            if r.key.is_none() {
+                errors.push(RecordError {
+                    batch_index: index,
+                    message: format!(
+                        "Compacted topic cannot accept message without key in topic partition {}",
+                        self.tp
+                    ),
+                });
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(StorageError::RecordErrors(errors))
+        }
     }
 
     /// Appends batches fetched from a leader with their offsets as they are. The first batch
@@ -808,7 +849,7 @@ impl Log {
 }
 
 mod cleaning;
-pub use cleaning::{CleaningView, SegmentView};
+pub use cleaning::{CleaningView, LastBatch, ProducerLastBatches, SegmentView};
 
 #[cfg(test)]
 mod tests;

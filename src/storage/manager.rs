@@ -239,7 +239,7 @@ impl LogManager {
             return Ok(false);
         };
         let mut log = log.lock();
-        log.invalidate_cleaning();
+        log.mark_deleted();
         let from = log.dir().to_path_buf();
         let delay = log.config().file_delete_delay_ms;
         log.delete_due_files(i64::MAX)?;

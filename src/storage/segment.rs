@@ -2,6 +2,7 @@
 //! its base offset. Owns appends, reads by offset or timestamp, recovery, truncation and rolling tests.
 
 use std::fs::{File, OpenOptions};
+use std::ops::ControlFlow;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -190,32 +191,31 @@ impl LogSegment {
         self.log
             .read_exact_at(&mut buf, position)
             .map_err(StorageError::io(&self.log_path))?;
-        let h = BatchHeader::parse(&buf)?;
-        if h.batch_length < (BATCH_HEADER_SIZE - LOG_OVERHEAD) as i32
-            || position + h.size() as u64 > self.size
-        {
-            return Ok(None);
-        }
-        Ok(Some(h))
+        whole_batch_header(&buf, position, self.size)
     }
 
     /// Restores next offset and max timestamp from the index tails and the batches after them
     /// (Kafka's `readNextOffset` and `loadLargestTimestamp`).
     fn load_tail_state(&mut self) -> Result<()> {
         let last = self.offset_index.last_entry();
-        let mut pos = last.position as u64;
         let mut next = self.base_offset;
         let last_time = self.time_index.last_entry();
-        self.max_timestamp_so_far = last_time.timestamp;
-        self.offset_of_max_timestamp_so_far = last_time.offset;
-        while let Some(h) = self.header_at(pos)? {
-            next = h.next_offset();
-            if h.max_timestamp > self.max_timestamp_so_far {
-                self.max_timestamp_so_far = h.max_timestamp;
-                self.offset_of_max_timestamp_so_far = h.last_offset();
-            }
-            pos += h.size() as u64;
-        }
+        let (mut max_ts, mut max_ts_offset) = (last_time.timestamp, last_time.offset);
+        walk_batch_headers(
+            &self.log,
+            &self.log_path,
+            last.position as u64,
+            self.size,
+            |_, h| {
+                next = h.next_offset();
+                if h.max_timestamp > max_ts {
+                    (max_ts, max_ts_offset) = (h.max_timestamp, h.last_offset());
+                }
+                ControlFlow::Continue(())
+            },
+        )?;
+        self.max_timestamp_so_far = max_ts;
+        self.offset_of_max_timestamp_so_far = max_ts_offset;
         self.next_offset = next;
         if let Some(h) = self.header_at(0)? {
             self.rolling_based_timestamp = Some(h.max_timestamp);
@@ -375,13 +375,13 @@ impl LogSegment {
         offset: i64,
         mut f: impl FnMut(&BatchHeader),
     ) -> Result<()> {
-        let Some((mut pos, _)) = self.translate_offset(offset)? else {
+        let Some((pos, _)) = self.translate_offset(offset)? else {
             return Ok(());
         };
-        while let Some(h) = self.header_at(pos)? {
-            f(&h);
-            pos += h.size() as u64;
-        }
+        walk_batch_headers(&self.log, &self.log_path, pos, self.size, |_, h| {
+            f(h);
+            ControlFlow::Continue(())
+        })?;
         Ok(())
     }
 
@@ -442,14 +442,16 @@ impl LogSegment {
     }
 
     /// Walks batch headers from `pos` to the first batch whose last offset is ≥ `offset`.
-    fn batch_from(&self, mut pos: u64, offset: i64) -> Result<Option<(u64, BatchHeader)>> {
-        while let Some(h) = self.header_at(pos)? {
+    fn batch_from(&self, pos: u64, offset: i64) -> Result<Option<(u64, BatchHeader)>> {
+        let mut found = None;
+        walk_batch_headers(&self.log, &self.log_path, pos, self.size, |at, h| {
             if h.last_offset() >= offset {
-                return Ok(Some((pos, h)));
+                found = Some((at, *h));
+                return ControlFlow::Break(());
             }
-            pos += h.size() as u64;
-        }
-        Ok(None)
+            ControlFlow::Continue(())
+        })?;
+        Ok(found)
     }
 
     /// Whole batches from the one containing `start_offset`: at most `max_bytes` unless the first
@@ -766,6 +768,63 @@ impl LogSegment {
         }
         Ok(out)
     }
+}
+
+/// The header at the start of `buf`, read at `position` of a file of `len` bytes, if it starts a
+/// whole batch: `None` for a length too short to be a batch or a batch running past `len`.
+fn whole_batch_header(buf: &[u8], position: u64, len: u64) -> Result<Option<BatchHeader>> {
+    let h = BatchHeader::parse(buf)?;
+    if h.batch_length < (BATCH_HEADER_SIZE - LOG_OVERHEAD) as i32
+        || position + h.size() as u64 > len
+    {
+        return Ok(None);
+    }
+    Ok(Some(h))
+}
+
+/// What a header walk reads in one `pread` while batches are small.
+const HEADER_WALK_CHUNK: usize = 64 << 10;
+
+/// The one walk over batch headers of a `.log` file (`len` bytes of `file`, from byte `from`):
+/// calls `f` with each whole batch's position and header until `f` breaks, a length is too
+/// short to be a batch, or a batch runs past `len` (a torn tail). Small batches are read many
+/// headers to a `pread` of up to 64 KiB; after a batch of 32 KiB or more, one header at a time.
+/// Returns the bytes read (for a caller that throttles its reads).
+pub fn walk_batch_headers(
+    file: &File,
+    path: &Path,
+    from: u64,
+    len: u64,
+    mut f: impl FnMut(u64, &BatchHeader) -> ControlFlow<()>,
+) -> Result<u64> {
+    let mut buf = Vec::new();
+    let (mut pos, mut read, mut last_size) = (from, 0u64, 0usize);
+    while pos + BATCH_HEADER_SIZE as u64 <= len {
+        let want = if last_size >= HEADER_WALK_CHUNK / 2 {
+            BATCH_HEADER_SIZE
+        } else {
+            HEADER_WALK_CHUNK
+        };
+        let n = (want as u64).min(len - pos) as usize;
+        buf.resize(n, 0);
+        file.read_exact_at(&mut buf, pos)
+            .map_err(StorageError::io(path))?;
+        read += n as u64;
+        // At least one header fits in `buf`, so each pass moves on.
+        let mut at = 0usize;
+        while at + BATCH_HEADER_SIZE <= n {
+            let Some(h) = whole_batch_header(&buf[at..], pos + at as u64, len)? else {
+                return Ok(read);
+            };
+            if f(pos + at as u64, &h).is_break() {
+                return Ok(read);
+            }
+            last_size = h.size();
+            at += last_size;
+        }
+        pos += at as u64;
+    }
+    Ok(read)
 }
 
 /// `path` with its suffix `old` replaced by `new`.

@@ -8,6 +8,7 @@ mod follower;
 mod leader;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
@@ -49,6 +50,8 @@ pub struct PartitionError {
     pub message: String,
     /// `(leader id, leader epoch)` when known.
     pub current_leader: Option<(i32, i32)>,
+    /// The refused records of a batch (Produce's `record_errors`): index in the batch, why.
+    pub record_errors: Vec<(i32, String)>,
 }
 
 impl PartitionError {
@@ -57,6 +60,7 @@ impl PartitionError {
             code,
             message: message.into(),
             current_leader: None,
+            record_errors: Vec::new(),
         }
     }
 
@@ -65,13 +69,21 @@ impl PartitionError {
             code: errors::NOT_LEADER_OR_FOLLOWER,
             message: "This server is not the leader for that topic-partition.".into(),
             current_leader: Some((leader, epoch)),
+            record_errors: Vec::new(),
         }
     }
 }
 
 impl From<StorageError> for PartitionError {
     fn from(e: StorageError) -> Self {
-        PartitionError::new(e.kafka_error_code(), e.to_string())
+        let mut p = PartitionError::new(e.kafka_error_code(), e.to_string());
+        if let StorageError::RecordErrors(errors) = e {
+            p.record_errors = errors
+                .into_iter()
+                .map(|r| (r.batch_index, r.message))
+                .collect();
+        }
+        p
     }
 }
 
@@ -100,8 +112,9 @@ pub struct Partition {
     /// This broker's id.
     local: i32,
     log: LogRef,
-    /// Idempotent-producer state; always locked after `log`.
-    producers: Mutex<ProducerStateManager>,
+    /// Idempotent-producer state; always locked after `log`. The log's cleaner asks it for
+    /// each producer's last batch (with no log lock held).
+    producers: Arc<Mutex<ProducerStateManager>>,
     state: RwLock<ReplicaState>,
     /// While leader: the followers' progress and an ISR change in flight.
     leader: Mutex<LeaderState>,
@@ -134,13 +147,17 @@ impl Partition {
         image: &PartitionImage,
         local: i32,
     ) -> Result<Partition, StorageError> {
-        let producers = ProducerStateManager::load(&log.lock())?;
+        let producers = Arc::new(Mutex::new(ProducerStateManager::load(&log.lock())?));
+        let state = Arc::downgrade(&producers);
+        log.lock().set_producer_last_batches(Some(Arc::new(move || {
+            state.upgrade().map(|p| p.lock().last_batches())
+        })));
         let p = Partition {
             tp,
             topic_id,
             local,
             log,
-            producers: Mutex::new(producers),
+            producers,
             leader: Mutex::new(LeaderState::default()),
             leader_throttled: AtomicBool::new(false),
             follower_throttled: AtomicBool::new(false),
@@ -298,6 +315,7 @@ impl Partition {
                     st.leader_epoch
                 ),
                 current_leader: Some((st.leader, st.leader_epoch)),
+                record_errors: Vec::new(),
             });
         }
         if current_leader_epoch > st.leader_epoch {

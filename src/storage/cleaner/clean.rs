@@ -2,18 +2,21 @@
 //! then every segment below its end rewritten in groups, each group swapped in as one segment.
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Instant;
 
-use super::filter::{self, FilterContext, LastBatch};
+use super::filter::{self, FilterContext};
 use super::offset_map::SkimpyOffsetMap;
 use super::reader::{Flow, IoContext};
 use crate::config::cleaner::CleanerConfig;
 use crate::storage::batch::{BatchHeader, RawRecord};
 use crate::storage::error::{Result, StorageError};
-use crate::storage::log::{CleaningView, SegmentView};
+use crate::storage::log::{CleaningView, LastBatch, SegmentView};
 use crate::storage::segment::{
-    file_name, LogSegment, SegmentConfig, CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
+    file_name, walk_batch_headers, LogSegment, SegmentConfig, CLEANED_SUFFIX, INDEX_SUFFIX,
+    LOG_SUFFIX, TIME_INDEX_SUFFIX,
 };
 use crate::storage::LogRef;
 
@@ -134,14 +137,17 @@ impl Cleaner {
         Cleaner { config, io }
     }
 
-    /// Kafka's `Cleaner.doClean`: cleans `log` from the view in `range` at time `now`.
-    /// Returns the first offset not cleaned (the next first dirty offset) and the stats.
+    /// Kafka's `Cleaner.doClean`: cleans `log` from the view in `range` at time `now`, until
+    /// `aborted` is set. Returns the first offset not cleaned (the next first dirty offset)
+    /// and the stats.
     pub fn clean(
         &mut self,
         log: &LogRef,
         range: &CleanRange,
         now: i64,
+        aborted: Arc<AtomicBool>,
     ) -> Result<(i64, CleanerStats)> {
+        self.io.watch(aborted);
         let view = &range.view;
         let mut stats = CleanerStats::default();
         let mut map = SkimpyOffsetMap::new(self.map_slots(range));
@@ -253,25 +259,30 @@ impl Cleaner {
     }
 
     /// The last batch of each producer in the log (Kafka keeps it through cleaning so that the
-    /// producer's sequence and epoch survive). Headers only, to the log end of the view.
+    /// producer's sequence and epoch survive), as Kafka asks its ProducerStateManager: from the
+    /// log's producer state when it has one. Otherwise (a log no partition has opened yet) every
+    /// batch header of the view is read, in large chunks, counted against the throttle.
     fn last_batches_of_producers(
         &mut self,
         view: &CleaningView,
     ) -> Result<HashMap<i64, LastBatch>> {
+        if let Some(known) = view.producers.as_ref().and_then(|f| f()) {
+            return Ok(known);
+        }
         let mut out: HashMap<i64, LastBatch> = HashMap::new();
         for seg in &view.segments {
             self.io.check_done()?;
-            filter::for_each_header(seg, |h| {
+            let read = walk_batch_headers(&seg.file, &seg.path, 0, seg.size, |_, h| {
                 if h.has_producer_id() {
-                    out.insert(
-                        h.producer_id,
-                        LastBatch {
-                            last_offset: h.last_offset(),
-                            timestamp: h.max_timestamp,
-                        },
-                    );
+                    let last = LastBatch {
+                        last_offset: h.last_offset(),
+                        timestamp: h.max_timestamp,
+                    };
+                    out.insert(h.producer_id, last);
                 }
+                ControlFlow::Continue(())
             })?;
+            self.io.throttler.maybe_throttle(read);
         }
         Ok(out)
     }

@@ -3,22 +3,12 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::os::unix::fs::FileExt;
 
 use super::clean::CleanerStats;
 use super::offset_map::SkimpyOffsetMap;
-use crate::storage::batch::{
-    self, BatchHeader, RawRecord, Rewrite, BATCH_HEADER_SIZE, LOG_OVERHEAD,
-};
+use crate::storage::batch::{self, BatchHeader, RawRecord, Rewrite};
 use crate::storage::error::{Result, StorageError};
-use crate::storage::log::SegmentView;
-
-/// A producer's last batch in the log: its last offset and max timestamp.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LastBatch {
-    pub last_offset: i64,
-    pub timestamp: i64,
-}
+use crate::storage::log::LastBatch;
 
 /// Everything a batch's fate depends on in one round.
 pub struct FilterContext<'a> {
@@ -141,22 +131,4 @@ fn should_retain_record(
     let latest_for_key = offset >= map.get(key);
     let retain_deletes = h.delete_horizon_ms().is_none_or(|d| now < d);
     latest_for_key && (r.has_value || retain_deletes)
-}
-
-/// Calls `f` with each batch header of `seg` (one small read per header).
-pub fn for_each_header(seg: &SegmentView, mut f: impl FnMut(&BatchHeader)) -> Result<()> {
-    let mut pos = 0u64;
-    let mut buf = [0u8; BATCH_HEADER_SIZE];
-    while pos + BATCH_HEADER_SIZE as u64 <= seg.size {
-        seg.file
-            .read_exact_at(&mut buf, pos)
-            .map_err(StorageError::io(&seg.path))?;
-        let h = BatchHeader::parse(&buf)?;
-        if h.batch_length < (BATCH_HEADER_SIZE - LOG_OVERHEAD) as i32 {
-            break;
-        }
-        f(&h);
-        pos += h.size() as u64;
-    }
-    Ok(())
 }

@@ -1,8 +1,11 @@
 //! Kafka's `LogCleanerManager`: which compacted log to clean next (the dirtiest), where each
 //! log's dirty section starts (`cleaner-offset-checkpoint`), and which logs are uncleanable.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::clean::CleanRange;
 use crate::storage::checkpoint::{OffsetCheckpointFile, TopicPartition, CLEANER_OFFSET_CHECKPOINT};
@@ -14,6 +17,9 @@ use crate::storage::LogRef;
 /// LogManager; its snapshots compact it).
 const METADATA_TOPIC: &str = "__cluster_metadata";
 
+/// How long `forget` waits for a cleaning of the partition to stop.
+const ABORT_WAIT: Duration = Duration::from_secs(60);
+
 /// A log chosen for cleaning (Kafka's `LogToClean`).
 pub struct LogToClean {
     pub tp: TopicPartition,
@@ -22,13 +28,19 @@ pub struct LogToClean {
     pub cleanable_bytes: u64,
     pub total_bytes: u64,
     pub cleanable_ratio: f64,
+    /// Set when the partition is deleted meanwhile: the cleaning stops at its next check.
+    pub aborted: Arc<AtomicBool>,
 }
 
 /// The state behind the manager's lock.
 #[derive(Default)]
 struct State {
     checkpoints: BTreeMap<TopicPartition, i64>,
-    in_progress: BTreeSet<TopicPartition>,
+    /// The partitions being cleaned, each with its abort flag (Kafka's `LogCleaningAborted`).
+    in_progress: BTreeMap<TopicPartition, Arc<AtomicBool>>,
+    /// Bumped by every `forget`: a grab that began before one takes nothing (its logs may
+    /// include the one deleted).
+    forgets: u64,
     /// Partitions whose cleaning failed, with the cleanable bytes they had (Kafka's
     /// `uncleanablePartitions`); they are skipped until the broker restarts or they are deleted.
     uncleanable: BTreeMap<TopicPartition, u64>,
@@ -40,6 +52,8 @@ struct State {
 pub struct LogCleanerManager {
     checkpoint: OffsetCheckpointFile,
     state: parking_lot::Mutex<State>,
+    /// Signalled whenever a cleaning ends, for `forget`.
+    cleaning_ended: parking_lot::Condvar,
 }
 
 impl LogCleanerManager {
@@ -54,6 +68,7 @@ impl LogCleanerManager {
                 time_of_last_run: crate::storage::log::now_ms(),
                 ..State::default()
             }),
+            cleaning_ended: parking_lot::Condvar::new(),
         })
     }
 
@@ -64,6 +79,7 @@ impl LogCleanerManager {
         logs: &[(TopicPartition, LogRef)],
         now: i64,
     ) -> Result<Option<LogToClean>> {
+        let forgets = self.state.lock().forgets;
         // Views first, without the manager's lock: a log's lock is never taken under it.
         let mut views = Vec::new();
         for (tp, log) in logs {
@@ -72,7 +88,7 @@ impl LogCleanerManager {
             }
             let mut l = log.lock();
             let truncated = l.take_cleaner_truncation();
-            if l.config().compact() {
+            if l.config().compact() && !l.is_deleted() {
                 views.push((tp.clone(), log.clone(), l.cleaning_view(), truncated));
             }
         }
@@ -86,7 +102,7 @@ impl LogCleanerManager {
                     update = true;
                 }
             }
-            if st.in_progress.contains(&tp) || st.uncleanable.contains_key(&tp) {
+            if st.in_progress.contains_key(&tp) || st.uncleanable.contains_key(&tp) {
                 continue;
             }
             let (first_dirty, uncleanable, force) =
@@ -110,6 +126,10 @@ impl LogCleanerManager {
         if update {
             self.write_checkpoint(&st)?;
         }
+        if st.forgets != forgets {
+            // A partition was deleted since the views were taken; look again next round.
+            return Ok(None);
+        }
         let filthiest = candidates
             .into_iter()
             .filter(|(c, now_needed)| {
@@ -119,39 +139,77 @@ impl LogCleanerManager {
             .map(|(c, _)| c)
             .max_by(|a, b| a.cleanable_ratio.total_cmp(&b.cleanable_ratio));
         if let Some(c) = &filthiest {
-            st.in_progress.insert(c.tp.clone());
+            st.in_progress.insert(c.tp.clone(), c.aborted.clone());
         }
         Ok(filthiest)
+    }
+
+    /// Ends the cleaning of `tp`; true when it was aborted (the partition is gone meanwhile).
+    fn end_cleaning(&self, st: &mut State, tp: &TopicPartition) -> bool {
+        let aborted = st
+            .in_progress
+            .remove(tp)
+            .is_some_and(|a| a.load(Ordering::SeqCst));
+        self.cleaning_ended.notify_all();
+        aborted
     }
 
     /// Kafka's `doneCleaning`: the dirty section now starts at `end_offset`.
     pub fn done_cleaning(&self, tp: &TopicPartition, end_offset: i64) -> Result<()> {
         let mut st = self.state.lock();
-        st.in_progress.remove(tp);
+        if self.end_cleaning(&mut st, tp) {
+            return Ok(());
+        }
         st.checkpoints.insert(tp.clone(), end_offset);
         self.write_checkpoint(&st)
     }
 
     /// A cleaning that stopped early: the log is cleaned again later from its old checkpoint.
     pub fn aborted(&self, tp: &TopicPartition) {
-        self.state.lock().in_progress.remove(tp);
+        let mut st = self.state.lock();
+        self.end_cleaning(&mut st, tp);
     }
 
-    /// A cleaning that failed: the log is left as it was and skipped from now on.
+    /// A cleaning that failed: the log is left as it was and skipped from now on (unless the
+    /// failure came of the partition's deletion).
     pub fn mark_uncleanable(&self, tp: &TopicPartition, cleanable_bytes: u64) {
         let mut st = self.state.lock();
-        st.in_progress.remove(tp);
-        st.uncleanable.insert(tp.clone(), cleanable_bytes);
+        if !self.end_cleaning(&mut st, tp) {
+            st.uncleanable.insert(tp.clone(), cleanable_bytes);
+        }
     }
 
-    /// A deleted partition: its checkpoint entry and uncleanable mark go.
+    /// A deleted partition (Kafka's `abortCleaning` and checkpoint update): a cleaning of it in
+    /// progress is aborted and waited for, then its checkpoint entry and uncleanable mark go,
+    /// so that a partition created again under its name starts afresh.
     pub fn forget(&self, tp: &TopicPartition) -> Result<()> {
         let mut st = self.state.lock();
+        st.forgets += 1;
+        if let Some(flag) = st.in_progress.get(tp) {
+            flag.store(true, Ordering::SeqCst);
+        }
+        let deadline = Instant::now() + ABORT_WAIT;
+        while st.in_progress.contains_key(tp) {
+            if self
+                .cleaning_ended
+                .wait_until(&mut st, deadline)
+                .timed_out()
+            {
+                tracing::warn!(partition = %tp, "a cleaning of a deleted partition did not stop in time");
+                break;
+            }
+        }
         st.uncleanable.remove(tp);
         if st.checkpoints.remove(tp).is_some() {
             self.write_checkpoint(&st)?;
         }
         Ok(())
+    }
+
+    /// Whether `tp` is being cleaned now.
+    #[cfg(test)]
+    pub fn is_cleaning(&self, tp: &TopicPartition) -> bool {
+        self.state.lock().in_progress.contains_key(tp)
     }
 
     /// The first dirty offset recorded for `tp`, if any.
@@ -195,6 +253,7 @@ fn log_to_clean(
     LogToClean {
         tp,
         log,
+        aborted: Arc::new(AtomicBool::new(false)),
         range: CleanRange {
             view,
             first_dirty_offset: first_dirty,

@@ -142,7 +142,7 @@ impl LogCleaner {
             }
         };
         let tp = grabbed.tp.clone();
-        match cleaner.clean(&grabbed.log, &grabbed.range, now) {
+        match cleaner.clean(&grabbed.log, &grabbed.range, now, grabbed.aborted.clone()) {
             Ok((end_offset, stats)) => {
                 self.log_stats(
                     id,
@@ -192,7 +192,8 @@ impl LogCleaner {
         self.clean_filthiest_log(&mut cleaner, 0, logs, now)
     }
 
-    /// A partition was deleted: the cleaner forgets it.
+    /// A partition was deleted: a cleaning of it is aborted and waited for, then the cleaner
+    /// forgets it. Call with no lock of the log held.
     pub fn forget(&self, tp: &TopicPartition) {
         if let Err(e) = self.manager.forget(tp) {
             tracing::warn!(partition = %tp, error = %e, "cannot update the cleaner checkpoint");

@@ -10,39 +10,49 @@ use crate::storage::batch::{self, BatchHeader, BATCH_HEADER_SIZE, LOG_OVERHEAD};
 use crate::storage::error::{Result, StorageError};
 use crate::storage::log::SegmentView;
 
-/// Kafka's `Throttler`: keeps a rate of bytes per second by sleeping, checked every 300 ms.
+/// Kafka's `Throttler`: keeps a rate of bytes per second by sleeping whenever the bytes of the
+/// current period are ahead of it, with a new period every 300 ms (so time spent idle gives no
+/// credit for a burst). Kafka compares only once a period has passed, which lets a round
+/// shorter than 300 ms through unthrottled; this compares on every call. The sleep ends early
+/// when the cleaner shuts down.
 pub(super) struct Throttler {
     rate: f64,
     period_start: Instant,
     bytes: f64,
+    running: Arc<AtomicBool>,
 }
 
-const THROTTLE_CHECK: Duration = Duration::from_millis(300);
+const THROTTLE_PERIOD: Duration = Duration::from_millis(300);
+/// The longest single sleep before the shutdown flag is looked at again.
+const SLEEP_STEP: Duration = Duration::from_millis(100);
 
 impl Throttler {
-    pub(super) fn new(rate: f64) -> Throttler {
+    pub(super) fn new(rate: f64, running: Arc<AtomicBool>) -> Throttler {
         Throttler {
             rate,
             period_start: Instant::now(),
             bytes: 0.0,
+            running,
         }
     }
 
     pub(super) fn maybe_throttle(&mut self, bytes: u64) {
-        if self.rate >= f64::MAX || self.rate <= 0.0 {
+        if !self.rate.is_finite() || self.rate >= f64::MAX || self.rate <= 0.0 {
             return;
         }
         self.bytes += bytes as f64;
-        let elapsed = self.period_start.elapsed();
-        if elapsed < THROTTLE_CHECK {
-            return;
+        let wanted = Duration::try_from_secs_f64(self.bytes / self.rate).unwrap_or(Duration::MAX);
+        while self.running.load(Ordering::SeqCst) {
+            let elapsed = self.period_start.elapsed();
+            if elapsed >= wanted {
+                break;
+            }
+            std::thread::sleep((wanted - elapsed).min(SLEEP_STEP));
         }
-        let wanted = Duration::from_secs_f64(self.bytes / self.rate);
-        if wanted > elapsed {
-            std::thread::sleep(wanted - elapsed);
+        if self.period_start.elapsed() >= THROTTLE_PERIOD {
+            self.period_start = Instant::now();
+            self.bytes = 0.0;
         }
-        self.period_start = Instant::now();
-        self.bytes = 0.0;
     }
 }
 
@@ -53,12 +63,13 @@ pub(super) enum Flow {
     Stop,
 }
 
-/// A cleaner thread's read buffer, throttle and stop flag.
+/// A cleaner thread's read buffer, throttle, stop flag and the abort flag of its cleaning.
 pub(super) struct IoContext {
     buf: Vec<u8>,
     chunk: usize,
     pub(super) throttler: Throttler,
     running: Arc<AtomicBool>,
+    aborted: Arc<AtomicBool>,
 }
 
 impl IoContext {
@@ -66,14 +77,21 @@ impl IoContext {
         IoContext {
             buf: Vec::new(),
             chunk: chunk.max(BATCH_HEADER_SIZE),
-            throttler: Throttler::new(rate),
+            throttler: Throttler::new(rate, running.clone()),
             running,
+            aborted: Arc::new(AtomicBool::new(false)),
         }
     }
 
-    /// Kafka's `checkDone`: a cleaning in progress stops when the cleaner shuts down.
+    /// The cleaning from now on stops when `aborted` is set (its partition is deleted).
+    pub(super) fn watch(&mut self, aborted: Arc<AtomicBool>) {
+        self.aborted = aborted;
+    }
+
+    /// Kafka's `checkDone`: a cleaning in progress stops when the cleaner shuts down or the
+    /// cleaning is aborted.
     pub(super) fn check_done(&self) -> Result<()> {
-        if self.running.load(Ordering::SeqCst) {
+        if self.running.load(Ordering::SeqCst) && !self.aborted.load(Ordering::SeqCst) {
             Ok(())
         } else {
             Err(StorageError::CleaningAborted)

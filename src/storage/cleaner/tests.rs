@@ -8,12 +8,18 @@ use std::sync::Arc;
 use proptest::prelude::*;
 
 use super::*;
+use crate::config::cleaner::CleanerConfig;
 use crate::config::{LogConfig, Ratio};
 use crate::storage::batch::{self, BatchHeader, Record, Rewrite};
 use crate::storage::log::{LoadParams, Log};
 
 const RETENTION_MS: i64 = 10_000;
-const PRODUCER: i64 = 7;
+/// Two idempotent producers: (producer id, epoch).
+const PRODUCERS: [(i64, i16); 2] = [(7, 3), (8, 0)];
+const PRODUCER: i64 = PRODUCERS[0].0;
+
+/// A producer's fields of a batch: id, epoch, base sequence.
+type ProducerFields = (i64, i16, i32);
 
 fn log_config() -> LogConfig {
     LogConfig {
@@ -33,15 +39,23 @@ fn tp() -> TopicPartition {
 }
 
 fn open(dir: &Path) -> LogRef {
-    let log = Log::open(dir, tp(), log_config(), LoadParams::default()).unwrap();
+    open_with(dir, tp(), log_config())
+}
+
+fn open_with(dir: &Path, tp: TopicPartition, config: LogConfig) -> LogRef {
+    let log = Log::open(dir, tp, config, LoadParams::default()).unwrap();
     Arc::new(parking_lot::Mutex::new(log))
+}
+
+fn cleaner_with(config: CleanerConfig, dir: &Path) -> Arc<LogCleaner> {
+    LogCleaner::new(config, dir).unwrap()
 }
 
 /// One record to append: key index and value (None: a tombstone).
 type Rec = (u8, Option<Vec<u8>>);
 
 /// A batch of `recs` at `ts`, with codec `codec` and, when `producer`, producer fields.
-fn make_batch(recs: &[Rec], ts: i64, codec: u8, producer: Option<i32>) -> Vec<u8> {
+fn make_batch(recs: &[Rec], ts: i64, codec: u8, producer: Option<ProducerFields>) -> Vec<u8> {
     let keys: Vec<Vec<u8>> = recs
         .iter()
         .map(|(k, _)| format!("key-{k}").into_bytes())
@@ -57,8 +71,8 @@ fn make_batch(recs: &[Rec], ts: i64, codec: u8, producer: Option<i32>) -> Vec<u8
     }
     let mut h = BatchHeader::parse(&plain).unwrap();
     h.attributes |= codec as i16;
-    if let Some(seq) = producer {
-        (h.producer_id, h.producer_epoch, h.base_sequence) = (PRODUCER, 3, seq);
+    if let Some(fields) = producer {
+        (h.producer_id, h.producer_epoch, h.base_sequence) = fields;
     }
     let rw = Rewrite {
         records_count: h.records_count,
@@ -98,12 +112,23 @@ fn read_back(log: &Log) -> (Vec<ReadRecord>, Vec<BatchHeader>) {
     (recs, headers)
 }
 
-/// The model: every appended record by offset, and when each tombstone was first cleaned.
+/// What a batch was appended as: codec, producer fields, last offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct AppendedBatch {
+    codec: u8,
+    producer: (i64, i16, i32),
+    last_offset: i64,
+}
+
+/// The model: every appended record by offset, every batch by base offset, and when each
+/// tombstone was first cleaned.
 #[derive(Default)]
 struct Model {
     records: BTreeMap<i64, (Vec<u8>, Option<Vec<u8>>)>,
+    batches: BTreeMap<i64, AppendedBatch>,
     horizon_from: BTreeMap<i64, i64>,
-    producer_last_batch: Option<(i64, i64)>,
+    /// Producer id → (base offset, last offset) of its last batch.
+    producer_last_batch: BTreeMap<i64, (i64, i64)>,
 }
 
 impl Model {
@@ -139,8 +164,15 @@ impl Model {
     }
 }
 
-fn append(log: &LogRef, model: &mut Model, recs: &[Rec], ts: i64, codec: u8, seq: Option<i32>) {
-    let mut b = make_batch(recs, ts, codec, seq);
+fn append(
+    log: &LogRef,
+    model: &mut Model,
+    recs: &[Rec],
+    ts: i64,
+    codec: u8,
+    producer: Option<ProducerFields>,
+) {
+    let mut b = make_batch(recs, ts, codec, producer);
     let mut l = log.lock();
     let info = l.append_as_leader(&mut b, 0).unwrap();
     let leo = l.log_end_offset();
@@ -151,8 +183,16 @@ fn append(log: &LogRef, model: &mut Model, recs: &[Rec], ts: i64, codec: u8, seq
             .records
             .insert(info.first_offset + i as i64, (key, v.clone()));
     }
-    if seq.is_some() {
-        model.producer_last_batch = Some((info.first_offset, info.last_offset));
+    let fields = producer.unwrap_or((-1, -1, -1));
+    let appended = AppendedBatch {
+        codec,
+        producer: fields,
+        last_offset: info.last_offset,
+    };
+    model.batches.insert(info.first_offset, appended);
+    if producer.is_some() {
+        let last = (info.first_offset, info.last_offset);
+        model.producer_last_batch.insert(fields.0, last);
     }
 }
 
@@ -206,15 +246,34 @@ fn check_against_model(l: &Log, model: &Model, now: i64, active_base: i64) {
             model.records[o]
         );
     }
-    if let Some((base, last)) = model.producer_last_batch {
+    check_batches(model, &headers);
+}
+
+/// Each batch read back is one that was appended, or its rewrite: the same base and last
+/// offsets, producer id, epoch and base sequence, and, holding records, the same codec. Each
+/// producer's last batch is there.
+fn check_batches(model: &Model, headers: &[BatchHeader]) {
+    for h in headers {
+        let orig = model
+            .batches
+            .get(&h.base_offset)
+            .unwrap_or_else(|| panic!("no batch was appended at {}", h.base_offset));
+        assert_eq!(h.last_offset(), orig.last_offset, "{h:?}");
+        assert_eq!(
+            (h.producer_id, h.producer_epoch, h.base_sequence),
+            orig.producer,
+            "{h:?}"
+        );
+        if h.records_count > 0 {
+            assert_eq!(h.compression(), orig.codec, "{h:?}");
+        }
+    }
+    for (pid, (base, last)) in &model.producer_last_batch {
         let h = headers
             .iter()
-            .find(|h| h.base_offset == base)
-            .expect("the producer's last batch");
-        assert_eq!(
-            (h.last_offset(), h.producer_id, h.producer_epoch),
-            (last, PRODUCER, 3)
-        );
+            .find(|h| h.base_offset == *base)
+            .unwrap_or_else(|| panic!("producer {pid}'s last batch at {base}"));
+        assert_eq!((h.last_offset(), h.producer_id), (*last, *pid));
     }
 }
 
@@ -226,16 +285,14 @@ fn check_indexes(l: &Log) {
     }
 }
 
-fn arb_batch() -> impl Strategy<Value = (Vec<Rec>, u8, bool)> {
+/// Records, codec, and which producer writes the batch (0: none, 1 and 2: `PRODUCERS`).
+fn arb_batch() -> impl Strategy<Value = (Vec<Rec>, u8, usize)> {
     let rec = (
         0u8..12,
         prop::option::weighted(0.8, prop::collection::vec(any::<u8>(), 0..40)),
     );
-    (
-        prop::collection::vec(rec, 1..5),
-        0u8..5,
-        prop::bool::weighted(0.2),
-    )
+    let producer = prop_oneof![6 => Just(0usize), 2 => Just(1usize), 2 => Just(2usize)];
+    (prop::collection::vec(rec, 1..5), 0u8..5, producer)
 }
 
 proptest! {
@@ -249,13 +306,15 @@ proptest! {
         let log = open(dir.path());
         let mut model = Model::default();
         let t0 = crate::storage::log::now_ms();
-        let mut seq = 0;
-        for (recs, codec, by_producer) in &batches {
-            let s = by_producer.then_some(seq);
-            if s.is_some() {
-                seq += recs.len() as i32;
-            }
-            append(&log, &mut model, recs, t0, *codec, s);
+        let mut seqs = [0i32; 2];
+        for (recs, codec, producer) in &batches {
+            let fields = producer.checked_sub(1).map(|p| {
+                let (id, epoch) = PRODUCERS[p];
+                let seq = seqs[p];
+                seqs[p] += recs.len() as i32;
+                (id, epoch, seq)
+            });
+            append(&log, &mut model, recs, t0, *codec, fields);
         }
         clean_and_check(dir.path(), &log, &mut model, t0);
         // Later rounds need a dirty segment: a record of a key of its own, then a roll.
@@ -322,14 +381,18 @@ fn a_key_updated_many_times_keeps_only_its_latest_value_at_its_original_offset()
     assert_eq!(key1[0].2, Some(299u32.to_be_bytes().to_vec()));
 }
 
-/// Builds a log of several segments, copies its directory, cleans the original, and returns
-/// (the copy before cleaning, the cleaned directory).
+/// Builds a log of small segments (rolled every 3 appends, so that the first cleaning groups
+/// several into one), copies its directory, cleans the original, and returns (the copy before
+/// cleaning, the cleaned directory).
 fn cleaned_and_uncleaned() -> (tempfile::TempDir, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path());
     let mut model = Model::default();
     let t0 = crate::storage::log::now_ms();
     for i in 0..200u32 {
+        if i > 0 && i % 3 == 0 {
+            log.lock().roll(0).unwrap();
+        }
         append(
             &log,
             &mut model,
@@ -352,15 +415,12 @@ fn cleaned_and_uncleaned() -> (tempfile::TempDir, tempfile::TempDir) {
     (copy, dir)
 }
 
-fn table(dir: &Path) -> Vec<(i64, Vec<u8>, Option<Vec<u8>>)> {
+/// What a broker restarting on `dir` serves: every record from the log start, the log start
+/// offset and the segments' base offsets.
+fn loaded(dir: &Path) -> (Vec<ReadRecord>, i64, Vec<i64>) {
     let l = Log::open(dir, tp(), log_config(), LoadParams::default()).unwrap();
-    let mut recs = read_back(&l).0;
-    // The table: each key's latest record.
-    let mut latest = BTreeMap::new();
-    for r in recs.drain(..) {
-        latest.insert(r.1.clone(), r);
-    }
-    latest.into_values().collect()
+    let bases = l.segments().map(|s| s.base_offset()).collect();
+    (read_back(&l).0, l.log_start_offset(), bases)
 }
 
 fn segment_files(dir: &Path, base: i64, suffix: &str) -> Vec<std::path::PathBuf> {
@@ -370,24 +430,59 @@ fn segment_files(dir: &Path, base: i64, suffix: &str) -> Vec<std::path::PathBuf>
         .collect()
 }
 
+fn file_names(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect()
+}
+
 #[test]
 fn a_swap_cut_short_after_the_swap_files_are_complete_is_finished_at_load() {
     let (old, new) = cleaned_and_uncleaned();
-    // The state between Kafka's two renames: the cleaned segment as `.swap`, some old segments
-    // already `.deleted`, the others still there.
-    let first_new = segment_files(new.path(), 0, "");
-    for (from, to) in first_new.iter().zip(segment_files(old.path(), 0, ".swap")) {
+    let (new_records, _, new_bases) = loaded(new.path());
+    let (old_records, _, old_bases) = loaded(old.path());
+    // The first cleaned segment replaced every old segment below the next cleaned one.
+    let end = new_bases[1];
+    let replaced: Vec<i64> = old_bases.iter().copied().filter(|b| *b < end).collect();
+    assert!(
+        replaced.len() >= 3,
+        "the first group is several segments: {replaced:?}"
+    );
+    // The state between Kafka's two renames: the cleaned segment as `.swap`, the first old
+    // segment already `.deleted`, the other old segments of its range still there.
+    for (from, to) in
+        segment_files(new.path(), 0, "")
+            .iter()
+            .zip(segment_files(old.path(), 0, ".swap"))
+    {
         std::fs::copy(from, to).unwrap();
     }
     for f in segment_files(old.path(), 0, "") {
         std::fs::rename(&f, format!("{}.deleted", f.display())).unwrap();
     }
-    let expected = table(new.path());
-    assert_eq!(table(old.path()), expected);
-    let names: Vec<String> = std::fs::read_dir(old.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+    let (records, log_start, bases) = loaded(old.path());
+    // Finished: the cleaned segment's records below `end`, the old ones from `end` on.
+    let expected: Vec<ReadRecord> = new_records
+        .iter()
+        .filter(|r| r.0 < end)
+        .chain(old_records.iter().filter(|r| r.0 >= end))
+        .cloned()
         .collect();
+    assert!(
+        expected.len() < old_records.len(),
+        "the cleaned segment holds fewer records than the ones it replaced"
+    );
+    assert_eq!(
+        records, expected,
+        "the swap's segment is served in place of the old ones"
+    );
+    assert_eq!(log_start, 0, "no gap at the start of the log");
+    let expected_bases: Vec<i64> = std::iter::once(0)
+        .chain(old_bases.iter().copied().filter(|b| *b >= end))
+        .collect();
+    assert_eq!(bases, expected_bases, "one segment where the group was");
+    let names = file_names(old.path());
     assert!(
         !names
             .iter()
@@ -399,24 +494,29 @@ fn a_swap_cut_short_after_the_swap_files_are_complete_is_finished_at_load() {
 #[test]
 fn a_swap_whose_renames_were_cut_short_is_discarded_and_the_old_segments_stay() {
     let (old, new) = cleaned_and_uncleaned();
-    let expected = table(old.path());
+    let before = loaded(old.path());
     // `.log` renamed to `.swap`, its indexes still `.cleaned`: the swap never completed.
-    let first_new = segment_files(new.path(), 0, "");
     let targets = [
         old.path().join(format!("{:020}.log.swap", 0)),
         old.path().join(format!("{:020}.index.cleaned", 0)),
         old.path().join(format!("{:020}.timeindex.cleaned", 0)),
     ];
-    for (from, to) in first_new.iter().zip(targets) {
+    for (from, to) in segment_files(new.path(), 0, "").iter().zip(targets) {
         std::fs::copy(from, to).unwrap();
     }
-    let raw_before =
-        read_back(&Log::open(new.path(), tp(), log_config(), LoadParams::default()).unwrap()).0;
-    assert_eq!(table(old.path()), expected);
-    let l = Log::open(old.path(), tp(), log_config(), LoadParams::default()).unwrap();
+    let cleaned = loaded(new.path());
+    assert_ne!(cleaned.0, before.0, "cleaning changed the records");
+    let after = loaded(old.path());
+    assert_eq!(
+        after, before,
+        "the old, uncleaned segments are served as they were"
+    );
+    let names = file_names(old.path());
     assert!(
-        read_back(&l).0.len() > raw_before.len(),
-        "the old, uncleaned segments are back"
+        !names
+            .iter()
+            .any(|n| n.ends_with(".swap") || n.ends_with(".cleaned")),
+        "{names:?}"
     );
 }
 
@@ -463,4 +563,491 @@ fn a_round_is_reported_with_kafkas_figures() {
         !r.contains("NaN") && r.contains("0.0% size reduction"),
         "{r}"
     );
+}
+
+/// Appends one single-record batch of key `k` at `ts` for each of `keys`, rolling every
+/// `per_segment` batches, then rolls (so that all of it is in closed segments).
+fn fill(log: &LogRef, model: &mut Model, keys: &[u8], ts: i64, per_segment: usize) {
+    for (i, k) in keys.iter().enumerate() {
+        if i > 0 && i % per_segment == 0 {
+            log.lock().roll(0).unwrap();
+        }
+        let value = format!("{k}@{}", model.records.len()).into_bytes();
+        append(log, model, &[(*k, Some(value))], ts, 0, None);
+    }
+    log.lock().roll(0).unwrap();
+}
+
+/// key → (offset, value) of a reader from the start: the last record of each key.
+fn consumer_table(l: &Log) -> BTreeMap<Vec<u8>, (i64, Option<Vec<u8>>)> {
+    let mut t = BTreeMap::new();
+    for (o, k, v) in read_back(l).0 {
+        t.insert(k, (o, v));
+    }
+    t
+}
+
+impl Model {
+    /// The table a reader from the start should build: each key's latest record.
+    fn table(&self) -> BTreeMap<Vec<u8>, (i64, Option<Vec<u8>>)> {
+        let mut t = BTreeMap::new();
+        for (o, (k, v)) in &self.records {
+            t.insert(k.clone(), (*o, v.clone()));
+        }
+        t
+    }
+}
+
+/// The `.log` bytes of each closed segment based at or above `from`.
+fn closed_segment_bytes(l: &Log, from: i64) -> Vec<(i64, Vec<u8>)> {
+    let active = l.cleaning_view().active_base();
+    l.segments()
+        .filter(|s| s.base_offset() >= from && s.base_offset() < active)
+        .map(|s| (s.base_offset(), std::fs::read(s.log_path()).unwrap()))
+        .collect()
+}
+
+/// Keys of the records below `end`, in offset order.
+fn keys_below(l: &Log, end: i64) -> Vec<Vec<u8>> {
+    read_back(l)
+        .0
+        .into_iter()
+        .filter(|r| r.0 < end)
+        .map(|r| r.1)
+        .collect()
+}
+
+fn assert_each_key_once(keys: &[Vec<u8>]) {
+    let distinct: std::collections::BTreeSet<&Vec<u8>> = keys.iter().collect();
+    assert_eq!(distinct.len(), keys.len(), "a key twice in {keys:?}");
+}
+
+#[test]
+fn a_segment_younger_than_min_compaction_lag_is_not_cleaned() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        min_compaction_lag_ms: 60_000,
+        ..log_config()
+    };
+    let log = open_with(dir.path(), tp(), config);
+    let mut model = Model::default();
+    let t0 = crate::storage::log::now_ms();
+    let keys: Vec<u8> = (0..60).map(|i| i % 3).collect();
+    fill(&log, &mut model, &keys, t0 - 120_000, 5);
+    let young_base = log.lock().log_end_offset();
+    fill(&log, &mut model, &keys[..30], t0, 5);
+    let young_before = closed_segment_bytes(&log.lock(), young_base);
+    assert_eq!(young_before.len(), 6);
+    let cleaner = cleaner_with(CleanerConfig::default(), dir.path());
+    assert!(cleaner.clean_once(&[(tp(), log.clone())], t0));
+    let l = log.lock();
+    assert_eq!(
+        closed_segment_bytes(&l, young_base),
+        young_before,
+        "segments younger than the lag are left as they were"
+    );
+    assert_each_key_once(&keys_below(&l, young_base));
+    assert_eq!(keys_below(&l, young_base).len(), 3);
+    assert_eq!(cleaner.checkpointed(&tp()), Some(young_base));
+    assert_eq!(consumer_table(&l), model.table());
+}
+
+#[test]
+fn a_log_below_its_dirty_ratio_is_cleaned_once_its_oldest_dirty_record_passes_max_compaction_lag() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        // A ratio no log exceeds: only the lag can get this log cleaned.
+        min_cleanable_dirty_ratio: Ratio(1.0),
+        max_compaction_lag_ms: 60_000,
+        ..log_config()
+    };
+    let log = open_with(dir.path(), tp(), config);
+    let mut model = Model::default();
+    let t0 = crate::storage::log::now_ms();
+    let keys: Vec<u8> = (0..40).map(|i| i % 4).collect();
+    fill(&log, &mut model, &keys, t0, 5);
+    let end = log.lock().log_end_offset();
+    let cleaner = cleaner_with(CleanerConfig::default(), dir.path());
+    assert!(!cleaner.clean_once(&[(tp(), log.clone())], t0 + 30_000));
+    assert_eq!(
+        keys_below(&log.lock(), end).len(),
+        40,
+        "not cleaned before the lag"
+    );
+    assert_eq!(cleaner.metrics().max_compaction_delay_secs, 0);
+    assert!(cleaner.clean_once(&[(tp(), log.clone())], t0 + 61_000));
+    assert_eq!(
+        cleaner.metrics().max_compaction_delay_secs,
+        1,
+        "the oldest dirty batch was 1 s past the lag when the log was chosen"
+    );
+    let l = log.lock();
+    assert_eq!(keys_below(&l, end).len(), 4);
+    assert_eq!(consumer_table(&l), model.table());
+}
+
+#[test]
+fn a_round_is_held_to_log_cleaner_io_max_bytes_per_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path());
+    let mut model = Model::default();
+    let t0 = crate::storage::log::now_ms();
+    let keys: Vec<u8> = (0..150).map(|i| i % 5).collect();
+    fill(&log, &mut model, &keys, t0, 10);
+    let closed: u64 = closed_segment_bytes(&log.lock(), 0)
+        .iter()
+        .map(|(_, b)| b.len() as u64)
+        .sum();
+    // A round reads the closed segments at least twice (the offset map, then the copy): at
+    // `closed` bytes a second that is 2 s at the least.
+    let config = CleanerConfig {
+        max_io_bytes_per_second: closed as f64,
+        ..CleanerConfig::default()
+    };
+    let cleaner = cleaner_with(config, dir.path());
+    let start = std::time::Instant::now();
+    assert!(cleaner.clean_once(&[(tp(), log.clone())], t0));
+    let took = start.elapsed();
+    assert!(
+        took >= std::time::Duration::from_millis(1500),
+        "{closed} bytes read twice at {closed} bytes/s took {took:?}"
+    );
+    assert_eq!(consumer_table(&log.lock()), model.table());
+}
+
+#[test]
+fn two_cleaner_threads_clean_two_logs_and_never_take_the_same_one() {
+    let root = tempfile::tempdir().unwrap();
+    let t0 = crate::storage::log::now_ms();
+    let mut logs = Vec::new();
+    let mut models = Vec::new();
+    for p in 0..2 {
+        let tp = TopicPartition::new("compacted", p);
+        let log = open_with(&root.path().join(tp.dir_name()), tp.clone(), log_config());
+        let mut model = Model::default();
+        let keys: Vec<u8> = (0..60).map(|i| i % 6).collect();
+        fill(&log, &mut model, &keys, t0, 10);
+        logs.push((tp, log));
+        models.push(model);
+    }
+    let config = CleanerConfig {
+        num_threads: 2,
+        backoff_ms: 10,
+        ..CleanerConfig::default()
+    };
+    let cleaner = cleaner_with(config, root.path());
+    // A log being cleaned is not handed to another thread.
+    let m = &cleaner.manager;
+    let first = m.grab_filthiest_compacted_log(&logs, t0).unwrap().unwrap();
+    let second = m.grab_filthiest_compacted_log(&logs, t0).unwrap().unwrap();
+    assert_ne!(first.tp, second.tp);
+    assert!(m.grab_filthiest_compacted_log(&logs, t0).unwrap().is_none());
+    m.aborted(&first.tp);
+    m.aborted(&second.tp);
+    // Two threads over both logs clean both.
+    let source = logs.clone();
+    cleaner.start(Arc::new(move || Some(source.clone())));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while logs
+        .iter()
+        .any(|(tp, _)| cleaner.checkpointed(tp).is_none())
+    {
+        assert!(std::time::Instant::now() < deadline, "not both cleaned");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(cleaner.threads.lock().unwrap().len(), 2);
+    cleaner.shutdown();
+    for ((tp, log), model) in logs.iter().zip(&models) {
+        let l = log.lock();
+        let active = l.cleaning_view().active_base();
+        assert_each_key_once(&keys_below(&l, active));
+        assert_eq!(keys_below(&l, active).len(), 6, "{tp}");
+        assert_eq!(consumer_table(&l), model.table());
+    }
+}
+
+#[test]
+fn the_dirtiest_log_is_cleaned_first() {
+    let root = tempfile::tempdir().unwrap();
+    let t0 = crate::storage::log::now_ms();
+    let keys: Vec<u8> = (0..60).map(|i| i % 6).collect();
+    let (a, b) = (
+        TopicPartition::new("compacted", 0),
+        TopicPartition::new("compacted", 1),
+    );
+    let la = open_with(&root.path().join(a.dir_name()), a.clone(), log_config());
+    let lb = open_with(&root.path().join(b.dir_name()), b.clone(), log_config());
+    let cleaner = cleaner_with(CleanerConfig::default(), root.path());
+    let mut model = Model::default();
+    fill(&la, &mut model, &keys, t0, 10);
+    // `b`: a log as large, cleaned once, then a little more written: its dirty share is smaller.
+    let mut other = Model::default();
+    fill(&lb, &mut other, &keys, t0, 10);
+    assert!(cleaner.clean_once(&[(b.clone(), lb.clone())], t0));
+    fill(&lb, &mut other, &keys[..10], t0, 10);
+    let m = &cleaner.manager;
+    for order in [
+        [(a.clone(), la.clone()), (b.clone(), lb.clone())],
+        [(b.clone(), lb.clone()), (a.clone(), la.clone())],
+    ] {
+        let got = m.grab_filthiest_compacted_log(&order, t0).unwrap().unwrap();
+        assert_eq!(got.tp, a, "ratio {}", got.cleanable_ratio);
+        assert_eq!(cleaner.metrics().max_dirty_percent, 100, "`a` is all dirty");
+        // With `a` in hand, the next thread gets `b`, the less dirty.
+        let next = m.grab_filthiest_compacted_log(&order, t0).unwrap().unwrap();
+        assert_eq!(next.tp, b);
+        assert!(next.cleanable_ratio < got.cleanable_ratio);
+        m.aborted(&a);
+        m.aborted(&b);
+    }
+}
+
+#[test]
+fn compact_delete_logs_lose_old_segments_to_retention_and_duplicates_to_cleaning() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        cleanup_policy: "compact,delete".into(),
+        retention_ms: 60_000,
+        ..log_config()
+    };
+    let log = open_with(dir.path(), tp(), config);
+    let mut model = Model::default();
+    let t0 = crate::storage::log::now_ms();
+    // Old: keys 0..3 and 9, past retention. New: keys 0..3, each several times.
+    let old: Vec<u8> = (0..20).map(|i| if i == 19 { 9 } else { i % 3 }).collect();
+    fill(&log, &mut model, &old, t0 - 120_000, 5);
+    let new_base = log.lock().log_end_offset();
+    let keys: Vec<u8> = (0..30).map(|i| i % 3).collect();
+    fill(&log, &mut model, &keys, t0, 5);
+    let deleted = log.lock().delete_old_segments(t0).unwrap();
+    assert_eq!(deleted, 4, "the old segments went by retention");
+    assert_eq!(log.lock().log_start_offset(), new_base);
+    let cleaner = cleaner_with(CleanerConfig::default(), dir.path());
+    assert!(cleaner.clean_once(&[(tp(), log.clone())], t0));
+    let l = log.lock();
+    let active = l.cleaning_view().active_base();
+    let left = keys_below(&l, active);
+    assert_each_key_once(&left);
+    assert_eq!(
+        left.len(),
+        3,
+        "key 9 went with its segment, the others keep one record"
+    );
+    let expected: BTreeMap<_, _> = model
+        .table()
+        .into_iter()
+        .filter(|(_, (o, _))| *o >= new_base)
+        .collect();
+    assert_eq!(consumer_table(&l), expected);
+}
+
+#[test]
+fn a_full_offset_map_cleans_part_of_the_dirty_section_and_the_next_round_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path());
+    let mut model = Model::default();
+    let t0 = crate::storage::log::now_ms();
+    // Keys 0..9 ten times (offsets 0..99), keys 10..29 once (100..119), keys 0..9 again.
+    let mut keys: Vec<u8> = (0..100).map(|i| i % 10).collect();
+    keys.extend(10..30);
+    keys.extend(0..10);
+    fill(&log, &mut model, &keys, t0, 10);
+    let active = log.lock().cleaning_view().active_base();
+    // 30 slots at a load factor of 0.9: the map holds 27 keys, 0..26, up to offset 116.
+    let config = CleanerConfig {
+        dedupe_buffer_size: 30 * 24,
+        ..CleanerConfig::default()
+    };
+    let cleaner = cleaner_with(config, dir.path());
+    assert!(cleaner.clean_once(&[(tp(), log.clone())], t0));
+    assert_eq!(cleaner.checkpointed(&tp()), Some(117), "the map's end");
+    {
+        let l = log.lock();
+        let below = keys_below(&l, 117);
+        assert_each_key_once(&below);
+        assert_eq!(below.len(), 27);
+        assert_eq!(
+            keys_below(&l, active).len(),
+            27 + 13,
+            "from 117 on: as written"
+        );
+        assert_eq!(consumer_table(&l), model.table());
+    }
+    assert!(cleaner.clean_once(&[(tp(), log.clone())], t0));
+    assert_eq!(cleaner.checkpointed(&tp()), Some(active));
+    let l = log.lock();
+    assert_each_key_once(&keys_below(&l, active));
+    assert_eq!(keys_below(&l, active).len(), 30);
+    check_against_model(&l, &model, t0, active);
+    check_indexes(&l);
+}
+
+#[test]
+fn time_since_last_run_grows_until_the_cleaner_looks_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path());
+    let mut model = Model::default();
+    let t0 = crate::storage::log::now_ms();
+    fill(&log, &mut model, &[1, 1, 2, 2], t0, 2);
+    let cleaner = cleaner_with(CleanerConfig::default(), dir.path());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let before = cleaner.metrics().time_since_last_run_ms;
+    assert!(before >= 300, "{before}");
+    assert!(cleaner.clean_once(&[(tp(), log.clone())], crate::storage::log::now_ms()));
+    let after = cleaner.metrics().time_since_last_run_ms;
+    assert!((0..200).contains(&after), "{after} ms after a run");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let later = cleaner.metrics().time_since_last_run_ms;
+    assert!(later >= after + 300, "{after} then {later}");
+    let recopy = cleaner.metrics().cleaner_recopy_percent;
+    assert!((1..100).contains(&recopy), "{recopy}");
+}
+
+#[test]
+fn a_swap_that_fails_midway_leaves_the_log_whole_in_memory_and_is_finished_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path());
+    let mut model = Model::default();
+    let t0 = crate::storage::log::now_ms();
+    let keys: Vec<u8> = (0..60).map(|i| i % 3).collect();
+    fill(&log, &mut model, &keys, t0, 3);
+    let bases: Vec<i64> = log.lock().segments().map(|s| s.base_offset()).collect();
+    // The rename of the second segment to `.deleted` fails (a directory holds its name).
+    let blocker = dir.path().join(format!("{:020}.log.deleted", bases[1]));
+    std::fs::create_dir(&blocker).unwrap();
+    std::fs::write(blocker.join("x"), b"x").unwrap();
+    let cleaner = cleaner_with(CleanerConfig::default(), dir.path());
+    assert!(!cleaner.clean_once(&[(tp(), log.clone())], t0));
+    assert_eq!(cleaner.metrics().uncleanable_partitions_count, 1);
+    {
+        let l = log.lock();
+        let now: Vec<i64> = l.segments().map(|s| s.base_offset()).collect();
+        assert!(
+            now.len() < bases.len(),
+            "the cleaned segment replaced its group: {now:?}"
+        );
+        assert!(
+            !now.contains(&bases[2]),
+            "no old segment of the group is left beside the new one: {now:?}"
+        );
+        let recs = read_back(&l).0;
+        assert!(recs.windows(2).all(|w| w[0].0 < w[1].0), "offsets go back");
+        assert_eq!(consumer_table(&l), model.table());
+        check_indexes(&l);
+    }
+    let served = read_back(&log.lock()).0;
+    drop(log);
+    std::fs::remove_dir_all(&blocker).unwrap();
+    let (records, start, _) = loaded(dir.path());
+    assert_eq!(
+        records, served,
+        "the load finishes the swap: the same records"
+    );
+    assert_eq!(start, 0);
+}
+
+#[test]
+fn the_producers_last_batches_come_from_the_producer_state_when_the_log_has_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path());
+    let mut model = Model::default();
+    let t0 = crate::storage::log::now_ms();
+    // Two batches of the producer, both overwritten later by keyless-producer batches.
+    let (id, epoch) = PRODUCERS[0];
+    append(
+        &log,
+        &mut model,
+        &[(1, Some(b"a".to_vec()))],
+        t0,
+        0,
+        Some((id, epoch, 0)),
+    );
+    append(
+        &log,
+        &mut model,
+        &[(2, Some(b"b".to_vec()))],
+        t0,
+        0,
+        Some((id, epoch, 1)),
+    );
+    let keys: Vec<u8> = (0..20).map(|i| 1 + i % 2).collect();
+    fill(&log, &mut model, &keys, t0, 5);
+    // The producer state says the first batch is the producer's last (a scan would say the
+    // second): the cleaner believes it.
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = calls.clone();
+    log.lock().set_producer_last_batches(Some(Arc::new(move || {
+        seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let last = crate::storage::log::LastBatch {
+            last_offset: 0,
+            timestamp: t0,
+        };
+        Some(std::collections::HashMap::from([(PRODUCER, last)]))
+    })));
+    let cleaner = cleaner_with(CleanerConfig::default(), dir.path());
+    assert!(cleaner.clean_once(&[(tp(), log.clone())], t0));
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let (_, headers) = read_back(&log.lock());
+    let kept: Vec<i64> = headers
+        .iter()
+        .filter(|h| h.producer_id == PRODUCER)
+        .map(|h| h.base_offset)
+        .collect();
+    assert_eq!(
+        kept,
+        [0],
+        "the batch the producer state names is kept, empty"
+    );
+}
+
+#[test]
+fn a_partition_deleted_while_it_is_cleaned_is_forgotten_and_one_created_again_is_cleaned() {
+    let root = tempfile::tempdir().unwrap();
+    let pdir = root.path().join(tp().dir_name());
+    let log = open(&pdir);
+    let mut model = Model::default();
+    let t0 = crate::storage::log::now_ms();
+    let keys: Vec<u8> = (0..200).map(|i| i % 4).collect();
+    fill(&log, &mut model, &keys, t0, 10);
+    let closed: u64 = closed_segment_bytes(&log.lock(), 0)
+        .iter()
+        .map(|(_, b)| b.len() as u64)
+        .sum();
+    // Slow enough that the offset map alone takes about 2 s.
+    let config = CleanerConfig {
+        max_io_bytes_per_second: closed as f64 / 2.0,
+        ..CleanerConfig::default()
+    };
+    let cleaner = cleaner_with(config, root.path());
+    let worker = {
+        let (c, l) = (cleaner.clone(), log.clone());
+        std::thread::spawn(move || c.clean_once(&[(tp(), l)], t0))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !cleaner.manager.is_cleaning(&tp()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cleaning did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    // What LogManager::delete_log does: the log is marked, its directory renamed, the cleaner
+    // told. The cleaning would otherwise go on to write its `.cleaned` files into a directory
+    // that is gone.
+    log.lock().mark_deleted();
+    std::fs::rename(&pdir, root.path().join("compacted-0.gone-delete")).unwrap();
+    cleaner.forget(&tp());
+    assert!(
+        !cleaner.manager.is_cleaning(&tp()),
+        "forget waits for the cleaning to stop"
+    );
+    assert!(!worker.join().unwrap());
+    assert_eq!(cleaner.metrics().uncleanable_partitions_count, 0);
+    assert_eq!(cleaner.checkpointed(&tp()), None);
+    // A partition of the same name, created again, is cleaned like any other.
+    let again = open(&pdir);
+    let mut model = Model::default();
+    fill(&again, &mut model, &[1, 1, 2, 2], t0, 2);
+    assert!(cleaner.clean_once(&[(tp(), again.clone())], t0));
+    assert!(cleaner.checkpointed(&tp()).is_some());
 }

@@ -1,18 +1,21 @@
 //! What the log cleaner needs from a Log: a view of its segments to read outside the lock, and
 //! Kafka's `replaceSegments` swap; plus, at load, Kafka's completion of an interrupted swap.
 
+use std::collections::HashMap;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::{now_ms, remove_if_exists, Log, PendingDelete};
 use crate::config::LogConfig;
-use crate::storage::batch::{BatchHeader, BATCH_HEADER_SIZE, LOG_OVERHEAD};
 use crate::storage::checkpoint::{sync_dir, TopicPartition};
 use crate::storage::error::{Result, StorageError};
 use crate::storage::index::{OffsetIndex, TimeIndex};
-use crate::storage::segment::{LogSegment, CLEANED_SUFFIX, SWAP_SUFFIX};
+use crate::storage::segment::{
+    file_name, walk_batch_headers, LogSegment, CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX,
+    SWAP_SUFFIX, TIME_INDEX_SUFFIX,
+};
 
 /// One segment as the cleaner reads it: the open `.log` (it stays readable if the segment is
 /// deleted meanwhile) and the sizes taken under the log's lock.
@@ -30,6 +33,18 @@ pub struct SegmentView {
     pub last_modified: Option<std::time::SystemTime>,
 }
 
+/// A producer's last batch in the log: its last offset and max timestamp (Kafka's
+/// `ProducerStateEntry` last data offset and timestamp, what the cleaner keeps for idempotence).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastBatch {
+    pub last_offset: i64,
+    pub timestamp: i64,
+}
+
+/// The last batch of each producer of a log, from whoever keeps the producers' state (the
+/// broker's ProducerStateManager), without reading the log; `None` when it cannot say.
+pub type ProducerLastBatches = Arc<dyn Fn() -> Option<HashMap<i64, LastBatch>> + Send + Sync>;
+
 /// A log as the cleaner sees it at one moment. The last segment is the active one.
 #[derive(Clone)]
 pub struct CleaningView {
@@ -43,6 +58,8 @@ pub struct CleaningView {
     pub segments: Vec<SegmentView>,
     /// Changes whenever a segment is removed or replaced; a swap prepared on an older view is refused.
     pub generation: u64,
+    /// Where the producers' last batches can be had without a read of the log, if anywhere.
+    pub producers: Option<ProducerLastBatches>,
 }
 
 impl CleaningView {
@@ -80,7 +97,14 @@ impl Log {
             last_stable_offset: self.high_watermark,
             segments: self.segments.values().map(view_of).collect(),
             generation: self.generation,
+            producers: self.producer_last_batches.clone(),
         }
+    }
+
+    /// Lets the cleaner ask `source` for the producers' last batches instead of reading every
+    /// batch header of the log each round (`None`: it reads them).
+    pub fn set_producer_last_batches(&mut self, source: Option<ProducerLastBatches>) {
+        self.producer_last_batches = source;
     }
 
     /// The lowest offset the log was truncated to since the last call (the cleaner's checkpoint
@@ -94,15 +118,24 @@ impl Log {
         self.generation
     }
 
-    /// Refuses any swap prepared before now (the log is being deleted or rewritten).
-    pub fn invalidate_cleaning(&mut self) {
+    /// The log is being deleted: the cleaner takes it no more, and a swap prepared before now
+    /// is refused.
+    pub fn mark_deleted(&mut self) {
+        self.deleted = true;
         self.generation += 1;
     }
 
+    pub fn is_deleted(&self) -> bool {
+        self.deleted
+    }
+
     /// Kafka's `replaceSegments`: puts `cleaned` (written as `.cleaned` files and fsynced) in
-    /// place of the segments based at `old`. The cleaned files become `.swap`, the old segments
-    /// `.deleted`, then the swap suffix goes. A kill at any point leaves a state that loading
-    /// turns into the old segments or the new one (see `complete_interrupted_swaps`).
+    /// place of the segments based at `old`. The cleaned files become `.swap` (the `.log`
+    /// first); then, in memory, the old segments leave the log and the cleaned one takes their
+    /// place in one step; on disk the old segments are renamed `.deleted`, and the `.swap`
+    /// suffix goes only once all of them are. A kill at any point leaves a state that loading
+    /// turns into the old segments or the new one (see `complete_interrupted_swaps`); an I/O
+    /// error does too, and the log in memory serves the new segment from then on.
     /// Returns false, touching nothing, when the log changed since `generation`.
     pub fn replace_segments(
         &mut self,
@@ -111,37 +144,44 @@ impl Log {
         generation: u64,
     ) -> Result<bool> {
         let active = self.active().base_offset();
+        let base = cleaned.base_offset();
         let unchanged = generation == self.generation
-            && old.first() == Some(&cleaned.base_offset())
+            && old.first() == Some(&base)
             && old
                 .iter()
                 .all(|b| self.segments.contains_key(b) && *b != active);
         if !unchanged {
             return Ok(false);
         }
-        cleaned.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)?;
-        sync_dir(&self.dir)?;
-        // From here on the in-memory log must end up with the cleaned segment whatever fails:
-        // it holds everything the old ones served.
-        let retired = self.retire_segments(old);
-        let renamed = cleaned.change_file_suffixes(SWAP_SUFFIX, "");
-        self.segments.insert(cleaned.base_offset(), cleaned);
+        let swapped = cleaned
+            .change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+            .and_then(|()| sync_dir(&self.dir));
+        if let Err(e) = swapped {
+            // Not swapped: no `.swap` file may outlive this, or a later load would finish it.
+            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                remove_if_exists(&self.dir.join(file_name(base, suffix) + SWAP_SUFFIX))?;
+            }
+            return Err(e);
+        }
+        let retired: Vec<LogSegment> = old.iter().filter_map(|b| self.segments.remove(b)).collect();
+        self.segments.insert(base, cleaned);
         self.generation += 1;
-        retired?;
-        renamed?;
+        self.retire_files(&retired)?;
+        if let Some(seg) = self.segments.get_mut(&base) {
+            seg.change_file_suffixes(SWAP_SUFFIX, "")?;
+        }
         sync_dir(&self.dir)?;
         Ok(true)
     }
 
-    /// Takes the segments at `old` out of the log and renames their files `.deleted`, to be
-    /// removed after `file.delete.delay.ms`.
-    fn retire_segments(&mut self, old: &[i64]) -> Result<()> {
+    /// Renames the files of segments taken out of the log `.deleted`, to be removed after
+    /// `file.delete.delay.ms`. Stops at the first error (the caller leaves its `.swap` for the
+    /// next load to finish).
+    fn retire_files(&mut self, retired: &[LogSegment]) -> Result<()> {
         let due_ms = now_ms() + self.config.file_delete_delay_ms;
-        for base in old {
-            if let Some(seg) = self.segments.remove(base) {
-                let files = seg.rename_to_deleted()?;
-                self.pending_deletes.push(PendingDelete { due_ms, files });
-            }
+        for seg in retired {
+            let files = seg.rename_to_deleted()?;
+            self.pending_deletes.push(PendingDelete { due_ms, files });
         }
         Ok(())
     }
@@ -160,19 +200,11 @@ fn offset_from_name(name: &str) -> Option<i64> {
 fn next_offset_of_log_file(path: &Path, base: i64) -> Result<i64> {
     let f = File::open(path).map_err(StorageError::io(path))?;
     let len = f.metadata().map_err(StorageError::io(path))?.len();
-    let (mut pos, mut next) = (0u64, base);
-    let mut buf = [0u8; BATCH_HEADER_SIZE];
-    while pos + BATCH_HEADER_SIZE as u64 <= len {
-        f.read_exact_at(&mut buf, pos)
-            .map_err(StorageError::io(path))?;
-        let h = BatchHeader::parse(&buf)?;
-        if h.batch_length < (BATCH_HEADER_SIZE - LOG_OVERHEAD) as i32 || pos + h.size() as u64 > len
-        {
-            break;
-        }
+    let mut next = base;
+    walk_batch_headers(&f, path, 0, len, |_, h| {
         next = h.next_offset();
-        pos += h.size() as u64;
-    }
+        ControlFlow::Continue(())
+    })?;
     Ok(next)
 }
 

@@ -574,3 +574,40 @@ fn write_behind_advances_only_with_a_flush_policy() {
     let offsets: Vec<i64> = read_all(&log, 1 << 20).iter().map(|r| r.0).collect();
     assert_eq!(offsets, (0..43 * 16).collect::<Vec<i64>>());
 }
+
+#[test]
+fn a_leader_refuses_a_keyless_record_on_a_compacted_log_and_a_follower_takes_what_it_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let compact = LogConfig {
+        cleanup_policy: "compact".into(),
+        ..cfg(1 << 20)
+    };
+    let mut log = open(&dir.path().join("l"), compact.clone());
+    let mut keyed = build_batch(&[(Some(b"k".as_slice()), Some(b"v".as_slice()))], 1000);
+    log.append_as_leader(&mut keyed, 0).unwrap();
+    let mut mixed = build_batch(
+        &[
+            (Some(b"k".as_slice()), Some(b"v".as_slice())),
+            (None, Some(b"v".as_slice())),
+        ],
+        1000,
+    );
+    match log.append_as_leader(&mut mixed, 0) {
+        Err(StorageError::RecordErrors(e)) => {
+            assert_eq!(e.len(), 1);
+            assert_eq!(e[0].batch_index, 1);
+            assert_eq!(
+                e[0].message,
+                "Compacted topic cannot accept message without key in topic partition t-0"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!((log.log_end_offset(), log.size()), (1, keyed.len() as u64));
+    // A log that was `delete` when the leader wrote the batch: its follower copies it as is.
+    let mut leader = open(&dir.path().join("old"), cfg(1 << 20));
+    leader.append_as_leader(&mut mixed, 0).unwrap();
+    let data = leader.read(0, 1 << 20, None, true).unwrap();
+    let mut follower = open(&dir.path().join("f"), compact);
+    assert_eq!(follower.append_as_follower(&data).unwrap().last_offset, 1);
+}
