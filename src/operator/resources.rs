@@ -664,6 +664,14 @@ fn statefulset_metadata(
 /// (sorted by key). A key the operator owns, a key `--producer-props` cannot carry, or a value
 /// the proxy would refuse at start (checked by the proxy's own parser) is refused here.
 pub fn proxy_args(kc: &KafkaCluster, proxy: &Proxy) -> Result<Vec<String>, BuildError> {
+    proxy_command(kc, proxy).map(|(args, _)| args)
+}
+
+/// `proxy_args`, with the configuration the proxy will run with.
+fn proxy_command(
+    kc: &KafkaCluster,
+    proxy: &Proxy,
+) -> Result<(Vec<String>, crate::proxy::ProxyConfig), BuildError> {
     let names = Names::of(kc)?;
     let port = kc
         .spec
@@ -690,7 +698,7 @@ pub fn proxy_args(kc: &KafkaCluster, proxy: &Proxy) -> Result<Vec<String>, Build
         .iter()
         .map(|(k, v)| (k.clone(), v.trim().to_string()))
         .collect();
-    crate::proxy::ProxyConfig::new(listen, &bootstrap, &props)
+    let config = crate::proxy::ProxyConfig::new(listen, &bootstrap, &props)
         .map_err(|e| BuildError::Invalid(format!("spec.proxy.config: {e}")))?;
     let mut args = vec![
         "proxy".to_string(),
@@ -703,12 +711,14 @@ pub fn proxy_args(kc: &KafkaCluster, proxy: &Proxy) -> Result<Vec<String>, Build
         args.push("--producer-props".into());
         args.push(format!("{k}={v}"));
     }
-    Ok(args)
+    Ok((args, config))
 }
 
 /// The producer proxy's Deployment (`spec.proxy`): `evenkeel proxy` (`proxy_args`) with the
 /// brokers' image. Its pods carry component `proxy`, so the brokers' selectors (Services, PDB,
-/// StatefulSet) never pick them.
+/// StatefulSet) never pick them. A roll starts a new pod before it stops an old one, and a
+/// stopping pod gets the time its proxy needs to answer the requests it holds (its
+/// `delivery.timeout.ms` and a margin) before it is killed.
 pub fn proxy_deployment(kc: &KafkaCluster, image: &str) -> Result<Deployment, BuildError> {
     let names = Names::of(kc)?;
     let proxy = kc
@@ -716,10 +726,12 @@ pub fn proxy_deployment(kc: &KafkaCluster, image: &str) -> Result<Deployment, Bu
         .proxy
         .as_ref()
         .ok_or(BuildError::Missing("spec.proxy"))?;
+    let (args, config) = proxy_command(kc, proxy)?;
+    let grace_seconds = config.shutdown_grace().as_secs() + 5;
     let container = json!({
         "name": "proxy",
         "image": image,
-        "args": proxy_args(kc, proxy)?,
+        "args": args,
         "env": [{"name": "EVENKEEL_LOG", "value": "info"}],
         "ports": [{"name": "http", "containerPort": PROXY_PORT, "protocol": "TCP"}],
         "readinessProbe": {
@@ -742,10 +754,15 @@ pub fn proxy_deployment(kc: &KafkaCluster, image: &str) -> Result<Deployment, Bu
             "spec": {
                 "replicas": proxy.replicas,
                 "selector": {"matchLabels": proxy_selector(&names.cluster)},
+                "strategy": {
+                    "type": "RollingUpdate",
+                    "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+                },
                 "template": {
                     "metadata": {"labels": proxy_labels(&names.cluster)},
                     "spec": {
                         "securityContext": pod_security(),
+                        "terminationGracePeriodSeconds": grace_seconds,
                         "containers": [container],
                     },
                 },

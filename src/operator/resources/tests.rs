@@ -411,6 +411,29 @@ fn a_proxy_runs_as_a_deployment_and_service_beside_the_brokers() {
 }
 
 #[test]
+fn a_proxy_roll_keeps_every_pod_serving_and_gives_a_stopping_one_its_delivery_timeout() {
+    let d =
+        yaml(&proxy_deployment(&cluster("replicas: 3\nproxy: {replicas: 2}\n"), "img").unwrap());
+    assert_eq!(
+        at(&d, "spec.strategy.rollingUpdate.maxUnavailable").as_i64(),
+        Some(0)
+    );
+    // The proxy's default delivery.timeout.ms is 30 s; it waits that and 5 s more for
+    // answers at SIGTERM, and the kubelet waits 5 s beyond that.
+    assert_eq!(
+        at(&d, "spec.template.spec.terminationGracePeriodSeconds").as_i64(),
+        Some(40)
+    );
+    let longer =
+        cluster("replicas: 3\nproxy: {replicas: 2, config: {delivery.timeout.ms: \"120000\"}}\n");
+    let d = yaml(&proxy_deployment(&longer, "img").unwrap());
+    assert_eq!(
+        at(&d, "spec.template.spec.terminationGracePeriodSeconds").as_i64(),
+        Some(130)
+    );
+}
+
+#[test]
 fn proxy_pods_are_not_selected_by_the_broker_pdb() {
     let kc = cluster("replicas: 3\nproxy: {replicas: 1}\n");
     let d = yaml(&proxy_deployment(&kc, "img").unwrap());
