@@ -14,6 +14,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = os.path.join(ROOT, "bench", "kafka", "tool")
 KAFKA_BROKER = os.path.join(ROOT, "bench", "kafka", "broker")
 TOOL_TIMEOUT = 1800  # seconds for one tool run
+# kafka-producer-perf-test's summary line, which `evenkeel perf produce|proxy` print too.
+PERF_LINE = re.compile(
+    r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, "
+    r"([\d.]+) ms max latency, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th, (\d+) ms 99.9th")
 
 
 def free_port():
@@ -22,6 +26,28 @@ def free_port():
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+def perf_summary(out):
+    """The last summary line of a perf tool's output, as numbers."""
+    found = PERF_LINE.findall(out)
+    if not found:
+        raise BenchError("no summary line in: %r" % out[-400:])
+    sent, rps, mbps, avg, mx, p50, p95, p99, p999 = found[-1]
+    return {"sent": int(sent), "rps": float(rps), "mbps": float(mbps), "avg_ms": float(avg),
+            "max_ms": float(mx), "p50_ms": float(p50), "p95_ms": float(p95),
+            "p99_ms": float(p99), "p999_ms": float(p999)}
+
+
+def run(cmd, timeout=TOOL_TIMEOUT):
+    """Runs a command from the repository root; its stdout, or BenchError with the last line
+    it printed on a non-zero exit."""
+    p = subprocess.run(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       timeout=timeout)
+    if p.returncode != 0:
+        tail = (p.stderr.strip().splitlines() or p.stdout.strip().splitlines() or [""])[-1]
+        raise BenchError("%s exited %d: %s" % (cmd[0], p.returncode, tail[:300]))
+    return p.stdout
 
 
 def run_tool(*args, timeout=TOOL_TIMEOUT, stderr_to=None):

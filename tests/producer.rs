@@ -106,6 +106,44 @@ async fn every_acked_record_is_in_the_log_where_the_producer_said() {
 }
 
 #[tokio::test]
+async fn every_codec_is_written_with_its_codec_and_read_back_by_librdkafka() {
+    let b = BrokerProcess::start(&[]);
+    for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
+        let topic = format!("codec-{codec}");
+        create_topic(&b.bootstrap, &topic, 1, &[]).await;
+        let p = Producer::start(config(
+            &b.bootstrap,
+            &[("compression.type", codec), ("linger.ms", "20")],
+        ))
+        .await
+        .unwrap();
+        let value = |i: usize| format!("{codec}-{i:04}-{}", "abc".repeat(40));
+        let records = (0..500).map(|i| record(None, value(i))).collect();
+        let results = send_all(&p, &topic, records).await;
+        assert!(results.iter().all(Result::is_ok), "{codec}: all acked");
+        p.close(Duration::from_secs(10)).await;
+        let read = consume_all(&b.bootstrap, &topic, 1, 500);
+        let values: Vec<String> = read.into_iter().map(|(_, _, _, v)| v).collect();
+        assert_eq!(values, (0..500).map(value).collect::<Vec<_>>(), "{codec}");
+        // The broker stores batches as sent: the segment says which codec they carry.
+        let segment = b.data.join("broker-1").join(format!("{topic}-0"));
+        let dump = std::process::Command::new(env!("CARGO_BIN_EXE_evenkeel"))
+            .args(["dump-log", "--files"])
+            .arg(segment.join("00000000000000000000.log"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&dump.stdout);
+        let batches = text.matches("compresscodec: ").count();
+        assert!(batches > 0, "{codec}: no batch in {text}");
+        assert_eq!(
+            text.matches(&format!("compresscodec: {codec}")).count(),
+            batches,
+            "{codec}: {text:.400}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn keyed_records_go_to_javas_partition_in_order() {
     let b = BrokerProcess::start(&[]);
     create_topic(&b.bootstrap, "keyed", 5, &[]).await;

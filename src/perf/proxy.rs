@@ -135,7 +135,11 @@ impl std::fmt::Display for Verification {
 
 #[derive(Debug, Clone)]
 pub struct ProxyLoadReport {
+    /// Each record's latency from when its request was due (with `--throughput`).
     pub total: ProduceReport,
+    /// Each record's latency from when its request went out, as kafka-producer-perf-test
+    /// measures from its `send()`: the same as `total` when the clients keep to the schedule.
+    pub from_send: ProduceReport,
     pub per_api: Vec<ApiFigures>,
     /// Records answered with an error (each with its HTTP status or error code).
     pub errors: Vec<String>,
@@ -152,6 +156,11 @@ impl std::fmt::Display for ProxyLoadReport {
             )?;
         }
         writeln!(f, "{}", self.total)?;
+        writeln!(
+            f,
+            "latency from each request's send: {:.2} ms avg latency, {:.0} ms 99th, {:.0} ms 99.9th.",
+            self.from_send.avg_ms, self.from_send.p99_ms, self.from_send.p999_ms
+        )?;
         if !self.errors.is_empty() {
             writeln!(
                 f,
@@ -249,6 +258,8 @@ struct ClientOutcome {
     plan: ClientPlan,
     answered_at: Vec<(i32, i64)>,
     latencies_us: Vec<u32>,
+    /// As `latencies_us`, from when the request went out rather than when it was due.
+    sent_latencies_us: Vec<u32>,
     request_latencies_us: Vec<u32>,
     errors: Vec<String>,
 }
@@ -352,10 +363,19 @@ fn micros(d: Duration) -> u32 {
     d.as_micros().min(u32::MAX as u128) as u32
 }
 
-/// One request's records and when it was due.
+/// One request's records, when it was due, and when it went out.
 struct Batch {
     range: std::ops::Range<u64>,
     due: Instant,
+    sent: Instant,
+}
+
+impl Batch {
+    /// A record of this request was answered now.
+    fn answered(&self, out: &mut ClientOutcome) {
+        out.latencies_us.push(micros(self.due.elapsed()));
+        out.sent_latencies_us.push(micros(self.sent.elapsed()));
+    }
 }
 
 /// Runs one client to the end of its plan.
@@ -370,6 +390,7 @@ async fn run_client(
     let mut out = ClientOutcome {
         answered_at: vec![(-1, -1); plan.records as usize],
         latencies_us: Vec::with_capacity(plan.records as usize),
+        sent_latencies_us: Vec::with_capacity(plan.records as usize),
         request_latencies_us: Vec::new(),
         errors: Vec::new(),
         plan: plan.clone(),
@@ -389,14 +410,15 @@ async fn run_client(
         } else {
             Instant::now()
         };
-        let req = Batch {
+        let mut req = Batch {
             range: first..(first + batch).min(plan.records),
             due,
+            sent: due,
         };
         first = req.range.end;
         let done = match plan.api {
-            Api::V2 => post_v2(&o, &mut conn, &req, &mut out).await?,
-            Api::V3 => post_v3(&o, &mut conn, &cluster_id, &req, &mut out).await?,
+            Api::V2 => post_v2(&o, &mut conn, &mut req, &mut out).await?,
+            Api::V3 => post_v3(&o, &mut conn, &cluster_id, &mut req, &mut out).await?,
         };
         out.request_latencies_us.push(micros(due.elapsed()));
         answered.fetch_add(done, Ordering::Relaxed);
@@ -410,10 +432,11 @@ async fn run_client(
 async fn post_v2(
     o: &ProxyLoadArgs,
     conn: &mut Connection,
-    req: &Batch,
+    req: &mut Batch,
     out: &mut ClientOutcome,
 ) -> Result<u64, PerfError> {
     let body = v2_body(&out.plan, req.range.clone(), o.record_size);
+    req.sent = Instant::now();
     let resp = conn
         .post(
             &format!("/topics/{}", o.topic),
@@ -428,7 +451,6 @@ async fn post_v2(
         .await
         .map_err(|e| setup(format!("reading a v2 answer: {e}")))?
         .to_bytes();
-    let latency = micros(req.due.elapsed());
     let doc: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let offsets = doc.get("offsets").and_then(Value::as_array);
     for (n, i) in req.range.clone().enumerate() {
@@ -436,7 +458,7 @@ async fn post_v2(
         match answer.and_then(written_at_v2) {
             Some(at) if status.is_success() => {
                 out.answered_at[i as usize] = at;
-                out.latencies_us.push(latency);
+                req.answered(out);
             }
             _ => out.errors.push(format!(
                 "v2 HTTP {status}: {}",
@@ -465,7 +487,7 @@ async fn post_v3(
     o: &ProxyLoadArgs,
     conn: &mut Connection,
     cluster_id: &str,
-    req: &Batch,
+    req: &mut Batch,
     out: &mut ClientOutcome,
 ) -> Result<u64, PerfError> {
     let chunks: Vec<Result<Frame<Bytes>, std::convert::Infallible>> = req
@@ -483,6 +505,7 @@ async fn post_v3(
         .collect();
     let body = StreamBody::new(futures::stream::iter(chunks)).boxed();
     let path = format!("/v3/clusters/{cluster_id}/topics/{}/records", o.topic);
+    req.sent = Instant::now();
     let resp = conn.post(&path, "application/json", body).await?;
     let status = resp.status();
     let mut body = resp.into_body();
@@ -497,7 +520,7 @@ async fn post_v3(
         while let Some(nl) = pending.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = pending.drain(..=nl).collect();
             if next < req.range.end {
-                v3_report(&line, next, status, req.due, out);
+                v3_report(&line, next, status, req, out);
             }
             next += 1;
         }
@@ -510,13 +533,7 @@ async fn post_v3(
     Ok(req.range.end - req.range.start)
 }
 
-fn v3_report(
-    line: &[u8],
-    i: u64,
-    status: hyper::StatusCode,
-    due: Instant,
-    out: &mut ClientOutcome,
-) {
+fn v3_report(line: &[u8], i: u64, status: hyper::StatusCode, req: &Batch, out: &mut ClientOutcome) {
     let doc: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
     let ok = doc.get("error_code").and_then(Value::as_i64) == Some(200);
     let at = doc
@@ -526,7 +543,7 @@ fn v3_report(
     match at {
         Some((p, off)) if ok => {
             out.answered_at[i as usize] = (p as i32, off);
-            out.latencies_us.push(micros(due.elapsed()));
+            req.answered(out);
         }
         _ => out.errors.push(format!(
             "v3 HTTP {status}: {}",
@@ -666,7 +683,12 @@ fn summarize(o: &ProxyLoadArgs, outcomes: &[ClientOutcome], seconds: f64) -> Pro
             })
         })
         .collect();
+    let sent: Vec<u32> = outcomes
+        .iter()
+        .flat_map(|c| c.sent_latencies_us.clone())
+        .collect();
     ProxyLoadReport {
+        from_send: ProduceReport::from_latencies(sent, 0, seconds, o.record_size),
         total: figures(None).1,
         per_api,
         errors: outcomes.iter().flat_map(|c| c.errors.clone()).collect(),
@@ -825,6 +847,7 @@ mod tests {
         let mut outcome = ClientOutcome {
             answered_at: (0..16).map(|i| (p_of(i as usize % 8), i as i64)).collect(),
             latencies_us: vec![],
+            sent_latencies_us: vec![],
             request_latencies_us: vec![],
             errors: vec![],
             plan: plan.clone(),
