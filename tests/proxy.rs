@@ -575,7 +575,9 @@ async fn sigterm_answers_the_requests_in_progress_before_the_proxy_exits() {
         let body = json!({"records": [{"value": "held"}]}).to_string();
         http::post(&addr, "/topics/drain", JSON_V2, &body)
     });
-    std::thread::sleep(Duration::from_millis(500));
+    // Time for the request to reach the proxy and its record the frozen broker, even on a
+    // loaded machine.
+    std::thread::sleep(Duration::from_millis(1500));
     // SIGTERM with the request in progress; the broker answers two seconds later.
     proxy.sigterm();
     std::thread::sleep(Duration::from_secs(2));
