@@ -431,8 +431,8 @@ async fn a_broker_that_stops_reading_holds_up_only_its_own_partitions() {
             .expect("acked");
     }
     c.sigstop(2);
-    // Five requests of 3.5 MB in flight to the stopped broker are more than the socket buffers
-    // on both sides hold, so writing them blocks until the broker reads again.
+    // Eight records of 3.5 MB, five requests of them in flight to the stopped broker: more than
+    // the socket buffers on both sides hold, so writing them blocks until the broker reads.
     let big: Vec<_> = {
         let mut v = Vec::new();
         for i in 0..8 {
@@ -459,4 +459,69 @@ async fn a_broker_that_stops_reading_holds_up_only_its_own_partitions() {
             .expect("written once broker 2 reads again");
     }
     p.close(Duration::from_secs(10)).await;
+}
+
+#[tokio::test]
+async fn with_acks_0_a_record_counts_as_sent_only_once_written_and_a_stopped_broker_fills_the_buffer(
+) {
+    let b = BrokerProcess::start(&[]);
+    create_topic(
+        &b.bootstrap,
+        "unacked",
+        1,
+        &[("max.message.bytes", "2097152")],
+    )
+    .await;
+    let p = Producer::start(config(
+        &b.bootstrap,
+        &[
+            ("acks", "0"),
+            ("linger.ms", "0"),
+            ("max.request.size", "2097152"),
+            ("buffer.memory", "8388608"),
+            ("max.block.ms", "200"),
+        ],
+    ))
+    .await
+    .unwrap();
+    let warm = p.send("unacked", None, record(None, "warm".into())).await;
+    warm.unwrap().await.unwrap().expect("sent");
+    b.freeze(true);
+    // 60 MB for a broker that reads nothing: the socket buffers take a few MB, five requests
+    // wait to be written, the 8 MB buffer fills, and then sends are refused for memory.
+    let mut queued = Vec::new();
+    let mut refused = 0;
+    for i in 0..60 {
+        match p
+            .send(
+                "unacked",
+                None,
+                record(None, format!("{i:02}{}", "x".repeat(1 << 20))),
+            )
+            .await
+        {
+            Ok(rx) => queued.push(rx),
+            Err(ProduceError::Append(_)) => refused += 1,
+            Err(e) => panic!("record {i}: {e}"),
+        }
+    }
+    assert!(
+        refused > 0,
+        "the buffer never filled: records counted as sent unwritten"
+    );
+    let mut sent_while_frozen = 0;
+    for rx in &mut queued {
+        if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_millis(10), rx).await {
+            r.expect("sent");
+            sent_while_frozen += 1;
+        }
+    }
+    assert!(
+        sent_while_frozen < queued.len(),
+        "all {} queued records reported sent to a broker that reads nothing",
+        queued.len()
+    );
+    b.freeze(false);
+    p.close(Duration::from_secs(30)).await;
+    drop(queued);
 }

@@ -6,7 +6,7 @@
 //! The producer's sender uses it; `Connection` stays the simple one-call-at-a-time kind.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,7 +32,16 @@ struct Pending {
 struct Shared {
     addr: String,
     pending: Mutex<VecDeque<Pending>>,
+    /// Requests the broker does not answer (acks=0) that are not yet written: in flight too.
+    unwritten: AtomicUsize,
     broken: AtomicBool,
+}
+
+/// A request's bytes for the writer, and for a request the broker does not answer, whom to
+/// tell once it is written.
+struct Outgoing {
+    frame: Bytes,
+    written: Option<oneshot::Sender<Result<(), ClientError>>>,
 }
 
 impl Shared {
@@ -53,8 +62,9 @@ impl Shared {
 pub struct PipelinedConnection {
     shared: Arc<Shared>,
     versions: HashMap<ApiKey, i16>,
-    /// Frames for the writer task, in the order their waiters were queued in `pending`.
-    frames: mpsc::UnboundedSender<Bytes>,
+    /// Frames for the writer task, in the order their waiters were queued in `pending`. At
+    /// most `in_flight()` are queued: the caller sends no more than it allows in flight.
+    frames: mpsc::UnboundedSender<Outgoing>,
     next_correlation_id: AtomicI32,
     reader: tokio::task::JoinHandle<()>,
     writer: tokio::task::JoinHandle<()>,
@@ -79,6 +89,7 @@ impl PipelinedConnection {
         let shared = Arc::new(Shared {
             addr: addr.to_string(),
             pending: Mutex::new(VecDeque::new()),
+            unwritten: AtomicUsize::new(0),
             broken: AtomicBool::new(false),
         });
         let reader = tokio::spawn(read_responses(read, shared.clone()));
@@ -103,41 +114,38 @@ impl PipelinedConnection {
         self.versions.get(&key).copied()
     }
 
-    /// Requests written and not yet answered.
+    /// Requests sent and not yet answered, and unanswered requests (acks=0) not yet written.
     pub fn in_flight(&self) -> usize {
-        self.shared.pending.lock().len()
+        self.shared.pending.lock().len() + self.shared.unwritten.load(Ordering::Acquire)
     }
 
     pub fn is_broken(&self) -> bool {
         self.shared.broken.load(Ordering::Acquire)
     }
 
-    /// Queues `req` at `version` for writing and returns a receiver for its decoded response,
-    /// or `None` for a request the broker does not answer (a Produce with acks=0). It does not
-    /// wait for the socket: a write that fails later fails every request waiting.
+    /// Queues `req` at `version` for writing. It does not wait for the socket; what it returns
+    /// settles later: the decoded response, or for a request the broker does not answer (a
+    /// Produce with acks=0) the moment it is written, as Java completes such a request once
+    /// sent. A write that fails fails every request waiting.
     pub fn send<R: Request>(
         &self,
         req: &R,
         version: i16,
         expect_response: bool,
-    ) -> Result<Option<ResponseFuture<R::Response>>, ClientError> {
+    ) -> Result<Sent<R::Response>, ClientError> {
         let key = ApiKey::try_from(R::KEY)
             .map_err(|_| ClientError::Protocol(format!("unknown API key {}", R::KEY)))?;
-        let broken = || {
-            ClientError::Io(std::io::Error::new(
-                std::io::ErrorKind::NotConnected,
-                format!("connection to {} failed earlier", self.addr()),
-            ))
-        };
-        if self.is_broken() {
-            return Err(broken());
-        }
         let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::AcqRel);
         let frame = encode_request(key, version, correlation_id, req)?;
         // The waiter and the frame are queued under one lock, so that responses, which come in
-        // the order of the frames, find their waiters in the same order.
+        // the order of the frames, find their waiters in the same order. `fail_all` marks the
+        // connection broken before it takes this lock: a waiter queued here after it drained
+        // the queue would wait in vain, so broken is checked under the lock.
         let mut pending = self.shared.pending.lock();
-        let rx = expect_response.then(|| {
+        if self.is_broken() {
+            return Err(self.broken());
+        }
+        let (sent, written) = if expect_response {
             let (tx, rx) = oneshot::channel();
             pending.push_back(Pending {
                 key,
@@ -145,30 +153,88 @@ impl PipelinedConnection {
                 correlation_id,
                 reply: tx,
             });
-            rx
-        });
-        if self.frames.send(frame).is_err() {
+            let answer = ResponseFuture {
+                rx,
+                version,
+                _r: std::marker::PhantomData,
+            };
+            (Sent::Answer(answer), None)
+        } else {
+            let (tx, rx) = oneshot::channel();
+            self.shared.unwritten.fetch_add(1, Ordering::AcqRel);
+            (Sent::Written(WriteFuture { rx }), Some(tx))
+        };
+        if self.frames.send(Outgoing { frame, written }).is_err() {
             drop(pending);
             self.shared.fail_all("the writer stopped");
-            return Err(broken());
+            return Err(self.broken());
         }
-        Ok(rx.map(|rx| ResponseFuture {
-            rx,
-            version,
-            _r: std::marker::PhantomData,
-        }))
+        Ok(sent)
+    }
+
+    fn broken(&self) -> ClientError {
+        ClientError::Io(std::io::Error::new(
+            std::io::ErrorKind::NotConnected,
+            format!("connection to {} failed earlier", self.addr()),
+        ))
     }
 }
 
-/// Writes queued frames in order; the first failed write fails every request waiting.
+/// What a sent request settles into.
+pub enum Sent<T> {
+    /// The broker's answer, to wait for.
+    Answer(ResponseFuture<T>),
+    /// A request the broker does not answer: done once written.
+    Written(WriteFuture),
+}
+
+/// Settles once an unanswered request is written (or its connection failed first).
+pub struct WriteFuture {
+    rx: oneshot::Receiver<Result<(), ClientError>>,
+}
+
+impl WriteFuture {
+    pub async fn wait(self) -> Result<(), ClientError> {
+        self.rx.await.unwrap_or_else(|_| {
+            Err(ClientError::Io(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "connection closed before the request was written",
+            )))
+        })
+    }
+}
+
+/// Writes queued frames in order; the first failed write fails every request waiting, the
+/// unanswered ones still queued included.
 async fn write_requests(
     mut write: OwnedWriteHalf,
-    mut frames: mpsc::UnboundedReceiver<Bytes>,
+    mut frames: mpsc::UnboundedReceiver<Outgoing>,
     shared: Arc<Shared>,
 ) {
-    while let Some(frame) = frames.recv().await {
-        if let Err(e) = write.write_all(&frame).await {
-            return shared.fail_all(&e.to_string());
+    while let Some(out) = frames.recv().await {
+        let result = write.write_all(&out.frame).await;
+        if let Some(written) = out.written {
+            shared.unwritten.fetch_sub(1, Ordering::AcqRel);
+            let _ = written.send(
+                result
+                    .as_ref()
+                    .map(|_| ())
+                    .map_err(|e| ClientError::Io(std::io::Error::new(e.kind(), e.to_string()))),
+            );
+        }
+        if let Err(e) = result {
+            shared.fail_all(&e.to_string());
+            frames.close();
+            while let Ok(out) = frames.try_recv() {
+                if let Some(written) = out.written {
+                    shared.unwritten.fetch_sub(1, Ordering::AcqRel);
+                    let _ = written.send(Err(ClientError::Io(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionAborted,
+                        format!("connection to {} lost: {e}", shared.addr),
+                    ))));
+                }
+            }
+            return;
         }
     }
 }

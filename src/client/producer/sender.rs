@@ -29,7 +29,7 @@ use super::idempotence::ProducerIdAndEpoch;
 use super::in_flight::InFlightBatch;
 use super::kafka_producer::Shared;
 use super::ProduceError;
-use crate::client::pipeline::PipelinedConnection;
+use crate::client::pipeline::{PipelinedConnection, Sent};
 use crate::client::{ClientError, Connection};
 use crate::protocol::errors;
 
@@ -243,15 +243,28 @@ fn send_produce(
             drop_connection(conns, node, &conn);
             settle_all(shared, batches, Err(e));
         }
-        Ok(None) => {
-            // acks=0: nothing comes back; the records count as sent, with no offset.
-            let answered = batches
-                .into_iter()
-                .map(|b| (b, PartitionProduceResponse::default().with_base_offset(-1)))
-                .collect();
-            settle_answered(shared, answered);
+        Ok(Sent::Written(written)) => {
+            // acks=0: nothing comes back; the records count as sent, with no offset, once
+            // their request is written (Java's completion of a request it expects no answer to).
+            let (shared, conns) = (shared.clone(), conns.clone());
+            tokio::spawn(async move {
+                match written.wait().await {
+                    Ok(()) => {
+                        let answered = batches
+                            .into_iter()
+                            .map(|b| (b, PartitionProduceResponse::default().with_base_offset(-1)))
+                            .collect();
+                        settle_answered(&shared, answered);
+                    }
+                    Err(e) => {
+                        drop_connection(&conns, node, &conn);
+                        settle_all(&shared, batches, Err(e));
+                    }
+                }
+                shared.wake.notify_one();
+            });
         }
-        Ok(Some(answer)) => {
+        Ok(Sent::Answer(answer)) => {
             let (shared, conns) = (shared.clone(), conns.clone());
             let timeout = request_timeout(&shared) + Duration::from_secs(1);
             tokio::spawn(async move {
