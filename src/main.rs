@@ -76,6 +76,10 @@ enum Command {
         /// linger.ms=10 compression.type=lz4.
         #[arg(long = "producer-props", visible_alias = "producer-property", value_name = "KEY=VALUE", num_args = 1..)]
         producer_props: Vec<String>,
+        /// At SIGTERM, go on serving (unready) this long before taking no new connection: the
+        /// time a load balancer needs to stop sending new ones (the operator sets 5000).
+        #[arg(long, default_value_t = 0)]
+        shutdown_delay_ms: u64,
     },
     /// Format a log directory for a broker (writes meta.properties), like kafka-storage format
     /// (same flags: -c/--config, -t/--cluster-id, -g/--ignore-formatted, --standalone).
@@ -492,9 +496,11 @@ fn cmd_proxy(
     bootstrap: String,
     listen: std::net::SocketAddr,
     producer_props: Vec<String>,
+    shutdown_delay_ms: u64,
 ) -> anyhow::Result<()> {
     let props = parse_props(&producer_props)?;
-    let config = evenkeel::proxy::ProxyConfig::new(listen, &bootstrap, &props)?;
+    let mut config = evenkeel::proxy::ProxyConfig::new(listen, &bootstrap, &props)?;
+    config.shutdown_delay = std::time::Duration::from_millis(shutdown_delay_ms);
     let rt = tokio::runtime::Runtime::new()?;
     let grace = config.shutdown_grace();
     rt.block_on(async move {
@@ -745,7 +751,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             bootstrap,
             listen,
             producer_props,
-        } => cmd_proxy(bootstrap, listen, producer_props),
+            shutdown_delay_ms,
+        } => cmd_proxy(bootstrap, listen, producer_props, shutdown_delay_ms),
         Command::Format {
             config,
             cluster_id,

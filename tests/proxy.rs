@@ -599,6 +599,57 @@ async fn sigterm_answers_the_requests_in_progress_before_the_proxy_exits() {
 }
 
 #[tokio::test]
+async fn at_sigterm_a_v3_stream_ends_after_the_records_taken_and_readyz_turns_503_at_once() {
+    let b = BrokerProcess::start(&[]);
+    create_topic(&b.bootstrap, "ending", 1, &[]).await;
+    let mut proxy = ProxyProcess::start_with(&b.bootstrap, &[], &["--shutdown-delay-ms", "2000"]);
+    let id = http::get(&proxy.addr, "/v3/clusters").json()["data"][0]["cluster_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let path = format!("/v3/clusters/{id}/topics/ending/records");
+    let mut s = http::start_chunked(&proxy.addr, &path);
+    for i in 0..3 {
+        http::chunk(&mut s, json!({"value": {"data": i}}).to_string().as_bytes());
+    }
+    let seen = http::read_until(&mut s, Duration::from_secs(20), |seen| {
+        seen.matches("\"error_code\":200").count() == 3
+    });
+    assert_eq!(seen.matches("\"error_code\":200").count(), 3, "{seen}");
+    proxy.sigterm();
+    // During the shutdown delay the proxy is unready but still serves.
+    std::thread::sleep(Duration::from_millis(300));
+    let ready = http::get(&proxy.addr, "/readyz");
+    assert_eq!(ready.status, 503);
+    assert_eq!(ready.json()["error_code"], 50303);
+    let late = http::post(
+        &proxy.addr,
+        "/topics/ending",
+        JSON_V2,
+        &json!({"records": [{"value": "during the delay"}]}).to_string(),
+    );
+    assert_eq!(late.status, 200, "{}", String::from_utf8_lossy(&late.body));
+    // Then the stream ends by itself: its answer is complete (the closing chunk came).
+    let rest = http::read_until(&mut s, Duration::from_secs(20), |seen| {
+        seen.ends_with("0\r\n\r\n")
+    });
+    assert!(
+        rest.ends_with("0\r\n\r\n"),
+        "the stream's answer did not end: {rest:?}"
+    );
+    let status = proxy.wait_exit(Duration::from_secs(40));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "exited cleanly: {status:?}"
+    );
+    let values: Vec<String> = consume(&b.bootstrap, "ending", 1, 5)
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.3).into_owned())
+        .collect();
+    assert_eq!(values, ["0", "1", "2", "\"during the delay\""]);
+}
+
+#[tokio::test]
 async fn the_request_histogram_times_a_v3_stream_to_its_last_report_and_records_have_a_rate() {
     let b = BrokerProcess::start(&[]);
     create_topic(&b.bootstrap, "timed", 1, &[]).await;

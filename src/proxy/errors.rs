@@ -26,6 +26,8 @@ pub const KAFKA_ERROR: u32 = 50002;
 pub const KAFKA_RETRIABLE_ERROR: u32 = 50003;
 /// No broker answered.
 pub const BROKER_NOT_AVAILABLE: u32 = 50302;
+/// The proxy is shutting down (`/readyz` only).
+pub const SHUTTING_DOWN: u32 = 50303;
 
 /// One HTTP error answer.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -26,7 +26,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use tokio::sync::oneshot;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::{oneshot, watch};
 
 use crate::client::producer::{ProduceError, Producer, ProducerConfig, RecordResult};
 use crate::config::ConfigError;
@@ -48,6 +50,10 @@ pub struct ProxyConfig {
     pub listen: SocketAddr,
     /// Its `buffer.memory` is also the largest request body taken (see `read_body`).
     pub producer: ProducerConfig,
+    /// At shutdown, how long the proxy goes on serving, unready, before it stops taking
+    /// connections: the time a load balancer (a Kubernetes Service) takes to stop sending it
+    /// new ones.
+    pub shutdown_delay: Duration,
 }
 
 impl ProxyConfig {
@@ -64,13 +70,17 @@ impl ProxyConfig {
         props.extend(producer_props.iter().cloned());
         props.insert("bootstrap.servers".into(), bootstrap.into());
         let producer = ProducerConfig::from_properties(&props)?;
-        Ok(ProxyConfig { listen, producer })
+        Ok(ProxyConfig {
+            listen,
+            producer,
+            shutdown_delay: Duration::ZERO,
+        })
     }
 
-    /// How long a shutdown waits for the requests in progress: as long as any of them may
+    /// The longest a shutdown takes: the delay, then as long as any request in progress may
     /// wait for its records.
     pub fn shutdown_grace(&self) -> Duration {
-        answer_deadline_of(&self.producer)
+        self.shutdown_delay + answer_deadline_of(&self.producer)
     }
 }
 
@@ -80,6 +90,11 @@ pub(crate) struct AppState {
     metrics: metrics::ProxyMetrics,
     /// Learned from the cluster when first needed: the proxy serves before a broker answers.
     cluster_id: tokio::sync::OnceCell<String>,
+    /// Set when a shutdown begins: `/readyz` answers 503 from then on.
+    unready: AtomicBool,
+    /// Turns true when the proxy stops taking records: v3 streams end after the records
+    /// taken so far.
+    shutdown: watch::Receiver<bool>,
 }
 
 impl AppState {
@@ -105,7 +120,8 @@ pub struct ProxyHandle {
     /// `None` when no broker answered within the first seconds; `/readyz` says when one does.
     pub cluster_id: Option<String>,
     state: Shared,
-    stop: Option<oneshot::Sender<()>>,
+    shutdown_delay: Duration,
+    stopping: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -121,17 +137,23 @@ impl ProxyHandle {
         let _ = (&mut self.task).await;
     }
 
-    /// Stops taking connections, lets the requests in progress finish (each is answered once
-    /// its records are settled) for up to `grace`, then flushes and closes the producer.
+    /// Shuts down within `grace`: unready at once, still serving for the shutdown delay; then
+    /// no new connection and no new record on a v3 stream; the requests in progress answered
+    /// once their records are settled; what the producer still holds flushed; then done.
     pub async fn shutdown(mut self, grace: Duration) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if tokio::time::timeout(grace, &mut self.task).await.is_err() {
+        let deadline = tokio::time::Instant::now() + grace;
+        self.state.unready.store(true, Ordering::SeqCst);
+        tokio::time::sleep(self.shutdown_delay.min(grace)).await;
+        let _ = self.stopping.send(true);
+        if tokio::time::timeout_at(deadline, &mut self.task)
+            .await
+            .is_err()
+        {
             tracing::warn!(?grace, "requests still open at shutdown: closing them");
             self.task.abort();
         }
-        self.state.producer.close(grace).await;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        self.state.producer.close(left).await;
     }
 }
 
@@ -141,11 +163,31 @@ pub async fn start(config: ProxyConfig) -> Result<ProxyHandle, ProxyError> {
     let producer = Producer::start(config.producer.clone())
         .await
         .map_err(|e| ProxyError::Cluster(e.to_string()))?;
+    let (stopping, shutdown) = watch::channel(false);
     let state = Arc::new(AppState {
         producer,
         metrics: metrics::ProxyMetrics::new(),
         cluster_id: tokio::sync::OnceCell::new(),
+        unready: AtomicBool::new(false),
+        shutdown,
     });
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| ProxyError::Listen(config.listen, e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| ProxyError::Listen(config.listen, e))?;
+    let app = router(state.clone());
+    let mut stop = stopping.subscribe();
+    let task = tokio::spawn(async move {
+        let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|stopping| *stopping).await;
+        });
+        if let Err(e) = serve.await {
+            tracing::error!(error = %e, "the proxy stopped serving");
+        }
+    });
+    // Serving already; the first contact only tells the caller the cluster's id.
     let cluster_id = match tokio::time::timeout(FIRST_CONTACT, state.cluster_id()).await {
         Ok(Ok(id)) => Some(id.to_string()),
         Ok(Err(e)) => {
@@ -157,27 +199,12 @@ pub async fn start(config: ProxyConfig) -> Result<ProxyHandle, ProxyError> {
             None
         }
     };
-    let app = router(state.clone());
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| ProxyError::Listen(config.listen, e))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| ProxyError::Listen(config.listen, e))?;
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
-            let _ = stopped.await;
-        });
-        if let Err(e) = serve.await {
-            tracing::error!(error = %e, "the proxy stopped serving");
-        }
-    });
     Ok(ProxyHandle {
         addr,
         cluster_id,
         state,
-        stop: Some(stop),
+        shutdown_delay: config.shutdown_delay,
+        stopping,
         task,
     })
 }
@@ -211,8 +238,16 @@ fn router(state: Shared) -> Router {
         .with_state(state)
 }
 
-/// Ready while a broker answers.
+/// Ready while a broker answers, until a shutdown begins.
 async fn readyz(State(s): State<Shared>) -> Response {
+    if s.unready.load(Ordering::SeqCst) {
+        return ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            errors::SHUTTING_DOWN,
+            "shutting down",
+        )
+        .into_response();
+    }
     match s.producer.cluster_id().await {
         Ok(id) => {
             let _ = s.cluster_id.set(id);

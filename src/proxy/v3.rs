@@ -70,7 +70,13 @@ pub(super) async fn produce(
     if let Err(e) = check_records(&s, &topic, &[]).await {
         return e.into_response();
     }
-    let body = if headers.contains_key(header::CONTENT_LENGTH) {
+    // A body with a length that one record could fill is read whole: if it holds one record,
+    // the answer carries that record's status. Anything longer is read as a stream.
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let body = if announced.is_some_and(|n| n <= max_object(&s)) {
         let bytes = match read_body(&s, &headers, body).await {
             Ok(b) => b,
             Err(e) => return e.into_response(),
@@ -110,16 +116,25 @@ enum Only {
 }
 
 fn only_object(bytes: &[u8]) -> Only {
-    let mut buf = bytes.to_vec();
-    match next_object(&mut buf, true) {
-        Next::Done => Only::None,
-        Next::Bad(e) => Only::One(Err(e)),
-        Next::Object(record) => match next_object(&mut buf, true) {
+    match next_object(bytes, true) {
+        (Next::Done, _) => Only::None,
+        (Next::Bad(e), _) => Only::One(Err(e)),
+        (Next::Object(record), used) => match next_object(&bytes[used..], true).0 {
             Next::Done => Only::One(record),
             _ => Only::Several,
         },
-        Next::NeedMore => Only::Several,
+        (Next::NeedMore, _) => Only::Several,
     }
+}
+
+/// The largest record object a stream may carry: a record of `max.request.size` with its key
+/// and value in base64 fits in twice that.
+fn max_object(s: &Shared) -> usize {
+    s.producer
+        .config()
+        .max_request_size
+        .saturating_mul(2)
+        .max(1 << 20)
 }
 
 /// One record, answered with its own status: 200 and its report once written, or its error's
@@ -137,19 +152,21 @@ async fn produce_one(s: &Shared, topic: &str, record: Result<IncomingV3, ApiErro
 }
 
 /// Reads record objects off the body as they arrive and queues each; stops at the end of the
-/// body, at JSON it cannot parse (reporting it), or when the client has gone.
+/// body, at JSON it cannot parse (reporting it), when the client has gone, or when the proxy
+/// shuts down (the records taken so far still get their reports).
 async fn read_records(s: Shared, topic: String, body: Body, tx: mpsc::Sender<Report>) {
-    let max = s
-        .producer
-        .config()
-        .max_request_size
-        .saturating_mul(2)
-        .max(1 << 20);
+    let max = max_object(&s);
     let mut stream = body.into_data_stream();
+    let mut shutdown = s.shutdown.clone();
+    // `buf[pos..]` is what is left to parse; the parsed front is dropped only when more is
+    // read, so a long body costs one pass, not one move of its rest per record.
     let mut buf: Vec<u8> = Vec::new();
+    let mut pos = 0;
     let mut ended = false;
     loop {
-        match next_object(&mut buf, ended) {
+        let (next, used) = next_object(&buf[pos..], ended);
+        pos += used;
+        match next {
             Next::Object(record) => {
                 let report = queue_one(&s, &topic, record).await;
                 if tx.send(report).await.is_err() {
@@ -162,7 +179,7 @@ async fn read_records(s: Shared, topic: String, body: Body, tx: mpsc::Sender<Rep
                 return;
             }
             Next::Done => return,
-            Next::NeedMore if buf.len() > max => {
+            Next::NeedMore if buf.len() - pos > max => {
                 let e = ApiError::new(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     errors::TOO_LARGE,
@@ -173,7 +190,16 @@ async fn read_records(s: Shared, topic: String, body: Body, tx: mpsc::Sender<Rep
             }
             Next::NeedMore => {}
         }
-        match stream.next().await {
+        buf.drain(..pos);
+        pos = 0;
+        let chunk = tokio::select! {
+            chunk = stream.next() => chunk,
+            _ = shutdown.wait_for(|stopping| *stopping) => {
+                tracing::debug!("shutting down: a v3 stream takes no more records");
+                return;
+            }
+        };
+        match chunk {
             Some(Ok(chunk)) => buf.extend_from_slice(&chunk),
             Some(Err(e)) => {
                 tracing::debug!(error = %e, "a v3 produce stream broke off");
@@ -191,28 +217,23 @@ enum Next {
     Done,
 }
 
-/// Takes the next complete JSON value off the front of `buf`, as a record.
-fn next_object(buf: &mut Vec<u8>, ended: bool) -> Next {
-    let start = buf.iter().position(|b| !b.is_ascii_whitespace());
-    let Some(start) = start else {
-        buf.clear();
-        return if ended { Next::Done } else { Next::NeedMore };
+/// The next complete JSON value at the front of `buf`, as a record, and how many bytes it and
+/// the whitespace before it took.
+fn next_object(buf: &[u8], ended: bool) -> (Next, usize) {
+    let Some(start) = buf.iter().position(|b| !b.is_ascii_whitespace()) else {
+        let next = if ended { Next::Done } else { Next::NeedMore };
+        return (next, buf.len());
     };
     let mut it = serde_json::Deserializer::from_slice(&buf[start..]).into_iter::<&RawValue>();
     match it.next() {
-        Some(Ok(v)) => {
-            let record = parse_v3(v);
-            let used = start + it.byte_offset();
-            buf.drain(..used);
-            Next::Object(record)
+        Some(Ok(v)) => (Next::Object(parse_v3(v)), start + it.byte_offset()),
+        Some(Err(e)) if e.is_eof() && !ended => (Next::NeedMore, start),
+        Some(Err(e)) => {
+            let e = ApiError::invalid(errors::INVALID_ENTITY, format!("malformed JSON: {e}"));
+            (Next::Bad(e), start)
         }
-        Some(Err(e)) if e.is_eof() && !ended => Next::NeedMore,
-        Some(Err(e)) => Next::Bad(ApiError::invalid(
-            errors::INVALID_ENTITY,
-            format!("malformed JSON: {e}"),
-        )),
-        None if ended => Next::Done,
-        None => Next::NeedMore,
+        None if ended => (Next::Done, start),
+        None => (Next::NeedMore, start),
     }
 }
 
@@ -312,9 +333,11 @@ fn report_line(settled: Result<Vec<u8>, ApiError>) -> bytes::Bytes {
 mod tests {
     use super::*;
 
-    /// The value of the next record, as text.
+    /// The value of the next record, as text, taken off the front of `buf`.
     fn take(buf: &mut Vec<u8>, ended: bool) -> Option<String> {
-        match next_object(buf, ended) {
+        let (next, used) = next_object(buf, ended);
+        buf.drain(..used);
+        match next {
             Next::Object(Ok(r)) => r
                 .incoming
                 .record
@@ -324,22 +347,36 @@ mod tests {
         }
     }
 
+    fn next_of(buf: &[u8], ended: bool) -> Next {
+        next_object(buf, ended).0
+    }
+
     #[test]
     fn objects_are_cut_off_a_stream_as_they_complete() {
         let mut buf = br#" {"value":{"data":1}}{"value":{"data":"#.to_vec();
         assert_eq!(take(&mut buf, false).as_deref(), Some("1"));
-        assert!(matches!(next_object(&mut buf, false), Next::NeedMore));
+        assert!(matches!(next_of(&buf, false), Next::NeedMore));
         buf.extend_from_slice(b"2}}\n");
         assert_eq!(take(&mut buf, false).as_deref(), Some("2"));
-        assert!(matches!(next_object(&mut buf, false), Next::NeedMore));
-        assert!(matches!(next_object(&mut buf, true), Next::Done));
+        assert!(matches!(next_of(&buf, false), Next::NeedMore));
+        assert!(matches!(next_of(&buf, true), Next::Done));
     }
 
     #[test]
     fn a_broken_or_truncated_stream_is_reported() {
-        let mut bad = b"{\"a\":}".to_vec();
-        assert!(matches!(next_object(&mut bad, false), Next::Bad(_)));
-        let mut cut = b"{\"a\":".to_vec();
-        assert!(matches!(next_object(&mut cut, true), Next::Bad(_)));
+        assert!(matches!(next_of(b"{\"a\":}", false), Next::Bad(_)));
+        assert!(matches!(next_of(b"{\"a\":", true), Next::Bad(_)));
+    }
+
+    #[test]
+    fn a_complete_body_holds_none_one_or_several_records() {
+        assert!(matches!(only_object(b"  \n"), Only::None));
+        assert!(matches!(
+            only_object(br#" {"value":{"data":1}} "#),
+            Only::One(Ok(_))
+        ));
+        assert!(matches!(only_object(br#"{"value":"#), Only::One(Err(_))));
+        let two = br#"{"value":{"data":1}} {"value":{"data":2}}"#;
+        assert!(matches!(only_object(two), Only::Several));
     }
 }

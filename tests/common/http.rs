@@ -163,8 +163,14 @@ pub struct ProxyProcess {
 
 impl ProxyProcess {
     pub fn start(bootstrap: &str, producer_props: &[&str]) -> ProxyProcess {
+        Self::start_with(bootstrap, producer_props, &[])
+    }
+
+    /// As `start`, with more flags for `evenkeel proxy` (e.g. `--shutdown-delay-ms`).
+    pub fn start_with(bootstrap: &str, producer_props: &[&str], flags: &[&str]) -> ProxyProcess {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_evenkeel"));
         cmd.args(["proxy", "--bootstrap", bootstrap, "--listen", "127.0.0.1:0"]);
+        cmd.args(flags);
         for p in producer_props {
             cmd.args(["--producer-property", p]);
         }
