@@ -39,32 +39,27 @@ def perf_summary(out):
             "p99_ms": float(p99), "p999_ms": float(p999)}
 
 
-def run(cmd, timeout=TOOL_TIMEOUT):
+def run(cmd, timeout=TOOL_TIMEOUT, stderr_to=None):
     """Runs a command from the repository root; its stdout, or BenchError with the last line
-    it printed on a non-zero exit."""
-    p = subprocess.run(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                       timeout=timeout)
+    it printed on a non-zero exit or a timeout. With `stderr_to` (a list), appends stderr to
+    it."""
+    try:
+        p = subprocess.run(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise BenchError("%s timed out after %d s" % (os.path.basename(cmd[0]), timeout))
     if p.returncode != 0:
         tail = (p.stderr.strip().splitlines() or p.stdout.strip().splitlines() or [""])[-1]
         raise BenchError("%s exited %d: %s" % (cmd[0], p.returncode, tail[:300]))
+    if stderr_to is not None:
+        stderr_to.append(p.stderr)
     return p.stdout
 
 
 def run_tool(*args, timeout=TOOL_TIMEOUT, stderr_to=None):
     """bench/kafka/tool args...; returns stdout, raises BenchError on a non-zero exit. With
     `stderr_to` (a list), appends stderr to it."""
-    cmd = [TOOL, *[str(a) for a in args]]
-    try:
-        p = subprocess.run(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True,
-                           text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise BenchError("%s timed out after %d s" % (args[0], timeout))
-    if p.returncode != 0:
-        tail = (p.stderr.strip().splitlines() or p.stdout.strip().splitlines() or [""])[-1]
-        raise BenchError("%s exited %d: %s" % (args[0], p.returncode, tail[:300]))
-    if stderr_to is not None:
-        stderr_to.append(p.stderr)
-    return p.stdout
+    return run([TOOL, *[str(a) for a in args]], timeout=timeout, stderr_to=stderr_to)
 
 
 class KafkaBroker:

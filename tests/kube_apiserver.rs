@@ -1090,7 +1090,7 @@ async fn proxy_config_becomes_producer_props_and_its_readiness_enters_the_status
     })
     .await;
     assert_eq!(
-        args_of(&d)[5..],
+        args_of(&d)[7..],
         [
             "--producer-props",
             "acks=1",
@@ -1142,7 +1142,7 @@ async fn proxy_config_becomes_producer_props_and_its_readiness_enters_the_status
     })
     .await;
     assert_eq!(
-        args_of(&rolled)[5..],
+        args_of(&rolled)[7..],
         [
             "--producer-props",
             "acks=1",

@@ -457,6 +457,18 @@ mod tests {
     }
 
     #[test]
+    fn the_crd_refuses_every_proxy_key_the_operator_owns_at_admission() {
+        // The CEL rule spells the keys out; this keeps it in step with PROXY_RESERVED_KEYS.
+        let schema = serde_json::to_string(&KafkaCluster::crd()).unwrap();
+        for key in PROXY_RESERVED_KEYS {
+            assert!(
+                schema.contains(&format!("!('{key}' in self)")),
+                "no CEL rule refuses spec.proxy.config.{key}"
+            );
+        }
+    }
+
+    #[test]
     fn cluster_crd_has_short_name_status_and_printer_columns() {
         let crd = KafkaCluster::crd();
         assert_eq!(crd.spec.group, GROUP);

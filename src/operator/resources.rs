@@ -663,12 +663,8 @@ fn statefulset_metadata(
 /// listener, the HTTP port, and one `--producer-props key=value` per `spec.proxy.config` entry
 /// (sorted by key). A key the operator owns, a key `--producer-props` cannot carry, or a value
 /// the proxy would refuse at start (checked by the proxy's own parser) is refused here.
-pub fn proxy_args(kc: &KafkaCluster, proxy: &Proxy) -> Result<Vec<String>, BuildError> {
-    proxy_command(kc, proxy).map(|(args, _)| args)
-}
-
-/// `proxy_args`, with the configuration the proxy will run with.
-fn proxy_command(
+/// Returns them with the configuration the proxy will run with.
+fn proxy_args(
     kc: &KafkaCluster,
     proxy: &Proxy,
 ) -> Result<(Vec<String>, crate::proxy::ProxyConfig), BuildError> {
@@ -698,14 +694,17 @@ fn proxy_command(
         .iter()
         .map(|(k, v)| (k.clone(), v.trim().to_string()))
         .collect();
-    let config = crate::proxy::ProxyConfig::new(listen, &bootstrap, &props)
+    let mut config = crate::proxy::ProxyConfig::new(listen, &bootstrap, &props)
         .map_err(|e| BuildError::Invalid(format!("spec.proxy.config: {e}")))?;
+    config.shutdown_delay = PROXY_SHUTDOWN_DELAY;
     let mut args = vec![
         "proxy".to_string(),
         "--bootstrap".into(),
         bootstrap,
         "--listen".into(),
         listen.to_string(),
+        "--shutdown-delay-ms".into(),
+        PROXY_SHUTDOWN_DELAY.as_millis().to_string(),
     ];
     for (k, v) in props {
         args.push("--producer-props".into());
@@ -714,11 +713,15 @@ fn proxy_command(
     Ok((args, config))
 }
 
+/// How long a stopping proxy pod goes on serving, unready, so that the Service's endpoints
+/// drop it before it takes no new connection.
+const PROXY_SHUTDOWN_DELAY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The producer proxy's Deployment (`spec.proxy`): `evenkeel proxy` (`proxy_args`) with the
 /// brokers' image. Its pods carry component `proxy`, so the brokers' selectors (Services, PDB,
 /// StatefulSet) never pick them. A roll starts a new pod before it stops an old one, and a
-/// stopping pod gets the time its proxy needs to answer the requests it holds (its
-/// `delivery.timeout.ms` and a margin) before it is killed.
+/// stopping pod gets the time its proxy's shutdown takes (the delay, then its
+/// `delivery.timeout.ms` and a margin for the requests it holds) before it is killed.
 pub fn proxy_deployment(kc: &KafkaCluster, image: &str) -> Result<Deployment, BuildError> {
     let names = Names::of(kc)?;
     let proxy = kc
@@ -726,7 +729,7 @@ pub fn proxy_deployment(kc: &KafkaCluster, image: &str) -> Result<Deployment, Bu
         .proxy
         .as_ref()
         .ok_or(BuildError::Missing("spec.proxy"))?;
-    let (args, config) = proxy_command(kc, proxy)?;
+    let (args, config) = proxy_args(kc, proxy)?;
     let grace_seconds = config.shutdown_grace().as_secs() + 5;
     let container = json!({
         "name": "proxy",

@@ -362,6 +362,8 @@ fn a_proxy_runs_as_a_deployment_and_service_beside_the_brokers() {
             "main-kafka-bootstrap.streams.svc:9095",
             "--listen",
             "0.0.0.0:8080",
+            "--shutdown-delay-ms",
+            "5000",
         ]
     );
     assert_eq!(s(at(proxy, "ports.0.name")), "http");
@@ -418,18 +420,18 @@ fn a_proxy_roll_keeps_every_pod_serving_and_gives_a_stopping_one_its_delivery_ti
         at(&d, "spec.strategy.rollingUpdate.maxUnavailable").as_i64(),
         Some(0)
     );
-    // The proxy's default delivery.timeout.ms is 30 s; it waits that and 5 s more for
-    // answers at SIGTERM, and the kubelet waits 5 s beyond that.
+    // At SIGTERM the proxy serves 5 s more, unready, then waits for answers up to its
+    // delivery.timeout.ms (30 s by default) and 5 s; the kubelet waits 5 s beyond that.
     assert_eq!(
         at(&d, "spec.template.spec.terminationGracePeriodSeconds").as_i64(),
-        Some(40)
+        Some(45)
     );
     let longer =
         cluster("replicas: 3\nproxy: {replicas: 2, config: {delivery.timeout.ms: \"120000\"}}\n");
     let d = yaml(&proxy_deployment(&longer, "img").unwrap());
     assert_eq!(
         at(&d, "spec.template.spec.terminationGracePeriodSeconds").as_i64(),
-        Some(130)
+        Some(135)
     );
 }
 
@@ -513,6 +515,8 @@ fn proxy_config_becomes_producer_props_in_key_order() {
             "main-kafka-bootstrap.streams.svc:9092",
             "--listen",
             "0.0.0.0:8080",
+            "--shutdown-delay-ms",
+            "5000",
             "--producer-props",
             "acks=1",
             "--producer-props",
@@ -527,7 +531,7 @@ fn proxy_config_becomes_producer_props_in_key_order() {
     )
     .unwrap();
     assert_eq!(
-        &changed[5..],
+        &changed[7..],
         [
             "--producer-props",
             "acks=all",
@@ -577,7 +581,7 @@ fn proxy_config_the_proxy_would_refuse_at_start_is_refused() {
     )
     .unwrap();
     assert_eq!(
-        &args[5..],
+        &args[7..],
         [
             "--producer-props",
             "acks=0",
