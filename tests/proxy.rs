@@ -33,6 +33,37 @@ fn assert_empty(bootstrap: &str, topic: &str, partitions: i32) {
     assert!(seen.is_empty(), "{topic} holds records: {:?}", &seen[..1]);
 }
 
+/// The headers of the record at `offset` of `topic`-`partition`, read with librdkafka.
+fn headers_at(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> Vec<(String, Option<Vec<u8>>)> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::{Headers, Message};
+    let c: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "headers-reader")
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(offset))
+        .unwrap();
+    c.assign(&tpl).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+            return m.headers().map_or_else(Vec::new, |h| {
+                h.iter()
+                    .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                    .collect()
+            });
+        }
+    }
+    panic!("nothing at {topic}-{partition}@{offset}")
+}
+
 fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
 }
@@ -61,7 +92,9 @@ async fn v2_records_are_answered_with_the_offsets_they_were_written_at() {
         offsets[1]["partition"], alice,
         "keys go to Java's partition"
     );
-    let bin = json!({"records": [{"key": b64("k"), "value": b64("binary!"), "headers": [{"key": "h", "value": b64("v")}]}]});
+    // A header name may repeat, as in Kafka: both are written, in order.
+    let bin = json!({"records": [{"key": b64("k"), "value": b64("binary!"), "headers": [
+        {"key": "h", "value": b64("v")}, {"key": "h", "value": b64("w")}, {"key": "n", "value": null}]}]});
     let r = http::post(
         &proxy.addr,
         "/topics/orders/partitions/0",
@@ -89,6 +122,19 @@ async fn v2_records_are_answered_with_the_offsets_they_were_written_at() {
     assert_eq!(at(&offsets[2]).3, br#""three""#);
     assert_eq!(at(&bin_at).3, b"binary!");
     assert_eq!(at(&bin_at).2.as_deref(), Some(&b"k"[..]));
+    assert_eq!(
+        headers_at(
+            &b.bootstrap,
+            "orders",
+            0,
+            bin_at["offset"].as_i64().unwrap()
+        ),
+        vec![
+            ("h".to_string(), Some(b"v".to_vec())),
+            ("h".to_string(), Some(b"w".to_vec())),
+            ("n".to_string(), None),
+        ]
+    );
 
     let topics = http::get(&proxy.addr, "/topics").json();
     assert!(

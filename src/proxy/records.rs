@@ -142,8 +142,7 @@ fn parse_json(body: &[u8]) -> Result<&RawValue, ApiError> {
 }
 
 /// Headers as Strimzi's bridge and REST Proxy v3 send them: `[{"key"|"name": ..., "value":
-/// base64 or null}]`. A name given twice is refused: Kafka allows it, but the batch encoder
-/// keeps one value per name, and a header must not be dropped silently.
+/// base64 or null}]`, in order; a name may come more than once, as in Kafka.
 fn headers(v: Option<&Value>) -> Result<Vec<(String, Option<Bytes>)>, ApiError> {
     let Some(v) = v.filter(|v| !v.is_null()) else {
         return Ok(Vec::new());
@@ -151,18 +150,6 @@ fn headers(v: Option<&Value>) -> Result<Vec<(String, Option<Bytes>)>, ApiError> 
     let list = v
         .as_array()
         .ok_or_else(|| ApiError::invalid(errors::INVALID_ENTITY, "headers must be a list"))?;
-    let parsed = header_list(list)?;
-    let mut names = std::collections::HashSet::new();
-    if let Some((dup, _)) = parsed.iter().find(|(n, _)| !names.insert(n.as_str())) {
-        return Err(ApiError::invalid(
-            errors::INVALID_ENTITY,
-            format!("header {dup:?} is given twice: the proxy writes one value per header name"),
-        ));
-    }
-    Ok(parsed)
-}
-
-fn header_list(list: &[Value]) -> Result<Vec<(String, Option<Bytes>)>, ApiError> {
     list.iter()
         .map(|h| {
             let name = h
@@ -511,14 +498,6 @@ mod tests {
             r[0].record.headers,
             vec![("h".to_string(), Some(Bytes::from_static(b"hi")))]
         );
-    }
-
-    #[test]
-    fn a_header_name_given_twice_is_refused_not_dropped() {
-        let twice = br#"{"records":[{"value":"dg==","headers":[{"key":"h","value":"YQ=="},{"key":"g","value":null},{"key":"h","value":"Yg=="}]}]}"#;
-        let e = parse_v2(twice, EmbeddedFormat::Binary).unwrap_err();
-        assert_eq!(e.error_code, errors::INVALID_ENTITY);
-        assert!(e.message.contains("\"h\" is given twice"), "{}", e.message);
     }
 
     #[test]

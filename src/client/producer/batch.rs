@@ -4,15 +4,16 @@
 //! Sizes are counted exactly as Java counts them, because the partitioner switches on them:
 //! a record's v2 size, the 61-byte batch header, and for compressed batches the uncompressed
 //! size times the topic's estimated compression ratio.
+//!
+//! The batch is laid out here, as Java's MemoryRecordsBuilder does (a header name may repeat,
+//! which the kafka-protocol crate's record type cannot hold), and compressed by the crate's
+//! codecs.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::compression::{self as codec, Compressor};
+use kafka_protocol::records::Compression;
 
 use super::{Completion, ProduceError, RecordMetadata};
-use kafka_protocol::indexmap::IndexMap;
-use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
 
 /// The v2 batch header (Java's `DefaultRecordBatch.RECORD_BATCH_OVERHEAD`).
 pub const RECORD_BATCH_OVERHEAD: usize = 61;
@@ -65,8 +66,13 @@ fn payload_size(r: &ProducerRecord) -> usize {
 
 /// A record's size inside a v2 batch (Java's `DefaultRecord.sizeInBytes`).
 pub fn record_size(offset_delta: i32, timestamp_delta: i64, r: &ProducerRecord) -> usize {
-    let body = 1 + varlong_size(timestamp_delta) + varint_size(offset_delta) + payload_size(r);
+    let body = record_body_size(offset_delta, timestamp_delta, r);
     body + varint_size(body as i32)
+}
+
+/// A record's size after its length prefix.
+fn record_body_size(offset_delta: i32, timestamp_delta: i64, r: &ProducerRecord) -> usize {
+    1 + varlong_size(timestamp_delta) + varint_size(offset_delta) + payload_size(r)
 }
 
 /// The most a batch holding only `r` can take (Java's `estimateSizeInBytesUpperBound`): the size a
@@ -347,56 +353,110 @@ impl ProducerBatch {
 
     /// The v2 record batch for a produce request, and the compression ratio it achieved for the
     /// topic's estimate (Java's `MemoryRecordsBuilder.close`: records only, header left out).
+    /// Offsets count from 0 (the leader assigns them); timestamps are deltas from the first
+    /// record's, as Java writes them; only the base sequence goes on the wire (-1 without
+    /// idempotence).
     pub fn encode(
         &self,
         producer_id: i64,
         producer_epoch: i16,
         base_sequence: i32,
     ) -> Result<(Bytes, f32), String> {
-        let records: Vec<Record> = self
+        let base_timestamp = self.first_timestamp.unwrap_or_default();
+        let max_timestamp = self
             .records
             .iter()
-            .enumerate()
-            .map(|(i, r)| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
-                producer_id,
-                producer_epoch,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                // The encoder keeps records in one batch while offset − sequence stays the same;
-                // only the base sequence goes on the wire (−1 without idempotence).
-                sequence: base_sequence.wrapping_add(i as i32),
-                timestamp: r.timestamp,
-                key: r.key.clone(),
-                value: r.value.clone(),
-                headers: r
-                    .headers
-                    .iter()
-                    .map(|(k, v)| (StrBytes::from_string(k.clone()), v.clone()))
-                    .collect::<IndexMap<_, _>>(),
-            })
-            .collect();
-        let mut buf = BytesMut::with_capacity(self.estimated_size_in_bytes());
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression: self.compression,
-            },
-        )
-        .map_err(|e| {
+            .map(|r| r.timestamp)
+            .max()
+            .unwrap_or(base_timestamp);
+        let count = i32::try_from(self.records.len())
+            .map_err(|_| format!("too many records for one batch of {}", self.topic))?;
+        let mut raw = BytesMut::with_capacity(self.uncompressed_size);
+        for (i, r) in self.records.iter().enumerate() {
+            put_record(&mut raw, i as i32, r.timestamp - base_timestamp, r);
+        }
+        let mut buf = BytesMut::with_capacity(RECORD_BATCH_OVERHEAD + raw.len());
+        buf.put_i64(0); // base offset
+        buf.put_i32(0); // batch length, below
+        buf.put_i32(-1); // partition leader epoch
+        buf.put_i8(2); // magic
+        buf.put_u32(0); // CRC, below
+        buf.put_i16(self.compression as i16); // codec; create time; not transactional
+        buf.put_i32(count - 1); // last offset delta
+        buf.put_i64(base_timestamp);
+        buf.put_i64(max_timestamp);
+        buf.put_i64(producer_id);
+        buf.put_i16(producer_epoch);
+        buf.put_i32(base_sequence);
+        buf.put_i32(count);
+        compress(self.compression, &mut buf, &raw).map_err(|e| {
             format!(
-                "encoding a batch for {}-{}: {e}",
+                "encoding a batch for {}-{}: {e:#}",
                 self.topic, self.partition
             )
         })?;
+        let length = i32::try_from(buf.len() - 12)
+            .map_err(|_| format!("a batch for {} over 2 GiB", self.topic))?;
+        buf[8..12].copy_from_slice(&length.to_be_bytes());
+        let crc = crc32c::crc32c(&buf[21..]);
+        buf[17..21].copy_from_slice(&crc.to_be_bytes());
         let compressed = buf.len().saturating_sub(RECORD_BATCH_OVERHEAD);
         let ratio = compressed as f32 / self.uncompressed_size.max(1) as f32;
         Ok((buf.freeze(), ratio))
+    }
+}
+
+/// Appends the records section, compressed with `compression`, to `out`.
+fn compress(compression: Compression, out: &mut BytesMut, raw: &[u8]) -> anyhow::Result<()> {
+    let put = |b: &mut BytesMut| -> anyhow::Result<()> {
+        b.put_slice(raw);
+        Ok(())
+    };
+    match compression {
+        Compression::None => put(out),
+        Compression::Gzip => codec::Gzip::compress(out, put),
+        Compression::Snappy => codec::Snappy::compress(out, put),
+        Compression::Lz4 => codec::Lz4::compress(out, put),
+        Compression::Zstd => codec::Zstd::compress(out, put),
+    }
+}
+
+/// Zigzag varint, as the v2 record format writes its lengths and deltas.
+fn put_varlong(out: &mut BytesMut, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    while z >= 0x80 {
+        out.put_u8((z as u8 & 0x7f) | 0x80);
+        z >>= 7;
+    }
+    out.put_u8(z as u8);
+}
+
+/// A length-prefixed field, -1 for null.
+fn put_field(out: &mut BytesMut, data: Option<&[u8]>) {
+    match data {
+        Some(d) => {
+            put_varlong(out, d.len() as i64);
+            out.put_slice(d);
+        }
+        None => put_varlong(out, -1),
+    }
+}
+
+/// One record in the v2 layout (Java's `DefaultRecord.writeTo`), every header kept.
+fn put_record(out: &mut BytesMut, offset_delta: i32, timestamp_delta: i64, r: &ProducerRecord) {
+    put_varlong(
+        out,
+        record_body_size(offset_delta, timestamp_delta, r) as i64,
+    );
+    out.put_i8(0); // attributes
+    put_varlong(out, timestamp_delta);
+    put_varlong(out, offset_delta as i64);
+    put_field(out, r.key.as_deref());
+    put_field(out, r.value.as_deref());
+    put_varlong(out, r.headers.len() as i64);
+    for (k, v) in &r.headers {
+        put_field(out, Some(k.as_bytes()));
+        put_field(out, v.as_deref());
     }
 }
 
@@ -505,6 +565,73 @@ mod tests {
                 assert!(ratio < 0.5, "{codec:?} ratio {ratio}");
             }
         }
+    }
+
+    #[test]
+    fn the_layout_is_the_crate_encoders_byte_for_byte_and_keeps_a_repeated_header() {
+        use kafka_protocol::indexmap::IndexMap;
+        use kafka_protocol::protocol::StrBytes;
+        use kafka_protocol::records::{
+            Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+        };
+        for codec in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let mut b = ProducerBatch::new("t", 0, 16384, codec, 1.0, 0);
+            let mut theirs = Vec::new();
+            for i in 0..20i64 {
+                let mut r = rec(Some(format!("k{i}").as_bytes()), &[b'v'; 40]);
+                r.timestamp = 5_000 + i * 3;
+                r.headers = vec![
+                    ("h".into(), Some(Bytes::from(format!("{i}")))),
+                    ("n".into(), None),
+                ];
+                theirs.push(Record {
+                    transactional: false,
+                    control: false,
+                    delete_horizon: false,
+                    partition_leader_epoch: -1,
+                    producer_id: 9,
+                    producer_epoch: 2,
+                    timestamp_type: TimestampType::Creation,
+                    offset: i,
+                    sequence: 100 + i as i32,
+                    timestamp: r.timestamp,
+                    key: r.key.clone(),
+                    value: r.value.clone(),
+                    headers: r
+                        .headers
+                        .iter()
+                        .map(|(k, v)| (StrBytes::from_string(k.clone()), v.clone()))
+                        .collect::<IndexMap<_, _>>(),
+                });
+                b.try_append(r, None).unwrap();
+            }
+            let mut want = BytesMut::new();
+            let options = RecordEncodeOptions {
+                version: 2,
+                compression: codec,
+            };
+            RecordBatchEncoder::encode(&mut want, &theirs, &options).unwrap();
+            assert_eq!(b.encode(9, 2, 100).unwrap().0, want.freeze(), "{codec:?}");
+        }
+        // Kafka lets a header name repeat: both values are written.
+        let mut b = ProducerBatch::new("t", 0, 16384, Compression::None, 1.0, 0);
+        let mut r = rec(None, b"v");
+        r.headers = vec![
+            ("trace".into(), Some(Bytes::from_static(b"first"))),
+            ("trace".into(), Some(Bytes::from_static(b"second"))),
+        ];
+        b.try_append(r, None).unwrap();
+        let bytes = b.encode(-1, -1, -1).unwrap().0;
+        assert_eq!(bytes.len(), b.estimated_size_in_bytes(), "sizes count both");
+        let text = String::from_utf8_lossy(&bytes);
+        assert_eq!(text.matches("trace").count(), 2);
+        assert!(text.contains("first") && text.contains("second"));
     }
 
     #[test]
