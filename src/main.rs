@@ -166,6 +166,9 @@ enum PerfCommand {
         /// Producer properties, e.g. acks=1 linger.ms=5 batch.size=65536.
         #[arg(long = "producer-props", num_args = 1..)]
         producer_props: Vec<String>,
+        /// The client: librdkafka, or evenkeel (our producer, the proxy's, with Java's keys).
+        #[arg(long, default_value = "librdkafka", value_parser = ["librdkafka", "evenkeel"])]
+        client: String,
     },
     /// Read a topic from the beginning through librdkafka, printed like kafka-consumer-perf-test.
     Consume {
@@ -825,14 +828,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 record_size,
                 throughput,
                 producer_props,
+                client,
             } => perf_produce(
-                bootstrap,
-                topic,
+                &client,
                 partitions,
-                num_records,
-                record_size,
-                throughput,
-                producer_props,
+                evenkeel::perf::kafka::ProduceOptions {
+                    bootstrap,
+                    topic,
+                    num_records,
+                    record_size,
+                    throughput,
+                    props: parse_props(&producer_props)?,
+                    round_robin: None,
+                },
             ),
             PerfCommand::Consume {
                 bootstrap,
@@ -906,27 +914,19 @@ fn perf_storage(
 }
 
 fn perf_produce(
-    bootstrap: String,
-    topic: String,
+    client: &str,
     partitions: i32,
-    num_records: u64,
-    record_size: usize,
-    throughput: f64,
-    producer_props: Vec<String>,
+    o: evenkeel::perf::kafka::ProduceOptions,
 ) -> anyhow::Result<()> {
     use evenkeel::perf::kafka;
     let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(kafka::ensure_topic(&bootstrap, &topic, partitions))?;
-    let o = kafka::ProduceOptions {
-        bootstrap,
-        topic,
-        num_records,
-        record_size,
-        throughput,
-        props: parse_props(&producer_props)?,
-        round_robin: None,
+    rt.block_on(kafka::ensure_topic(&o.bootstrap, &o.topic, partitions))?;
+    let report = match client {
+        "evenkeel" => rt.block_on(evenkeel::perf::producer::produce(&o, &mut |line| {
+            println!("{line}")
+        }))?,
+        _ => kafka::produce(&o, &mut |line| println!("{line}"))?,
     };
-    let report = kafka::produce(&o, &mut |line| println!("{line}"))?;
     println!("{report}");
     if report.failed > 0 {
         anyhow::bail!("{} records failed", report.failed);

@@ -1,0 +1,89 @@
+//! `evenkeel perf produce --client evenkeel`: the produce workload of kafka-producer-perf-test
+//! through our own producer (the proxy's, without HTTP), so that its figures stand beside the
+//! Java producer's and librdkafka's from the same tool shape: latency from each `send()` call
+//! to its outcome.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use super::kafka::{PerfError, ProduceOptions, ProduceReport};
+use crate::client::producer::{Producer, ProducerConfig, ProducerRecord};
+
+/// Runs the workload; `progress` receives a line every five seconds.
+pub async fn produce(
+    o: &ProduceOptions,
+    progress: &mut dyn FnMut(String),
+) -> Result<ProduceReport, PerfError> {
+    let mut props: BTreeMap<String, String> = o.props.iter().cloned().collect();
+    props.insert("bootstrap.servers".into(), o.bootstrap.clone());
+    let config = ProducerConfig::from_properties(&props)
+        .map_err(|e| PerfError::Setup(format!("producer properties: {e}")))?;
+    let producer = Producer::start(config)
+        .await
+        .map_err(|e| PerfError::Setup(format!("starting the producer: {e}")))?;
+    let payload = Bytes::from(
+        (0..o.record_size)
+            .map(|i| b'a' + (i % 26) as u8)
+            .collect::<Vec<_>>(),
+    );
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity(o.num_records as usize)));
+    let failed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut waiting = Vec::with_capacity(o.num_records as usize);
+    let start = Instant::now();
+    let mut last_report = start;
+    for sent in 0..o.num_records {
+        if o.throughput > 0.0 {
+            let due = start + Duration::from_secs_f64(sent as f64 / o.throughput);
+            tokio::time::sleep_until(due.into()).await;
+        }
+        let record = ProducerRecord {
+            key: None,
+            value: Some(payload.clone()),
+            headers: Vec::new(),
+            timestamp: 0,
+        };
+        let called = Instant::now();
+        let partition = o.round_robin.map(|n| (sent % n.max(1) as u64) as i32);
+        let rx = producer
+            .send(&o.topic, partition, record)
+            .await
+            .map_err(|e| PerfError::Setup(format!("record {sent}: {e}")))?;
+        let (done, failures) = (latencies.clone(), failed.clone());
+        waiting.push(tokio::spawn(async move {
+            match rx.await {
+                Ok(Ok(_)) => done
+                    .lock()
+                    .push(called.elapsed().as_micros().min(u32::MAX as u128) as u32),
+                _ => {
+                    failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }));
+        if last_report.elapsed() >= Duration::from_secs(5) {
+            last_report = Instant::now();
+            let done = latencies.lock().len();
+            let secs = start.elapsed().as_secs_f64();
+            progress(format!(
+                "{done} records sent, {:.1} records/sec ({:.2} MB/sec).",
+                done as f64 / secs,
+                done as f64 * o.record_size as f64 / 1048576.0 / secs
+            ));
+        }
+    }
+    for w in waiting {
+        let _ = w.await;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    producer.close(Duration::from_secs(30)).await;
+    let lat = std::mem::take(&mut *latencies.lock());
+    Ok(ProduceReport::from_latencies(
+        lat,
+        failed.load(std::sync::atomic::Ordering::Relaxed),
+        seconds,
+        o.record_size,
+    ))
+}
