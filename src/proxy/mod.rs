@@ -25,6 +25,7 @@ use axum::http::{header, HeaderMap};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use axum::Router;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -177,6 +178,13 @@ pub async fn start(config: ProxyConfig) -> Result<ProxyHandle, ProxyError> {
     let addr = listener
         .local_addr()
         .map_err(|e| ProxyError::Listen(config.listen, e))?;
+    // Nagle's algorithm would hold a v3 stream's next report until the client acknowledged the
+    // last one, which a client delays by up to 40 ms: every answer goes out as it is written.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
+        }
+    });
     let app = router(state.clone());
     let mut stop = stopping.subscribe();
     let task = tokio::spawn(async move {
