@@ -282,7 +282,7 @@ impl Cleaner {
                 }
                 ControlFlow::Continue(())
             })?;
-            self.io.throttler.maybe_throttle(read);
+            self.io.throttle(read)?;
         }
         Ok(out)
     }
@@ -394,8 +394,7 @@ impl Cleaner {
         dest.append(&out)?;
         written += out.len() as u64;
         stats.bytes_written += written;
-        self.io.throttler.maybe_throttle(written);
-        Ok(())
+        self.io.throttle(written)
     }
 }
 

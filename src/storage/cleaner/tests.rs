@@ -1000,28 +1000,36 @@ fn the_producers_last_batches_come_from_the_producer_state_when_the_log_has_one(
     );
 }
 
-#[test]
-fn a_partition_deleted_while_it_is_cleaned_is_forgotten_and_one_created_again_is_cleaned() {
-    let root = tempfile::tempdir().unwrap();
-    let pdir = root.path().join(tp().dir_name());
-    let log = open(&pdir);
-    let mut model = Model::default();
-    let t0 = crate::storage::log::now_ms();
-    let keys: Vec<u8> = (0..200).map(|i| i % 4).collect();
-    fill(&log, &mut model, &keys, t0, 10);
-    let closed: u64 = closed_segment_bytes(&log.lock(), 0)
-        .iter()
-        .map(|(_, b)| b.len() as u64)
-        .sum();
-    // Slow enough that the offset map alone takes about 2 s.
-    let config = CleanerConfig {
-        max_io_bytes_per_second: closed as f64 / 2.0,
-        ..CleanerConfig::default()
-    };
-    let cleaner = cleaner_with(config, root.path());
+/// A LogManager over `root` whose cleaner runs with `cleaner`, holding the compacted partition
+/// `tp()` (configured with `config`) filled with `keys` at `t0`, ten batches a segment. The
+/// partition's producer state says it has no producers, as a partition's would, so that a round
+/// reads each segment twice: for the offset map, then to clean it.
+fn managed_log(
+    root: &Path,
+    cleaner: CleanerConfig,
+    config: LogConfig,
+    keys: &[u8],
+    t0: i64,
+) -> (Arc<crate::storage::LogManager>, LogRef) {
+    let mut mc = crate::storage::LogManagerConfig::new(root, config.clone());
+    mc.cleaner = cleaner;
+    let mgr = crate::storage::LogManager::open(mc).unwrap();
+    let log = mgr.get_or_create_log(&tp(), None, Some(config)).unwrap();
+    log.lock()
+        .set_producer_last_batches(Some(Arc::new(|| Some(Default::default()))));
+    fill(&log, &mut Model::default(), keys, t0, 10);
+    (mgr, log)
+}
+
+/// `mgr`'s cleaner cleaning its logs once on another thread, returned once the cleaning began.
+fn clean_in_background(
+    mgr: &Arc<crate::storage::LogManager>,
+    t0: i64,
+) -> (Arc<LogCleaner>, std::thread::JoinHandle<bool>) {
+    let cleaner = mgr.cleaner().unwrap().clone();
     let worker = {
-        let (c, l) = (cleaner.clone(), log.clone());
-        std::thread::spawn(move || c.clean_once(&[(tp(), l)], t0))
+        let (c, logs) = (cleaner.clone(), mgr.all_logs());
+        std::thread::spawn(move || c.clean_once(&logs, t0))
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while !cleaner.manager.is_cleaning(&tp()) {
@@ -1031,23 +1039,107 @@ fn a_partition_deleted_while_it_is_cleaned_is_forgotten_and_one_created_again_is
         );
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
-    // What LogManager::delete_log does: the log is marked, its directory renamed, the cleaner
-    // told. The cleaning would otherwise go on to write its `.cleaned` files into a directory
-    // that is gone.
-    log.lock().mark_deleted();
-    std::fs::rename(&pdir, root.path().join("compacted-0.gone-delete")).unwrap();
-    cleaner.forget(&tp());
+    (cleaner, worker)
+}
+
+/// The bytes `fill` writes into closed segments for `keys`, ten batches a segment.
+fn bytes_filled(keys: &[u8]) -> u64 {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path());
+    fill(&log, &mut Model::default(), keys, 0, 10);
+    let l = log.lock();
+    closed_segment_bytes(&l, 0)
+        .iter()
+        .map(|(_, b)| b.len() as u64)
+        .sum()
+}
+
+fn names_ending(dir: &Path, suffix: &str) -> Vec<String> {
+    let mut names = file_names(dir);
+    names.retain(|n| n.ends_with(suffix));
+    names
+}
+
+#[test]
+fn a_partition_deleted_while_it_is_cleaned_has_its_cleaning_aborted_before_its_directory_moves() {
+    let root = tempfile::tempdir().unwrap();
+    let pdir = root.path().join(tp().dir_name());
+    let t0 = crate::storage::log::now_ms();
+    // One group (segments of 64 KiB), and the deleted directory kept for a look.
+    let config = LogConfig {
+        segment_bytes: 64 * 1024,
+        file_delete_delay_ms: 60_000,
+        ..log_config()
+    };
+    let keys: Vec<u8> = (0..200).map(|i| i % 4).collect();
+    // About 1.5 s for the offset map, as long again to write the cleaned segment.
+    let slow = CleanerConfig {
+        max_io_bytes_per_second: bytes_filled(&keys) as f64 / 1.5,
+        ..CleanerConfig::default()
+    };
+    let (mgr, _log) = managed_log(root.path(), slow, config.clone(), &keys, t0);
+    let (cleaner, worker) = clean_in_background(&mgr, t0);
+    // Delete while the cleaned segment is being written into the partition's directory.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while names_ending(&pdir, crate::storage::segment::CLEANED_SUFFIX).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no cleaned segment was begun"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let start = std::time::Instant::now();
+    assert!(mgr.delete_log(&tp()).unwrap());
+    let took = start.elapsed();
     assert!(
         !cleaner.manager.is_cleaning(&tp()),
-        "forget waits for the cleaning to stop"
+        "delete_log waits for the cleaning to stop"
+    );
+    assert!(took < std::time::Duration::from_secs(2), "{took:?}");
+    let moved: Vec<String> = names_ending(root.path(), "-delete");
+    assert_eq!(moved.len(), 1, "{moved:?}");
+    let left = names_ending(
+        &root.path().join(&moved[0]),
+        crate::storage::segment::CLEANED_SUFFIX,
+    );
+    assert!(
+        left.is_empty(),
+        "the aborted cleaning removed its files before the directory moved: {left:?}"
     );
     assert!(!worker.join().unwrap());
     assert_eq!(cleaner.metrics().uncleanable_partitions_count, 0);
     assert_eq!(cleaner.checkpointed(&tp()), None);
     // A partition of the same name, created again, is cleaned like any other.
-    let again = open(&pdir);
-    let mut model = Model::default();
-    fill(&again, &mut model, &[1, 1, 2, 2], t0, 2);
+    let again = mgr.get_or_create_log(&tp(), None, Some(config)).unwrap();
+    fill(&again, &mut Model::default(), &[1, 1, 2, 2], t0, 2);
     assert!(cleaner.clean_once(&[(tp(), again.clone())], t0));
     assert!(cleaner.checkpointed(&tp()).is_some());
+}
+
+#[test]
+fn a_partition_deleted_while_its_cleaning_sleeps_in_the_throttle_is_deleted_at_once() {
+    let root = tempfile::tempdir().unwrap();
+    let t0 = crate::storage::log::now_ms();
+    let keys: Vec<u8> = (0..200).map(|i| i % 4).collect();
+    // 100 bytes a second: the first segment's read alone asks for seconds of sleep.
+    let rate = 100.0;
+    let round_secs = 2.0 * bytes_filled(&keys) as f64 / rate;
+    assert!(round_secs > 20.0, "a round would take {round_secs} s");
+    let slow = CleanerConfig {
+        max_io_bytes_per_second: rate,
+        ..CleanerConfig::default()
+    };
+    let (mgr, _log) = managed_log(root.path(), slow, log_config(), &keys, t0);
+    let (cleaner, worker) = clean_in_background(&mgr, t0);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let start = std::time::Instant::now();
+    assert!(mgr.delete_log(&tp()).unwrap());
+    let took = start.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(2),
+        "delete_log waited {took:?} for the throttled cleaning"
+    );
+    assert!(!worker.join().unwrap());
+    assert_eq!(cleaner.metrics().uncleanable_partitions_count, 0);
+    assert_eq!(cleaner.checkpointed(&tp()), None);
 }
