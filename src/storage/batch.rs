@@ -144,6 +144,36 @@ pub fn peek_offset_and_size(b: &[u8]) -> Option<(i64, i32)> {
     Some((i64_at(b, BASE_OFFSET), i32_at(b, LENGTH)))
 }
 
+/// What the bytes at `position` of a file (or buffer) of `len` bytes start with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchAt {
+    /// Fewer than the 12 bytes of offset and length.
+    Unknown,
+    /// A length too short for a batch header: a torn tail or a corrupt batch.
+    TooShort(i32),
+    /// A batch of this whole size that runs past `len`.
+    PastEnd(usize),
+    /// A batch that ends within `len`, and its header.
+    Whole(BatchHeader),
+}
+
+/// Classifies the batch starting at `position` of a file (or buffer) of `len` bytes from the
+/// bytes `b` read there, by its length field. Of a batch that ends within `len`, `b` must hold
+/// the 61-byte header (an error otherwise).
+pub fn batch_at(b: &[u8], position: u64, len: u64) -> Result<BatchAt, StorageError> {
+    let Some((_, length)) = peek_offset_and_size(b) else {
+        return Ok(BatchAt::Unknown);
+    };
+    if length < (BATCH_HEADER_SIZE - LOG_OVERHEAD) as i32 {
+        return Ok(BatchAt::TooShort(length));
+    }
+    let size = LOG_OVERHEAD + length as usize;
+    if position + size as u64 > len {
+        return Ok(BatchAt::PastEnd(size));
+    }
+    BatchHeader::parse(b).map(BatchAt::Whole)
+}
+
 /// Facts about one validated batch, in the order the batches appear.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchInfo {

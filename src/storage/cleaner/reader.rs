@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::storage::batch::{self, BatchHeader, BATCH_HEADER_SIZE, LOG_OVERHEAD};
+use crate::storage::batch::{self, BatchAt, BatchHeader, BATCH_HEADER_SIZE};
 use crate::storage::error::{Result, StorageError};
 use crate::storage::log::SegmentView;
 
@@ -163,22 +163,20 @@ fn walk(
     f: &mut impl FnMut(&BatchHeader, &[u8]) -> Result<Flow>,
 ) -> Result<(Option<usize>, Option<usize>)> {
     let mut at = 0usize;
-    while let Some((_, len)) = batch::peek_offset_and_size(&buf[at..]) {
-        if len < (BATCH_HEADER_SIZE - LOG_OVERHEAD) as i32 {
-            return Err(StorageError::CorruptRecord(format!(
-                "record batch length {len} is too small"
-            )));
-        }
-        let size = LOG_OVERHEAD + len as usize;
-        if at + size > buf.len() {
-            return Ok((Some(at), Some(size)));
-        }
-        let bytes = &buf[at..at + size];
-        let h = BatchHeader::parse(bytes)?;
-        if f(&h, bytes)? == Flow::Stop {
+    loop {
+        let h = match batch::batch_at(&buf[at..], at as u64, buf.len() as u64)? {
+            BatchAt::Whole(h) => h,
+            BatchAt::Unknown => return Ok((Some(at), None)),
+            BatchAt::PastEnd(size) => return Ok((Some(at), Some(size))),
+            BatchAt::TooShort(len) => {
+                return Err(StorageError::CorruptRecord(format!(
+                    "record batch length {len} is too small"
+                )))
+            }
+        };
+        if f(&h, &buf[at..at + h.size()])? == Flow::Stop {
             return Ok((None, None));
         }
-        at += size;
+        at += h.size();
     }
-    Ok((Some(at), None))
 }
