@@ -526,6 +526,25 @@ impl<'a> RawRecord<'a> {
     }
 }
 
+/// The first `count` records of a decompressed records section, as the cleaner and the
+/// compacted-topic key check read them. A malformed record is an error, and the last item.
+pub fn raw_records(
+    section: &[u8],
+    count: i32,
+) -> impl Iterator<Item = Result<RawRecord<'_>, StorageError>> {
+    let mut rest = section;
+    let mut failed = false;
+    (0..count.max(0)).map_while(move |_| {
+        if failed {
+            return None;
+        }
+        let r = RawRecord::parse(&mut rest)
+            .ok_or_else(|| StorageError::CorruptRecord("a record of a batch is malformed".into()));
+        failed = r.is_err();
+        Some(r)
+    })
+}
+
 /// The records section of a whole batch, decompressed when its codec says so.
 pub fn records_section(batch: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, StorageError> {
     use kafka_protocol::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
@@ -753,6 +772,23 @@ mod tests {
         assert_eq!(recs[0].key, Some(b"k1".as_slice()));
         assert_eq!(recs[1].key, None);
         assert_eq!(recs[1].value, Some(b"v2".as_slice()));
+    }
+
+    #[test]
+    fn raw_records_reads_count_records_and_ends_at_a_malformed_one() {
+        let b = sample();
+        let section = records_section(&b).unwrap();
+        let keys: Vec<Option<&[u8]>> = raw_records(&section, 2).map(|r| r.unwrap().key).collect();
+        assert_eq!(keys, [Some(b"k1".as_slice()), None]);
+        assert_eq!(raw_records(&section, 1).count(), 1, "only `count` records");
+        assert_eq!(raw_records(&section, -1).count(), 0);
+        // A count past the records: the third is malformed, and nothing follows it.
+        let got: Vec<_> = raw_records(&section, 5).collect();
+        assert_eq!(got.len(), 3);
+        assert!(matches!(got[2], Err(StorageError::CorruptRecord(_))));
+        let cut = &section[..section.len() - 1];
+        let got: Vec<_> = raw_records(cut, 2).collect();
+        assert!(got[0].is_ok() && got[1].is_err(), "{got:?}");
     }
 
     #[test]

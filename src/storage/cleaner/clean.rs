@@ -10,7 +10,7 @@ use super::filter::{self, FilterContext};
 use super::offset_map::SkimpyOffsetMap;
 use super::reader::{Flow, IoContext};
 use crate::config::cleaner::CleanerConfig;
-use crate::storage::batch::{BatchHeader, RawRecord, BATCH_HEADER_SIZE};
+use crate::storage::batch::{self, BatchHeader, BATCH_HEADER_SIZE};
 use crate::storage::error::{Result, StorageError};
 use crate::storage::log::{CleaningView, LastBatch, SegmentView};
 use crate::storage::segment::{
@@ -407,12 +407,9 @@ fn map_batch(
     max_desired: usize,
     stats: &mut CleanerStats,
 ) -> Result<bool> {
-    let section = crate::storage::batch::records_section(bytes)?;
-    let mut rest: &[u8] = &section;
-    for _ in 0..h.records_count.max(0) {
-        let r = RawRecord::parse(&mut rest).ok_or_else(|| {
-            StorageError::CorruptRecord("a record of a batch is malformed".into())
-        })?;
+    let section = batch::records_section(bytes)?;
+    for r in batch::raw_records(&section, h.records_count) {
+        let r = r?;
         let offset = h.base_offset + r.offset_delta as i64;
         if let (Some(key), true) = (r.key, offset >= start) {
             if map.size() >= max_desired {
