@@ -7,16 +7,14 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use evenkeel::protocol::errors::INVALID_RECORD;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
-
-const INVALID_RECORD: i16 = 87;
 
 fn keyless_message(topic: &str) -> String {
     format!("Compacted topic cannot accept message without key in topic partition {topic}-0")
@@ -141,17 +139,7 @@ async fn a_topic_altered_to_compact_refuses_keyless_records_from_then_on() {
     common::create_topic(&b.bootstrap, "events", 1, &[]).await;
     let p = common::producer(&b.bootstrap, &[("acks", "all"), ("linger.ms", "0")]);
     assert_eq!(send(&p, "events", None, "before").await, Ok(0));
-    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &b.bootstrap)
-        .create()
-        .unwrap();
-    let alter =
-        AlterConfig::new(ResourceSpecifier::Topic("events")).set("cleanup.policy", "compact");
-    let r = admin
-        .alter_configs(&[alter], &AdminOptions::new())
-        .await
-        .unwrap();
-    assert!(r[0].is_ok(), "{r:?}");
+    common::alter_topic_configs(&b.bootstrap, "events", &[("cleanup.policy", "compact")]).await;
     // The new policy reaches the partition through the metadata log; until then a keyless
     // record may still go in. Once refused, it stays refused.
     let deadline = Instant::now() + Duration::from_secs(10);

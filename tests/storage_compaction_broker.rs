@@ -91,7 +91,7 @@ async fn a_running_broker_cleans_a_compacted_topic_and_serves_the_cleaner_gauges
     );
     configs.pop();
     configs.push(("min.cleanable.dirty.ratio", "0.01"));
-    alter_topic(&b.bootstrap, "kv", &configs).await;
+    common::alter_topic_configs(&b.bootstrap, "kv", &configs).await;
     let recs = read_until_fewer_than(&b.bootstrap, "kv", UPDATES, UPDATES / 4).await;
     assert_eq!(
         table(&recs),
@@ -170,24 +170,6 @@ async fn read_until_fewer_than(
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-/// Sets the topic's whole configuration to `configs` (AlterConfigs with librdkafka).
-async fn alter_topic(bootstrap: &str, topic: &str, configs: &[(&str, &str)]) {
-    use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
-    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .unwrap();
-    let mut alter = AlterConfig::new(ResourceSpecifier::Topic(topic));
-    for (k, v) in configs {
-        alter = alter.set(k, v);
-    }
-    let r = admin
-        .alter_configs(&[alter], &AdminOptions::new())
-        .await
-        .unwrap();
-    assert!(r[0].is_ok(), "{r:?}");
 }
 
 fn group_consumer(bootstrap: &str) -> BaseConsumer {

@@ -144,6 +144,36 @@ pub fn peek_offset_and_size(b: &[u8]) -> Option<(i64, i32)> {
     Some((i64_at(b, BASE_OFFSET), i32_at(b, LENGTH)))
 }
 
+/// What the bytes at `position` of a file (or buffer) of `len` bytes start with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchAt {
+    /// Fewer than the 12 bytes of offset and length.
+    Unknown,
+    /// A length too short for a batch header: a torn tail or a corrupt batch.
+    TooShort(i32),
+    /// A batch of this whole size that runs past `len`.
+    PastEnd(usize),
+    /// A batch that ends within `len`, and its header.
+    Whole(BatchHeader),
+}
+
+/// Classifies the batch starting at `position` of a file (or buffer) of `len` bytes from the
+/// bytes `b` read there, by its length field. Of a batch that ends within `len`, `b` must hold
+/// the 61-byte header (an error otherwise).
+pub fn batch_at(b: &[u8], position: u64, len: u64) -> Result<BatchAt, StorageError> {
+    let Some((_, length)) = peek_offset_and_size(b) else {
+        return Ok(BatchAt::Unknown);
+    };
+    if length < (BATCH_HEADER_SIZE - LOG_OVERHEAD) as i32 {
+        return Ok(BatchAt::TooShort(length));
+    }
+    let size = LOG_OVERHEAD + length as usize;
+    if position + size as u64 > len {
+        return Ok(BatchAt::PastEnd(size));
+    }
+    BatchHeader::parse(b).map(BatchAt::Whole)
+}
+
 /// Facts about one validated batch, in the order the batches appear.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchInfo {
@@ -496,6 +526,25 @@ impl<'a> RawRecord<'a> {
     }
 }
 
+/// The first `count` records of a decompressed records section, as the cleaner and the
+/// compacted-topic key check read them. A malformed record is an error, and the last item.
+pub fn raw_records(
+    section: &[u8],
+    count: i32,
+) -> impl Iterator<Item = Result<RawRecord<'_>, StorageError>> {
+    let mut rest = section;
+    let mut failed = false;
+    (0..count.max(0)).map_while(move |_| {
+        if failed {
+            return None;
+        }
+        let r = RawRecord::parse(&mut rest)
+            .ok_or_else(|| StorageError::CorruptRecord("a record of a batch is malformed".into()));
+        failed = r.is_err();
+        Some(r)
+    })
+}
+
 /// The records section of a whole batch, decompressed when its codec says so.
 pub fn records_section(batch: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, StorageError> {
     use kafka_protocol::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
@@ -723,6 +772,23 @@ mod tests {
         assert_eq!(recs[0].key, Some(b"k1".as_slice()));
         assert_eq!(recs[1].key, None);
         assert_eq!(recs[1].value, Some(b"v2".as_slice()));
+    }
+
+    #[test]
+    fn raw_records_reads_count_records_and_ends_at_a_malformed_one() {
+        let b = sample();
+        let section = records_section(&b).unwrap();
+        let keys: Vec<Option<&[u8]>> = raw_records(&section, 2).map(|r| r.unwrap().key).collect();
+        assert_eq!(keys, [Some(b"k1".as_slice()), None]);
+        assert_eq!(raw_records(&section, 1).count(), 1, "only `count` records");
+        assert_eq!(raw_records(&section, -1).count(), 0);
+        // A count past the records: the third is malformed, and nothing follows it.
+        let got: Vec<_> = raw_records(&section, 5).collect();
+        assert_eq!(got.len(), 3);
+        assert!(matches!(got[2], Err(StorageError::CorruptRecord(_))));
+        let cut = &section[..section.len() - 1];
+        let got: Vec<_> = raw_records(cut, 2).collect();
+        assert!(got[0].is_ok() && got[1].is_err(), "{got:?}");
     }
 
     #[test]

@@ -400,13 +400,9 @@ impl Log {
             return Ok(());
         }
         let section = batch::records_section(b)?;
-        let mut rest: &[u8] = &section;
         let mut errors = Vec::new();
-        for index in 0..h.records_count.max(0) {
-            let r = batch::RawRecord::parse(&mut rest).ok_or_else(|| {
-                StorageError::CorruptRecord("a record of a batch is malformed".into())
-            })?;
-            if r.key.is_none() {
+        for (index, r) in (0..).zip(batch::raw_records(&section, h.records_count)) {
+            if r?.key.is_none() {
                 errors.push(RecordError {
                     batch_index: index,
                     message: format!(

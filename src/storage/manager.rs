@@ -227,8 +227,10 @@ impl LogManager {
         Ok(log)
     }
 
-    /// Removes a partition: its directory is renamed `<topic>-<partition>.<id>-delete` at once
-    /// and removed after `file.delete.delay.ms`.
+    /// Removes a partition: a cleaning of it is aborted and waited for, then its directory is
+    /// renamed `<topic>-<partition>.<id>-delete` and removed after `file.delete.delay.ms`
+    /// (Kafka's `asyncDelete`: `abortCleaning` before `renameDir`, so that no cleaning works
+    /// in a directory that has moved).
     pub fn delete_log(&self, tp: &TopicPartition) -> Result<bool> {
         let removed = self
             .logs
@@ -238,8 +240,12 @@ impl LogManager {
         let Some(log) = removed else {
             return Ok(false);
         };
+        log.lock().mark_deleted();
+        if let Some(c) = &self.cleaner {
+            // With no lock of the log held: the cleaning may be waiting for it to swap.
+            c.forget(tp);
+        }
         let mut log = log.lock();
-        log.mark_deleted();
         let from = log.dir().to_path_buf();
         let delay = log.config().file_delete_delay_ms;
         log.delete_due_files(i64::MAX)?;
@@ -254,9 +260,6 @@ impl LogManager {
             d.push((now_ms() + delay, to));
         }
         drop(log);
-        if let Some(c) = &self.cleaner {
-            c.forget(tp);
-        }
         self.delete_due_dirs(now_ms());
         Ok(true)
     }

@@ -2,12 +2,11 @@
 //! its base offset. Owns appends, reads by offset or timestamp, recovery, truncation and rolling tests.
 
 use std::fs::{File, OpenOptions};
-use std::ops::ControlFlow;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::batch::{self, BatchHeader, BATCH_HEADER_SIZE, LOG_OVERHEAD};
+use super::batch::{self, BatchAt, BatchHeader, BATCH_HEADER_SIZE};
 use super::error::{Result, StorageError};
 use super::index::{OffsetIndex, TimeIndex};
 
@@ -182,16 +181,15 @@ impl LogSegment {
         })
     }
 
-    /// Reads the header of the batch at `position`, or `None` at the end or on a torn header.
-    fn header_at(&self, position: u64) -> Result<Option<BatchHeader>> {
-        if position + BATCH_HEADER_SIZE as u64 > self.size {
-            return Ok(None);
-        }
-        let mut buf = [0u8; BATCH_HEADER_SIZE];
-        self.log
-            .read_exact_at(&mut buf, position)
-            .map_err(StorageError::io(&self.log_path))?;
-        whole_batch_header(&buf, position, self.size)
+    /// The batch headers of this segment from byte `pos`, the first `pread` `first_read` bytes.
+    fn headers_from(&self, pos: u64, first_read: usize) -> BatchHeaders<'_> {
+        BatchHeaders::new(&self.log, &self.log_path, pos, self.size, first_read)
+    }
+
+    /// The first `pread` of a walk from an index entry: the index interval and a header, where
+    /// the batch it looks for starts.
+    fn interval_read(&self) -> usize {
+        (self.config.index_interval_bytes as usize).saturating_add(BATCH_HEADER_SIZE)
     }
 
     /// Restores next offset and max timestamp from the index tails and the batches after them
@@ -201,23 +199,17 @@ impl LogSegment {
         let mut next = self.base_offset;
         let last_time = self.time_index.last_entry();
         let (mut max_ts, mut max_ts_offset) = (last_time.timestamp, last_time.offset);
-        walk_batch_headers(
-            &self.log,
-            &self.log_path,
-            last.position as u64,
-            self.size,
-            |_, h| {
-                next = h.next_offset();
-                if h.max_timestamp > max_ts {
-                    (max_ts, max_ts_offset) = (h.max_timestamp, h.last_offset());
-                }
-                ControlFlow::Continue(())
-            },
-        )?;
+        for found in self.headers_from(last.position as u64, self.interval_read()) {
+            let (_, h) = found?;
+            next = h.next_offset();
+            if h.max_timestamp > max_ts {
+                (max_ts, max_ts_offset) = (h.max_timestamp, h.last_offset());
+            }
+        }
         self.max_timestamp_so_far = max_ts;
         self.offset_of_max_timestamp_so_far = max_ts_offset;
         self.next_offset = next;
-        if let Some(h) = self.header_at(0)? {
+        if let Some((_, h)) = self.headers_from(0, BATCH_HEADER_SIZE).next().transpose()? {
             self.rolling_based_timestamp = Some(h.max_timestamp);
         }
         Ok(())
@@ -375,13 +367,15 @@ impl LogSegment {
         offset: i64,
         mut f: impl FnMut(&BatchHeader),
     ) -> Result<()> {
-        let Some((pos, _)) = self.translate_offset(offset)? else {
-            return Ok(());
-        };
-        walk_batch_headers(&self.log, &self.log_path, pos, self.size, |_, h| {
-            f(h);
-            ControlFlow::Continue(())
-        })?;
+        let from = self.offset_index.lookup(offset).position as u64;
+        let mut started = false;
+        for found in self.headers_from(from, self.interval_read()) {
+            let (_, h) = found?;
+            started |= h.last_offset() >= offset;
+            if started {
+                f(&h);
+            }
+        }
         Ok(())
     }
 
@@ -438,20 +432,9 @@ impl LogSegment {
 
     /// Position and header of the first batch whose last offset is ≥ `offset`.
     pub fn translate_offset(&self, offset: i64) -> Result<Option<(u64, BatchHeader)>> {
-        self.batch_from(self.offset_index.lookup(offset).position as u64, offset)
-    }
-
-    /// Walks batch headers from `pos` to the first batch whose last offset is ≥ `offset`.
-    fn batch_from(&self, pos: u64, offset: i64) -> Result<Option<(u64, BatchHeader)>> {
-        let mut found = None;
-        walk_batch_headers(&self.log, &self.log_path, pos, self.size, |at, h| {
-            if h.last_offset() >= offset {
-                found = Some((at, *h));
-                return ControlFlow::Break(());
-            }
-            ControlFlow::Continue(())
-        })?;
-        Ok(found)
+        let from = self.offset_index.lookup(offset).position as u64;
+        self.headers_from(from, self.interval_read())
+            .find_last_offset(offset)
     }
 
     /// Whole batches from the one containing `start_offset`: at most `max_bytes` unless the first
@@ -487,19 +470,18 @@ impl LogSegment {
         let mut at = 0usize;
         let (start, first) = loop {
             if at + BATCH_HEADER_SIZE > head.len() {
-                // Past what was read (a walk over large batches): go on with header reads.
-                match self.batch_from(from + at as u64, start_offset)? {
+                // Past what was read (a walk over large batches): go on with header reads,
+                // one header first.
+                let walk = self.headers_from(from + at as u64, BATCH_HEADER_SIZE);
+                match walk.find_last_offset(start_offset)? {
                     Some((pos, h)) => break (pos, h),
                     None => return Ok(None),
                 }
             }
-            let h = BatchHeader::parse(&head[at..])?;
-            if h.batch_length < (BATCH_HEADER_SIZE - LOG_OVERHEAD) as i32
-                || from + (at + h.size()) as u64 > self.size
-            {
+            let Some(h) = whole_batch_header(&head[at..], from + at as u64, self.size)? else {
                 // A torn tail (only possible before recovery truncates it): nothing to serve.
                 return Ok(None);
-            }
+            };
             if h.last_offset() >= start_offset {
                 break (from + at as u64, h);
             }
@@ -528,16 +510,11 @@ impl LogSegment {
             buf
         };
         let mut end = 0usize;
-        while let Some((base, len)) = batch::peek_offset_and_size(&buf[end..]) {
-            let size = LOG_OVERHEAD + len.max(0) as usize;
-            if end + size > buf.len() || len < (BATCH_HEADER_SIZE - LOG_OVERHEAD) as i32 {
+        while let BatchAt::Whole(h) = batch::batch_at(&buf[end..], end as u64, buf.len() as u64)? {
+            if h.last_offset() >= max_offset || h.base_offset < first.base_offset {
                 break;
             }
-            let h = BatchHeader::parse(&buf[end..])?;
-            if h.last_offset() >= max_offset || base < first.base_offset {
-                break;
-            }
-            end += size;
+            end += h.size();
         }
         buf.truncate(end);
         Ok(Some(buf))
@@ -550,11 +527,12 @@ impl LogSegment {
         starting_offset: i64,
     ) -> Result<Option<TimestampAndOffset>> {
         let from = self.time_index.lookup(target).offset.max(starting_offset);
-        let mut pos = self.offset_index.lookup(from).position as u64;
-        while let Some(h) = self.header_at(pos)? {
+        let pos = self.offset_index.lookup(from).position as u64;
+        let mut walk = self.headers_from(pos, self.interval_read());
+        while let Some((pos, h)) = walk.next().transpose()? {
             if h.max_timestamp >= target && h.last_offset() >= starting_offset {
-                let bytes = self.read_batch(pos, &h)?;
-                for (offset, ts) in batch::record_offsets_and_timestamps(&bytes)? {
+                let bytes = walk.batch(pos, &h)?;
+                for (offset, ts) in batch::record_offsets_and_timestamps(bytes)? {
                     if ts >= target && offset >= starting_offset {
                         return Ok(Some(TimestampAndOffset {
                             timestamp: ts,
@@ -565,7 +543,6 @@ impl LogSegment {
                     }
                 }
             }
-            pos += h.size() as u64;
         }
         Ok(None)
     }
@@ -611,14 +588,13 @@ impl LogSegment {
         self.rolling_based_timestamp = None;
         self.next_offset = self.base_offset;
         let mut pos = 0u64;
-        let mut buf = Vec::new();
         let mut expected_min = self.base_offset;
-        while let Some(h) = self.header_at(pos)? {
-            buf.resize(h.size(), 0);
-            self.log
-                .read_exact_at(&mut buf, pos)
-                .map_err(StorageError::io(&self.log_path))?;
-            if let Err(e) = batch::validate_stored_batch(&buf) {
+        // The walk borrows its own handles, so that the loop can index into `self`.
+        let (file, path) = (self.log.clone(), self.log_path.clone());
+        let mut walk = BatchHeaders::new(&file, &path, 0, self.size, BATCH_HEADER_SIZE);
+        while let Some((at, h)) = walk.next().transpose()? {
+            pos = at;
+            if let Err(e) = batch::validate_stored_batch(walk.batch(at, &h)?) {
                 tracing::warn!(segment = %self.log_path.display(), position = pos, error = %e,
                     "found an invalid batch during recovery; truncating here");
                 break;
@@ -773,58 +749,142 @@ impl LogSegment {
 /// The header at the start of `buf`, read at `position` of a file of `len` bytes, if it starts a
 /// whole batch: `None` for a length too short to be a batch or a batch running past `len`.
 fn whole_batch_header(buf: &[u8], position: u64, len: u64) -> Result<Option<BatchHeader>> {
-    let h = BatchHeader::parse(buf)?;
-    if h.batch_length < (BATCH_HEADER_SIZE - LOG_OVERHEAD) as i32
-        || position + h.size() as u64 > len
-    {
-        return Ok(None);
+    match batch::batch_at(buf, position, len)? {
+        BatchAt::Whole(h) => Ok(Some(h)),
+        BatchAt::Unknown | BatchAt::TooShort(_) | BatchAt::PastEnd(_) => Ok(None),
     }
-    Ok(Some(h))
 }
 
-/// What a header walk reads in one `pread` while batches are small.
+/// The most a header walk reads in one `pread`.
 const HEADER_WALK_CHUNK: usize = 64 << 10;
 
-/// The one walk over batch headers of a `.log` file (`len` bytes of `file`, from byte `from`):
-/// calls `f` with each whole batch's position and header until `f` breaks, a length is too
-/// short to be a batch, or a batch runs past `len` (a torn tail). Small batches are read many
-/// headers to a `pread` of up to 64 KiB; after a batch of 32 KiB or more, one header at a time.
-/// Returns the bytes read (for a caller that throttles its reads).
-pub fn walk_batch_headers(
-    file: &File,
-    path: &Path,
-    from: u64,
+/// The one walk over the batch headers of a `.log` file (`len` bytes of `file`, from byte
+/// `from`): each whole batch's position and header, until a length too short to be a batch or
+/// a batch running past `len` (a torn tail). The first `pread` is `first_read` bytes (at least
+/// a header), each next one twice the last up to 64 KiB: a walk that stops at its first batch
+/// reads little, a long one many headers a `pread`. After a batch of 32 KiB or more, the next
+/// `pread` is one header.
+pub struct BatchHeaders<'a> {
+    file: &'a File,
+    path: &'a Path,
     len: u64,
-    mut f: impl FnMut(u64, &BatchHeader) -> ControlFlow<()>,
-) -> Result<u64> {
-    let mut buf = Vec::new();
-    let (mut pos, mut read, mut last_size) = (from, 0u64, 0usize);
-    while pos + BATCH_HEADER_SIZE as u64 <= len {
-        let want = if last_size >= HEADER_WALK_CHUNK / 2 {
-            BATCH_HEADER_SIZE
-        } else {
-            HEADER_WALK_CHUNK
-        };
-        let n = (want as u64).min(len - pos) as usize;
-        buf.resize(n, 0);
-        file.read_exact_at(&mut buf, pos)
-            .map_err(StorageError::io(path))?;
-        read += n as u64;
-        // At least one header fits in `buf`, so each pass moves on.
-        let mut at = 0usize;
-        while at + BATCH_HEADER_SIZE <= n {
-            let Some(h) = whole_batch_header(&buf[at..], pos + at as u64, len)? else {
-                return Ok(read);
-            };
-            if f(pos + at as u64, &h).is_break() {
-                return Ok(read);
-            }
-            last_size = h.size();
-            at += last_size;
+    /// Where the next batch starts.
+    pos: u64,
+    buf: Vec<u8>,
+    /// The file position of `buf[0]`.
+    buf_pos: u64,
+    next_read: usize,
+    last_size: usize,
+    read: u64,
+    done: bool,
+}
+
+impl<'a> BatchHeaders<'a> {
+    pub fn new(
+        file: &'a File,
+        path: &'a Path,
+        from: u64,
+        len: u64,
+        first_read: usize,
+    ) -> BatchHeaders<'a> {
+        BatchHeaders {
+            file,
+            path,
+            len,
+            pos: from,
+            buf: Vec::new(),
+            buf_pos: from,
+            next_read: first_read.clamp(BATCH_HEADER_SIZE, HEADER_WALK_CHUNK),
+            last_size: 0,
+            read: 0,
+            done: false,
         }
-        pos += at as u64;
     }
-    Ok(read)
+
+    /// Position and header of the first batch whose last offset is ≥ `offset`.
+    pub fn find_last_offset(mut self, offset: i64) -> Result<Option<(u64, BatchHeader)>> {
+        self.find(|found| !matches!(found, Ok((_, h)) if h.last_offset() < offset))
+            .transpose()
+    }
+
+    /// The bytes read so far (for a caller that throttles its reads).
+    pub fn bytes_read(&self) -> u64 {
+        self.read
+    }
+
+    /// Where `n` bytes from file position `at` lie in `buf`, when it holds them.
+    fn buffered(&self, at: u64, n: usize) -> Option<usize> {
+        let start = at.checked_sub(self.buf_pos)? as usize;
+        (start + n <= self.buf.len()).then_some(start)
+    }
+
+    /// Reads `n` bytes from `at` into `buf`.
+    fn read_at(&mut self, at: u64, n: usize) -> Result<()> {
+        self.buf.resize(n, 0);
+        self.file
+            .read_exact_at(&mut self.buf, at)
+            .map_err(StorageError::io(self.path))?;
+        self.buf_pos = at;
+        self.read += n as u64;
+        Ok(())
+    }
+
+    /// The next header: from `buf`, or from a new `pread` at `pos` (`pos + 61 <= len`).
+    fn next_header(&mut self) -> Result<Option<BatchHeader>> {
+        let at = match self.buffered(self.pos, BATCH_HEADER_SIZE) {
+            Some(at) => at,
+            None => {
+                let want = if self.last_size >= HEADER_WALK_CHUNK / 2 {
+                    BATCH_HEADER_SIZE
+                } else {
+                    self.next_read
+                };
+                self.next_read = (want * 2).min(HEADER_WALK_CHUNK);
+                self.read_at(self.pos, (want as u64).min(self.len - self.pos) as usize)?;
+                0
+            }
+        };
+        whole_batch_header(&self.buf[at..], self.pos, self.len)
+    }
+
+    /// The whole batch `h` this walk found at `at`: from the walk's buffer when it holds all of
+    /// it, else read (the walk goes on after it).
+    pub fn batch(&mut self, at: u64, h: &BatchHeader) -> Result<&[u8]> {
+        let start = match self.buffered(at, h.size()) {
+            Some(start) => start,
+            None => {
+                self.read_at(at, h.size())?;
+                0
+            }
+        };
+        Ok(&self.buf[start..start + h.size()])
+    }
+}
+
+impl Iterator for BatchHeaders<'_> {
+    type Item = Result<(u64, BatchHeader)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done || self.pos + BATCH_HEADER_SIZE as u64 > self.len {
+            return None;
+        }
+        match self.next_header() {
+            Ok(Some(h)) => {
+                let at = self.pos;
+                self.last_size = h.size();
+                self.pos += h.size() as u64;
+                Some(Ok((at, h)))
+            }
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
 }
 
 /// `path` with its suffix `old` replaced by `new`.
@@ -954,6 +1014,99 @@ mod tests {
         let mut past = Vec::new();
         let err = read_exact_at_uninit(&f, &mut past, 10, 99_995).unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof);
+    }
+}
+
+#[cfg(test)]
+mod walk_tests {
+    use super::*;
+
+    /// A `.log` file of one-record batches at offsets 0, 1, … with values of `value_sizes`
+    /// bytes, then the first half of one more batch (a torn tail). Returns the file and the
+    /// length of its whole batches.
+    fn log_file(dir: &Path, value_sizes: &[usize]) -> (PathBuf, usize) {
+        let mut data = Vec::new();
+        for (i, n) in value_sizes.iter().chain([&100]).enumerate() {
+            let v = vec![b'v'; *n];
+            let mut b = batch::build_batch(&[(Some(b"k".as_slice()), Some(v.as_slice()))], 1);
+            batch::set_base_offset(&mut b, i as i64);
+            data.extend_from_slice(&b);
+        }
+        let path = dir.join(file_name(0, LOG_SUFFIX));
+        let last = batch::validate_stored_batches(&data)
+            .unwrap()
+            .last()
+            .unwrap()
+            .position;
+        std::fs::write(&path, &data[..last + (data.len() - last) / 2]).unwrap();
+        (path, last)
+    }
+
+    #[test]
+    fn a_header_walk_finds_every_whole_batch_and_its_bytes_and_stops_at_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let sizes: Vec<usize> = (0..300)
+            .map(|i| if i % 100 == 50 { 40 << 10 } else { i % 37 })
+            .collect();
+        let (path, whole) = log_file(dir.path(), &sizes);
+        let data = std::fs::read(&path).unwrap();
+        let expected: Vec<(u64, BatchHeader)> = batch::validate_stored_batches(&data[..whole])
+            .unwrap()
+            .iter()
+            .map(|i| (i.position as u64, i.header))
+            .collect();
+        assert_eq!(expected.len(), sizes.len());
+        let f = File::open(&path).unwrap();
+        let len = data.len() as u64;
+        let headers: Vec<(u64, BatchHeader)> = BatchHeaders::new(&f, &path, 0, len, 1)
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(headers, expected, "headers only");
+        let mut walk = BatchHeaders::new(&f, &path, 0, len, BATCH_HEADER_SIZE);
+        let mut seen = 0;
+        while let Some((at, h)) = walk.next().transpose().unwrap() {
+            let bytes = walk.batch(at, &h).unwrap();
+            assert_eq!(
+                bytes,
+                &data[at as usize..at as usize + h.size()],
+                "batch at {at}"
+            );
+            assert_eq!((at, h), expected[seen]);
+            seen += 1;
+        }
+        assert_eq!(seen, expected.len(), "with the batches read too");
+    }
+
+    #[test]
+    fn a_header_walk_reads_one_header_when_it_stops_at_the_first_batch_then_doubles_its_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, _) = log_file(dir.path(), &[20; 2000]);
+        let f = File::open(&path).unwrap();
+        let len = std::fs::metadata(&path).unwrap().len();
+        let mut walk = BatchHeaders::new(&f, &path, 0, len, BATCH_HEADER_SIZE);
+        let (at, h) = walk.next().unwrap().unwrap();
+        assert_eq!((at, h.base_offset), (0, 0));
+        assert_eq!(walk.bytes_read(), BATCH_HEADER_SIZE as u64);
+        let mut reads = vec![walk.bytes_read()];
+        let mut total = walk.bytes_read();
+        while let Some(found) = walk.next() {
+            found.unwrap();
+            let now = walk.bytes_read();
+            if now > total {
+                reads.push(now - total);
+                total = now;
+            }
+        }
+        let doubling: Vec<u64> = (0..11).map(|i| (BATCH_HEADER_SIZE as u64) << i).collect();
+        assert_eq!(reads[..11], doubling[..], "{reads:?}");
+        assert!(
+            reads.iter().all(|r| *r <= HEADER_WALK_CHUNK as u64),
+            "{reads:?}"
+        );
+        // From an index entry, the first read is the index interval and a header.
+        let mut walk = BatchHeaders::new(&f, &path, 0, len, 4096 + BATCH_HEADER_SIZE);
+        walk.next().unwrap().unwrap();
+        assert_eq!(walk.bytes_read(), 4096 + BATCH_HEADER_SIZE as u64);
     }
 }
 

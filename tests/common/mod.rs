@@ -183,6 +183,25 @@ pub async fn create_topic(bootstrap: &str, name: &str, partitions: i32, configs:
     assert!(r[0].is_ok(), "{r:?}");
 }
 
+/// Sets `topic`'s whole configuration to `configs` (AlterConfigs with the rdkafka admin client:
+/// keys not named go back to their defaults) and checks it worked.
+pub async fn alter_topic_configs(bootstrap: &str, topic: &str, configs: &[(&str, &str)]) {
+    use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .unwrap();
+    let mut alter = AlterConfig::new(ResourceSpecifier::Topic(topic));
+    for (k, v) in configs {
+        alter = alter.set(k, v);
+    }
+    let r = admin
+        .alter_configs(&[alter], &AdminOptions::new())
+        .await
+        .unwrap();
+    assert!(r[0].is_ok(), "{r:?}");
+}
+
 /// A record read back: (partition, offset, key, value).
 pub type ReadRecord = (i32, i64, Option<Vec<u8>>, Vec<u8>);
 

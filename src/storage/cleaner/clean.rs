@@ -2,7 +2,6 @@
 //! then every segment below its end rewritten in groups, each group swapped in as one segment.
 
 use std::collections::HashMap;
-use std::ops::ControlFlow;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,12 +10,12 @@ use super::filter::{self, FilterContext};
 use super::offset_map::SkimpyOffsetMap;
 use super::reader::{Flow, IoContext};
 use crate::config::cleaner::CleanerConfig;
-use crate::storage::batch::{BatchHeader, RawRecord};
+use crate::storage::batch::{self, BatchHeader, BATCH_HEADER_SIZE};
 use crate::storage::error::{Result, StorageError};
 use crate::storage::log::{CleaningView, LastBatch, SegmentView};
 use crate::storage::segment::{
-    file_name, walk_batch_headers, LogSegment, SegmentConfig, CLEANED_SUFFIX, INDEX_SUFFIX,
-    LOG_SUFFIX, TIME_INDEX_SUFFIX,
+    file_name, BatchHeaders, LogSegment, SegmentConfig, CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
 };
 use crate::storage::LogRef;
 
@@ -272,7 +271,9 @@ impl Cleaner {
         let mut out: HashMap<i64, LastBatch> = HashMap::new();
         for seg in &view.segments {
             self.io.check_done()?;
-            let read = walk_batch_headers(&seg.file, &seg.path, 0, seg.size, |_, h| {
+            let mut walk = BatchHeaders::new(&seg.file, &seg.path, 0, seg.size, BATCH_HEADER_SIZE);
+            for found in walk.by_ref() {
+                let (_, h) = found?;
                 if h.has_producer_id() {
                     let last = LastBatch {
                         last_offset: h.last_offset(),
@@ -280,9 +281,8 @@ impl Cleaner {
                     };
                     out.insert(h.producer_id, last);
                 }
-                ControlFlow::Continue(())
-            })?;
-            self.io.throttler.maybe_throttle(read);
+            }
+            self.io.throttle(walk.bytes_read())?;
         }
         Ok(out)
     }
@@ -394,8 +394,7 @@ impl Cleaner {
         dest.append(&out)?;
         written += out.len() as u64;
         stats.bytes_written += written;
-        self.io.throttler.maybe_throttle(written);
-        Ok(())
+        self.io.throttle(written)
     }
 }
 
@@ -408,12 +407,9 @@ fn map_batch(
     max_desired: usize,
     stats: &mut CleanerStats,
 ) -> Result<bool> {
-    let section = crate::storage::batch::records_section(bytes)?;
-    let mut rest: &[u8] = &section;
-    for _ in 0..h.records_count.max(0) {
-        let r = RawRecord::parse(&mut rest).ok_or_else(|| {
-            StorageError::CorruptRecord("a record of a batch is malformed".into())
-        })?;
+    let section = batch::records_section(bytes)?;
+    for r in batch::raw_records(&section, h.records_count) {
+        let r = r?;
         let offset = h.base_offset + r.offset_delta as i64;
         if let (Some(key), true) = (r.key, offset >= start) {
             if map.size() >= max_desired {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use super::clean::CleanerStats;
 use super::offset_map::SkimpyOffsetMap;
 use crate::storage::batch::{self, BatchHeader, RawRecord, Rewrite};
-use crate::storage::error::{Result, StorageError};
+use crate::storage::error::Result;
 use crate::storage::log::LastBatch;
 
 /// Everything a batch's fate depends on in one round.
@@ -52,13 +52,10 @@ pub fn filter_batch<'b>(
         return Ok(None);
     }
     let section = batch::records_section(bytes)?;
-    let mut rest: &[u8] = &section;
     let mut kept: Vec<(RawRecord<'_>, i64)> = Vec::new();
     let mut tombstones = false;
-    for _ in 0..h.records_count {
-        let r = RawRecord::parse(&mut rest).ok_or_else(|| {
-            StorageError::CorruptRecord("a record of a batch is malformed".into())
-        })?;
+    for r in batch::raw_records(&section, h.records_count) {
+        let r = r?;
         stats.messages_read += 1;
         let offset = h.base_offset + r.offset_delta as i64;
         if should_retain_record(fc.map, h, &r, offset, fc.now, stats) {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::storage::batch::{self, BatchHeader, BATCH_HEADER_SIZE, LOG_OVERHEAD};
+use crate::storage::batch::{self, BatchAt, BatchHeader, BATCH_HEADER_SIZE};
 use crate::storage::error::{Result, StorageError};
 use crate::storage::log::SegmentView;
 
@@ -14,35 +14,33 @@ use crate::storage::log::SegmentView;
 /// current period are ahead of it, with a new period every 300 ms (so time spent idle gives no
 /// credit for a burst). Kafka compares only once a period has passed, which lets a round
 /// shorter than 300 ms through unthrottled; this compares on every call. The sleep ends early
-/// when the cleaner shuts down.
-pub(super) struct Throttler {
+/// when `done` says so (the cleaner shuts down or the cleaning is aborted).
+struct Throttler {
     rate: f64,
     period_start: Instant,
     bytes: f64,
-    running: Arc<AtomicBool>,
 }
 
 const THROTTLE_PERIOD: Duration = Duration::from_millis(300);
-/// The longest single sleep before the shutdown flag is looked at again.
+/// The longest single sleep before `done` is asked again.
 const SLEEP_STEP: Duration = Duration::from_millis(100);
 
 impl Throttler {
-    pub(super) fn new(rate: f64, running: Arc<AtomicBool>) -> Throttler {
+    fn new(rate: f64) -> Throttler {
         Throttler {
             rate,
             period_start: Instant::now(),
             bytes: 0.0,
-            running,
         }
     }
 
-    pub(super) fn maybe_throttle(&mut self, bytes: u64) {
+    fn maybe_throttle(&mut self, bytes: u64, done: impl Fn() -> bool) {
         if !self.rate.is_finite() || self.rate >= f64::MAX || self.rate <= 0.0 {
             return;
         }
         self.bytes += bytes as f64;
         let wanted = Duration::try_from_secs_f64(self.bytes / self.rate).unwrap_or(Duration::MAX);
-        while self.running.load(Ordering::SeqCst) {
+        while !done() {
             let elapsed = self.period_start.elapsed();
             if elapsed >= wanted {
                 break;
@@ -67,7 +65,7 @@ pub(super) enum Flow {
 pub(super) struct IoContext {
     buf: Vec<u8>,
     chunk: usize,
-    pub(super) throttler: Throttler,
+    throttler: Throttler,
     running: Arc<AtomicBool>,
     aborted: Arc<AtomicBool>,
 }
@@ -77,7 +75,7 @@ impl IoContext {
         IoContext {
             buf: Vec::new(),
             chunk: chunk.max(BATCH_HEADER_SIZE),
-            throttler: Throttler::new(rate, running.clone()),
+            throttler: Throttler::new(rate),
             running,
             aborted: Arc::new(AtomicBool::new(false)),
         }
@@ -91,11 +89,21 @@ impl IoContext {
     /// Kafka's `checkDone`: a cleaning in progress stops when the cleaner shuts down or the
     /// cleaning is aborted.
     pub(super) fn check_done(&self) -> Result<()> {
-        if self.running.load(Ordering::SeqCst) && !self.aborted.load(Ordering::SeqCst) {
-            Ok(())
-        } else {
+        if done(&self.running, &self.aborted) {
             Err(StorageError::CleaningAborted)
+        } else {
+            Ok(())
         }
+    }
+
+    /// Counts `bytes` read or written against `log.cleaner.io.max.bytes.per.second`, sleeping
+    /// as long as the rate asks, then `check_done`: the sleep ends as soon as the cleaner shuts
+    /// down or the cleaning is aborted, so that a deleted partition's cleaning stops at once.
+    pub(super) fn throttle(&mut self, bytes: u64) -> Result<()> {
+        let (running, aborted) = (&self.running, &self.aborted);
+        self.throttler
+            .maybe_throttle(bytes, || done(running, aborted));
+        self.check_done()
     }
 
     /// Calls `f` with every whole batch of `seg` from byte `from` until it says stop.
@@ -114,7 +122,7 @@ impl IoContext {
             seg.file
                 .read_exact_at(&mut self.buf, pos)
                 .map_err(StorageError::io(&seg.path))?;
-            self.throttler.maybe_throttle(len as u64);
+            self.throttle(len as u64)?;
             let (used, next_size) = walk(&self.buf, &mut f)?;
             if used.is_none() {
                 return Ok(());
@@ -136,6 +144,11 @@ impl IoContext {
     }
 }
 
+/// Whether a cleaning must stop: the cleaner shuts down, or the cleaning is aborted.
+fn done(running: &AtomicBool, aborted: &AtomicBool) -> bool {
+    !running.load(Ordering::SeqCst) || aborted.load(Ordering::SeqCst)
+}
+
 fn torn(seg: &SegmentView, pos: u64) -> StorageError {
     StorageError::CorruptRecord(format!(
         "segment {} has no whole batch at position {pos}",
@@ -150,22 +163,20 @@ fn walk(
     f: &mut impl FnMut(&BatchHeader, &[u8]) -> Result<Flow>,
 ) -> Result<(Option<usize>, Option<usize>)> {
     let mut at = 0usize;
-    while let Some((_, len)) = batch::peek_offset_and_size(&buf[at..]) {
-        if len < (BATCH_HEADER_SIZE - LOG_OVERHEAD) as i32 {
-            return Err(StorageError::CorruptRecord(format!(
-                "record batch length {len} is too small"
-            )));
-        }
-        let size = LOG_OVERHEAD + len as usize;
-        if at + size > buf.len() {
-            return Ok((Some(at), Some(size)));
-        }
-        let bytes = &buf[at..at + size];
-        let h = BatchHeader::parse(bytes)?;
-        if f(&h, bytes)? == Flow::Stop {
+    loop {
+        let h = match batch::batch_at(&buf[at..], at as u64, buf.len() as u64)? {
+            BatchAt::Whole(h) => h,
+            BatchAt::Unknown => return Ok((Some(at), None)),
+            BatchAt::PastEnd(size) => return Ok((Some(at), Some(size))),
+            BatchAt::TooShort(len) => {
+                return Err(StorageError::CorruptRecord(format!(
+                    "record batch length {len} is too small"
+                )))
+            }
+        };
+        if f(&h, &buf[at..at + h.size()])? == Flow::Stop {
             return Ok((None, None));
         }
-        at += size;
+        at += h.size();
     }
-    Ok((Some(at), None))
 }

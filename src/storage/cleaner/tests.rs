@@ -38,19 +38,6 @@ fn tp() -> TopicPartition {
     TopicPartition::new("compacted", 0)
 }
 
-fn open(dir: &Path) -> LogRef {
-    open_with(dir, tp(), log_config())
-}
-
-fn open_with(dir: &Path, tp: TopicPartition, config: LogConfig) -> LogRef {
-    let log = Log::open(dir, tp, config, LoadParams::default()).unwrap();
-    Arc::new(parking_lot::Mutex::new(log))
-}
-
-fn cleaner_with(config: CleanerConfig, dir: &Path) -> Arc<LogCleaner> {
-    LogCleaner::new(config, dir).unwrap()
-}
-
 /// One record to append: key index and value (None: a tombstone).
 type Rec = (u8, Option<Vec<u8>>);
 
@@ -196,27 +183,116 @@ fn append(
     }
 }
 
-/// Runs one cleaning at `now` and checks the log against the model.
-fn clean_and_check(dir: &Path, log: &LogRef, model: &mut Model, now: i64) {
-    let active_base = log.lock().cleaning_view().active_base();
-    let active_before = std::fs::read(log.lock().segments().last().unwrap().log_path()).unwrap();
-    let cleaner = LogCleaner::new(crate::config::cleaner::CleanerConfig::default(), dir).unwrap();
-    let cleaned = cleaner.clean_once(&[(tp(), log.clone())], now);
-    assert_eq!(cleaner.metrics().uncleanable_partitions_count, 0);
-    assert!(cleaned, "a log with dirty closed segments is cleaned");
-    let latest = model.latest_below(active_base);
-    if cleaned {
+/// One compacted log in a temporary directory of its own (where its cleaners keep their
+/// checkpoint too), the model of what was appended to it, and `t0`, when its records are written.
+struct Fixture {
+    dir: tempfile::TempDir,
+    tp: TopicPartition,
+    log: LogRef,
+    model: Model,
+    t0: i64,
+}
+
+impl Fixture {
+    /// The log of `tp()` with `log_config()`.
+    fn new() -> Fixture {
+        Fixture::with(log_config())
+    }
+
+    fn with(config: LogConfig) -> Fixture {
+        Fixture::of(tp(), config)
+    }
+
+    fn of(tp: TopicPartition, config: LogConfig) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), tp.clone(), config, LoadParams::default()).unwrap();
+        Fixture {
+            dir,
+            tp,
+            log: Arc::new(parking_lot::Mutex::new(log)),
+            model: Model::default(),
+            t0: now_ms(),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The log as a cleaner is handed it.
+    fn entry(&self) -> (TopicPartition, LogRef) {
+        (self.tp.clone(), self.log.clone())
+    }
+
+    fn append(&mut self, recs: &[Rec], ts: i64, codec: u8, producer: Option<ProducerFields>) {
+        append(&self.log, &mut self.model, recs, ts, codec, producer);
+    }
+
+    fn roll(&self) {
+        self.log.lock().roll(0).unwrap();
+    }
+
+    /// `fill` at `t0`.
+    fn fill(&mut self, keys: &[u8], per_segment: usize) {
+        self.fill_at(keys, self.t0, per_segment);
+    }
+
+    fn fill_at(&mut self, keys: &[u8], ts: i64, per_segment: usize) {
+        fill(&self.log, &mut self.model, keys, ts, per_segment);
+    }
+
+    /// The bytes of the closed segments.
+    fn closed_bytes(&self) -> u64 {
+        closed_segment_bytes(&self.log.lock(), 0)
+            .iter()
+            .map(|(_, b)| b.len() as u64)
+            .sum()
+    }
+
+    /// A cleaner with `config` that keeps its checkpoint in this log's directory.
+    fn cleaner(&self, config: CleanerConfig) -> Arc<LogCleaner> {
+        LogCleaner::new(config, self.path()).unwrap()
+    }
+
+    /// A cleaner with Kafka's defaults.
+    fn default_cleaner(&self) -> Arc<LogCleaner> {
+        self.cleaner(CleanerConfig::default())
+    }
+
+    /// A cleaner held to the rate at which one read of the closed segments takes `secs`.
+    fn throttled_cleaner(&self, secs: f64) -> Arc<LogCleaner> {
+        self.cleaner(CleanerConfig {
+            max_io_bytes_per_second: self.closed_bytes() as f64 / secs,
+            ..CleanerConfig::default()
+        })
+    }
+
+    /// One round of `cleaner` over this log at `now`; whether it cleaned.
+    fn clean_once(&self, cleaner: &LogCleaner, now: i64) -> bool {
+        cleaner.clean_once(&[self.entry()], now)
+    }
+
+    /// Runs one cleaning at `now` and checks the log against the model.
+    fn clean_and_check(&mut self, now: i64) {
+        let active_base = self.log.lock().cleaning_view().active_base();
+        let active = |l: &Log| std::fs::read(l.segments().last().unwrap().log_path()).unwrap();
+        let active_before = active(&self.log.lock());
+        let cleaner = self.default_cleaner();
+        let cleaned = self.clean_once(&cleaner, now);
+        assert_eq!(cleaner.metrics().uncleanable_partitions_count, 0);
+        assert!(cleaned, "a log with dirty closed segments is cleaned");
+        let model = &mut self.model;
+        let latest = model.latest_below(active_base);
         for (o, (k, v)) in &model.records {
             if *o < active_base && v.is_none() && latest[k] == *o {
                 model.horizon_from.entry(*o).or_insert(now);
             }
         }
+        let l = self.log.lock();
+        assert_eq!(active_before, active(&l), "the active segment was touched");
+        check_against_model(&l, model, now, active_base);
+        check_indexes(&l);
     }
-    let l = log.lock();
-    let after = std::fs::read(l.segments().last().unwrap().log_path()).unwrap();
-    assert_eq!(active_before, after, "the active segment was touched");
-    check_against_model(&l, model, now, active_base);
-    check_indexes(&l);
 }
 
 fn check_against_model(l: &Log, model: &Model, now: i64, active_base: i64) {
@@ -302,10 +378,8 @@ proptest! {
     fn cleaning_keeps_each_keys_latest_record_at_its_offset_and_drops_tombstones_after_retention(
         batches in prop::collection::vec(arb_batch(), 20..90),
     ) {
-        let dir = tempfile::tempdir().unwrap();
-        let log = open(dir.path());
-        let mut model = Model::default();
-        let t0 = crate::storage::log::now_ms();
+        let mut f = Fixture::new();
+        let t0 = f.t0;
         let mut seqs = [0i32; 2];
         for (recs, codec, producer) in &batches {
             let fields = producer.checked_sub(1).map(|p| {
@@ -314,18 +388,19 @@ proptest! {
                 seqs[p] += recs.len() as i32;
                 (id, epoch, seq)
             });
-            append(&log, &mut model, recs, t0, *codec, fields);
+            f.append(recs, t0, *codec, fields);
         }
-        clean_and_check(dir.path(), &log, &mut model, t0);
+        f.clean_and_check(t0);
         // Later rounds need a dirty segment: a record of a key of its own, then a roll.
         for (i, now) in [t0 + RETENTION_MS - 1, t0 + RETENTION_MS].into_iter().enumerate() {
-            log.lock().roll(0).unwrap();
-            append(&log, &mut model, &[(100 + i as u8, Some(b"filler".to_vec()))], now, 0, None);
-            log.lock().roll(0).unwrap();
-            clean_and_check(dir.path(), &log, &mut model, now);
+            f.roll();
+            f.append(&[(100 + i as u8, Some(b"filler".to_vec()))], now, 0, None);
+            f.roll();
+            f.clean_and_check(now);
         }
         // A reopen with full recovery (no clean shutdown) reads the same table.
-        let before = read_back(&log.lock()).0;
+        let before = read_back(&f.log.lock()).0;
+        let Fixture { dir, log, .. } = f;
         drop(log);
         let l = Log::open(dir.path(), tp(), log_config(), LoadParams::default()).unwrap();
         prop_assert_eq!(read_back(&l).0, before);
@@ -334,36 +409,24 @@ proptest! {
 
 #[test]
 fn a_key_updated_many_times_keeps_only_its_latest_value_at_its_original_offset() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = open(dir.path());
-    let mut model = Model::default();
-    let t0 = crate::storage::log::now_ms();
+    let mut f = Fixture::new();
     for i in 0..300u32 {
-        append(
-            &log,
-            &mut model,
+        f.append(
             &[(1, Some(i.to_be_bytes().to_vec()))],
-            t0,
+            f.t0,
             (i % 5) as u8,
             None,
         );
     }
-    clean_and_check(dir.path(), &log, &mut model, t0);
+    f.clean_and_check(f.t0);
     // Groups are made by the segments' sizes before cleaning (Kafka's groupSegmentsBySize): the
     // next round finds small cleaned segments and merges them.
-    let segments_before = log.lock().num_segments();
-    log.lock().roll(0).unwrap();
-    append(
-        &log,
-        &mut model,
-        &[(2, Some(b"other".to_vec()))],
-        t0,
-        0,
-        None,
-    );
-    log.lock().roll(0).unwrap();
-    clean_and_check(dir.path(), &log, &mut model, t0);
-    let l = log.lock();
+    let segments_before = f.log.lock().num_segments();
+    f.roll();
+    f.append(&[(2, Some(b"other".to_vec()))], f.t0, 0, None);
+    f.roll();
+    f.clean_and_check(f.t0);
+    let l = f.log.lock();
     assert!(
         l.num_segments() < segments_before,
         "small cleaned segments are grouped: {} then {}",
@@ -385,34 +448,22 @@ fn a_key_updated_many_times_keeps_only_its_latest_value_at_its_original_offset()
 /// several into one), copies its directory, cleans the original, and returns (the copy before
 /// cleaning, the cleaned directory).
 fn cleaned_and_uncleaned() -> (tempfile::TempDir, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let log = open(dir.path());
-    let mut model = Model::default();
-    let t0 = crate::storage::log::now_ms();
+    let mut f = Fixture::new();
     for i in 0..200u32 {
         if i > 0 && i % 3 == 0 {
-            log.lock().roll(0).unwrap();
+            f.roll();
         }
-        append(
-            &log,
-            &mut model,
-            &[((i % 3) as u8, Some(vec![b'v'; 50]))],
-            t0,
-            0,
-            None,
-        );
+        f.append(&[((i % 3) as u8, Some(vec![b'v'; 50]))], f.t0, 0, None);
     }
-    log.lock().close().unwrap();
+    f.log.lock().close().unwrap();
     let copy = tempfile::tempdir().unwrap();
-    for e in std::fs::read_dir(dir.path()).unwrap() {
+    for e in std::fs::read_dir(f.path()).unwrap() {
         let p = e.unwrap().path();
         std::fs::copy(&p, copy.path().join(p.file_name().unwrap())).unwrap();
     }
-    let cleaner =
-        LogCleaner::new(crate::config::cleaner::CleanerConfig::default(), dir.path()).unwrap();
-    assert!(cleaner.clean_once(&[(tp(), log.clone())], t0));
-    log.lock().close().unwrap();
-    (copy, dir)
+    assert!(f.clean_once(&f.default_cleaner(), f.t0));
+    f.log.lock().close().unwrap();
+    (copy, f.dir)
 }
 
 /// What a broker restarting on `dir` serves: every record from the log start, the log start
@@ -624,23 +675,19 @@ fn assert_each_key_once(keys: &[Vec<u8>]) {
 
 #[test]
 fn a_segment_younger_than_min_compaction_lag_is_not_cleaned() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig {
+    let mut f = Fixture::with(LogConfig {
         min_compaction_lag_ms: 60_000,
         ..log_config()
-    };
-    let log = open_with(dir.path(), tp(), config);
-    let mut model = Model::default();
-    let t0 = crate::storage::log::now_ms();
+    });
     let keys: Vec<u8> = (0..60).map(|i| i % 3).collect();
-    fill(&log, &mut model, &keys, t0 - 120_000, 5);
-    let young_base = log.lock().log_end_offset();
-    fill(&log, &mut model, &keys[..30], t0, 5);
-    let young_before = closed_segment_bytes(&log.lock(), young_base);
+    f.fill_at(&keys, f.t0 - 120_000, 5);
+    let young_base = f.log.lock().log_end_offset();
+    f.fill(&keys[..30], 5);
+    let young_before = closed_segment_bytes(&f.log.lock(), young_base);
     assert_eq!(young_before.len(), 6);
-    let cleaner = cleaner_with(CleanerConfig::default(), dir.path());
-    assert!(cleaner.clean_once(&[(tp(), log.clone())], t0));
-    let l = log.lock();
+    let cleaner = f.default_cleaner();
+    assert!(f.clean_once(&cleaner, f.t0));
+    let l = f.log.lock();
     assert_eq!(
         closed_segment_bytes(&l, young_base),
         young_before,
@@ -649,93 +696,79 @@ fn a_segment_younger_than_min_compaction_lag_is_not_cleaned() {
     assert_each_key_once(&keys_below(&l, young_base));
     assert_eq!(keys_below(&l, young_base).len(), 3);
     assert_eq!(cleaner.checkpointed(&tp()), Some(young_base));
-    assert_eq!(consumer_table(&l), model.table());
+    assert_eq!(consumer_table(&l), f.model.table());
 }
 
 #[test]
 fn a_log_below_its_dirty_ratio_is_cleaned_once_its_oldest_dirty_record_passes_max_compaction_lag() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig {
+    let mut f = Fixture::with(LogConfig {
         // A ratio no log exceeds: only the lag can get this log cleaned.
         min_cleanable_dirty_ratio: Ratio(1.0),
         max_compaction_lag_ms: 60_000,
         ..log_config()
-    };
-    let log = open_with(dir.path(), tp(), config);
-    let mut model = Model::default();
-    let t0 = crate::storage::log::now_ms();
+    });
     let keys: Vec<u8> = (0..40).map(|i| i % 4).collect();
-    fill(&log, &mut model, &keys, t0, 5);
-    let end = log.lock().log_end_offset();
-    let cleaner = cleaner_with(CleanerConfig::default(), dir.path());
-    assert!(!cleaner.clean_once(&[(tp(), log.clone())], t0 + 30_000));
+    f.fill(&keys, 5);
+    let end = f.log.lock().log_end_offset();
+    let cleaner = f.default_cleaner();
+    assert!(!f.clean_once(&cleaner, f.t0 + 30_000));
     assert_eq!(
-        keys_below(&log.lock(), end).len(),
+        keys_below(&f.log.lock(), end).len(),
         40,
         "not cleaned before the lag"
     );
     assert_eq!(cleaner.metrics().max_compaction_delay_secs, 0);
-    assert!(cleaner.clean_once(&[(tp(), log.clone())], t0 + 61_000));
+    assert!(f.clean_once(&cleaner, f.t0 + 61_000));
     assert_eq!(
         cleaner.metrics().max_compaction_delay_secs,
         1,
         "the oldest dirty batch was 1 s past the lag when the log was chosen"
     );
-    let l = log.lock();
+    let l = f.log.lock();
     assert_eq!(keys_below(&l, end).len(), 4);
-    assert_eq!(consumer_table(&l), model.table());
+    assert_eq!(consumer_table(&l), f.model.table());
 }
 
 #[test]
 fn a_round_is_held_to_log_cleaner_io_max_bytes_per_second() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = open(dir.path());
-    let mut model = Model::default();
-    let t0 = crate::storage::log::now_ms();
+    let mut f = Fixture::new();
     let keys: Vec<u8> = (0..150).map(|i| i % 5).collect();
-    fill(&log, &mut model, &keys, t0, 10);
-    let closed: u64 = closed_segment_bytes(&log.lock(), 0)
-        .iter()
-        .map(|(_, b)| b.len() as u64)
-        .sum();
+    f.fill(&keys, 10);
     // A round reads the closed segments at least twice (the offset map, then the copy): at
-    // `closed` bytes a second that is 2 s at the least.
-    let config = CleanerConfig {
-        max_io_bytes_per_second: closed as f64,
-        ..CleanerConfig::default()
-    };
-    let cleaner = cleaner_with(config, dir.path());
+    // one read a second that is 2 s at the least.
+    let cleaner = f.throttled_cleaner(1.0);
     let start = std::time::Instant::now();
-    assert!(cleaner.clean_once(&[(tp(), log.clone())], t0));
+    assert!(f.clean_once(&cleaner, f.t0));
     let took = start.elapsed();
+    let closed = f.closed_bytes();
     assert!(
         took >= std::time::Duration::from_millis(1500),
         "{closed} bytes read twice at {closed} bytes/s took {took:?}"
     );
-    assert_eq!(consumer_table(&log.lock()), model.table());
+    assert_eq!(consumer_table(&f.log.lock()), f.model.table());
+}
+
+/// Two logs, partitions 0 and 1 of the compacted topic, written at the same time.
+fn two_logs() -> (Fixture, Fixture) {
+    let a = Fixture::new();
+    let mut b = Fixture::of(TopicPartition::new("compacted", 1), log_config());
+    b.t0 = a.t0;
+    (a, b)
 }
 
 #[test]
 fn two_cleaner_threads_clean_two_logs_and_never_take_the_same_one() {
-    let root = tempfile::tempdir().unwrap();
-    let t0 = crate::storage::log::now_ms();
-    let mut logs = Vec::new();
-    let mut models = Vec::new();
-    for p in 0..2 {
-        let tp = TopicPartition::new("compacted", p);
-        let log = open_with(&root.path().join(tp.dir_name()), tp.clone(), log_config());
-        let mut model = Model::default();
-        let keys: Vec<u8> = (0..60).map(|i| i % 6).collect();
-        fill(&log, &mut model, &keys, t0, 10);
-        logs.push((tp, log));
-        models.push(model);
-    }
-    let config = CleanerConfig {
+    let (mut a, mut b) = two_logs();
+    let t0 = a.t0;
+    let keys: Vec<u8> = (0..60).map(|i| i % 6).collect();
+    a.fill(&keys, 10);
+    b.fill(&keys, 10);
+    let logs = vec![a.entry(), b.entry()];
+    let cleaner = a.cleaner(CleanerConfig {
         num_threads: 2,
         backoff_ms: 10,
         ..CleanerConfig::default()
-    };
-    let cleaner = cleaner_with(config, root.path());
+    });
     // A log being cleaned is not handed to another thread.
     let m = &cleaner.manager;
     let first = m.grab_filthiest_compacted_log(&logs, t0).unwrap().unwrap();
@@ -757,74 +790,58 @@ fn two_cleaner_threads_clean_two_logs_and_never_take_the_same_one() {
     }
     assert_eq!(cleaner.threads.lock().unwrap().len(), 2);
     cleaner.shutdown();
-    for ((tp, log), model) in logs.iter().zip(&models) {
-        let l = log.lock();
+    for f in [&a, &b] {
+        let l = f.log.lock();
         let active = l.cleaning_view().active_base();
         assert_each_key_once(&keys_below(&l, active));
-        assert_eq!(keys_below(&l, active).len(), 6, "{tp}");
-        assert_eq!(consumer_table(&l), model.table());
+        assert_eq!(keys_below(&l, active).len(), 6, "{}", f.tp);
+        assert_eq!(consumer_table(&l), f.model.table());
     }
 }
 
 #[test]
 fn the_dirtiest_log_is_cleaned_first() {
-    let root = tempfile::tempdir().unwrap();
-    let t0 = crate::storage::log::now_ms();
+    let (mut a, mut b) = two_logs();
+    let t0 = a.t0;
     let keys: Vec<u8> = (0..60).map(|i| i % 6).collect();
-    let (a, b) = (
-        TopicPartition::new("compacted", 0),
-        TopicPartition::new("compacted", 1),
-    );
-    let la = open_with(&root.path().join(a.dir_name()), a.clone(), log_config());
-    let lb = open_with(&root.path().join(b.dir_name()), b.clone(), log_config());
-    let cleaner = cleaner_with(CleanerConfig::default(), root.path());
-    let mut model = Model::default();
-    fill(&la, &mut model, &keys, t0, 10);
+    let cleaner = a.default_cleaner();
+    a.fill(&keys, 10);
     // `b`: a log as large, cleaned once, then a little more written: its dirty share is smaller.
-    let mut other = Model::default();
-    fill(&lb, &mut other, &keys, t0, 10);
-    assert!(cleaner.clean_once(&[(b.clone(), lb.clone())], t0));
-    fill(&lb, &mut other, &keys[..10], t0, 10);
+    b.fill(&keys, 10);
+    assert!(b.clean_once(&cleaner, t0));
+    b.fill(&keys[..10], 10);
     let m = &cleaner.manager;
-    for order in [
-        [(a.clone(), la.clone()), (b.clone(), lb.clone())],
-        [(b.clone(), lb.clone()), (a.clone(), la.clone())],
-    ] {
+    for order in [[a.entry(), b.entry()], [b.entry(), a.entry()]] {
         let got = m.grab_filthiest_compacted_log(&order, t0).unwrap().unwrap();
-        assert_eq!(got.tp, a, "ratio {}", got.cleanable_ratio);
+        assert_eq!(got.tp, a.tp, "ratio {}", got.cleanable_ratio);
         assert_eq!(cleaner.metrics().max_dirty_percent, 100, "`a` is all dirty");
         // With `a` in hand, the next thread gets `b`, the less dirty.
         let next = m.grab_filthiest_compacted_log(&order, t0).unwrap().unwrap();
-        assert_eq!(next.tp, b);
+        assert_eq!(next.tp, b.tp);
         assert!(next.cleanable_ratio < got.cleanable_ratio);
-        m.aborted(&a);
-        m.aborted(&b);
+        m.aborted(&a.tp);
+        m.aborted(&b.tp);
     }
 }
 
 #[test]
 fn compact_delete_logs_lose_old_segments_to_retention_and_duplicates_to_cleaning() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig {
+    let mut f = Fixture::with(LogConfig {
         cleanup_policy: "compact,delete".into(),
         retention_ms: 60_000,
         ..log_config()
-    };
-    let log = open_with(dir.path(), tp(), config);
-    let mut model = Model::default();
-    let t0 = crate::storage::log::now_ms();
+    });
     // Old: keys 0..3 and 9, past retention. New: keys 0..3, each several times.
     let old: Vec<u8> = (0..20).map(|i| if i == 19 { 9 } else { i % 3 }).collect();
-    fill(&log, &mut model, &old, t0 - 120_000, 5);
-    let new_base = log.lock().log_end_offset();
+    f.fill_at(&old, f.t0 - 120_000, 5);
+    let new_base = f.log.lock().log_end_offset();
     let keys: Vec<u8> = (0..30).map(|i| i % 3).collect();
-    fill(&log, &mut model, &keys, t0, 5);
-    let deleted = log.lock().delete_old_segments(t0).unwrap();
+    f.fill(&keys, 5);
+    let deleted = f.log.lock().delete_old_segments(f.t0).unwrap();
     assert_eq!(deleted, 4, "the old segments went by retention");
-    assert_eq!(log.lock().log_start_offset(), new_base);
-    let cleaner = cleaner_with(CleanerConfig::default(), dir.path());
-    assert!(cleaner.clean_once(&[(tp(), log.clone())], t0));
-    let l = log.lock();
+    assert_eq!(f.log.lock().log_start_offset(), new_base);
+    assert!(f.clean_once(&f.default_cleaner(), f.t0));
+    let l = f.log.lock();
     let active = l.cleaning_view().active_base();
     let left = keys_below(&l, active);
     assert_each_key_once(&left);
@@ -833,7 +850,8 @@ fn compact_delete_logs_lose_old_segments_to_retention_and_duplicates_to_cleaning
         3,
         "key 9 went with its segment, the others keep one record"
     );
-    let expected: BTreeMap<_, _> = model
+    let expected: BTreeMap<_, _> = f
+        .model
         .table()
         .into_iter()
         .filter(|(_, (o, _))| *o >= new_base)
@@ -843,26 +861,22 @@ fn compact_delete_logs_lose_old_segments_to_retention_and_duplicates_to_cleaning
 
 #[test]
 fn a_full_offset_map_cleans_part_of_the_dirty_section_and_the_next_round_the_rest() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = open(dir.path());
-    let mut model = Model::default();
-    let t0 = crate::storage::log::now_ms();
+    let mut f = Fixture::new();
     // Keys 0..9 ten times (offsets 0..99), keys 10..29 once (100..119), keys 0..9 again.
     let mut keys: Vec<u8> = (0..100).map(|i| i % 10).collect();
     keys.extend(10..30);
     keys.extend(0..10);
-    fill(&log, &mut model, &keys, t0, 10);
-    let active = log.lock().cleaning_view().active_base();
+    f.fill(&keys, 10);
+    let active = f.log.lock().cleaning_view().active_base();
     // 30 slots at a load factor of 0.9: the map holds 27 keys, 0..26, up to offset 116.
-    let config = CleanerConfig {
+    let cleaner = f.cleaner(CleanerConfig {
         dedupe_buffer_size: 30 * 24,
         ..CleanerConfig::default()
-    };
-    let cleaner = cleaner_with(config, dir.path());
-    assert!(cleaner.clean_once(&[(tp(), log.clone())], t0));
+    });
+    assert!(f.clean_once(&cleaner, f.t0));
     assert_eq!(cleaner.checkpointed(&tp()), Some(117), "the map's end");
     {
-        let l = log.lock();
+        let l = f.log.lock();
         let below = keys_below(&l, 117);
         assert_each_key_once(&below);
         assert_eq!(below.len(), 27);
@@ -871,29 +885,26 @@ fn a_full_offset_map_cleans_part_of_the_dirty_section_and_the_next_round_the_res
             27 + 13,
             "from 117 on: as written"
         );
-        assert_eq!(consumer_table(&l), model.table());
+        assert_eq!(consumer_table(&l), f.model.table());
     }
-    assert!(cleaner.clean_once(&[(tp(), log.clone())], t0));
+    assert!(f.clean_once(&cleaner, f.t0));
     assert_eq!(cleaner.checkpointed(&tp()), Some(active));
-    let l = log.lock();
+    let l = f.log.lock();
     assert_each_key_once(&keys_below(&l, active));
     assert_eq!(keys_below(&l, active).len(), 30);
-    check_against_model(&l, &model, t0, active);
+    check_against_model(&l, &f.model, f.t0, active);
     check_indexes(&l);
 }
 
 #[test]
 fn time_since_last_run_grows_until_the_cleaner_looks_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = open(dir.path());
-    let mut model = Model::default();
-    let t0 = crate::storage::log::now_ms();
-    fill(&log, &mut model, &[1, 1, 2, 2], t0, 2);
-    let cleaner = cleaner_with(CleanerConfig::default(), dir.path());
+    let mut f = Fixture::new();
+    f.fill(&[1, 1, 2, 2], 2);
+    let cleaner = f.default_cleaner();
     std::thread::sleep(std::time::Duration::from_millis(300));
     let before = cleaner.metrics().time_since_last_run_ms;
     assert!(before >= 300, "{before}");
-    assert!(cleaner.clean_once(&[(tp(), log.clone())], crate::storage::log::now_ms()));
+    assert!(f.clean_once(&cleaner, now_ms()));
     let after = cleaner.metrics().time_since_last_run_ms;
     assert!((0..200).contains(&after), "{after} ms after a run");
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -905,22 +916,19 @@ fn time_since_last_run_grows_until_the_cleaner_looks_again() {
 
 #[test]
 fn a_swap_that_fails_midway_leaves_the_log_whole_in_memory_and_is_finished_at_load() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = open(dir.path());
-    let mut model = Model::default();
-    let t0 = crate::storage::log::now_ms();
+    let mut f = Fixture::new();
     let keys: Vec<u8> = (0..60).map(|i| i % 3).collect();
-    fill(&log, &mut model, &keys, t0, 3);
-    let bases: Vec<i64> = log.lock().segments().map(|s| s.base_offset()).collect();
+    f.fill(&keys, 3);
+    let bases: Vec<i64> = f.log.lock().segments().map(|s| s.base_offset()).collect();
     // The rename of the second segment to `.deleted` fails (a directory holds its name).
-    let blocker = dir.path().join(format!("{:020}.log.deleted", bases[1]));
+    let blocker = f.path().join(format!("{:020}.log.deleted", bases[1]));
     std::fs::create_dir(&blocker).unwrap();
     std::fs::write(blocker.join("x"), b"x").unwrap();
-    let cleaner = cleaner_with(CleanerConfig::default(), dir.path());
-    assert!(!cleaner.clean_once(&[(tp(), log.clone())], t0));
+    let cleaner = f.default_cleaner();
+    assert!(!f.clean_once(&cleaner, f.t0));
     assert_eq!(cleaner.metrics().uncleanable_partitions_count, 1);
     {
-        let l = log.lock();
+        let l = f.log.lock();
         let now: Vec<i64> = l.segments().map(|s| s.base_offset()).collect();
         assert!(
             now.len() < bases.len(),
@@ -932,10 +940,11 @@ fn a_swap_that_fails_midway_leaves_the_log_whole_in_memory_and_is_finished_at_lo
         );
         let recs = read_back(&l).0;
         assert!(recs.windows(2).all(|w| w[0].0 < w[1].0), "offsets go back");
-        assert_eq!(consumer_table(&l), model.table());
+        assert_eq!(consumer_table(&l), f.model.table());
         check_indexes(&l);
     }
-    let served = read_back(&log.lock()).0;
+    let served = read_back(&f.log.lock()).0;
+    let Fixture { dir, log, .. } = f;
     drop(log);
     std::fs::remove_dir_all(&blocker).unwrap();
     let (records, start, _) = loaded(dir.path());
@@ -948,46 +957,31 @@ fn a_swap_that_fails_midway_leaves_the_log_whole_in_memory_and_is_finished_at_lo
 
 #[test]
 fn the_producers_last_batches_come_from_the_producer_state_when_the_log_has_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = open(dir.path());
-    let mut model = Model::default();
-    let t0 = crate::storage::log::now_ms();
+    let mut f = Fixture::new();
+    let t0 = f.t0;
     // Two batches of the producer, both overwritten later by keyless-producer batches.
     let (id, epoch) = PRODUCERS[0];
-    append(
-        &log,
-        &mut model,
-        &[(1, Some(b"a".to_vec()))],
-        t0,
-        0,
-        Some((id, epoch, 0)),
-    );
-    append(
-        &log,
-        &mut model,
-        &[(2, Some(b"b".to_vec()))],
-        t0,
-        0,
-        Some((id, epoch, 1)),
-    );
+    f.append(&[(1, Some(b"a".to_vec()))], t0, 0, Some((id, epoch, 0)));
+    f.append(&[(2, Some(b"b".to_vec()))], t0, 0, Some((id, epoch, 1)));
     let keys: Vec<u8> = (0..20).map(|i| 1 + i % 2).collect();
-    fill(&log, &mut model, &keys, t0, 5);
+    f.fill(&keys, 5);
     // The producer state says the first batch is the producer's last (a scan would say the
     // second): the cleaner believes it.
     let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let seen = calls.clone();
-    log.lock().set_producer_last_batches(Some(Arc::new(move || {
-        seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let last = crate::storage::log::LastBatch {
-            last_offset: 0,
-            timestamp: t0,
-        };
-        Some(std::collections::HashMap::from([(PRODUCER, last)]))
-    })));
-    let cleaner = cleaner_with(CleanerConfig::default(), dir.path());
-    assert!(cleaner.clean_once(&[(tp(), log.clone())], t0));
+    f.log
+        .lock()
+        .set_producer_last_batches(Some(Arc::new(move || {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let last = crate::storage::log::LastBatch {
+                last_offset: 0,
+                timestamp: t0,
+            };
+            Some(std::collections::HashMap::from([(PRODUCER, last)]))
+        })));
+    assert!(f.clean_once(&f.default_cleaner(), t0));
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
-    let (_, headers) = read_back(&log.lock());
+    let (_, headers) = read_back(&f.log.lock());
     let kept: Vec<i64> = headers
         .iter()
         .filter(|h| h.producer_id == PRODUCER)
@@ -1000,54 +994,155 @@ fn the_producers_last_batches_come_from_the_producer_state_when_the_log_has_one(
     );
 }
 
+/// A LogManager on a temporary directory whose cleaner is held to `rate` bytes a second,
+/// holding the compacted partition `tp()` filled with `keys` (ten batches a segment), and the
+/// cleaner handed out by the manager.
+struct Managed {
+    root: tempfile::TempDir,
+    mgr: Arc<crate::storage::LogManager>,
+    cleaner: Arc<LogCleaner>,
+    config: LogConfig,
+    t0: i64,
+}
+
+impl Managed {
+    /// The partition's producer state says it has no producers, as a partition's would, so
+    /// that a round reads each segment twice: for the offset map, then to clean it.
+    fn new(rate: f64, config: LogConfig, keys: &[u8]) -> Managed {
+        let root = tempfile::tempdir().unwrap();
+        let mut mc = crate::storage::LogManagerConfig::new(root.path(), config.clone());
+        mc.cleaner = CleanerConfig {
+            max_io_bytes_per_second: rate,
+            ..CleanerConfig::default()
+        };
+        let mgr = crate::storage::LogManager::open(mc).unwrap();
+        let log = mgr
+            .get_or_create_log(&tp(), None, Some(config.clone()))
+            .unwrap();
+        log.lock()
+            .set_producer_last_batches(Some(Arc::new(|| Some(Default::default()))));
+        let t0 = now_ms();
+        fill(&log, &mut Model::default(), keys, t0, 10);
+        let cleaner = mgr.cleaner().unwrap().clone();
+        Managed {
+            root,
+            mgr,
+            cleaner,
+            config,
+            t0,
+        }
+    }
+
+    /// The cleaner cleaning the manager's logs once on another thread, returned once the
+    /// cleaning began.
+    fn clean_in_background(&self) -> std::thread::JoinHandle<bool> {
+        let worker = {
+            let (c, logs, t0) = (self.cleaner.clone(), self.mgr.all_logs(), self.t0);
+            std::thread::spawn(move || c.clean_once(&logs, t0))
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !self.cleaner.manager.is_cleaning(&tp()) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the cleaning did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        worker
+    }
+
+    /// `LogManager::delete_log` of the partition, and how long it took.
+    fn delete(&self) -> std::time::Duration {
+        let start = std::time::Instant::now();
+        assert!(self.mgr.delete_log(&tp()).unwrap());
+        start.elapsed()
+    }
+
+    /// The cleaning `worker` was aborted and the cleaner forgot the partition.
+    fn assert_forgotten(&self, worker: std::thread::JoinHandle<bool>) {
+        assert!(
+            !self.cleaner.manager.is_cleaning(&tp()),
+            "delete_log waits for the cleaning to stop"
+        );
+        assert!(!worker.join().unwrap());
+        assert_eq!(self.cleaner.metrics().uncleanable_partitions_count, 0);
+        assert_eq!(self.cleaner.checkpointed(&tp()), None);
+    }
+}
+
+/// The bytes `fill` writes into closed segments for `keys`, ten batches a segment.
+fn bytes_filled(keys: &[u8]) -> u64 {
+    let mut probe = Fixture::new();
+    probe.fill(keys, 10);
+    probe.closed_bytes()
+}
+
+fn names_ending(dir: &Path, suffix: &str) -> Vec<String> {
+    let mut names = file_names(dir);
+    names.retain(|n| n.ends_with(suffix));
+    names
+}
+
 #[test]
-fn a_partition_deleted_while_it_is_cleaned_is_forgotten_and_one_created_again_is_cleaned() {
-    let root = tempfile::tempdir().unwrap();
-    let pdir = root.path().join(tp().dir_name());
-    let log = open(&pdir);
-    let mut model = Model::default();
-    let t0 = crate::storage::log::now_ms();
+fn a_partition_deleted_while_it_is_cleaned_has_its_cleaning_aborted_before_its_directory_moves() {
+    use crate::storage::segment::CLEANED_SUFFIX;
     let keys: Vec<u8> = (0..200).map(|i| i % 4).collect();
-    fill(&log, &mut model, &keys, t0, 10);
-    let closed: u64 = closed_segment_bytes(&log.lock(), 0)
-        .iter()
-        .map(|(_, b)| b.len() as u64)
-        .sum();
-    // Slow enough that the offset map alone takes about 2 s.
-    let config = CleanerConfig {
-        max_io_bytes_per_second: closed as f64 / 2.0,
-        ..CleanerConfig::default()
-    };
-    let cleaner = cleaner_with(config, root.path());
-    let worker = {
-        let (c, l) = (cleaner.clone(), log.clone());
-        std::thread::spawn(move || c.clean_once(&[(tp(), l)], t0))
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while !cleaner.manager.is_cleaning(&tp()) {
+    // About 1.5 s for the offset map, as long again to write the cleaned segment; one group
+    // (segments of 64 KiB), and the deleted directory kept for a look.
+    let m = Managed::new(
+        bytes_filled(&keys) as f64 / 1.5,
+        LogConfig {
+            segment_bytes: 64 * 1024,
+            file_delete_delay_ms: 60_000,
+            ..log_config()
+        },
+        &keys,
+    );
+    let worker = m.clean_in_background();
+    // Delete while the cleaned segment is being written into the partition's directory.
+    let pdir = m.root.path().join(tp().dir_name());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while names_ending(&pdir, CLEANED_SUFFIX).is_empty() {
         assert!(
             std::time::Instant::now() < deadline,
-            "the cleaning did not start"
+            "no cleaned segment was begun"
         );
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
-    // What LogManager::delete_log does: the log is marked, its directory renamed, the cleaner
-    // told. The cleaning would otherwise go on to write its `.cleaned` files into a directory
-    // that is gone.
-    log.lock().mark_deleted();
-    std::fs::rename(&pdir, root.path().join("compacted-0.gone-delete")).unwrap();
-    cleaner.forget(&tp());
+    let took = m.delete();
+    assert!(took < std::time::Duration::from_secs(2), "{took:?}");
+    let moved: Vec<String> = names_ending(m.root.path(), "-delete");
+    assert_eq!(moved.len(), 1, "{moved:?}");
+    let left = names_ending(&m.root.path().join(&moved[0]), CLEANED_SUFFIX);
     assert!(
-        !cleaner.manager.is_cleaning(&tp()),
-        "forget waits for the cleaning to stop"
+        left.is_empty(),
+        "the aborted cleaning removed its files before the directory moved: {left:?}"
     );
-    assert!(!worker.join().unwrap());
-    assert_eq!(cleaner.metrics().uncleanable_partitions_count, 0);
-    assert_eq!(cleaner.checkpointed(&tp()), None);
+    m.assert_forgotten(worker);
     // A partition of the same name, created again, is cleaned like any other.
-    let again = open(&pdir);
-    let mut model = Model::default();
-    fill(&again, &mut model, &[1, 1, 2, 2], t0, 2);
-    assert!(cleaner.clean_once(&[(tp(), again.clone())], t0));
-    assert!(cleaner.checkpointed(&tp()).is_some());
+    let again = m
+        .mgr
+        .get_or_create_log(&tp(), None, Some(m.config.clone()))
+        .unwrap();
+    fill(&again, &mut Model::default(), &[1, 1, 2, 2], m.t0, 2);
+    assert!(m.cleaner.clean_once(&[(tp(), again.clone())], m.t0));
+    assert!(m.cleaner.checkpointed(&tp()).is_some());
+}
+
+#[test]
+fn a_partition_deleted_while_its_cleaning_sleeps_in_the_throttle_is_deleted_at_once() {
+    let keys: Vec<u8> = (0..200).map(|i| i % 4).collect();
+    // 100 bytes a second: the first segment's read alone asks for seconds of sleep.
+    let rate = 100.0;
+    let round_secs = 2.0 * bytes_filled(&keys) as f64 / rate;
+    assert!(round_secs > 20.0, "a round would take {round_secs} s");
+    let m = Managed::new(rate, log_config(), &keys);
+    let worker = m.clean_in_background();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let took = m.delete();
+    assert!(
+        took < std::time::Duration::from_secs(2),
+        "delete_log waited {took:?} for the throttled cleaning"
+    );
+    m.assert_forgotten(worker);
 }

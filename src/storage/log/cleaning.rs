@@ -3,18 +3,18 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::{now_ms, remove_if_exists, Log, PendingDelete};
 use crate::config::LogConfig;
+use crate::storage::batch::BATCH_HEADER_SIZE;
 use crate::storage::checkpoint::{sync_dir, TopicPartition};
 use crate::storage::error::{Result, StorageError};
 use crate::storage::index::{OffsetIndex, TimeIndex};
 use crate::storage::segment::{
-    file_name, walk_batch_headers, LogSegment, CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX,
-    SWAP_SUFFIX, TIME_INDEX_SUFFIX,
+    file_name, BatchHeaders, LogSegment, CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
 };
 
 /// One segment as the cleaner reads it: the open `.log` (it stays readable if the segment is
@@ -201,10 +201,9 @@ fn next_offset_of_log_file(path: &Path, base: i64) -> Result<i64> {
     let f = File::open(path).map_err(StorageError::io(path))?;
     let len = f.metadata().map_err(StorageError::io(path))?.len();
     let mut next = base;
-    walk_batch_headers(&f, path, 0, len, |_, h| {
-        next = h.next_offset();
-        ControlFlow::Continue(())
-    })?;
+    for found in BatchHeaders::new(&f, path, 0, len, BATCH_HEADER_SIZE) {
+        next = found?.1.next_offset();
+    }
     Ok(next)
 }
 
