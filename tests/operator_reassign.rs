@@ -52,13 +52,15 @@ async fn settled(
         .iter()
         .filter(|p| p.topic == topic)
         .collect();
-    let full = parts.iter().all(|p| {
-        let mut isr = p.isr.clone();
-        let mut replicas = p.replicas.clone();
-        isr.sort();
-        replicas.sort();
-        isr == replicas
-    });
+    // A topic just created may not be in the metadata yet: no partitions is not settled.
+    let full = !parts.is_empty()
+        && parts.iter().all(|p| {
+            let mut isr = p.isr.clone();
+            let mut replicas = p.replicas.clone();
+            isr.sort();
+            replicas.sort();
+            isr == replicas
+        });
     (full && check(&state)).then_some(state)
 }
 

@@ -81,7 +81,10 @@ async fn every_acked_record_is_in_the_log_where_the_producer_said() {
         .await
         .unwrap();
     let n = 20_000;
-    let records = (0..n).map(|i| record(None, format!("v{i}"))).collect();
+    // 100-byte values: about 2 MB, so well over a hundred batch.size switches, and a spread
+    // over fewer than four of six partitions is not a matter of luck.
+    let value = |i: usize| format!("v{i:0>99}");
+    let records = (0..n).map(|i| record(None, value(i))).collect();
     let results = send_all(&p, "spread", records).await;
     let acked: Vec<RecordMetadata> = results.into_iter().map(|r| r.expect("acked")).collect();
     let read = consume_all(&b.bootstrap, "spread", 6, n);
@@ -91,14 +94,14 @@ async fn every_acked_record_is_in_the_log_where_the_producer_said() {
     for (i, m) in acked.iter().enumerate() {
         assert_eq!(
             at.get(&(m.partition, m.offset)),
-            Some(&format!("v{i}")),
+            Some(&value(i)),
             "record {i} is where its ack said: {m:?}"
         );
     }
-    // Keyless records spread over the partitions (the built-in partitioner switches after
-    // batch.size bytes), not onto one.
+    // Keyless records spread over every partition (the built-in partitioner switches after
+    // batch.size bytes, over a hundred times here), not onto one.
     let used: HashSet<i32> = acked.iter().map(|m| m.partition).collect();
-    assert!(used.len() >= 4, "partitions used: {used:?}");
+    assert_eq!(used.len(), 6, "partitions used: {used:?}");
     let metrics = p.metrics();
     assert_eq!(metrics.record_send_total, n as u64);
     assert_eq!(metrics.record_error_total, 0);
