@@ -216,17 +216,28 @@ impl Cluster {
         let child = n.child.as_mut().expect("started");
         match wait_ready(child, Duration::from_secs(90)) {
             Ok(metrics) => n.metrics = metrics,
-            Err(e) => {
-                let log =
-                    std::fs::read_to_string(n.config.with_extension("stderr")).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(40).collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
-                panic!(
-                    "node {id} did not start: {e}; the end of its log:\n{}",
-                    tail.join("\n")
-                )
+            Err(e) => panic!(
+                "node {id} did not start: {e}; the end of each node's log:\n{}",
+                self.log_tails(40)
+            ),
+        }
+    }
+
+    /// The last `lines` of every node's log (stderr, kept across restarts), for a failure's
+    /// message: a node that does not start is often waiting on another.
+    pub fn log_tails(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for n in &self.nodes {
+            let log =
+                std::fs::read_to_string(n.config.with_extension("stderr")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(lines).collect();
+            out.push_str(&format!("--- node {}\n", n.id));
+            for l in tail.into_iter().rev() {
+                out.push_str(l);
+                out.push('\n');
             }
         }
+        out
     }
 
     /// Starts node `id` and waits until it is ready.

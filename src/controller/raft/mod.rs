@@ -133,20 +133,24 @@ pub struct Quorum {
 /// openraft's timers from Kafka's. A follower that stops hearing from the leader waits out the
 /// leader's lease (openraft takes `election_timeout_max`) and then a random election timeout,
 /// so `controller.quorum.election.timeout.ms` (1 s) as the maximum gives 1.5-2 s before a vote,
-/// close to Kafka's `controller.quorum.fetch.timeout.ms` (2 s). Heartbeats go out eight times
-/// per election timeout.
+/// close to Kafka's `controller.quorum.fetch.timeout.ms` (2 s). Heartbeats go out four times
+/// per election timeout. openraft also gives every AppendEntries the heartbeat interval to
+/// answer: a follower catching up must receive, write and fsync a payload within it, so the
+/// interval is a quarter (250 ms), not less, and a payload is at most 100 entries. With an
+/// eighth (125 ms) and 500 entries, a restarted voter on a loaded two-core machine timed out
+/// on every catch-up request and never caught up.
 fn openraft_config(cfg: &QuorumConfig) -> Result<openraft::Config, QuorumError> {
     let election = cfg.election_timeout_ms.max(50);
     openraft::Config {
         cluster_name: cfg.cluster_id.clone(),
-        heartbeat_interval: (election / 8).max(10),
+        heartbeat_interval: (election / 4).max(10),
         election_timeout_min: election / 2,
         election_timeout_max: election,
         install_snapshot_timeout: 10_000,
         snapshot_policy: openraft::SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: 0,
         purge_batch_size: 1,
-        max_payload_entries: 500,
+        max_payload_entries: 100,
         ..Default::default()
     }
     .validate()
