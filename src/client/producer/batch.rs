@@ -478,6 +478,14 @@ pub fn update_compression_ratio(estimate: f32, observed: f32) -> f32 {
 mod tests {
     use super::*;
 
+    const EVERY_CODEC: [Compression; 5] = [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
+
     fn rec(key: Option<&[u8]>, value: &[u8]) -> ProducerRecord {
         ProducerRecord {
             key: key.map(Bytes::copy_from_slice),
@@ -524,13 +532,7 @@ mod tests {
 
     #[test]
     fn an_encoded_batch_decodes_to_the_same_records_with_every_codec() {
-        for codec in [
-            Compression::None,
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
+        for codec in EVERY_CODEC {
             let mut b = ProducerBatch::new("t", 0, 16384, codec, 1.0, 0);
             let mut plain = ProducerBatch::new("t", 0, 16384, codec, 1.0, 0);
             plain.try_append(rec(None, &[0; 32]), None).unwrap();
@@ -574,13 +576,7 @@ mod tests {
         use kafka_protocol::records::{
             Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
         };
-        for codec in [
-            Compression::None,
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
+        for codec in EVERY_CODEC {
             let mut b = ProducerBatch::new("t", 0, 16384, codec, 1.0, 0);
             let mut theirs = Vec::new();
             for i in 0..20i64 {
