@@ -228,8 +228,7 @@ impl Cluster {
     pub fn log_tails(&self, lines: usize) -> String {
         let mut out = String::new();
         for n in &self.nodes {
-            let log =
-                std::fs::read_to_string(n.config.with_extension("stderr")).unwrap_or_default();
+            let log = self.log(n.id);
             let tail: Vec<&str> = log.lines().rev().take(lines).collect();
             out.push_str(&format!("--- node {}\n", n.id));
             for l in tail.into_iter().rev() {
@@ -321,9 +320,11 @@ impl Cluster {
         total
     }
 
-    /// Everything node `id` logged to stderr so far, all its runs.
+    /// Everything node `id` logged to stderr so far, all its runs (a log cut mid-character by a
+    /// kill still reads, with a replacement character there).
     pub fn log(&self, id: usize) -> String {
-        std::fs::read_to_string(self.nodes[id - 1].config.with_extension("stderr"))
+        std::fs::read(self.nodes[id - 1].config.with_extension("stderr"))
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default()
     }
 
