@@ -81,8 +81,8 @@ async fn every_acked_record_is_in_the_log_where_the_producer_said() {
         .await
         .unwrap();
     let n = 20_000;
-    // 100-byte values: about 2 MB, so well over a hundred batch.size switches, and a spread
-    // over fewer than four of six partitions is not a matter of luck.
+    // 100-byte values: about 2 MB, so well over a hundred batch.size switches; a partition
+    // never chosen in those is a bug, not bad luck (odds under one in ten million).
     let value = |i: usize| format!("v{i:0>99}");
     let records = (0..n).map(|i| record(None, value(i))).collect();
     let results = send_all(&p, "spread", records).await;
