@@ -341,7 +341,11 @@ fn serve(
             _ = wait_for_signal() => None,
             reason = wait_for_fatal(&node) => Some(reason),
         };
-        eprintln!("shutting down ...");
+        match &fatal {
+            // Said now: a controlled shutdown can take a while before the exit repeats it.
+            Some(reason) => eprintln!("shutting down: {reason}"),
+            None => eprintln!("shutting down ..."),
+        }
         node.shutdown().await?;
         if let Some(reason) = fatal {
             anyhow::bail!("{reason}");

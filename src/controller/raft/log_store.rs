@@ -320,10 +320,18 @@ impl MetadataLog {
         Ok(())
     }
 
+    /// The entries `start..end` the log still holds, consecutive from `start`. A replication
+    /// stream can ask for entries that openraft purges meanwhile (after a snapshot, while the
+    /// follower is down): then it gets those read before the purge, perhaps none, never an
+    /// error (openraft would stop the quorum on it) nor entries after a hole; openraft sends
+    /// that follower the snapshot instead.
     fn entries(&self, start: u64, end: u64) -> Result<Vec<Entry>, StorageError> {
         let positions: Vec<(u64, BatchPos)> = {
             let ix = self.index.lock();
-            (start.max(ix.first_index())..end.min(ix.next_index()))
+            if start < ix.first_index() {
+                return Ok(Vec::new());
+            }
+            (start..end.min(ix.next_index()))
                 .filter_map(|i| ix.get(i).map(|p| (i, p)))
                 .collect()
         };
@@ -334,7 +342,12 @@ impl MetadataLog {
         let mut want = positions.iter().peekable();
         let mut at = first.base_offset;
         while at < last.next_offset {
-            let data = self.read(at, READ_CHUNK, last.next_offset)?;
+            let data = match self.read(at, READ_CHUNK, last.next_offset) {
+                Ok(data) => data,
+                // Purged since the positions were taken: what is left starts after a hole.
+                Err(StorageError::OffsetOutOfRange { .. }) if at < self.log_start_offset() => break,
+                Err(e) => return Err(e),
+            };
             if data.is_empty() {
                 break;
             }
@@ -546,6 +559,30 @@ mod tests {
         log.installed_snapshot(snap()).unwrap();
         log.purge_through(snap().last_log_id).unwrap();
         assert_restarted_at_the_snapshot(&log);
+    }
+
+    #[test]
+    fn a_read_of_purged_entries_returns_none_of_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_logs, log) = open(dir.path());
+        log.append_entries(entries(0, 50)).unwrap();
+        log.purge_through(log_id(2, 19)).unwrap();
+        // Not entries 20..30, which would follow a hole where 10..20 were.
+        assert!(log.entries(10, 30).unwrap().is_empty());
+        let rest = log.entries(20, 30).unwrap();
+        assert_eq!(rest.first().map(|e| e.log_id.index), Some(20));
+        assert_eq!(rest.len(), 10);
+    }
+
+    #[test]
+    fn a_read_racing_a_purge_returns_what_was_read_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_logs, log) = open(dir.path());
+        log.append_entries(entries(0, 50)).unwrap();
+        // The moment inside a purge a racing read sees: the log has dropped entries 0..20, the
+        // index taken for the read still lists them.
+        log.log.lock().delete_records_before(20).unwrap();
+        assert!(log.entries(0, 30).unwrap().is_empty());
     }
 
     #[test]
