@@ -149,49 +149,13 @@ pub fn metric_value(text: &str, series: &str) -> f64 {
         .unwrap_or_else(|| panic!("no series {series}"))
 }
 
-/// A loopback port nobody listens on, handed out once per test process. The kernel's choice
-/// (a bind to port 0) can give a stopped node's port to a node of another test running alongside:
-/// the stopped node then cannot come back on it, or its peers reach a node of another cluster.
-/// The ports come from below the kernel's ephemeral range, so that no outgoing connection takes
-/// one while its node is down either.
+/// A loopback port that was free a moment ago.
 pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let (first, last) = ports_outside_ephemeral_range();
-    let span = last - first + 1;
-    // Test binaries run one after another; each starts at its own place in the range anyway.
-    let start = std::process::id().wrapping_mul(7919) % span;
-    loop {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        assert!(n < span, "no free loopback port left in {first}..={last}");
-        let port = (first + (start + n) % span) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
-
-/// The ports below the kernel's ephemeral range (`ip_local_port_range`, 32768 60999 unless
-/// changed), or above it when it starts too low to leave room.
-fn ports_outside_ephemeral_range() -> (u32, u32) {
-    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .unwrap_or_else(|_| "32768 60999".into());
-    let mut bounds = range
-        .split_whitespace()
-        .filter_map(|b| b.parse::<u32>().ok());
-    let (low, high) = (
-        bounds.next().unwrap_or(32768),
-        bounds.next().unwrap_or(60999),
-    );
-    if low > 12_000 {
-        (10_000, low - 1)
-    } else {
-        assert!(
-            high < 63_000,
-            "the ephemeral port range {low}-{high} leaves no room"
-        );
-        (high + 1, 65_535)
-    }
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 pub fn unsafe_sigterm(pid: u32) {
