@@ -52,14 +52,17 @@ async fn topics_seen(addr: &str) -> Option<Vec<String>> {
     Some(t.into_iter().map(|t| t.name).collect())
 }
 
-async fn create_topics(addr: &str, prefix: &str, n: usize) -> Vec<String> {
-    let a = AdminClient::connect(addr, T).await.unwrap();
+/// Creates `n` topics through node 1; a refusal fails the test with every node's log tail.
+async fn create_topics(c: &Cluster, prefix: &str, n: usize) -> Vec<String> {
+    let a = AdminClient::connect(&c.addr(1), T).await.unwrap();
     let mut names = Vec::new();
     for i in 0..n {
         let name = format!("{prefix}-{i}");
         a.create_topic(&name, 4, 2, &BTreeMap::new())
             .await
-            .unwrap_or_else(|e| panic!("create {name}: {e}"));
+            .unwrap_or_else(|e| {
+                panic!("create {name}: {e}; the nodes' logs:\n{}", c.log_tails(60))
+            });
         names.push(name);
     }
     names
@@ -100,7 +103,7 @@ const SMALL: [&str; 3] = [
 #[tokio::test]
 async fn a_restarted_node_loads_its_snapshot_once_the_segments_before_it_are_deleted() {
     let mut c = Cluster::start(3, &SMALL);
-    let names = create_topics(&c.addr(1), "snap", 40).await;
+    let names = create_topics(&c, "snap", 40).await;
     for id in 1..=3 {
         let dir = metadata_dir(&c, id);
         wait_for(&format!("a snapshot on node {id}"), T, || {
@@ -125,12 +128,12 @@ async fn a_restarted_node_loads_its_snapshot_once_the_segments_before_it_are_del
 #[tokio::test]
 async fn a_voter_and_a_broker_that_were_down_are_sent_the_snapshot() {
     let mut c = Cluster::start(4, &SMALL);
-    let before = create_topics(&c.addr(1), "early", 5).await;
+    let before = create_topics(&c, "early", 5).await;
     sees_all(&c.addr(4), &before, T).await;
     c.kill(3);
     c.kill(4);
     // Enough records for several snapshots; the leader deletes what they cover.
-    let names = create_topics(&c.addr(1), "while-down", 40).await;
+    let names = create_topics(&c, "while-down", 40).await;
     for id in 1..=2 {
         let dir = metadata_dir(&c, id);
         wait_for(&format!("node {id} to delete its first segment"), T, || {

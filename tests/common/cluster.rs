@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use evenkeel::dev::{node_properties, plan_ports, DevOptions, NodePorts};
+use evenkeel::dev::{node_properties, DevOptions, NodePorts};
 
 pub struct Node {
     pub id: usize,
@@ -111,7 +111,14 @@ impl Cluster {
         };
         opts.overrides
             .push(("evenkeel.metrics.address".into(), "127.0.0.1:0".into()));
-        let ports = plan_ports(n, 0).unwrap();
+        // Ports from outside the ephemeral range, so a restarted node finds its own still free.
+        let ports: Vec<NodePorts> = (0..n)
+            .map(|_| NodePorts {
+                client: super::free_port(),
+                controller: super::free_port(),
+                metrics: 0,
+            })
+            .collect();
         let cluster_id = evenkeel::broker::random_cluster_id();
         let mut nodes = Vec::new();
         for id in 1..=n {

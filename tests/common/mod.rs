@@ -149,13 +149,30 @@ pub fn metric_value(text: &str, series: &str) -> f64 {
         .unwrap_or_else(|| panic!("no series {series}"))
 }
 
-/// A loopback port that was free a moment ago.
+/// A loopback port nobody listens on, handed out once per test process, with the port 10,000
+/// above it free as well (`evenkeel dev --port P` puts its controller on P + 10000). The kernel's
+/// choice (a bind to port 0) can give a port to a node of another test running alongside
+/// between the pick and the node's bind, or while the node is stopped, and the node then cannot
+/// start on it. These ports come from 10000..20000, and their partners from 20000..30000, both
+/// below the kernel's ephemeral range, so no bind to port 0 and no outgoing connection takes one.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    const FIRST: u16 = 10_000;
+    const SPAN: u16 = 10_000;
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let free = |port: u16| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        assert!(
+            n < SPAN,
+            "no free loopback port left in {FIRST}..{}",
+            FIRST + SPAN
+        );
+        let port = FIRST + n;
+        if free(port) && free(port + SPAN) {
+            return port;
+        }
+    }
 }
 
 pub fn unsafe_sigterm(pid: u32) {

@@ -21,6 +21,8 @@ use kube::discovery::{Discovery, Scope};
 use kube::{Client, Config};
 use serde_json::{json, Value};
 
+use crate::common::free_port;
+
 /// The chart's release, as the tests install it.
 pub const RELEASE_NAMESPACE: &str = "evenkeel-system";
 pub const SERVICE_ACCOUNT: &str = "evenkeel";
@@ -100,14 +102,6 @@ fn spawn_for_life(mut cmd: Command, log: &Path) {
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
     CHILDREN.lock().unwrap().push(child.id());
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn run(cmd: &mut Command) -> String {
