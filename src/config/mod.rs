@@ -14,6 +14,8 @@ pub enum ConfigError {
     },
     #[error("cannot read {path}: {reason}")]
     Unreadable { path: String, reason: String },
+    #[error("{0:?} is not key=value")]
+    NotKeyValue(String),
 }
 
 pub(crate) fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
@@ -459,6 +461,19 @@ pub fn parse_properties(text: &str) -> BTreeMap<String, String> {
         }
     }
     out
+}
+
+/// `key=value` pairs as given on a command line (`--producer-props acks=1 linger.ms=5`), in
+/// their order, trimmed.
+pub fn parse_key_values(items: &[String]) -> Result<Vec<(String, String)>, ConfigError> {
+    items
+        .iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                .ok_or_else(|| ConfigError::NotKeyValue(kv.clone()))
+        })
+        .collect()
 }
 
 /// Reads a properties file.
