@@ -132,6 +132,12 @@ pub enum Pending<T> {
     Later(oneshot::Receiver<T>),
 }
 
+/// Who a JoinGroup joins as, or the answer it gets without waiting.
+enum Joiner {
+    Member(String),
+    AnsweredNow(JoinResult),
+}
+
 #[derive(Debug)]
 pub struct Member {
     pub member_id: String,
@@ -354,6 +360,185 @@ impl Group {
         }
     }
 
+    /// Who a JoinGroup joins as: its own member id, checked; a fresh one for a new member; or
+    /// the answer that ends the request at once.
+    fn joiner(&mut self, req: &JoinRequest, now: Instant) -> Joiner {
+        if !req.member_id.is_empty() {
+            return match self.check_known_member(req) {
+                Ok(()) => Joiner::Member(req.member_id.clone()),
+                Err(code) => Joiner::AnsweredNow(JoinResult::error(code, &req.member_id)),
+            };
+        }
+        let fresh = format!("{}-{}", req.client_id, uuid::Uuid::new_v4());
+        match &req.group_instance_id {
+            Some(instance) => match self.replace_static_member(instance, &fresh, req, now) {
+                Some(answer) => Joiner::AnsweredNow(answer),
+                None => Joiner::Member(fresh),
+            },
+            None if req.require_known_member_id => {
+                self.pending.insert(fresh.clone());
+                Joiner::AnsweredNow(JoinResult::error(codes::MEMBER_ID_REQUIRED, &fresh))
+            }
+            None => Joiner::Member(fresh),
+        }
+    }
+
+    /// A rejoin with a member id: the id must be a member's or one handed out, and a static
+    /// member's instance id must still map to it.
+    fn check_known_member(&self, req: &JoinRequest) -> Result<(), i16> {
+        let id = &req.member_id;
+        if !self.members.contains_key(id) && !self.pending.contains(id) {
+            return Err(codes::UNKNOWN_MEMBER_ID);
+        }
+        let fenced = req
+            .group_instance_id
+            .as_ref()
+            .and_then(|i| self.static_members.get(i))
+            .is_some_and(|m| m != id);
+        if fenced {
+            return Err(codes::FENCED_INSTANCE_ID);
+        }
+        Ok(())
+    }
+
+    /// A static member returning without its member id (KIP-345) takes over its old membership
+    /// as `fresh`, and the old id's waiting requests are fenced. In a stable group with the same
+    /// subscription there is no rebalance: the answer is the current generation.
+    fn replace_static_member(
+        &mut self,
+        instance: &str,
+        fresh: &str,
+        req: &JoinRequest,
+        now: Instant,
+    ) -> Option<JoinResult> {
+        let old = self.static_members.get(instance).cloned()?;
+        let mut m = self.members.remove(&old)?;
+        if let Some(w) = m.join_waiter.take() {
+            let _ = w.send(JoinResult::error(codes::FENCED_INSTANCE_ID, &old));
+        }
+        if let Some(w) = m.sync_waiter.take() {
+            let _ = w.send(SyncResult::error(codes::FENCED_INSTANCE_ID));
+        }
+        m.member_id = fresh.to_string();
+        let unchanged = m.protocols == req.protocols;
+        m.protocols = req.protocols.clone();
+        m.last_heartbeat = now;
+        if self.leader.as_deref() == Some(old.as_str()) {
+            self.leader = Some(fresh.to_string());
+        }
+        self.members.insert(fresh.to_string(), m);
+        self.static_members
+            .insert(instance.to_string(), fresh.to_string());
+        (self.state == GroupState::Stable && unchanged).then(|| self.current_join_answer(fresh))
+    }
+
+    /// The current generation as `member_id`'s JoinGroup answer; the leader's lists every
+    /// member with its metadata.
+    fn current_join_answer(&self, member_id: &str) -> JoinResult {
+        let protocol = self.protocol_name.clone().unwrap_or_default();
+        let leader = self.leader.clone().unwrap_or_default();
+        let members = if leader == member_id {
+            self.join_members(&protocol)
+        } else {
+            Vec::new()
+        };
+        JoinResult {
+            error: codes::NONE,
+            generation: self.generation,
+            protocol_type: self.protocol_type.clone(),
+            protocol_name: self.protocol_name.clone(),
+            leader,
+            member_id: member_id.to_string(),
+            members,
+        }
+    }
+
+    /// Records the join of `member_id`, new or known, with `waiter` for its answer; true when
+    /// the group must rebalance for it (a new member, or a changed subscription).
+    fn add_or_update_member(
+        &mut self,
+        member_id: &str,
+        req: &JoinRequest,
+        waiter: oneshot::Sender<JoinResult>,
+        now: Instant,
+    ) -> bool {
+        if self.members.is_empty() {
+            self.protocol_type = Some(req.protocol_type.clone());
+        }
+        if let Some(m) = self.members.get_mut(member_id) {
+            let changed = m.protocols != req.protocols;
+            m.protocols = req.protocols.clone();
+            m.session_timeout_ms = req.session_timeout_ms;
+            m.rebalance_timeout_ms = req.rebalance_timeout_ms;
+            if let Some(w) = m.join_waiter.replace(waiter) {
+                let _ = w.send(JoinResult::error(codes::UNKNOWN_MEMBER_ID, member_id));
+            }
+            m.last_heartbeat = now;
+            return changed;
+        }
+        if let Some(i) = &req.group_instance_id {
+            self.static_members.insert(i.clone(), member_id.to_string());
+        }
+        self.members.insert(
+            member_id.to_string(),
+            Member {
+                member_id: member_id.to_string(),
+                group_instance_id: req.group_instance_id.clone(),
+                client_id: req.client_id.clone(),
+                client_host: req.client_host.clone(),
+                session_timeout_ms: req.session_timeout_ms,
+                rebalance_timeout_ms: req.rebalance_timeout_ms,
+                protocols: req.protocols.clone(),
+                assignment: Vec::new(),
+                join_waiter: Some(waiter),
+                sync_waiter: None,
+                last_heartbeat: now,
+            },
+        );
+        true
+    }
+
+    /// After a join: a new group waits `initial_delay` for more members; a stable group
+    /// rebalances unless a follower rejoined unchanged (answered at once); the join phase ends
+    /// when every member has rejoined.
+    fn rebalance_after_join(
+        &mut self,
+        member_id: &str,
+        changed: bool,
+        now: Instant,
+        initial_delay: Duration,
+    ) {
+        match self.state {
+            GroupState::Empty => {
+                self.prepare_rebalance(now);
+                // group.initial.rebalance.delay.ms
+                self.join_not_before = Some(now + initial_delay);
+            }
+            GroupState::Stable | GroupState::CompletingRebalance => {
+                let is_leader = self.leader.as_deref() == Some(member_id);
+                if changed || is_leader || self.state == GroupState::CompletingRebalance {
+                    self.prepare_rebalance(now);
+                } else {
+                    let answer = self.current_join_answer(member_id);
+                    let waiter = self
+                        .members
+                        .get_mut(member_id)
+                        .and_then(|m| m.join_waiter.take());
+                    if let Some(w) = waiter {
+                        let _ = w.send(answer);
+                    }
+                }
+            }
+            GroupState::PreparingRebalance | GroupState::Dead => {}
+        }
+        if self.state == GroupState::PreparingRebalance
+            && self.all_joined()
+            && self.join_not_before.is_none_or(|t| now >= t)
+        {
+            self.complete_join();
+        }
+    }
+
     fn remove_member(&mut self, member_id: &str) {
         if let Some(m) = self.members.remove(member_id) {
             if let Some(i) = &m.group_instance_id {
@@ -512,17 +697,11 @@ impl Coordinator {
         ids
     }
 
+    /// JoinGroup: the member joins (or rejoins) and waits for the join phase to end, unless the
+    /// request is refused or can be answered at once.
     pub fn join(&self, req: JoinRequest, now: Instant) -> Pending<JoinResult> {
-        if req.group_id.is_empty() {
-            return Pending::Now(JoinResult::error(codes::INVALID_GROUP_ID, &req.member_id));
-        }
-        if req.session_timeout_ms < self.config.min_session_timeout_ms
-            || req.session_timeout_ms > self.config.max_session_timeout_ms
-        {
-            return Pending::Now(JoinResult::error(
-                codes::INVALID_SESSION_TIMEOUT,
-                &req.member_id,
-            ));
+        if let Err(code) = self.validate_join(&req) {
+            return Pending::Now(JoinResult::error(code, &req.member_id));
         }
         let g = self.group_or_new(&req.group_id);
         let mut g = g.lock().unwrap_or_else(|p| p.into_inner());
@@ -538,156 +717,36 @@ impl Coordinator {
                 &req.member_id,
             ));
         }
-        let mut member_id = req.member_id.clone();
-        if member_id.is_empty() {
-            let fresh = format!("{}-{}", req.client_id, uuid::Uuid::new_v4());
-            match &req.group_instance_id {
-                Some(instance) => {
-                    // A static member returning (KIP-345): it takes over its old membership.
-                    if let Some(old) = g.static_members.get(instance).cloned() {
-                        if let Some(mut m) = g.members.remove(&old) {
-                            if let Some(w) = m.join_waiter.take() {
-                                let _ = w.send(JoinResult::error(codes::FENCED_INSTANCE_ID, &old));
-                            }
-                            if let Some(w) = m.sync_waiter.take() {
-                                let _ = w.send(SyncResult::error(codes::FENCED_INSTANCE_ID));
-                            }
-                            m.member_id = fresh.clone();
-                            let unchanged = m.protocols == req.protocols;
-                            m.protocols = req.protocols.clone();
-                            m.last_heartbeat = now;
-                            if g.leader.as_deref() == Some(old.as_str()) {
-                                g.leader = Some(fresh.clone());
-                            }
-                            g.members.insert(fresh.clone(), m);
-                            g.static_members.insert(instance.clone(), fresh.clone());
-                            if g.state == GroupState::Stable && unchanged {
-                                // Same subscription: no rebalance, the member gets the current state.
-                                let protocol = g.protocol_name.clone().unwrap_or_default();
-                                let leader = g.leader.clone().unwrap_or_default();
-                                let members = if leader == fresh {
-                                    g.join_members(&protocol)
-                                } else {
-                                    Vec::new()
-                                };
-                                return Pending::Now(JoinResult {
-                                    error: codes::NONE,
-                                    generation: g.generation,
-                                    protocol_type: g.protocol_type.clone(),
-                                    protocol_name: g.protocol_name.clone(),
-                                    leader,
-                                    member_id: fresh,
-                                    members,
-                                });
-                            }
-                            member_id = fresh;
-                        } else {
-                            member_id = fresh;
-                        }
-                    } else {
-                        member_id = fresh;
-                    }
-                }
-                None if req.require_known_member_id => {
-                    g.pending.insert(fresh.clone());
-                    return Pending::Now(JoinResult::error(codes::MEMBER_ID_REQUIRED, &fresh));
-                }
-                None => member_id = fresh,
-            }
-        } else if !g.members.contains_key(&member_id) && !g.pending.contains(&member_id) {
-            return Pending::Now(JoinResult::error(codes::UNKNOWN_MEMBER_ID, &member_id));
-        } else if let Some(instance) = &req.group_instance_id {
-            if g.static_members
-                .get(instance)
-                .is_some_and(|m| *m != member_id)
-            {
-                return Pending::Now(JoinResult::error(codes::FENCED_INSTANCE_ID, &member_id));
-            }
-        }
+        let member_id = match g.joiner(&req, now) {
+            Joiner::Member(id) => id,
+            Joiner::AnsweredNow(answer) => return Pending::Now(answer),
+        };
         g.pending.remove(&member_id);
-        let is_new = !g.members.contains_key(&member_id);
-        if is_new && g.members.len() >= self.config.max_size {
+        if !g.members.contains_key(&member_id) && g.members.len() >= self.config.max_size {
             return Pending::Now(JoinResult::error(codes::GROUP_MAX_SIZE_REACHED, &member_id));
         }
         let (tx, rx) = oneshot::channel();
-        if g.members.is_empty() {
-            g.protocol_type = Some(req.protocol_type.clone());
-        }
-        let changed = match g.members.get_mut(&member_id) {
-            Some(m) => {
-                let changed = m.protocols != req.protocols;
-                m.protocols = req.protocols.clone();
-                m.session_timeout_ms = req.session_timeout_ms;
-                m.rebalance_timeout_ms = req.rebalance_timeout_ms;
-                if let Some(w) = m.join_waiter.replace(tx) {
-                    let _ = w.send(JoinResult::error(codes::UNKNOWN_MEMBER_ID, &member_id));
-                }
-                m.last_heartbeat = now;
-                changed
-            }
-            None => {
-                if let Some(i) = &req.group_instance_id {
-                    g.static_members.insert(i.clone(), member_id.clone());
-                }
-                g.members.insert(
-                    member_id.clone(),
-                    Member {
-                        member_id: member_id.clone(),
-                        group_instance_id: req.group_instance_id.clone(),
-                        client_id: req.client_id.clone(),
-                        client_host: req.client_host.clone(),
-                        session_timeout_ms: req.session_timeout_ms,
-                        rebalance_timeout_ms: req.rebalance_timeout_ms,
-                        protocols: req.protocols.clone(),
-                        assignment: Vec::new(),
-                        join_waiter: Some(tx),
-                        sync_waiter: None,
-                        last_heartbeat: now,
-                    },
-                );
-                true
-            }
-        };
-        match g.state {
-            GroupState::Empty => {
-                g.prepare_rebalance(now);
-                // A new group waits a little for more members (group.initial.rebalance.delay.ms).
-                g.join_not_before = Some(now + self.config.initial_rebalance_delay);
-            }
-            GroupState::Stable | GroupState::CompletingRebalance => {
-                let is_leader = g.leader.as_deref() == Some(member_id.as_str());
-                if changed || is_leader || g.state == GroupState::CompletingRebalance {
-                    g.prepare_rebalance(now);
-                } else {
-                    // A follower rejoining with the same metadata while stable: answer at once.
-                    let protocol = g.protocol_name.clone();
-                    let leader = g.leader.clone().unwrap_or_default();
-                    let generation = g.generation;
-                    let protocol_type = g.protocol_type.clone();
-                    if let Some(m) = g.members.get_mut(&member_id) {
-                        if let Some(w) = m.join_waiter.take() {
-                            let _ = w.send(JoinResult {
-                                error: codes::NONE,
-                                generation,
-                                protocol_type,
-                                protocol_name: protocol,
-                                leader,
-                                member_id: member_id.clone(),
-                                members: Vec::new(),
-                            });
-                        }
-                    }
-                }
-            }
-            GroupState::PreparingRebalance | GroupState::Dead => {}
-        }
-        if g.state == GroupState::PreparingRebalance
-            && g.all_joined()
-            && g.join_not_before.is_none_or(|t| now >= t)
-        {
-            g.complete_join();
-        }
+        let changed = g.add_or_update_member(&member_id, &req, tx, now);
+        g.rebalance_after_join(
+            &member_id,
+            changed,
+            now,
+            self.config.initial_rebalance_delay,
+        );
         Pending::Later(rx)
+    }
+
+    /// The request's own errors, before any group is looked at.
+    fn validate_join(&self, req: &JoinRequest) -> Result<(), i16> {
+        if req.group_id.is_empty() {
+            return Err(codes::INVALID_GROUP_ID);
+        }
+        if req.session_timeout_ms < self.config.min_session_timeout_ms
+            || req.session_timeout_ms > self.config.max_session_timeout_ms
+        {
+            return Err(codes::INVALID_SESSION_TIMEOUT);
+        }
+        Ok(())
     }
 
     pub fn sync(
