@@ -18,7 +18,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::fetch_session::{self, FetchContext, FetchParams, FetchTarget, PartitionKey};
 use super::metadata::from_uuid;
-use super::partition::{FetchIsolation, Partition};
+use super::partition::{Divergence, FetchIsolation, Partition, PartitionError, ReadResult};
 use super::purgatory::DelayedOperation;
 use super::{Broker, Outcome};
 use crate::protocol::errors;
@@ -102,6 +102,7 @@ enum Fetcher {
     },
 }
 
+/// Reads every target once, within `max_bytes` for the whole response.
 fn read_pass(broker: &Broker, targets: &[FetchTarget], max_bytes: i64, who: &Fetcher) -> Pass {
     let mut pass = Pass {
         parts: Vec::with_capacity(targets.len()),
@@ -111,13 +112,12 @@ fn read_pass(broker: &Broker, targets: &[FetchTarget], max_bytes: i64, who: &Fet
         leaders: Vec::new(),
     };
     for t in targets {
-        let partition = t.key.partition;
-        let tp = TopicPartition::new(t.topic.clone(), partition);
         let base = PartitionData::default()
-            .with_partition_index(partition)
+            .with_partition_index(t.key.partition)
             .with_high_watermark(-1)
             .with_last_stable_offset(-1)
             .with_log_start_offset(-1);
+        let tp = TopicPartition::new(t.topic.clone(), t.key.partition);
         let epoch = t.params.current_leader_epoch;
         let found = match who {
             Fetcher::Consumer {
@@ -126,98 +126,76 @@ fn read_pass(broker: &Broker, targets: &[FetchTarget], max_bytes: i64, who: &Fet
             } => broker.replicas.readable_partition(&tp, epoch),
             _ => broker.replicas.leader_partition(&tp, epoch),
         };
-        let p = match found {
-            Ok(p) => p,
-            Err(e) => {
-                pass.errors = true;
-                let code = if t.topic.is_empty() {
-                    errors::UNKNOWN_TOPIC_ID
-                } else {
-                    e.code
-                };
-                if let (Some((leader, epoch)), true) = (
-                    e.current_leader,
-                    matches!(
-                        code,
-                        errors::NOT_LEADER_OR_FOLLOWER | errors::FENCED_LEADER_EPOCH
-                    ),
-                ) {
-                    pass.leaders.push(leader);
-                    pass.parts.push(
-                        base.with_error_code(code)
-                            .with_current_leader(
-                                LeaderIdAndEpoch::default()
-                                    .with_leader_id(BrokerId(leader))
-                                    .with_leader_epoch(epoch),
-                            )
-                            .with_records(Some(Bytes::new())),
-                    );
-                } else {
-                    pass.parts
-                        .push(base.with_error_code(code).with_records(Some(Bytes::new())));
-                }
-                continue;
-            }
+        match found {
+            Ok(p) => pass.read_partition(broker, &p, t, max_bytes, who, base),
+            Err(e) => pass.not_served(t, e, base),
+        }
+    }
+    pass
+}
+
+impl Pass {
+    /// A partition this broker does not serve to this fetcher: its error, with the leader
+    /// when known (KIP-951).
+    fn not_served(&mut self, t: &FetchTarget, e: PartitionError, base: PartitionData) {
+        self.errors = true;
+        let code = if t.topic.is_empty() {
+            errors::UNKNOWN_TOPIC_ID
+        } else {
+            e.code
         };
-        let budget = (max_bytes - pass.bytes).max(0);
+        let mut data = base.with_error_code(code).with_records(Some(Bytes::new()));
+        let names_leader = matches!(
+            code,
+            errors::NOT_LEADER_OR_FOLLOWER | errors::FENCED_LEADER_EPOCH
+        );
+        if let (Some((leader, epoch)), true) = (e.current_leader, names_leader) {
+            self.leaders.push(leader);
+            data = data.with_current_leader(
+                LeaderIdAndEpoch::default()
+                    .with_leader_id(BrokerId(leader))
+                    .with_leader_epoch(epoch),
+            );
+        }
+        self.parts.push(data);
+    }
+
+    /// Reads one served partition into the answer: its records, a preferred read replica
+    /// (KIP-392), a diverging epoch for a follower, or the read's error.
+    fn read_partition(
+        &mut self,
+        broker: &Broker,
+        p: &Arc<Partition>,
+        t: &FetchTarget,
+        max_bytes: i64,
+        who: &Fetcher,
+        base: PartitionData,
+    ) {
+        if let Some(other) = preferred_read_replica(broker, p, t, who) {
+            // Answered at once, without records: the consumer reads from `other`.
+            self.errors = true;
+            let (hw, start) = p.offsets();
+            self.parts.push(
+                base.with_high_watermark(hw)
+                    .with_last_stable_offset(hw)
+                    .with_log_start_offset(start)
+                    .with_preferred_read_replica(BrokerId(other))
+                    .with_records(Some(Bytes::new())),
+            );
+            return;
+        }
+        let budget = (max_bytes - self.bytes).max(0);
         let limit = (t.params.max_bytes.max(0) as i64).min(budget) as usize;
         // Like Kafka, the first partition with data may exceed the limits by one batch.
-        let min_one = pass.bytes == 0;
-        if let Fetcher::Consumer {
-            rack: Some(rack), ..
-        } = who
-        {
-            let rack = rack.as_str();
-            if let Some(other) =
-                broker
-                    .replicas
-                    .preferred_read_replica(&p, rack, t.params.fetch_offset)
-            {
-                // KIP-392: read from `other`; answered at once, without records.
-                pass.errors = true;
-                let (hw, start) = p.offsets();
-                pass.parts.push(
-                    base.with_high_watermark(hw)
-                        .with_last_stable_offset(hw)
-                        .with_log_start_offset(start)
-                        .with_preferred_read_replica(BrokerId(other))
-                        .with_records(Some(Bytes::new())),
-                );
-                continue;
-            }
-        }
-        let read = match who {
-            Fetcher::Consumer { .. } => broker
-                .replicas
-                .read(
-                    &p,
-                    t.params.fetch_offset,
-                    limit,
-                    min_one,
-                    FetchIsolation::HighWatermark,
-                )
-                .map(|r| (r, None)),
-            Fetcher::Replica { id, broker_epoch } => broker
-                .replicas
-                .read_for_follower(
-                    &p,
-                    *id,
-                    *broker_epoch,
-                    t.params.fetch_offset,
-                    t.params.last_fetched_epoch,
-                    limit,
-                    min_one,
-                )
-                .map(|f| (f.read, f.divergence)),
-        };
-        match read {
+        let min_one = self.bytes == 0;
+        match read_records(broker, p, t, limit, min_one, who) {
             Ok((r, divergence)) => {
-                pass.bytes += r.records.len() as i64;
+                self.bytes += r.records.len() as i64;
                 let upto = match who {
                     Fetcher::Consumer { .. } => r.high_watermark,
                     Fetcher::Replica { .. } => p.fetch_position().0,
                 };
-                pass.seen.push((p.clone(), upto));
+                self.seen.push((p.clone(), upto));
                 let mut data = base
                     .with_high_watermark(r.high_watermark)
                     .with_last_stable_offset(r.high_watermark)
@@ -225,19 +203,19 @@ fn read_pass(broker: &Broker, targets: &[FetchTarget], max_bytes: i64, who: &Fet
                     .with_records(Some(Bytes::from(r.records)));
                 if let Some(d) = divergence {
                     // Answered at once: the follower truncates before it fetches again.
-                    pass.errors = true;
+                    self.errors = true;
                     data = data.with_diverging_epoch(
                         EpochEndOffset::default()
                             .with_epoch(d.epoch)
                             .with_end_offset(d.end_offset),
                     );
                 }
-                pass.parts.push(data);
+                self.parts.push(data);
             }
             Err(e) => {
-                pass.errors = true;
+                self.errors = true;
                 let (hw, start) = p.offsets();
-                pass.parts.push(
+                self.parts.push(
                     base.with_error_code(e.code)
                         .with_high_watermark(hw)
                         .with_last_stable_offset(hw)
@@ -247,7 +225,60 @@ fn read_pass(broker: &Broker, targets: &[FetchTarget], max_bytes: i64, who: &Fet
             }
         }
     }
-    pass
+}
+
+/// KIP-392: the replica a consumer that named its rack should read from instead, if any.
+fn preferred_read_replica(
+    broker: &Broker,
+    p: &Partition,
+    t: &FetchTarget,
+    who: &Fetcher,
+) -> Option<i32> {
+    let Fetcher::Consumer {
+        rack: Some(rack), ..
+    } = who
+    else {
+        return None;
+    };
+    broker
+        .replicas
+        .preferred_read_replica(p, rack, t.params.fetch_offset)
+}
+
+/// A consumer reads up to the high watermark; a follower reads for replication, and may
+/// learn that its log diverges from the leader's.
+fn read_records(
+    broker: &Broker,
+    p: &Partition,
+    t: &FetchTarget,
+    limit: usize,
+    min_one: bool,
+    who: &Fetcher,
+) -> Result<(ReadResult, Option<Divergence>), PartitionError> {
+    match who {
+        Fetcher::Consumer { .. } => broker
+            .replicas
+            .read(
+                p,
+                t.params.fetch_offset,
+                limit,
+                min_one,
+                FetchIsolation::HighWatermark,
+            )
+            .map(|r| (r, None)),
+        Fetcher::Replica { id, broker_epoch } => broker
+            .replicas
+            .read_for_follower(
+                p,
+                *id,
+                *broker_epoch,
+                t.params.fetch_offset,
+                t.params.last_fetched_epoch,
+                limit,
+                min_one,
+            )
+            .map(|f| (f.read, f.divergence)),
+    }
 }
 
 /// Groups consecutive partitions of one topic, as Kafka's FetchResponse does.
