@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use kafka_protocol::messages::produce_request::PartitionProduceData;
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
     TopicProduceResponse,
@@ -98,11 +99,13 @@ pub fn produce(
     _version: i16,
     req: ProduceRequest,
 ) -> Outcome<Option<ProduceResponse>> {
-    let acks = req.acks;
-    let valid_acks = matches!(acks, -1..=1);
+    let mut appends = Appends {
+        broker,
+        acks: req.acks,
+        waiting: Vec::new(),
+        leaders: Vec::new(),
+    };
     let mut responses = Vec::with_capacity(req.topic_data.len());
-    let mut waiting: Vec<Waiting> = Vec::new();
-    let mut leaders: Vec<i32> = Vec::new();
     let image = broker.image();
     for (ti, topic) in req.topic_data.into_iter().enumerate() {
         let name = if topic.name.0.is_empty() {
@@ -113,73 +116,12 @@ pub fn produce(
         } else {
             topic.name.0.to_string()
         };
-        let mut parts = Vec::with_capacity(topic.partition_data.len());
-        for (pi, pd) in topic.partition_data.into_iter().enumerate() {
-            if !valid_acks {
-                parts.push(partition_error(
-                    pd.index,
-                    errors::INVALID_REQUIRED_ACKS,
-                    None,
-                ));
-                continue;
-            }
-            if crate::controller::is_internal_topic(&name) {
-                parts.push(partition_error(
-                    pd.index,
-                    errors::INVALID_TOPIC_EXCEPTION,
-                    Some(format!("Cannot append to internal topic {name}")),
-                ));
-                continue;
-            }
-            let tp = TopicPartition::new(name.clone(), pd.index);
-            let partition = match broker.replicas.leader_partition(&tp, -1) {
-                Ok(p) => p,
-                Err(e) => {
-                    parts.push(refused(pd.index, e, &mut leaders));
-                    continue;
-                }
-            };
-            let Some(records) = pd.records else {
-                parts.push(partition_error(
-                    pd.index,
-                    errors::CORRUPT_MESSAGE,
-                    Some("the request holds no record set".into()),
-                ));
-                continue;
-            };
-            let mut buf = records.to_vec();
-            match broker.replicas.append(&partition, &mut buf, acks) {
-                Ok(info) => {
-                    let m = &broker.metrics;
-                    m.bytes_in
-                        .with_label_values(&[&name])
-                        .inc_by(info.valid_bytes as u64);
-                    m.messages_in
-                        .with_label_values(&[&name])
-                        .inc_by(info.num_messages.max(0) as u64);
-                    if acks == -1 {
-                        waiting.push(Waiting {
-                            topic: ti,
-                            partition: pi,
-                            leader_epoch: partition.leader_epoch(),
-                            tp,
-                            required: info.last_offset + 1,
-                        });
-                    }
-                    parts.push(
-                        PartitionProduceResponse::default()
-                            .with_index(pd.index)
-                            .with_base_offset(info.first_offset)
-                            .with_log_append_time_ms(info.log_append_time)
-                            .with_log_start_offset(info.log_start_offset),
-                    );
-                }
-                Err(e) => {
-                    tracing::debug!(partition = %tp, error = %e.message, "produce refused");
-                    parts.push(refused(pd.index, e, &mut leaders));
-                }
-            }
-        }
+        let parts = topic
+            .partition_data
+            .into_iter()
+            .enumerate()
+            .map(|(pi, pd)| appends.partition(&name, (ti, pi), pd))
+            .collect();
         responses.push(
             TopicProduceResponse::default()
                 .with_name(kafka_protocol::messages::TopicName(
@@ -189,16 +131,104 @@ pub fn produce(
                 .with_partition_responses(parts),
         );
     }
-    if acks == 0 {
+    if appends.acks == 0 {
         return Outcome::Now(None);
     }
-    let endpoints = node_endpoints!(NodeEndpoint, broker, &leaders);
-    if waiting.is_empty() {
-        return Outcome::Now(Some(
+    let endpoints = node_endpoints!(NodeEndpoint, broker, &appends.leaders);
+    let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
+    respond_when_replicated(broker, responses, appends.waiting, endpoints, timeout)
+}
+
+/// The appends of one Produce request: what waits for replication (acks=all) and the leaders
+/// named in NOT_LEADER_OR_FOLLOWER answers.
+struct Appends<'a> {
+    broker: &'a Arc<Broker>,
+    acks: i16,
+    waiting: Vec<Waiting>,
+    leaders: Vec<i32>,
+}
+
+impl Appends<'_> {
+    /// Validates and appends one partition's records; `at` is its (topic, partition) position
+    /// in the request.
+    fn partition(
+        &mut self,
+        name: &str,
+        at: (usize, usize),
+        pd: PartitionProduceData,
+    ) -> PartitionProduceResponse {
+        if !matches!(self.acks, -1..=1) {
+            return partition_error(pd.index, errors::INVALID_REQUIRED_ACKS, None);
+        }
+        if crate::controller::is_internal_topic(name) {
+            return partition_error(
+                pd.index,
+                errors::INVALID_TOPIC_EXCEPTION,
+                Some(format!("Cannot append to internal topic {name}")),
+            );
+        }
+        let tp = TopicPartition::new(name.to_string(), pd.index);
+        let partition = match self.broker.replicas.leader_partition(&tp, -1) {
+            Ok(p) => p,
+            Err(e) => return refused(pd.index, e, &mut self.leaders),
+        };
+        let Some(records) = pd.records else {
+            return partition_error(
+                pd.index,
+                errors::CORRUPT_MESSAGE,
+                Some("the request holds no record set".into()),
+            );
+        };
+        let mut buf = records.to_vec();
+        let info = match self.broker.replicas.append(&partition, &mut buf, self.acks) {
+            Ok(info) => info,
+            Err(e) => {
+                tracing::debug!(partition = %tp, error = %e.message, "produce refused");
+                return refused(pd.index, e, &mut self.leaders);
+            }
+        };
+        let m = &self.broker.metrics;
+        m.bytes_in
+            .with_label_values(&[name])
+            .inc_by(info.valid_bytes as u64);
+        m.messages_in
+            .with_label_values(&[name])
+            .inc_by(info.num_messages.max(0) as u64);
+        if self.acks == -1 {
+            self.waiting.push(Waiting {
+                topic: at.0,
+                partition: at.1,
+                leader_epoch: partition.leader_epoch(),
+                tp,
+                required: info.last_offset + 1,
+            });
+        }
+        PartitionProduceResponse::default()
+            .with_index(pd.index)
+            .with_base_offset(info.first_offset)
+            .with_log_append_time_ms(info.log_append_time)
+            .with_log_start_offset(info.log_start_offset)
+    }
+}
+
+/// The answer, at once when nothing waits for replication or the high watermark is already
+/// there; otherwise when the DelayedProduce completes or `timeout` passes.
+fn respond_when_replicated(
+    broker: &Arc<Broker>,
+    mut responses: Vec<TopicProduceResponse>,
+    waiting: Vec<Waiting>,
+    endpoints: Vec<NodeEndpoint>,
+    timeout: Duration,
+) -> Outcome<Option<ProduceResponse>> {
+    let answer = |responses: Vec<TopicProduceResponse>, endpoints: Vec<NodeEndpoint>| {
+        Some(
             ProduceResponse::default()
                 .with_responses(responses)
                 .with_node_endpoints(endpoints),
-        ));
+        )
+    };
+    if waiting.is_empty() {
+        return Outcome::Now(answer(responses, endpoints));
     }
     let op = DelayedOperation::produce(waiting.iter().map(|w| (w.tp.clone(), w.required)));
     let purg = &broker.replicas.produce_purgatory;
@@ -209,25 +239,15 @@ pub fn produce(
             purg.on_high_watermark(&w.tp, broker.replicas.high_watermark(&p));
         }
     }
-    let mut responses = responses;
     if op.is_completed() {
         settle(broker, &waiting, &mut responses);
-        return Outcome::Now(Some(
-            ProduceResponse::default()
-                .with_responses(responses)
-                .with_node_endpoints(endpoints),
-        ));
+        return Outcome::Now(answer(responses, endpoints));
     }
     let broker = broker.clone();
-    let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
     Outcome::Later(Box::pin(async move {
         op.wait(timeout).await;
         settle(&broker, &waiting, &mut responses);
-        Some(
-            ProduceResponse::default()
-                .with_responses(responses)
-                .with_node_endpoints(endpoints),
-        )
+        answer(responses, endpoints)
     }))
 }
 
