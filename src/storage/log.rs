@@ -122,6 +122,111 @@ fn parse_base_offset(name: &str, suffix: &str) -> Option<i64> {
     stem.parse().ok()
 }
 
+/// The base offsets of the segments in `dir`, in order. Leftovers of interrupted deletes,
+/// cleanings and swaps are removed, and so are index files whose segment is gone (as Kafka does).
+fn segment_bases(dir: &Path) -> Result<Vec<i64>> {
+    let mut bases = Vec::new();
+    let mut index_files = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(StorageError::io(dir))?;
+    for entry in entries {
+        let entry = entry.map_err(StorageError::io(dir))?;
+        let name = entry.file_name().to_string_lossy().to_string();
+        let path = entry.path();
+        if name.ends_with(DELETED_SUFFIX)
+            || name.ends_with(".cleaned")
+            || name.ends_with(".swap")
+            || name.ends_with(".tmp")
+        {
+            tracing::info!(file = %path.display(), "removing a leftover file");
+            remove_if_exists(&path)?;
+        } else if let Some(base) = parse_base_offset(&name, LOG_SUFFIX) {
+            bases.push(base);
+        } else if let Some(base) = parse_base_offset(&name, INDEX_SUFFIX)
+            .or_else(|| parse_base_offset(&name, TIME_INDEX_SUFFIX))
+        {
+            index_files.push((base, path));
+        }
+    }
+    bases.sort_unstable();
+    for (base, path) in index_files {
+        if bases.binary_search(&base).is_err() {
+            remove_if_exists(&path)?;
+        }
+    }
+    Ok(bases)
+}
+
+/// Opens the segments at `bases`, recovering each that may hold data not yet fsynced (after
+/// an unclean shutdown) or whose indexes are missing or fail their check. A torn tail is cut,
+/// and every segment after it is deleted: nothing after a hole is reachable.
+fn load_segments(
+    dir: &Path,
+    tp: &TopicPartition,
+    bases: &[i64],
+    seg_cfg: SegmentConfig,
+    params: &LoadParams,
+) -> Result<BTreeMap<i64, LogSegment>> {
+    let mut segments = BTreeMap::new();
+    // The first segment that may hold data not yet fsynced: it contains the recovery point.
+    let first_unflushed = bases
+        .iter()
+        .rev()
+        .find(|b| **b <= params.recovery_point)
+        .copied()
+        .unwrap_or(i64::MIN);
+    let mut truncated_at: Option<i64> = None;
+    for &base in bases {
+        if let Some(cut) = truncated_at {
+            tracing::warn!(partition = %tp, base_offset = base, cut,
+                "deleting a segment that follows a truncated one");
+            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                remove_if_exists(&dir.join(file_name(base, suffix)))?;
+            }
+            continue;
+        }
+        let indexes_missing = !dir.join(file_name(base, INDEX_SUFFIX)).exists()
+            || !dir.join(file_name(base, TIME_INDEX_SUFFIX)).exists();
+        let mut seg = LogSegment::open(dir, base, seg_cfg)?;
+        let must_recover = (!params.had_clean_shutdown && base >= first_unflushed)
+            || indexes_missing
+            || match seg.sanity_check() {
+                Ok(()) => false,
+                Err(e) => {
+                    tracing::warn!(partition = %tp, error = %e, "index failed its sanity check; rebuilding");
+                    true
+                }
+            };
+        if must_recover {
+            let cut = seg.recover()?;
+            if cut > 0 {
+                tracing::warn!(partition = %tp, base_offset = base, bytes = cut,
+                    "truncated an invalid or torn tail during recovery");
+                truncated_at = Some(seg.next_offset());
+            }
+        }
+        segments.insert(base, seg);
+    }
+    Ok(segments)
+}
+
+/// Every segment but the last keeps indexes trimmed to their entries; the active one's are
+/// preallocated to `index_bytes`.
+fn size_indexes(segments: &mut BTreeMap<i64, LogSegment>, index_bytes: u64) -> Result<()> {
+    let last_base = segments.keys().next_back().copied();
+    for (base, seg) in segments.iter_mut() {
+        if Some(*base) == last_base {
+            seg.resize_indexes(index_bytes)?;
+        } else if seg.offset_index().file_len()
+            != (seg.offset_index().entries() * super::index::OffsetIndex::ENTRY_SIZE) as u64
+            || seg.time_index().file_len()
+                != (seg.time_index().entries() * super::index::TimeIndex::ENTRY_SIZE) as u64
+        {
+            seg.on_become_inactive()?;
+        }
+    }
+    Ok(())
+}
+
 impl Log {
     /// Opens (or creates) the log in `dir`, removing leftovers of interrupted operations and
     /// recovering what an unclean shutdown may have left torn.
@@ -134,91 +239,9 @@ impl Log {
         std::fs::create_dir_all(dir).map_err(StorageError::io(dir))?;
         cleaning::complete_interrupted_swaps(dir, &tp)?;
         let seg_cfg = segment_config(&config);
-        let mut bases = Vec::new();
-        let mut index_files = Vec::new();
-        let entries = std::fs::read_dir(dir).map_err(StorageError::io(dir))?;
-        for entry in entries {
-            let entry = entry.map_err(StorageError::io(dir))?;
-            let name = entry.file_name().to_string_lossy().to_string();
-            let path = entry.path();
-            if name.ends_with(DELETED_SUFFIX)
-                || name.ends_with(".cleaned")
-                || name.ends_with(".swap")
-                || name.ends_with(".tmp")
-            {
-                tracing::info!(file = %path.display(), "removing a leftover file");
-                remove_if_exists(&path)?;
-            } else if let Some(base) = parse_base_offset(&name, LOG_SUFFIX) {
-                bases.push(base);
-            } else if let Some(base) = parse_base_offset(&name, INDEX_SUFFIX)
-                .or_else(|| parse_base_offset(&name, TIME_INDEX_SUFFIX))
-            {
-                index_files.push((base, path));
-            }
-        }
-        bases.sort_unstable();
-        // Index files whose segment is gone are stale (Kafka deletes them too).
-        for (base, path) in index_files {
-            if bases.binary_search(&base).is_err() {
-                remove_if_exists(&path)?;
-            }
-        }
-
-        let mut segments = BTreeMap::new();
-        // The first segment that may hold data not yet fsynced: it contains the recovery point.
-        let first_unflushed = bases
-            .iter()
-            .rev()
-            .find(|b| **b <= params.recovery_point)
-            .copied()
-            .unwrap_or(i64::MIN);
-        let mut truncated_at: Option<i64> = None;
-        for &base in &bases {
-            if let Some(cut) = truncated_at {
-                // Everything after a torn batch is unreachable: Kafka deletes those segments.
-                tracing::warn!(partition = %tp, base_offset = base, cut,
-                    "deleting a segment that follows a truncated one");
-                for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
-                    remove_if_exists(&dir.join(file_name(base, suffix)))?;
-                }
-                continue;
-            }
-            let indexes_missing = !dir.join(file_name(base, INDEX_SUFFIX)).exists()
-                || !dir.join(file_name(base, TIME_INDEX_SUFFIX)).exists();
-            let mut seg = LogSegment::open(dir, base, seg_cfg)?;
-            let must_recover = (!params.had_clean_shutdown && base >= first_unflushed)
-                || indexes_missing
-                || match seg.sanity_check() {
-                    Ok(()) => false,
-                    Err(e) => {
-                        tracing::warn!(partition = %tp, error = %e, "index failed its sanity check; rebuilding");
-                        true
-                    }
-                };
-            if must_recover {
-                let cut = seg.recover()?;
-                if cut > 0 {
-                    tracing::warn!(partition = %tp, base_offset = base, bytes = cut,
-                        "truncated an invalid or torn tail during recovery");
-                    truncated_at = Some(seg.next_offset());
-                }
-            }
-            segments.insert(base, seg);
-        }
-
-        // Every segment but the last keeps trimmed indexes; the active one is preallocated.
-        let last_base = segments.keys().next_back().copied();
-        for (base, seg) in segments.iter_mut() {
-            if Some(*base) == last_base {
-                seg.resize_indexes(config.segment_index_bytes)?;
-            } else if seg.offset_index().file_len()
-                != (seg.offset_index().entries() * super::index::OffsetIndex::ENTRY_SIZE) as u64
-                || seg.time_index().file_len()
-                    != (seg.time_index().entries() * super::index::TimeIndex::ENTRY_SIZE) as u64
-            {
-                seg.on_become_inactive()?;
-            }
-        }
+        let bases = segment_bases(dir)?;
+        let mut segments = load_segments(dir, &tp, &bases, seg_cfg, &params)?;
+        size_indexes(&mut segments, config.segment_index_bytes)?;
         if segments.is_empty() {
             let base = params.log_start_offset.max(0);
             segments.insert(base, LogSegment::create(dir, base, seg_cfg)?);
