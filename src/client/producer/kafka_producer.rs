@@ -1,6 +1,6 @@
 //! The producer's handle (Java's KafkaProducer): `send` picks the partition and appends to the
-//! accumulator, the sender task drains it to the brokers, `flush` and `close` wait for what is
-//! queued. Settings are Java's producer config keys with Java's defaults.
+//! accumulator, the sender drains it to the brokers on a network thread of its own, `flush` and
+//! `close` wait for what is queued. Settings are Java's producer config keys with Java's defaults.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -224,6 +224,37 @@ struct SenderGuard {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// The producer's network thread, as Java's `kafka-producer-network-thread`: the sender, its
+/// connections and the answers run on a runtime of their own, so that a busy application (the
+/// proxy with thousands of HTTP connections) cannot hold up a drain or the queue sizes the
+/// partitioner reads.
+struct NetworkThread {
+    handle: tokio::runtime::Handle,
+    /// Dropped with the producer: the thread's runtime then ends, on its own thread.
+    _stop: oneshot::Sender<()>,
+}
+
+impl NetworkThread {
+    fn start() -> std::io::Result<NetworkThread> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let handle = rt.handle().clone();
+        let (stop, stopped) = oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("evenkeel-producer-network".into())
+            .spawn(move || {
+                rt.block_on(async {
+                    let _ = stopped.await;
+                })
+            })?;
+        Ok(NetworkThread {
+            handle,
+            _stop: stop,
+        })
+    }
+}
+
 impl Drop for SenderGuard {
     fn drop(&mut self) {
         self.task.abort();
@@ -234,10 +265,12 @@ impl Drop for SenderGuard {
 pub struct Producer {
     shared: Arc<Shared>,
     sender: SenderGuard,
+    /// After `sender`: the task is aborted before its runtime ends.
+    _network: NetworkThread,
 }
 
 impl Producer {
-    /// Connects to the cluster and starts the sender.
+    /// Connects to the cluster and starts the sender on its network thread.
     pub async fn start(config: ProducerConfig) -> Result<Producer, ClientError> {
         let timeout = Duration::from_millis(config.request_timeout_ms.max(1) as u64);
         let metadata = ProducerMetadata::new(&config.bootstrap, timeout)?;
@@ -254,10 +287,12 @@ impl Producer {
             closing: AtomicBool::new(false),
             stopped: Notify::new(),
         });
-        let task = tokio::spawn(sender::run(shared.clone()));
+        let network = NetworkThread::start()?;
+        let task = network.handle.spawn(sender::run(shared.clone()));
         Ok(Producer {
             shared,
             sender: SenderGuard { task },
+            _network: network,
         })
     }
 
