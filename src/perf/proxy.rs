@@ -5,7 +5,8 @@
 //! Each client is one keep-alive HTTP/1.1 connection that sends its requests one after another,
 //! so the order of a client's records is defined; the client's keys are its own, so the order of
 //! each key is too. With `--rate`, requests are due on a fixed schedule and latency counts from
-//! when a request was due (no coordinated omission).
+//! when a request was due (no coordinated omission). Every client connects before the schedule
+//! starts and drives its connection in its own task, so the generator adds little to the tail.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use bytes::Bytes;
+use futures::TryStreamExt;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
@@ -306,6 +308,9 @@ fn v3_record(plan: &ClientPlan, i: u64, size: usize) -> Bytes {
     Bytes::from(line)
 }
 
+/// Connections opened at the same time before a run (the listen backlog is finite).
+const CONNECTS_AT_ONCE: usize = 256;
+
 type Body = BoxBody<Bytes, std::convert::Infallible>;
 
 struct Connection {
@@ -313,24 +318,31 @@ struct Connection {
     addr: String,
 }
 
+/// What keeps a connection going: hyper's half that reads and writes the socket. A client polls
+/// it in its own task (see `run_client`), so a request and its answer cross no task boundary.
+type Driver = http1::Connection<TokioIo<tokio::net::TcpStream>, Body>;
+
 impl Connection {
-    async fn open(addr: &str) -> Result<Connection, PerfError> {
+    async fn open(addr: &str) -> Result<(Connection, Driver), PerfError> {
         let stream = tokio::net::TcpStream::connect(addr)
             .await
             .map_err(|e| setup(format!("cannot connect to the proxy at {addr}: {e}")))?;
         let _ = stream.set_nodelay(true);
-        let (sender, conn) = http1::handshake(TokioIo::new(stream))
+        let (sender, driver) = http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| setup(format!("HTTP handshake with {addr}: {e}")))?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "proxy connection ended");
-            }
-        });
-        Ok(Connection {
+        let conn = Connection {
             sender,
             addr: addr.to_string(),
-        })
+        };
+        Ok((conn, driver))
+    }
+
+    /// Opens a connection whose driver runs as a task of its own (for a one-off request).
+    async fn open_detached(addr: &str) -> Result<Connection, PerfError> {
+        let (conn, driver) = Connection::open(addr).await?;
+        tokio::spawn(drive(driver));
+        Ok(conn)
     }
 
     async fn post(
@@ -353,6 +365,15 @@ impl Connection {
             .await
             .map_err(|e| setup(format!("proxy request: {e}")))
     }
+}
+
+/// Runs a connection until it closes. It never completes: a closed connection shows as an error
+/// on the request in flight, which is where the client reports it.
+async fn drive(driver: Driver) {
+    if let Err(e) = driver.await {
+        tracing::debug!(error = %e, "proxy connection ended");
+    }
+    std::future::pending::<()>().await
 }
 
 fn setup(e: impl std::fmt::Display) -> PerfError {
@@ -378,15 +399,30 @@ impl Batch {
     }
 }
 
-/// Runs one client to the end of its plan.
+/// Runs one client to the end of its plan, polling its connection in the same task.
 async fn run_client(
     o: Arc<ProxyLoadArgs>,
     plan: ClientPlan,
+    (mut conn, driver): (Connection, Driver),
     cluster_id: String,
     start: Instant,
     answered: Arc<AtomicU64>,
 ) -> Result<ClientOutcome, PerfError> {
-    let mut conn = Connection::open(&o.proxy).await?;
+    tokio::select! {
+        r = client_requests(o, plan, &mut conn, cluster_id, start, answered) => r,
+        () = drive(driver) => Err(setup("the proxy connection ended")),
+    }
+}
+
+/// Sends one client's requests, each when it is due, and records their answers.
+async fn client_requests(
+    o: Arc<ProxyLoadArgs>,
+    plan: ClientPlan,
+    conn: &mut Connection,
+    cluster_id: String,
+    start: Instant,
+    answered: Arc<AtomicU64>,
+) -> Result<ClientOutcome, PerfError> {
     let mut out = ClientOutcome {
         answered_at: vec![(-1, -1); plan.records as usize],
         latencies_us: Vec::with_capacity(plan.records as usize),
@@ -417,8 +453,8 @@ async fn run_client(
         };
         first = req.range.end;
         let done = match plan.api {
-            Api::V2 => post_v2(&o, &mut conn, &mut req, &mut out).await?,
-            Api::V3 => post_v3(&o, &mut conn, &cluster_id, &mut req, &mut out).await?,
+            Api::V2 => post_v2(&o, conn, &mut req, &mut out).await?,
+            Api::V3 => post_v3(&o, conn, &cluster_id, &mut req, &mut out).await?,
         };
         out.request_latencies_us.push(micros(due.elapsed()));
         answered.fetch_add(done, Ordering::Relaxed);
@@ -554,7 +590,7 @@ fn v3_report(line: &[u8], i: u64, status: hyper::StatusCode, req: &Batch, out: &
 
 /// The cluster id a v3 client puts in its paths, from `GET /v3/clusters`.
 async fn cluster_id(addr: &str) -> Result<String, PerfError> {
-    let mut conn = Connection::open(addr).await?;
+    let mut conn = Connection::open_detached(addr).await?;
     let req = Request::get("/v3/clusters")
         .header(header::HOST, addr)
         .body(Full::new(Bytes::new()).boxed())
@@ -588,19 +624,26 @@ pub async fn run(
     let id = cluster_id(&o.proxy).await?;
     let o = Arc::new(o);
     let answered = Arc::new(AtomicU64::new(0));
-    // A paced run starts half a second out, so that connecting is not counted as latency.
+    // Every client connects first, so that connecting is not counted as latency.
+    let plans = plans(&o);
+    let connects = futures::stream::iter(plans.iter().map(|_| Connection::open(&o.proxy)));
+    let conns: Vec<(Connection, Driver)> = futures::StreamExt::buffered(connects, CONNECTS_AT_ONCE)
+        .try_collect()
+        .await?;
     let start = Instant::now()
         + if o.throughput > 0.0 {
-            Duration::from_millis(500)
+            Duration::from_millis(100)
         } else {
             Duration::ZERO
         };
-    let tasks: Vec<_> = plans(&o)
+    let tasks: Vec<_> = plans
         .into_iter()
-        .map(|p| {
+        .zip(conns)
+        .map(|(p, c)| {
             tokio::spawn(run_client(
                 o.clone(),
                 p,
+                c,
                 id.clone(),
                 start,
                 answered.clone(),
