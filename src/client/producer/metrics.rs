@@ -116,7 +116,10 @@ impl Windowed {
         if full_windows < min_full_windows {
             elapsed += (min_full_windows - full_windows) * WINDOW_MS;
         }
-        live.iter().map(|s| s.sum).sum::<f64>() / (elapsed as f64 / 1000.0)
+        // A fold from 0.0, not `sum()`: Rust's empty f64 sum is -0.0, which a scraper prints
+        // as "-0" where Java prints 0.0.
+        let total = live.iter().fold(0.0, |acc, s| acc + s.sum);
+        total / (elapsed as f64 / 1000.0)
     }
 }
 
@@ -275,6 +278,14 @@ mod tests {
         // 61 s in: the first sample is past both windows and forgotten; the second began 16 s
         // ago, which is again less than one whole window.
         assert_eq!(w.rate(61_000), 900.0 / 46.0);
+    }
+
+    #[test]
+    fn a_rate_with_nothing_recorded_is_a_plain_zero() {
+        let w = Windowed::default();
+        let rate = w.rate(5_000);
+        assert_eq!(rate, 0.0);
+        assert!(rate.is_sign_positive(), "{rate} would print as -0");
     }
 
     #[test]
