@@ -551,6 +551,12 @@ async fn a_full_buffer_past_max_block_is_answered_429_with_retry_after_and_write
     for w in waiting {
         let r = w.join().unwrap();
         assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        let answer = r.json();
+        let offsets = answer["offsets"].as_array().expect("offsets");
+        assert!(
+            offsets.len() == 12 && offsets.iter().all(|o| o["error_code"].is_null()),
+            "every held record written: {answer}"
+        );
     }
     let seen = consume(&b.bootstrap, "full", 1, 37);
     assert_eq!(

@@ -367,13 +367,11 @@ impl Connection {
     }
 }
 
-/// Runs a connection until it closes. It never completes: a closed connection shows as an error
-/// on the request in flight, which is where the client reports it.
+/// Runs a connection until it closes.
 async fn drive(driver: Driver) {
     if let Err(e) = driver.await {
         tracing::debug!(error = %e, "proxy connection ended");
     }
-    std::future::pending::<()>().await
 }
 
 fn setup(e: impl std::fmt::Display) -> PerfError {
@@ -408,9 +406,12 @@ async fn run_client(
     start: Instant,
     answered: Arc<AtomicU64>,
 ) -> Result<ClientOutcome, PerfError> {
+    let proxy = o.proxy.clone();
+    // Biased to the client: an answer and a close seen in the same poll report the answer.
     tokio::select! {
+        biased;
         r = client_requests(o, plan, &mut conn, cluster_id, start, answered) => r,
-        () = drive(driver) => Err(setup("the proxy connection ended")),
+        () = drive(driver) => Err(setup(format!("the proxy at {proxy} closed the connection"))),
     }
 }
 
