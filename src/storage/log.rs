@@ -738,9 +738,16 @@ impl Log {
     }
 
     /// Removes everything at or after `target`, for replication's divergence handling.
-    /// Returns whether anything was removed.
+    /// Returns whether any record was removed. As Kafka's `UnifiedLog.truncateTo`, the leader
+    /// epoch cache is truncated even when no record is: an epoch this replica assigned as
+    /// leader without writing a batch starts at the log end, and a follower that kept it
+    /// would name it in every fetch and be told of the same divergence forever.
     pub fn truncate_to(&mut self, target: i64) -> Result<bool> {
-        if target < 0 || target >= self.log_end_offset {
+        if target < 0 {
+            return Ok(false);
+        }
+        if target >= self.log_end_offset {
+            self.epoch_cache.truncate_from_end(target)?;
             return Ok(false);
         }
         if target < self.first_segment_base() {

@@ -133,7 +133,10 @@ impl Partition {
                     "truncating: this log diverged from the leader's (records the leader never committed)"
                 );
             }
-            l.truncate_to(target)?;
+        }
+        // Also when no record goes: epochs this log names past `target` (one it led without
+        // writing a batch) would make the next fetch report the same divergence again.
+        if l.truncate_to(target)? {
             self.reload_producer_state(&l)?;
         }
         Ok((l.log_end_offset(), complete))
@@ -200,5 +203,87 @@ impl Partition {
         } else {
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::config::LogConfig;
+    use crate::controller::image::PartitionImage;
+    use crate::storage::batch::build_batch;
+    use crate::storage::log::{LoadParams, Log};
+    use crate::storage::{KafkaUuid, TopicPartition};
+
+    /// Replicas [1, 0], both in the ISR, led by `leader` at `epoch`.
+    fn image(leader: i32, epoch: i32) -> PartitionImage {
+        PartitionImage {
+            leader,
+            leader_epoch: epoch,
+            partition_epoch: epoch,
+            replicas: vec![1, 0],
+            isr: vec![1, 0],
+            removing_replicas: Vec::new(),
+            adding_replicas: Vec::new(),
+        }
+    }
+
+    fn replica(dir: &Path, local: i32, img: &PartitionImage) -> Partition {
+        let tp = TopicPartition::new("orders", 3);
+        let log = Log::open(dir, tp.clone(), LogConfig::default(), LoadParams::default())
+            .expect("log opens");
+        let log = Arc::new(parking_lot::Mutex::new(log));
+        Partition::open(tp, KafkaUuid([7; 16]), log, img, local).expect("partition opens")
+    }
+
+    /// What the follower's next fetch would be told: the fetcher asks at its fetch position.
+    fn next_fetch(leader: &Partition, follower: &Partition) -> Option<Divergence> {
+        let (offset, epoch) = follower.fetch_position();
+        leader.diverging_epoch(offset, epoch)
+    }
+
+    /// The shape a roll leaves: broker 0 led epoch 2 without a batch being written, then
+    /// leadership went back to broker 1 (epoch 3), which never had epoch 2. Broker 0's epoch
+    /// cache still starts epoch 2 at its log end.
+    #[test]
+    fn a_follower_that_led_an_epoch_without_records_stops_diverging_after_one_truncation() {
+        let (d1, d0) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let b1 = replica(d1.path(), 1, &image(1, 1));
+        let b0 = replica(d0.path(), 0, &image(1, 1));
+        let mut batch = build_batch(&[(None, Some(b"a")), (None, Some(b"b"))], 1000);
+        b1.append_as_leader(&mut batch, 1).expect("leader append");
+        b0.append_as_follower(1, &batch, 2, 0)
+            .expect("follower append");
+        // Broker 1 shuts down: broker 0 leads epoch 2, and nothing is produced.
+        b0.apply(&image(0, 2), 0).unwrap();
+        b1.apply(&image(0, 2), 1).unwrap();
+        // The preferred election: broker 1 leads again at epoch 3.
+        b1.apply(&image(1, 3), 1).unwrap();
+        b0.apply(&image(1, 3), 0).unwrap();
+        assert_eq!(
+            b0.fetch_position(),
+            (2, 2),
+            "broker 0 names the epoch it led"
+        );
+
+        let d = next_fetch(&b1, &b0).expect("the leader never had epoch 2: a divergence");
+        assert_eq!(
+            d,
+            Divergence {
+                epoch: 1,
+                end_offset: 2
+            }
+        );
+        let (end, complete) = b0.truncate_to_divergence(3, d).unwrap();
+        assert_eq!((end, complete), (2, true), "no record goes");
+        assert_eq!(
+            next_fetch(&b1, &b0),
+            None,
+            "the same question again would be a follower spinning on one divergence"
+        );
+        assert_eq!(b0.fetch_position(), (2, 1));
     }
 }

@@ -320,6 +320,26 @@ fn delete_records_advances_the_log_start_offset() {
 }
 
 #[test]
+fn truncate_to_the_log_end_drops_epochs_that_start_there_and_keeps_every_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), cfg(1 << 20));
+    let mut b = batch_of(3, 10, 1000);
+    log.append_as_leader(&mut b, 1).unwrap();
+    // An epoch this replica led without writing a batch starts at the log end.
+    log.epoch_cache_mut().assign(2, 3).unwrap();
+    assert!(!log.truncate_to(3).unwrap(), "no record is removed");
+    assert_eq!(log.log_end_offset(), 3);
+    assert_eq!(log.epoch_cache().entries(), &[(1, 0)]);
+    let again = LeaderEpochFileCache::load(dir.path()).unwrap();
+    assert_eq!(
+        again.entries(),
+        &[(1, 0)],
+        "the checkpoint is rewritten too"
+    );
+    assert_eq!(read_all(&log, 1 << 20).len(), 3);
+}
+
+#[test]
 fn truncate_to_removes_the_tail_across_segments() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = open(dir.path(), cfg(4096));
