@@ -536,6 +536,11 @@ impl ReplicaManager {
         Some((leo, epoch, p.offsets().1))
     }
 
+    /// Whether this broker is in `tp`'s ISR, as the metadata it applied says.
+    pub fn in_isr(&self, tp: &TopicPartition) -> bool {
+        self.get(tp).is_some_and(|p| p.local_in_isr())
+    }
+
     /// Whether this broker's fetches of `tp` count against the follower throttle.
     pub fn follower_throttled(&self, tp: &TopicPartition) -> bool {
         self.get(tp).is_some_and(|p| p.follower_throttled())

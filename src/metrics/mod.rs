@@ -92,6 +92,13 @@ pub struct BrokerMetrics {
     pub isr_expands: IntCounter,
     /// The largest lag of a partition this broker follows, in records.
     pub replica_fetcher_max_lag: IntGauge,
+    /// Fetch requests each replica fetcher sent (Kafka's FetcherStats RequestsPerSec).
+    pub fetcher_requests: IntCounterVec,
+    /// Answers for a followed partition that moved nothing and would be asked again.
+    pub replica_fetch_no_progress: IntCounterVec,
+    /// 1 while a followed partition is out of the ISR and its fetches have made no progress
+    /// for `replica.lag.time.max.ms` (the series goes once it moves again).
+    pub replica_fetch_stalled: IntGaugeVec,
     /// Kafka's broker-metadata-metrics: the last metadata record this broker applied, and
     /// failed applies.
     pub metadata_last_applied_offset: IntGauge,
@@ -377,6 +384,32 @@ impl BrokerMetrics {
                 "kafka_server_replicafetchermanager_maxlag",
                 "The largest lag in records of a partition this broker follows",
             ),
+            fetcher_requests: counter(
+                &r,
+                "kafka_server_fetcherstats_requests_total",
+                "Fetch requests sent by each replica fetcher, by fetcher and source broker",
+                &["clientId", "brokerId"],
+            ),
+            replica_fetch_no_progress: counter(
+                &r,
+                "evenkeel_replica_fetch_no_progress_total",
+                "Fetch answers for a followed partition that changed nothing here and would be \
+                 asked again (each backs off replica.fetch.backoff.ms)",
+                &["topic", "partition"],
+            ),
+            replica_fetch_stalled: {
+                let g = IntGaugeVec::new(
+                    Opts::new(
+                        "evenkeel_replica_fetch_stalled",
+                        "1 while a followed partition is out of the ISR and its fetches have \
+                         made no progress for replica.lag.time.max.ms",
+                    ),
+                    &["topic", "partition"],
+                )
+                .expect("valid gauge");
+                r.register(Box::new(g.clone())).expect("unique metric");
+                g
+            },
             metadata_last_applied_offset: int_gauge(
                 &r,
                 "kafka_server_broker_metadata_metrics_last_applied_record_offset",

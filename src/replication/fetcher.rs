@@ -2,7 +2,8 @@
 //! one source broker in a loop — Fetch with this broker's id and broker epoch (KIP-903), each
 //! partition at its log end with the epoch of its last batch — and hands each partition's answer
 //! to ReplicaManager: append, truncate where the logs diverge, or start over at the leader's
-//! range. A partition that fails waits `replica.fetch.backoff.ms`; the metadata moves it.
+//! range. A partition that fails, or whose answer changed nothing, waits
+//! `replica.fetch.backoff.ms`; one that stays out of the ISR without progress is reported.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -14,8 +15,10 @@ use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
+use super::stall::{Observation, StallEvent};
 use super::{Assigned, FetcherShared};
 use crate::broker::partition::Divergence;
+use crate::broker::replica_manager::ReplicaManager;
 use crate::broker::Broker;
 use crate::client::Connection;
 use crate::config::replication::ReplicationConfig;
@@ -34,12 +37,43 @@ struct Asked {
     behind_retries: u32,
 }
 
+/// What one partition's answer did to this replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Progress {
+    /// Records appended, or the log truncated or started again: the next fetch asks anew.
+    Moved,
+    /// No records: the leader has nothing past this log's end (or held it back: a throttle).
+    UpToDate,
+    /// A divergence or an out-of-range answer that changed nothing here: the next fetch would
+    /// ask the same question and get the same answer.
+    Stuck,
+}
+
+impl Progress {
+    fn reason(self) -> &'static str {
+        match self {
+            Progress::Moved => "moved",
+            Progress::UpToDate => {
+                "the leader has nothing newer, yet has not taken this replica back into the ISR"
+            }
+            Progress::Stuck => {
+                "the leader's answer (a divergence or an offset out of range) changes nothing here"
+            }
+        }
+    }
+}
+
 pub(super) async fn run(
     broker: Arc<Broker>,
     source: i32,
+    index: usize,
     shared: Arc<FetcherShared>,
     cfg: ReplicationConfig,
 ) {
+    let requests = broker.metrics.fetcher_requests.with_label_values(&[
+        &format!("ReplicaFetcherThread-{index}-{source}"),
+        &source.to_string(),
+    ]);
     let mut conn: Option<Connection> = None;
     let backoff = Duration::from_millis(cfg.fetch_backoff_ms.max(10));
     loop {
@@ -66,6 +100,7 @@ pub(super) async fn run(
             }
         }
         let Some(c) = conn.as_ref() else { continue };
+        requests.inc();
         let Some(result) = fetch_unless_added(&broker, c, &cfg, &asked, &shared, generation).await
         else {
             // The abandoned request's response would arrive as the next one's: start afresh.
@@ -262,9 +297,22 @@ fn handle_response(
                 .or_else(|| by_id.get(&(id, p.partition_index)));
             let Some(a) = a else { continue };
             let code = p.error_code;
+            let leader_hw = p.high_watermark;
             match handle_partition(broker, a, p) {
-                Ok(()) if a.behind_retries > 0 => caught_up(shared, a),
-                Ok(()) => {}
+                Ok(progress) => {
+                    if a.behind_retries > 0 {
+                        caught_up(shared, a);
+                    }
+                    if progress == Progress::Stuck {
+                        broker
+                            .metrics
+                            .replica_fetch_no_progress
+                            .with_label_values(&[&a.tp.topic, &a.tp.partition.to_string()])
+                            .inc();
+                        delay(shared, &a.tp, a.leader_epoch, backoff);
+                    }
+                    watch_stall(broker, shared, cfg, a, progress, leader_hw);
+                }
                 Err(why) => {
                     tracing::debug!(partition = %a.tp, reason = %why, "replica fetch of a partition failed");
                     if leader_is_behind(code) {
@@ -279,14 +327,14 @@ fn handle_response(
     }
 }
 
-fn handle_partition(broker: &Broker, a: &Asked, p: PartitionData) -> Result<(), String> {
+fn handle_partition(broker: &Broker, a: &Asked, p: PartitionData) -> Result<Progress, String> {
     let rm = &broker.replicas;
     match p.error_code {
         errors::NONE => {}
         errors::OFFSET_OUT_OF_RANGE => {
             rm.reset_to_leader_range(&a.tp, a.leader_epoch, p.log_start_offset, p.high_watermark)
                 .map_err(|e| e.to_string())?;
-            return Ok(());
+            return Ok(after_correction(rm, a));
         }
         code => return Err(errors::error_name(code).to_string()),
     }
@@ -297,7 +345,7 @@ fn handle_partition(broker: &Broker, a: &Asked, p: PartitionData) -> Result<(), 
         };
         rm.truncate_to_divergence(&a.tp, a.leader_epoch, d)
             .map_err(|e| e.to_string())?;
-        return Ok(());
+        return Ok(after_correction(rm, a));
     }
     let records = p.records.unwrap_or_default();
     if a.throttled {
@@ -313,7 +361,88 @@ fn handle_partition(broker: &Broker, a: &Asked, p: PartitionData) -> Result<(), 
         p.high_watermark,
         p.log_start_offset,
     )
-    .map_err(|e| e.to_string())
+    .map_err(|e| e.to_string())?;
+    Ok(if moved(rm, a) {
+        Progress::Moved
+    } else {
+        Progress::UpToDate
+    })
+}
+
+/// After a truncation or a reset the leader asked for: stuck when the next fetch would ask
+/// exactly what this one asked.
+fn after_correction(rm: &ReplicaManager, a: &Asked) -> Progress {
+    if moved(rm, a) {
+        Progress::Moved
+    } else {
+        Progress::Stuck
+    }
+}
+
+/// Whether the partition's fetch position changed since it was asked (a partition no longer
+/// followed counts as moved: there is nothing to wait for).
+fn moved(rm: &ReplicaManager, a: &Asked) -> bool {
+    rm.fetch_position(&a.tp)
+        .is_none_or(|pos| pos != (a.fetch_offset, a.last_fetched_epoch, a.log_start_offset))
+}
+
+/// Reports a followed partition that stays out of the ISR while its fetches move nothing and
+/// the leader has nothing newer for it, once that has lasted `replica.lag.time.max.ms`: a WARN
+/// with the epochs and offsets, and `evenkeel_replica_fetch_stalled` until it moves again.
+fn watch_stall(
+    broker: &Broker,
+    shared: &FetcherShared,
+    cfg: &ReplicationConfig,
+    a: &Asked,
+    progress: Progress,
+    leader_hw: i64,
+) {
+    let seen = Observation {
+        moved: progress == Progress::Moved,
+        in_isr: broker.replicas.in_isr(&a.tp),
+        leader_has_nothing_newer: leader_hw <= a.fetch_offset,
+    };
+    let lag = Duration::from_millis(cfg.lag_time_max_ms.max(0) as u64);
+    let event = {
+        let mut parts = shared.partitions.lock();
+        let Some(p) = parts
+            .get_mut(&a.tp)
+            .filter(|p| p.leader_epoch == a.leader_epoch)
+        else {
+            return;
+        };
+        p.stall.observe(seen, Instant::now(), lag)
+    };
+    let partition = a.tp.partition.to_string();
+    let labels = [a.tp.topic.as_str(), partition.as_str()];
+    match event {
+        None => {}
+        Some(StallEvent::Ended) => {
+            let _ = broker
+                .metrics
+                .replica_fetch_stalled
+                .remove_label_values(&labels);
+            tracing::info!(partition = %a.tp, "the followed partition makes progress again");
+        }
+        Some(StallEvent::Began(since)) => {
+            broker
+                .metrics
+                .replica_fetch_stalled
+                .with_label_values(&labels)
+                .set(1);
+            tracing::warn!(
+                partition = %a.tp,
+                leader_epoch = a.leader_epoch,
+                fetch_offset = a.fetch_offset,
+                last_fetched_epoch = a.last_fetched_epoch,
+                log_start_offset = a.log_start_offset,
+                leader_high_watermark = leader_hw,
+                stalled_ms = since.elapsed().as_millis() as u64,
+                reason = progress.reason(),
+                "a followed partition is out of the ISR and its fetches make no progress"
+            );
+        }
+    }
 }
 
 fn delay(shared: &FetcherShared, tp: &TopicPartition, leader_epoch: i32, d: Duration) {

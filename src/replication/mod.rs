@@ -4,6 +4,7 @@
 //! manager adds, moves and removes partitions as each metadata image says who leads what.
 
 mod fetcher;
+mod stall;
 mod throttle;
 
 use std::collections::HashMap;
@@ -40,6 +41,8 @@ struct Assigned {
     /// Fetches in a row that the leader answered as if it had not yet applied the metadata
     /// that made it the leader (see `fetcher::leader_is_behind`).
     behind_retries: u32,
+    /// Whether its fetches have left it out of the ISR without progress (`stall`).
+    stall: stall::StallWatch,
 }
 
 /// The partitions of one fetcher, shared with its task.
@@ -62,6 +65,17 @@ struct FetcherHandle {
 impl Drop for FetcherHandle {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// Drops the stalled gauge of a partition that leaves its fetcher or moves to a new epoch.
+fn clear_stall(broker: &Broker, tp: &TopicPartition, a: &Assigned) {
+    if a.stall.reported() {
+        let partition = tp.partition.to_string();
+        let _ = broker
+            .metrics
+            .replica_fetch_stalled
+            .remove_label_values(&[tp.topic.as_str(), partition.as_str()]);
     }
 }
 
@@ -112,7 +126,11 @@ impl ReplicaFetcherManager {
         fetchers.retain(|key, h| {
             let keep = wanted.contains_key(key);
             if !keep {
-                h.shared.partitions.lock().clear();
+                let mut parts = h.shared.partitions.lock();
+                for (tp, a) in parts.iter() {
+                    clear_stall(&broker, tp, a);
+                }
+                parts.clear();
             }
             keep
         });
@@ -123,6 +141,7 @@ impl ReplicaFetcherManager {
                 let task = tokio::spawn(fetcher::run(
                     broker.clone(),
                     key.0,
+                    key.1,
                     shared.clone(),
                     self.config.clone(),
                 ));
@@ -130,13 +149,22 @@ impl ReplicaFetcherManager {
             });
             *h.shared.address.lock() = ts[0].leader_address.clone();
             let mut parts = h.shared.partitions.lock();
-            parts.retain(|tp, _| ts.iter().any(|t| &t.tp == tp));
+            parts.retain(|tp, a| {
+                let keep = ts.iter().any(|t| &t.tp == tp);
+                if !keep {
+                    clear_stall(&broker, tp, a);
+                }
+                keep
+            });
             let mut added = false;
             for t in ts {
                 let changed = parts
                     .get(&t.tp)
                     .is_none_or(|a| a.leader_epoch != t.leader_epoch);
                 if changed {
+                    if let Some(a) = parts.get(&t.tp) {
+                        clear_stall(&broker, &t.tp, a);
+                    }
                     added = true;
                     parts.insert(
                         t.tp.clone(),
@@ -145,6 +173,7 @@ impl ReplicaFetcherManager {
                             leader_epoch: t.leader_epoch,
                             delayed_until: None,
                             behind_retries: 0,
+                            stall: stall::StallWatch::default(),
                         },
                     );
                 }

@@ -190,6 +190,11 @@ impl Partition {
         self.state.read().leader_epoch
     }
 
+    /// Whether the metadata this broker applied has it in the partition's ISR.
+    pub fn local_in_isr(&self) -> bool {
+        self.state.read().isr.contains(&self.local)
+    }
+
     /// Takes the role the metadata gives this broker: `make_leader` or `make_follower`.
     /// Returns the role, and whether it changed (a new leader epoch counts as a change).
     pub fn apply(&self, image: &PartitionImage, local: i32) -> Result<(Role, bool), StorageError> {
