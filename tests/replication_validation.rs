@@ -1,9 +1,11 @@
 //! The validation test (ducktape's ProduceConsumeValidate): three brokers, a topic with
 //! replication factor 3 and min.insync.replicas 2, an idempotent acks=all librdkafka producer
 //! running throughout, and rounds of faults: kill -9 of a partition leader (sometimes of the
-//! active controller) and a restart, or SIGSTOP of a broker for longer than
-//! replica.lag.time.max.ms and SIGCONT. At the end every acknowledged record is consumed, in
-//! order per partition, and none twice.
+//! active controller) and a restart, SIGSTOP of a broker for longer than
+//! replica.lag.time.max.ms and SIGCONT, or a roll's step (SIGTERM, a controlled shutdown; a
+//! restart; preferred leader elections). After each round every replica is back in the ISR
+//! within a bound, and the largest follower fetch rate is printed and bounded. At the end
+//! every acknowledged record is consumed, in order per partition, and none twice.
 //!
 //! `EVENKEEL_VALIDATION_ROUNDS` sets the number of rounds (default 10); `scripts/validate`
 //! runs 100.
@@ -138,8 +140,46 @@ async fn leaders(addr: &str) -> Option<HashMap<i32, (i32, usize)>> {
     )
 }
 
-/// Waits until every partition has a leader and a full ISR.
-async fn settle(c: &mut Cluster) {
+/// How long after a fault is healed every replica must be back in the ISR: the restarted or
+/// thawed broker registers again (a session timeout when it was fenced), catches up and is
+/// taken back by each leader. A follower that cannot make progress never gets back.
+const BACK_IN_ISR: Duration = Duration::from_secs(20);
+
+/// Fetches per second one broker's replica fetchers may send, over a window with the producer
+/// running (each acknowledged batch wakes the followers' long polls). A follower spinning on an
+/// answer that changes nothing sends thousands.
+const FOLLOWER_FETCHES_PER_SEC: f64 = 1500.0;
+
+/// Replica fetch requests node `id` has sent (0 when it cannot be scraped).
+fn fetches_sent(c: &Cluster, id: usize) -> f64 {
+    c.metric(id, "kafka_server_fetcherstats_requests_total")
+        .unwrap_or(0.0)
+}
+
+/// The largest rate at which one broker's fetchers sent fetches, over a one-second window.
+async fn largest_follower_fetch_rate(c: &mut Cluster) -> f64 {
+    let ids: Vec<usize> = (1..=c.nodes.len()).filter(|id| c.is_running(*id)).collect();
+    let before: Vec<f64> = ids.iter().map(|id| fetches_sent(c, *id)).collect();
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let secs = start.elapsed().as_secs_f64();
+    ids.iter()
+        .zip(before)
+        .map(|(id, b)| (fetches_sent(c, *id) - b).max(0.0) / secs)
+        .fold(0.0, f64::max)
+}
+
+/// Preferred leader elections for every partition (what the controller runs after a roll).
+async fn elect_preferred(c: &mut Cluster) {
+    let bootstrap = c.live_bootstrap();
+    if let Ok(a) = AdminClient::connect(&bootstrap, Duration::from_secs(10)).await {
+        let _ = a.elect_leaders(true, None).await;
+    }
+}
+
+/// Waits until every partition has a leader and a full ISR; returns how long that took.
+async fn settle(c: &mut Cluster) -> Duration {
+    let start = Instant::now();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let bootstrap = c.live_bootstrap();
@@ -148,7 +188,7 @@ async fn settle(c: &mut Cluster) {
             if l.len() == PARTITIONS as usize
                 && l.values().all(|(leader, isr)| *leader >= 0 && *isr == 3)
             {
-                return;
+                return start.elapsed();
             }
         }
         assert!(Instant::now() < deadline, "the cluster did not settle");
@@ -186,6 +226,8 @@ async fn every_acknowledged_record_survives_kills_and_freezes() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let n = rounds();
     let mut done = Vec::new();
+    let mut slowest = Duration::ZERO;
+    let mut fastest_fetching: f64 = 0.0;
     for round in 0..n {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let l = leaders(&c.live_bootstrap())
@@ -198,18 +240,46 @@ async fn every_acknowledged_record_survives_kills_and_freezes() {
                 .get(&rng.gen_range(0..PARTITIONS))
                 .map_or(1, |x| x.0.max(1)),
         } as usize;
-        if rng.gen_bool(0.35) {
+        let fault = rng.gen_range(0..100);
+        if fault < 30 {
             c.sigstop(target);
             tokio::time::sleep(LAG + Duration::from_millis(1500)).await;
             c.sigcont(target);
             done.push(format!("{round}: SIGSTOP {target}"));
+        } else if fault < 60 {
+            // A roll's step: controlled shutdown, restart, leadership back to the preferred
+            // replicas (epochs that may begin and end with no record written in them).
+            assert!(c.stop(target), "broker {target} stops cleanly on SIGTERM");
+            tokio::time::sleep(Duration::from_millis(rng.gen_range(200..2000))).await;
+            c.restart(target);
+            settle(&mut c).await;
+            elect_preferred(&mut c).await;
+            done.push(format!("{round}: roll {target}"));
         } else {
             c.kill(target);
             tokio::time::sleep(Duration::from_millis(rng.gen_range(200..3000))).await;
             c.restart(target);
             done.push(format!("{round}: kill -9 {target}"));
         }
-        settle(&mut c).await;
+        let back = settle(&mut c).await;
+        let rate = largest_follower_fetch_rate(&mut c).await;
+        eprintln!(
+            "validation round {round}: every replica back in the ISR after {} ms; largest \
+             follower fetch rate {rate:.0}/s",
+            back.as_millis()
+        );
+        assert!(
+            back <= BACK_IN_ISR,
+            "round {round}: replicas took {back:?} to get back into the ISR\n{}",
+            c.log_tails(30)
+        );
+        assert!(
+            rate <= FOLLOWER_FETCHES_PER_SEC,
+            "round {round}: a broker's fetchers sent {rate:.0} fetches/s: a follower spins\n{}",
+            c.log_tails(30)
+        );
+        slowest = slowest.max(back);
+        fastest_fetching = fastest_fetching.max(rate);
     }
     stop.store(true, Ordering::Release);
     let sent = producer.await.unwrap();
@@ -253,9 +323,10 @@ async fn every_acknowledged_record_survives_kills_and_freezes() {
         );
     }
     eprintln!(
-        "validation: {n} rounds ({}), {sent} sent, {acked_total} acked, {} failed, {lost} lost, {duplicated} duplicated",
+        "validation: {n} rounds ({}), {sent} sent, {acked_total} acked, {} failed, {lost} lost, {duplicated} duplicated; slowest return to the ISR {} ms, largest follower fetch rate {fastest_fetching:.0}/s",
         done.join(", "),
-        a.failed
+        a.failed,
+        slowest.as_millis()
     );
     assert!(acked_total > 0, "nothing was acknowledged");
     assert_eq!(lost, 0, "acknowledged records lost");
