@@ -260,6 +260,12 @@ impl Node {
         )));
         self.tasks.push(tokio::spawn(lifecycle.clone().run()));
         let waited = self.wait_running(&lifecycle).await;
+        // `/readyz` answers ready only now, as Kafka's broker state RUNNING: a pod whose
+        // listener is up but that the controller has not yet registered and unfenced is not
+        // ready (a Service must not send it clients, a roll must not move on from it).
+        if waited.is_ok() {
+            broker.metrics.set_ready(true);
+        }
         self.broker = Some((broker, server, lifecycle));
         waited
     }

@@ -378,3 +378,52 @@ async fn dev_runs_three_brokers_and_ctrl_c_stops_them_all() {
         assert!(!listening(a), "a broker still listens on {a}");
     }
 }
+
+/// `GET path` on a loopback port: the status, or None while nothing listens there.
+fn http_status(port: u16, path: &str) -> Option<u16> {
+    std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    Some(common::http_get(port, path).0)
+}
+
+/// A broker's `/readyz` turns ready only once the controller has registered and unfenced it
+/// (Kafka's RUNNING), not when its listener starts: a pod that answers ready before it can
+/// lead or follow anything lets a roll move on and a Service send it clients too early.
+#[tokio::test]
+async fn readyz_answers_ready_only_once_the_broker_is_registered() {
+    let metrics = common::free_port();
+    let mut c = Cluster::start_with(3, &[], |id, _| {
+        if id == 3 {
+            vec![(
+                "evenkeel.metrics.address".into(),
+                format!("127.0.0.1:{metrics}"),
+            )]
+        } else {
+            Vec::new()
+        }
+    });
+    assert_eq!(http_status(metrics, "/readyz"), Some(200), "registered");
+    // Node 3 comes back alone: no quorum, so nobody can register it.
+    for id in 1..=3 {
+        c.kill(id);
+    }
+    c.spawn(3);
+    eventually(Duration::from_secs(30), || async {
+        (http_status(metrics, "/healthz") == Some(200)).then_some(())
+    })
+    .await
+    .expect("node 3 serves /healthz while it waits for the quorum");
+    assert_eq!(
+        http_status(metrics, "/readyz"),
+        Some(503),
+        "listening, but not registered: not ready"
+    );
+    // A second voter makes a quorum; node 3 registers and turns ready.
+    c.spawn(1);
+    eventually(Duration::from_secs(60), || async {
+        (http_status(metrics, "/readyz") == Some(200)).then_some(())
+    })
+    .await
+    .expect("node 3 turns ready once registered");
+    c.wait(1);
+    c.wait(3);
+}

@@ -151,7 +151,6 @@ impl Server {
             }
         }));
         tasks.extend(start_replication(&broker));
-        broker.metrics.set_ready(true);
         Ok(Server {
             addrs,
             metrics_addr,
