@@ -211,6 +211,7 @@ async fn reconcile_inner<C: AdminConnector>(
     };
     st.proxy = proxy_status;
     pass.proxy_waiting = proxy_waiting;
+    pass.unregistered = unregistered(&views, &brokers);
     let requeue = pass.conclude(ctx, kc, &mut st).await;
     patch_status(&clusters, kc, st).await?;
     Ok(Action::requeue(requeue))
@@ -229,6 +230,8 @@ struct Pass {
     /// Why the producer proxy is not ready yet (`proxy_view`); `None` when it is, or when the
     /// spec asks for none.
     proxy_waiting: Option<String>,
+    /// Broker pods the cluster's metadata does not list yet (`unregistered`).
+    unregistered: Vec<i32>,
     requeue: Option<Duration>,
 }
 
@@ -242,6 +245,7 @@ impl Pass {
             moving: None,
             rolling: None,
             proxy_waiting: None,
+            unregistered: Vec::new(),
             requeue: None,
         }
     }
@@ -262,7 +266,9 @@ impl Pass {
             self.requeue_within(Duration::from_secs(15));
         }
         let rolling = self.rolling.take().or(self.moving.take());
-        let brokers_ready = st.ready_brokers == kc.spec.replicas && rolling.is_none();
+        let brokers_ready = st.ready_brokers == kc.spec.replicas
+            && rolling.is_none()
+            && self.unregistered.is_empty();
         let (ready, reason, message) = self.ready_condition(kc, st, brokers_ready, &rolling);
         let (g, now) = (self.generation, self.now.clone());
         set_condition(
@@ -297,6 +303,11 @@ impl Pass {
         if !brokers_ready || self.proxy_waiting.is_some() {
             self.requeue_within(Duration::from_secs(15));
         }
+        if !self.unregistered.is_empty() {
+            // Registration follows a pod's readiness within seconds: look again soon, so the
+            // status does not wait for the next resync.
+            self.requeue_within(Duration::from_secs(2));
+        }
         st.observed_generation = g;
         self.requeue.unwrap_or(ctx.resync)
     }
@@ -313,6 +324,15 @@ impl Pass {
         let brokers = format!("{} of {} brokers ready", st.ready_brokers, kc.spec.replicas);
         if let Some((r, m)) = self.degraded.clone().or(rolling.clone()) {
             return (false, r, m);
+        }
+        let unregistered = &self.unregistered;
+        if st.ready_brokers == kc.spec.replicas && !unregistered.is_empty() {
+            // Pods pass their probe before the controller's answer reaches this view.
+            return (
+                false,
+                "BrokersNotRegistered".into(),
+                format!("{brokers}; brokers {unregistered:?} not yet in the cluster's metadata"),
+            );
         }
         if !brokers_ready {
             return (false, "BrokersNotReady".into(), brokers);
@@ -359,6 +379,23 @@ impl Pass {
             ),
         }
     }
+}
+
+/// The broker pods the cluster's metadata does not list as registered and unfenced (all of
+/// them when the brokers cannot be asked): a pod can pass its probe a moment before the
+/// controller's answer reaches the operator's view.
+fn unregistered<A>(views: &[PodView], brokers: &BrokerView<A>) -> Vec<i32> {
+    let listed = |id: i32| {
+        brokers
+            .state
+            .as_ref()
+            .is_ok_and(|s| s.brokers.contains(&id))
+    };
+    views
+        .iter()
+        .filter(|v| !v.terminating && !listed(v.ordinal))
+        .map(|v| v.ordinal)
+        .collect()
 }
 
 /// Whether the spec asks for producer proxies: `spec.proxy` with at least one replica.

@@ -275,6 +275,43 @@ async fn every_object_is_server_side_applied_and_status_reports_ready() {
 }
 
 #[tokio::test]
+async fn ready_pods_of_brokers_not_yet_registered_keep_the_cluster_not_ready_and_requeue_soon() {
+    let ready: Vec<Value> = (0..3).map(|i| pod_json(i, "rev2", true)).collect();
+    let s = server(3, ready);
+    let k = kafka_with(vec![partition("t", 0, &[0, 1], &[0, 1], 1)]);
+    // Pod 2 passes its probe, but the controller has not registered broker 2 yet.
+    k.cluster.lock().unwrap().brokers = vec![0, 1];
+    let action = reconcile(cluster(3), context(&s, &k))
+        .await
+        .expect("reconciles");
+    let st = status(&s);
+    assert_eq!(st["readyBrokers"], 3);
+    assert_eq!(condition(&st, "Ready")["status"], "False");
+    assert_eq!(condition(&st, "Ready")["reason"], "BrokersNotRegistered");
+    assert!(
+        condition(&st, "Ready")["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("[2]")),
+        "{st}"
+    );
+    assert_eq!(
+        action,
+        Action::requeue(std::time::Duration::from_secs(2)),
+        "looked at again soon, not at the next resync"
+    );
+
+    // Registered: Ready, with every broker's leader count.
+    let s = server(3, (0..3).map(|i| pod_json(i, "rev2", true)).collect());
+    k.cluster.lock().unwrap().brokers = vec![0, 1, 2];
+    reconcile(cluster(3), context(&s, &k))
+        .await
+        .expect("reconciles");
+    let st = status(&s);
+    assert_eq!(condition(&st, "Ready")["status"], "True");
+    assert_eq!(st["brokers"][2]["leaders"], 0);
+}
+
+#[tokio::test]
 async fn a_config_roll_deletes_one_pod_per_reconcile() {
     let stale: Vec<Value> = (0..3).map(|i| pod_json(i, "rev1", true)).collect();
     let s = server(3, stale);
