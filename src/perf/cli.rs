@@ -40,6 +40,10 @@ pub struct ProduceArgs {
     /// Partitions, if the topic has to be created.
     #[arg(long, default_value_t = 6)]
     partitions: i32,
+    /// Replication factor, if the topic has to be created; -1 (the default) takes the
+    /// brokers' `default.replication.factor`, as kafka-topics does without one.
+    #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
+    replication_factor: i32,
     #[arg(long, default_value_t = 1_000_000)]
     num_records: u64,
     #[arg(long, default_value_t = 1024)]
@@ -162,14 +166,20 @@ fn produce(a: ProduceArgs) -> anyhow::Result<()> {
         round_robin: None,
     };
     let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(kafka::ensure_topic(&o.bootstrap, &o.topic, a.partitions))?;
+    rt.block_on(kafka::ensure_topic(
+        &o.bootstrap,
+        &o.topic,
+        a.partitions,
+        a.replication_factor,
+    ))?;
     let report = match a.client.as_str() {
         "evenkeel" => rt.block_on(super::producer::produce(&o, &mut |line| println!("{line}")))?,
         _ => kafka::produce(&o, &mut |line| println!("{line}"))?,
     };
     println!("{report}");
     if report.failed > 0 {
-        anyhow::bail!("{} records failed", report.failed);
+        let why = report.first_error.as_deref().unwrap_or("no reason given");
+        anyhow::bail!("{} records failed; the first: {why}", report.failed);
     }
     Ok(())
 }
@@ -299,7 +309,7 @@ struct WidePhase {
 
 fn wide_fetch(a: WideFetchArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(kafka::ensure_topic(&a.bootstrap, &a.topic, a.partitions))?;
+    rt.block_on(kafka::ensure_topic(&a.bootstrap, &a.topic, a.partitions, 1))?;
     let produce = ProduceOptions {
         bootstrap: a.bootstrap.clone(),
         topic: a.topic.clone(),

@@ -28,6 +28,8 @@ pub enum PerfError {
 struct Deliveries {
     latencies_us: Mutex<Vec<u32>>,
     failed: AtomicU64,
+    /// Why the first record that failed did (the broker's error, as librdkafka names it).
+    first_error: Mutex<Option<String>>,
     bytes: AtomicU64,
     /// librdkafka's per-window p99s (µs) of request round trips to the broker and of the time
     /// records wait in its queues, when `statistics.interval.ms` is set.
@@ -67,8 +69,12 @@ impl ProducerContext for TimingContext {
                     v.push(us);
                 }
             }
-            Err(_) => {
-                self.d.failed.fetch_add(1, Ordering::Relaxed);
+            Err((e, _)) => {
+                if self.d.failed.fetch_add(1, Ordering::Relaxed) == 0 {
+                    if let Ok(mut first) = self.d.first_error.lock() {
+                        *first = Some(e.to_string());
+                    }
+                }
             }
         }
     }
@@ -93,6 +99,8 @@ pub struct ProduceOptions {
 pub struct ProduceReport {
     pub records: u64,
     pub failed: u64,
+    /// Why the first failed record failed.
+    pub first_error: Option<String>,
     pub seconds: f64,
     pub records_per_sec: f64,
     pub mb_per_sec: f64,
@@ -137,6 +145,7 @@ impl ProduceReport {
         ProduceReport {
             records,
             failed,
+            first_error: None,
             seconds,
             records_per_sec: records as f64 / seconds,
             mb_per_sec: records as f64 * record_size as f64 / 1048576.0 / seconds,
@@ -152,9 +161,15 @@ impl ProduceReport {
     }
 }
 
-/// Creates the topic when it does not exist yet (an existing topic is fine).
-pub async fn ensure_topic(bootstrap: &str, topic: &str, partitions: i32) -> Result<(), PerfError> {
-    match create_topic(bootstrap, topic, partitions, 1).await {
+/// Creates the topic when it does not exist yet (an existing topic is fine); a replication
+/// factor of -1 is the brokers' `default.replication.factor` (KIP-464).
+pub async fn ensure_topic(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    replication: i32,
+) -> Result<(), PerfError> {
+    match create_topic(bootstrap, topic, partitions, replication).await {
         Err(TopicError::Exists) => Ok(()),
         Err(TopicError::Other(e)) => Err(e),
         Ok(()) => Ok(()),
@@ -277,6 +292,7 @@ pub fn produce(
         seconds,
         o.record_size,
     );
+    report.first_error = d.first_error.lock().ok().and_then(|e| e.clone());
     report.rtt_p99_ms = median_ms(&d.rtt_p99_us);
     report.queue_p99_ms = median_ms(&d.queue_p99_us);
     Ok(report)
