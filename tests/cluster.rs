@@ -427,3 +427,69 @@ async fn readyz_answers_ready_only_once_the_broker_is_registered() {
     c.wait(1);
     c.wait(3);
 }
+
+/// `evenkeel perf produce` against `bootstrap`, with a short delivery timeout.
+fn perf_produce(bootstrap: &str, topic: &str, extra: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_evenkeel"))
+        .args([
+            "perf",
+            "produce",
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topic,
+        ])
+        .args([
+            "--partitions",
+            "3",
+            "--num-records",
+            "200",
+            "--record-size",
+            "100",
+        ])
+        .args(extra)
+        .args(["--producer-props", "acks=all", "message.timeout.ms=5000"])
+        .output()
+        .expect("run evenkeel perf produce")
+}
+
+/// The kind e2e's producer step: a topic `perf produce` creates takes the cluster's
+/// `default.replication.factor`, so acks=all works under `min.insync.replicas` 2; a topic it is
+/// told to make with one replica fails every record, and the run ends non-zero with the count
+/// and the first record's error in its last line.
+#[tokio::test]
+async fn perf_produce_creates_its_topic_with_the_brokers_default_replication_factor() {
+    let c = Cluster::start(
+        3,
+        &["default.replication.factor=3", "min.insync.replicas=2"],
+    );
+    let out = perf_produce(&c.bootstrap(), "perf-default-rf", &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("200 records sent"), "{stdout}");
+    let t = describe(c.addr(2), "perf-default-rf")
+        .await
+        .expect("the topic");
+    assert!(t.partitions.iter().all(|p| p.replicas.len() == 3), "{t:?}");
+
+    let out = perf_produce(
+        &c.bootstrap(),
+        "perf-rf-one",
+        &["--replication-factor", "1"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "acks=all with one replica under min ISR 2"
+    );
+    let last = stderr.lines().last().unwrap_or_default();
+    // librdkafka retries NOT_ENOUGH_REPLICAS until the delivery timeout, and reports that.
+    assert!(
+        last.contains("200 records failed; the first: ") && last.contains("timed out"),
+        "the last line says what failed and why: {stderr}"
+    );
+}

@@ -143,7 +143,7 @@ async fn leaders(addr: &str) -> Option<HashMap<i32, (i32, usize)>> {
 /// How long after a fault is healed every replica must be back in the ISR: the restarted or
 /// thawed broker registers again (a session timeout when it was fenced), catches up and is
 /// taken back by each leader. A follower that cannot make progress never gets back.
-const BACK_IN_ISR: Duration = Duration::from_secs(20);
+const BACK_IN_ISR: Duration = Duration::from_secs(10);
 
 /// Fetches per second one broker's replica fetchers may send, over a window with the producer
 /// running (each acknowledged batch wakes the followers' long polls). A follower spinning on an
