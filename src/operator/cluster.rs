@@ -91,14 +91,25 @@ pub fn next_roll_step(pods: &[PodView], expected: i32, state: Option<&ClusterSta
         return RollStep::Blocked("cannot reach the brokers to check min.insync.replicas".into());
     };
     // Under-replicated partitions mean a restarted broker has not caught up yet.
-    if let Some(p) = state
+    let mut under = state
         .partitions
         .iter()
-        .find(|p| p.isr.len() < p.replicas.len())
-    {
+        .filter(|p| p.isr.len() < p.replicas.len());
+    if let Some(p) = under.next() {
+        let missing: Vec<i32> = p
+            .replicas
+            .iter()
+            .copied()
+            .filter(|r| !p.isr.contains(r))
+            .collect();
         return RollStep::Wait(format!(
-            "waiting for {}-{} to catch up (ISR {:?} of replicas {:?})",
-            p.topic, p.partition, p.isr, p.replicas
+            "waiting for {}-{} to catch up (ISR {:?} of replicas {:?}: brokers {missing:?} out of \
+             it; {} partition(s) under-replicated)",
+            p.topic,
+            p.partition,
+            p.isr,
+            p.replicas,
+            1 + under.count()
         ));
     }
     stale.sort_by_key(|p| (p.ordinal == state.controller_id, p.ordinal));

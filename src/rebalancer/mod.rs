@@ -302,11 +302,8 @@ impl Rebalancer {
                 r.partition
             ))));
         }
-        let under = layout.under_replicated();
-        if under > 0 {
-            return Ok(Some(Outcome::StoodDown(format!(
-                "{under} partition(s) under-replicated"
-            ))));
+        if let Some(why) = layout.under_replicated_reason(&self.pages) {
+            return Ok(Some(Outcome::StoodDown(why)));
         }
         Ok(None)
     }

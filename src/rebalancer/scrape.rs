@@ -107,6 +107,46 @@ impl Layout {
             .count()
     }
 
+    /// Why the cluster is under-replicated, naming the first such partition, the replicas out
+    /// of its ISR, and those whose own metrics (`pages`, by broker) say their fetches have
+    /// stalled (`evenkeel_replica_fetch_stalled`). `None` when every ISR is full.
+    pub fn under_replicated_reason(&self, pages: &BTreeMap<i32, Page>) -> Option<String> {
+        let count = self.under_replicated();
+        let p = self
+            .partitions
+            .iter()
+            .find(|p| p.isr.len() < p.replicas.len())?;
+        let partition = p.partition.to_string();
+        let labels = [
+            ("topic", p.topic.as_str()),
+            ("partition", partition.as_str()),
+        ];
+        let out: Vec<String> = p
+            .replicas
+            .iter()
+            .filter(|r| !p.isr.contains(r))
+            .map(|r| {
+                let stalled = pages
+                    .get(r)
+                    .and_then(|page| page.value("evenkeel_replica_fetch_stalled", &labels))
+                    .is_some_and(|v| v > 0.0);
+                if stalled {
+                    format!("{r} (its fetches make no progress)")
+                } else {
+                    r.to_string()
+                }
+            })
+            .collect();
+        Some(format!(
+            "{count} partition(s) under-replicated; first {}-{}: ISR {:?} of replicas {:?}, out of it: {}",
+            p.topic,
+            p.partition,
+            p.isr,
+            p.replicas,
+            out.join(", ")
+        ))
+    }
+
     /// Leaders per live broker (zero for a broker that leads nothing).
     pub fn leader_counts(&self) -> BTreeMap<i32, usize> {
         let mut counts: BTreeMap<i32, usize> = self.brokers.keys().map(|b| (*b, 0)).collect();
@@ -420,6 +460,42 @@ weird_label{path=\"a\\\"b\\\\c\",x=\"\"} 1e3 1700000000000\n\
                 })
                 .collect(),
         }
+    }
+
+    #[test]
+    fn the_under_replicated_reason_names_the_partition_and_a_stalled_follower() {
+        let l = layout(vec![
+            (1, vec![1, 2], vec![1, 2]),
+            (1, vec![1, 2], vec![1]),
+            (2, vec![2, 1], vec![2]),
+        ]);
+        assert_eq!(
+            l.under_replicated_reason(&BTreeMap::new()).as_deref(),
+            Some("2 partition(s) under-replicated; first t-1: ISR [1] of replicas [1, 2], out of it: 2")
+        );
+        let stalled = parse(
+            "http://b/metrics",
+            "evenkeel_replica_fetch_stalled{topic=\"t\",partition=\"1\"} 1\n",
+        )
+        .unwrap();
+        let other = parse(
+            "http://b/metrics",
+            "evenkeel_replica_fetch_stalled{topic=\"t\",partition=\"2\"} 1\n",
+        )
+        .unwrap();
+        let reason = |page: &Page| {
+            l.under_replicated_reason(&[(2, page.clone())].into_iter().collect())
+                .unwrap()
+        };
+        assert!(reason(&stalled).ends_with("out of it: 2 (its fetches make no progress)"));
+        assert!(
+            reason(&other).ends_with("out of it: 2"),
+            "another partition's stall"
+        );
+        assert_eq!(
+            layout(vec![(1, vec![1, 2], vec![1, 2])]).under_replicated_reason(&BTreeMap::new()),
+            None
+        );
     }
 
     #[test]
