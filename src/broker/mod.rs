@@ -146,6 +146,7 @@ pub fn open_log_dir(
         config.replication.high_watermark_checkpoint_interval_ms;
     lmc.start_offset_checkpoint_interval_ms = config.log_flush_start_offset_checkpoint_interval_ms;
     lmc.cleaner = config.cleaner.clone();
+    lmc.lock_wait = std::time::Duration::from_millis(config.log_dir_lock_wait_ms);
     let logs = LogManager::open(lmc)?;
     Ok((meta, logs))
 }

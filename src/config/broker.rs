@@ -40,6 +40,10 @@ pub struct BrokerConfig {
     /// Whether `evenkeel.metrics.address` was set; the default port falls back to a free one
     /// when it is taken (several nodes on one machine from Kafka's own server.properties).
     pub metrics_address_set: bool,
+    /// `evenkeel.log.dir.lock.wait.ms` (30000): how long a starting broker waits for another
+    /// process to release `log.dirs` (a force-deleted pod's container still stopping) before
+    /// it gives up.
+    pub log_dir_lock_wait_ms: u64,
     /// `group.initial.rebalance.delay.ms` (3000; `evenkeel dev` uses 0).
     pub group_initial_rebalance_delay_ms: u64,
     pub group_min_session_timeout_ms: i32,
@@ -81,6 +85,7 @@ const KNOWN: &[&str] = &[
     "log.flush.offset.checkpoint.interval.ms",
     "log.flush.start.offset.checkpoint.interval.ms",
     "evenkeel.metrics.address",
+    "evenkeel.log.dir.lock.wait.ms",
     "log.roll.hours",
     "log.retention.hours",
     "log.retention.minutes",
@@ -235,6 +240,7 @@ impl BrokerConfig {
             auto_create_topics_enable: parse(props, "auto.create.topics.enable", true)?,
             num_partitions: parse(props, "num.partitions", 1i32)?,
             default_replication_factor: parse(props, "default.replication.factor", 1i16)?,
+            log_dir_lock_wait_ms: parse(props, "evenkeel.log.dir.lock.wait.ms", 30_000u64)?,
             log_retention_check_interval_ms: parse(
                 props,
                 "log.retention.check.interval.ms",

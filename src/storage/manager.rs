@@ -46,6 +46,9 @@ pub struct LogManagerConfig {
     pub tick_ms: u64,
     /// The log cleaner (`log.cleaner.*`).
     pub cleaner: CleanerConfig,
+    /// How long `open` waits for another process to release the directory's lock (none by
+    /// default: the broker sets `evenkeel.log.dir.lock.wait.ms`).
+    pub lock_wait: std::time::Duration,
 }
 
 impl LogManagerConfig {
@@ -60,6 +63,7 @@ impl LogManagerConfig {
             high_watermark_checkpoint_interval_ms: 5000,
             tick_ms: 200,
             cleaner: CleanerConfig::default(),
+            lock_wait: std::time::Duration::ZERO,
         }
     }
 }
@@ -82,22 +86,38 @@ fn is_partition_dir_name(name: &str) -> bool {
     !(name.ends_with("-delete") || name.ends_with("-future") || name.ends_with("-stray"))
 }
 
+/// Takes the directory's `.lock`, waiting up to `wait` for another process to let it go: on
+/// Kubernetes a force-deleted pod's replacement can start while the old container still runs.
+fn lock_dir(dir: &Path, wait: std::time::Duration) -> Result<File> {
+    let lock_path = dir.join(".lock");
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(StorageError::io(&lock_path))?;
+    let deadline = std::time::Instant::now() + wait;
+    let mut said = false;
+    while lock.try_lock().is_err() {
+        if std::time::Instant::now() >= deadline {
+            return Err(StorageError::DirectoryLocked(dir.to_path_buf()));
+        }
+        if !std::mem::replace(&mut said, true) {
+            tracing::warn!(dir = %dir.display(), wait_ms = wait.as_millis() as u64,
+                "another process holds the log directory's lock; waiting for it");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    Ok(lock)
+}
+
 impl LogManager {
     /// Locks the directory, loads every partition log (recovering after an unclean shutdown)
     /// and removes the clean-shutdown marker so that a crash from now on is detected.
     pub fn open(config: LogManagerConfig) -> Result<Arc<LogManager>> {
         let dir = config.log_dir.clone();
         std::fs::create_dir_all(&dir).map_err(StorageError::io(&dir))?;
-        let lock_path = dir.join(".lock");
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(StorageError::io(&lock_path))?;
-        if lock.try_lock().is_err() {
-            return Err(StorageError::DirectoryLocked(dir));
-        }
+        let lock = lock_dir(&dir, config.lock_wait)?;
         let marker = dir.join(CLEAN_SHUTDOWN_MARKER);
         let had_clean_shutdown = marker.exists();
         let recovery = OffsetCheckpointFile::new(dir.join(RECOVERY_POINT_CHECKPOINT)).read()?;
@@ -567,6 +587,28 @@ mod tests {
         let _a = LogManager::open(config(dir.path())).unwrap();
         let e = LogManager::open(config(dir.path())).err().unwrap();
         assert!(matches!(e, StorageError::DirectoryLocked(_)), "{e}");
+        let mut waiting = config(dir.path());
+        waiting.lock_wait = std::time::Duration::from_millis(300);
+        let e = LogManager::open(waiting).err().unwrap();
+        assert!(matches!(e, StorageError::DirectoryLocked(_)), "{e}");
+    }
+
+    #[test]
+    fn a_manager_waits_for_the_lock_another_holder_lets_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = LogManager::open(config(dir.path())).unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let _ = first.shutdown();
+            drop(first);
+        });
+        let mut waiting = config(dir.path());
+        waiting.lock_wait = std::time::Duration::from_secs(20);
+        let started = std::time::Instant::now();
+        let second = LogManager::open(waiting);
+        release.join().unwrap();
+        assert!(second.is_ok(), "the lock was released: {:?}", second.err());
+        assert!(started.elapsed() >= std::time::Duration::from_millis(250));
     }
 
     #[test]
