@@ -11,13 +11,18 @@ client() {
     local name="$1"
     shift
     k delete pod "$name" --ignore-not-found --wait=true >/dev/null
+    # stderr too: a failed run's last line says why (perf exits non-zero with the first error).
+    local rc=0
     timeout 300 kubectl -n "$NS" run "$name" --image="$E2E_IMAGE" --image-pull-policy=IfNotPresent \
-        --restart=Never --rm -i --quiet -- "$@"
+        --restart=Never --rm -i --quiet -- "$@" 2>&1 || rc=$?
+    [[ $rc -ne 124 ]] || echo "(cut off by the 300 s timeout)"
+    return "$rc"
 }
 
 step "produce ${records} records to ${topic} via ${bootstrap} (acks=all)"
 out="$(client e2e-producer perf produce --bootstrap "$bootstrap" --topic "$topic" --partitions 3 \
-    --num-records "$records" --record-size 200 --producer-props acks=all)" || die "producer failed: ${out}"
+    --num-records "$records" --record-size 200 --producer-props acks=all enable.idempotence=true \
+    message.timeout.ms=120000)" || die "producer failed: ${out}"
 printf '%s\n' "$out" | tail -2 | sed 's/^/    /'
 grep -q "^${records} records sent" <<<"$out" || die "producer did not send ${records} records"
 ok "${records} records sent"
