@@ -1,8 +1,12 @@
 # shellcheck shell=bash
 # Shared by the e2e steps (sourced, not run). Each step can also be run by hand, in order:
 #   scripts/e2e/00-kind-up.sh … scripts/e2e/60-config-roll.sh, scripts/e2e/99-kind-down.sh
+# Two drivers run them: run-all.sh (Docker and kind as found, e.g. in the GitHub workflow) and
+# local (a machine without a registry: builds Docker's and kind's pieces itself).
 # Settings (environment):
 #   KIND_CLUSTER   kind cluster name                      (evenkeel-e2e)
+#   KIND_CONFIG    kind cluster config                     (scripts/e2e/kind.yaml)
+#   KIND_NODE_IMAGE  kind node image                       (kind's default)
 #   E2E_IMAGE      image built and loaded into kind        (evenkeel:e2e)
 #   OPERATOR_NS    namespace of the operator's release     (evenkeel-system)
 #   E2E_NAMESPACE  namespace of the KafkaCluster and topic (kafka)
@@ -16,10 +20,18 @@ OPERATOR_NS="${OPERATOR_NS:-evenkeel-system}"
 NS="${E2E_NAMESPACE:-kafka}"
 E2E_TIMEOUT="${E2E_TIMEOUT:-600}"
 KIND_VERSION="${KIND_VERSION:-v0.30.0}"
+KIND_CONFIG="${KIND_CONFIG:-$ROOT/scripts/e2e/kind.yaml}"
+KIND_NODE_IMAGE="${KIND_NODE_IMAGE:-}"
 # The KafkaCluster and KafkaTopic of examples/, and the chart's release name.
 CLUSTER=my-cluster
 export TOPIC=orders RELEASE=evenkeel
 BROKER_SELECTOR="app.kubernetes.io/name=evenkeel,app.kubernetes.io/component=broker,kafka.evenkeel.dev/cluster=${CLUSTER}"
+
+# The steps, in order: those that make the cluster and load the image, then those that test.
+# shellcheck disable=SC2034 # used by run-all.sh and local
+E2E_CLUSTER_STEPS=(00-kind-up.sh 10-build-image.sh)
+# shellcheck disable=SC2034
+E2E_TEST_STEPS=(20-install.sh 30-cluster.sh 40-produce-consume.sh 50-scale.sh 60-config-roll.sh)
 
 step() { printf '\n==> %s\n' "$*"; }
 info() { printf '    %s\n' "$*"; }
@@ -87,4 +99,21 @@ wait_cluster_ready() {
 # "name|uid|deleting|ready" for each broker pod.
 broker_pods() {
     k get pods -l "$BROKER_SELECTOR" -o jsonpath='{range .items[*]}{.metadata.name}|{.metadata.uid}|{.metadata.deletionTimestamp}|{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}'
+}
+
+# Runs the given step scripts of scripts/e2e in order, with the time each took. At the first that
+# fails: prints diagnostics (dump.sh), names the step and returns 1.
+run_steps() {
+    local dir="$ROOT/scripts/e2e" s t start=$SECONDS
+    for s in "$@"; do
+        t=$SECONDS
+        if ! "$dir/$s"; then
+            echo "e2e: ${s} failed after $((SECONDS - start)) s" >&2
+            "$dir/dump.sh" || true
+            echo "e2e: ${s} failed after $((SECONDS - start)) s" >&2
+            return 1
+        fi
+        echo "    (${s}: $((SECONDS - t)) s)"
+    done
+    echo "e2e: ${#@} steps passed in $((SECONDS - start)) s"
 }
