@@ -9,11 +9,14 @@ while IFS='|' read -r name uid _ _; do
 done < <(broker_pods)
 ((${#before[@]} == want)) || die "expected ${want} broker pods before the roll, found ${#before[@]}"
 
+props() { k get configmap "${CLUSTER}-kafka-config" -o jsonpath='{.data.server\.properties}'; }
+# A value the brokers do not have yet (rolls run several times in a row).
+current="$(props | sed -n 's/^log.retention.hours=//p')"
 value="$((RANDOM % 100 + 100))"
+[[ "$value" != "$current" ]] || value=$((value + 1))
 step "change spec.config: log.retention.hours=${value}"
 old_hash="$(kc_field '{.status.configHash}')"
 k patch kafkacluster "$CLUSTER" --type merge -p "{\"spec\":{\"config\":{\"log.retention.hours\":\"${value}\"}}}"
-props() { k get configmap "${CLUSTER}-kafka-config" -o jsonpath='{.data.server\.properties}'; }
 for _ in $(seq 1 20); do
     grep -qx "log.retention.hours=${value}" <<<"$(props)" && break
     sleep 3

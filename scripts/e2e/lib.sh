@@ -31,7 +31,7 @@ BROKER_SELECTOR="app.kubernetes.io/name=evenkeel,app.kubernetes.io/component=bro
 # shellcheck disable=SC2034 # used by run-all.sh and local
 E2E_CLUSTER_STEPS=(00-kind-up.sh 10-build-image.sh)
 # shellcheck disable=SC2034
-E2E_TEST_STEPS=(20-install.sh 30-cluster.sh 40-produce-consume.sh 50-scale.sh 60-config-roll.sh)
+E2E_TEST_STEPS=(20-install.sh 30-cluster.sh 40-produce-consume.sh 50-scale.sh 60-config-roll.sh 65-rolls-under-load.sh)
 
 step() { printf '\n==> %s\n' "$*"; }
 info() { printf '    %s\n' "$*"; }
