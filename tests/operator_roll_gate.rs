@@ -49,6 +49,7 @@ fn pods(stale: &[i32]) -> Vec<PodView> {
             ready: true,
             stale: stale.contains(&i),
             terminating: false,
+            waiting: None,
         })
         .collect()
 }

@@ -31,6 +31,9 @@ pub struct PodView {
     /// Runs an older revision of the pod template than the StatefulSet's.
     pub stale: bool,
     pub terminating: bool,
+    /// Why a container of the pod is not running, as the kubelet says
+    /// (`ImagePullBackOff: Back-off pulling image …`, `CrashLoopBackOff: …`).
+    pub waiting: Option<String>,
 }
 
 /// What the rolling restart does next.
@@ -85,7 +88,11 @@ pub fn next_roll_step(pods: &[PodView], expected: i32, state: Option<&ClusterSta
         return RollStep::Restart(p.name.clone());
     }
     if let Some(p) = pods.iter().find(|p| !p.ready) {
-        return RollStep::Wait(format!("waiting for pod {} to be ready", p.name));
+        let why = p
+            .waiting
+            .as_ref()
+            .map_or(String::new(), |w| format!(" ({w})"));
+        return RollStep::Wait(format!("waiting for pod {} to be ready{why}", p.name));
     }
     let Some(state) = state else {
         return RollStep::Blocked("cannot reach the brokers to check min.insync.replicas".into());
@@ -1026,6 +1033,20 @@ fn pod_view(pod: &Pod, update_revision: Option<&str>) -> Option<PodView> {
         ready,
         stale,
         terminating: pod.metadata.deletion_timestamp.is_some(),
+        waiting: container_waiting(pod),
+    })
+}
+
+/// The first container's reason for not running (`reason: message`), if one is waiting.
+fn container_waiting(pod: &Pod) -> Option<String> {
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    statuses.iter().find_map(|c| {
+        let w = c.state.as_ref()?.waiting.as_ref()?;
+        let reason = w.reason.clone().unwrap_or_else(|| "Waiting".into());
+        Some(match w.message.as_deref() {
+            Some(m) if !m.is_empty() => format!("{reason}: {m}"),
+            _ => reason,
+        })
     })
 }
 

@@ -285,6 +285,15 @@ async fn run_controllers(
             let cluster = pod.labels().get(crd::CLUSTER_LABEL)?.clone();
             Some(ObjectRef::<KafkaCluster>::new(&cluster).within(&pod.namespace()?))
         })
+        // A topic that comes, goes or changes moves leaders: refresh `status.brokers[*].leaders`
+        // then, not at the next resync.
+        .watches(
+            topics.clone(),
+            watcher::Config::default(),
+            |t: KafkaTopic| {
+                Some(ObjectRef::<KafkaCluster>::new(&t.spec.cluster_ref).within(&t.namespace()?))
+            },
+        )
         .shutdown_on_signal()
         .run(cluster::reconcile, error_policy_cluster, ctx.clone())
         .for_each(|r| async move {

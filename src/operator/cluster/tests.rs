@@ -36,6 +36,7 @@ fn pods(n: i32, stale: &[i32], not_ready: &[i32]) -> Vec<PodView> {
             ready: !not_ready.contains(&i),
             stale: stale.contains(&i),
             terminating: false,
+            waiting: None,
         })
         .collect()
 }
@@ -309,6 +310,35 @@ async fn ready_pods_of_brokers_not_yet_registered_keep_the_cluster_not_ready_and
     let st = status(&s);
     assert_eq!(condition(&st, "Ready")["status"], "True");
     assert_eq!(st["brokers"][2]["leaders"], 0);
+}
+
+#[tokio::test]
+async fn a_new_pod_whose_image_cannot_be_pulled_holds_the_roll_and_says_why() {
+    let mut pods: Vec<Value> = (0..3).map(|i| pod_json(i, "rev1", true)).collect();
+    pods[2] = pod_json(2, "rev2", false);
+    pods[2]["status"]["containerStatuses"] = json!([{
+        "name": "broker", "image": "evenkeel:nope", "imageID": "", "ready": false,
+        "restartCount": 0,
+        "state": {"waiting": {"reason": "ImagePullBackOff",
+                              "message": "Back-off pulling image \"evenkeel:nope\""}},
+    }]);
+    let s = server(3, pods);
+    let k = kafka_with(vec![partition("t", 0, &[0, 1, 2], &[0, 1], 2)]);
+    reconcile(cluster(3), context(&s, &k))
+        .await
+        .expect("reconciles");
+    assert!(
+        s.calls_to(Method::DELETE, "pods/").is_empty(),
+        "the old pods keep serving"
+    );
+    let st = status(&s);
+    let message = condition(&st, "Ready")["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains("main-kafka-2") && message.contains("ImagePullBackOff"),
+        "{st}"
+    );
 }
 
 #[tokio::test]
