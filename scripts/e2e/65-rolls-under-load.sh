@@ -6,8 +6,9 @@
 source "$(dirname "$0")/lib.sh"
 rolls="${E2E_ROLLS:-5}"
 rate="${E2E_ROLL_RATE:-500}"
-# Enough records to outlast the rolls (about 90 s each here); the producer finishes afterwards.
-records=$((rate * 90 * rolls))
+# Enough records to outlast the rolls (about 35 s each on kind here, 45 s allowed); the producer
+# finishes afterwards.
+records=$((rate * 45 * rolls))
 topic="e2e-rolls-$(date +%s)"
 bootstrap="${E2E_BOOTSTRAP:-${CLUSTER}-kafka-bootstrap.${NS}.svc:9092}"
 pod=e2e-roll-producer
