@@ -41,22 +41,50 @@ pub struct NodePorts {
     pub metrics: u16,
 }
 
-/// A loopback port free a moment ago.
-fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+/// The first port of the kernel's ephemeral range (where outgoing connections get theirs).
+fn ephemeral_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768)
+}
+
+/// A loopback port free a moment ago, not handed out before in this process. Taken from just
+/// below the ephemeral range (30000 up to it; the test suite's ports are 10000..30000) when
+/// there is room: a port the kernel picked (a bind to port 0) can go to another process's
+/// outgoing connection between this pick and the node's bind, and the node then cannot listen
+/// (seen in CI right after a Kafka cluster stopped).
+fn free_port(taken: &mut std::collections::HashSet<u16>) -> std::io::Result<u16> {
+    use rand::Rng;
+    const FLOOR: u16 = 30_000;
+    let top = ephemeral_start();
+    if top > FLOOR + 500 {
+        let mut rng = rand::thread_rng();
+        for _ in 0..200 {
+            let p = rng.gen_range(FLOOR..top);
+            if !taken.contains(&p) && std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() {
+                taken.insert(p);
+                return Ok(p);
+            }
+        }
+    }
+    let p = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
-        .port())
+        .port();
+    taken.insert(p);
+    Ok(p)
 }
 
 /// Ports by node: from `port` upwards (controllers 10000 above, metrics from 9404), or all
-/// ephemeral when `port` is 0.
+/// free ones when `port` is 0.
 pub fn plan_ports(nodes: usize, port: u16) -> std::io::Result<Vec<NodePorts>> {
+    let mut taken = std::collections::HashSet::new();
     (0..nodes)
         .map(|i| {
             if port == 0 {
                 Ok(NodePorts {
-                    client: free_port()?,
-                    controller: free_port()?,
+                    client: free_port(&mut taken)?,
+                    controller: free_port(&mut taken)?,
                     metrics: 0,
                 })
             } else {
@@ -317,6 +345,21 @@ mod tests {
             port: 9092,
             data: PathBuf::from("/tmp/ek"),
             overrides: vec![("num.partitions".into(), "3".into())],
+        }
+    }
+
+    #[test]
+    fn free_ports_are_distinct_and_below_the_ephemeral_range() {
+        let ports = plan_ports(5, 0).unwrap();
+        let all: Vec<u16> = ports
+            .iter()
+            .flat_map(|p| [p.client, p.controller])
+            .collect();
+        let distinct: std::collections::HashSet<u16> = all.iter().copied().collect();
+        assert_eq!(distinct.len(), all.len(), "{all:?}");
+        let top = ephemeral_start();
+        if top > 30_500 {
+            assert!(all.iter().all(|p| (30_000..top).contains(p)), "{all:?}");
         }
     }
 
