@@ -399,19 +399,17 @@ impl Pass {
     }
 }
 
-/// The broker pods the cluster's metadata does not list as registered and unfenced (all of
-/// them when the brokers cannot be asked): a pod can pass its probe a moment before the
-/// controller's answer reaches the operator's view.
+/// The broker pods the cluster's metadata does not list as registered and unfenced: a pod can
+/// pass its probe a moment before the controller's answer reaches the operator's view. When
+/// the brokers cannot be asked, none (readiness then rests on the pods' probes, which turn
+/// ready only once each broker is registered).
 fn unregistered<A>(views: &[PodView], brokers: &BrokerView<A>) -> Vec<i32> {
-    let listed = |id: i32| {
-        brokers
-            .state
-            .as_ref()
-            .is_ok_and(|s| s.brokers.contains(&id))
+    let Ok(state) = brokers.state.as_ref() else {
+        return Vec::new();
     };
     views
         .iter()
-        .filter(|v| !v.terminating && !listed(v.ordinal))
+        .filter(|v| !v.terminating && !state.brokers.contains(&v.ordinal))
         .map(|v| v.ordinal)
         .collect()
 }
