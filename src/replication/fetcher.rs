@@ -50,10 +50,10 @@ enum Progress {
 }
 
 impl Progress {
+    /// Why a stalled partition (one that did not move) makes no progress.
     fn reason(self) -> &'static str {
         match self {
-            Progress::Moved => "moved",
-            Progress::UpToDate => {
+            Progress::Moved | Progress::UpToDate => {
                 "the leader has nothing newer, yet has not taken this replica back into the ISR"
             }
             Progress::Stuck => {
@@ -362,28 +362,26 @@ fn handle_partition(broker: &Broker, a: &Asked, p: PartitionData) -> Result<Prog
         p.log_start_offset,
     )
     .map_err(|e| e.to_string())?;
-    Ok(if moved(rm, a) {
-        Progress::Moved
-    } else {
+    // Batches from the leader always move the log end (or the partition left this fetcher).
+    Ok(if records.is_empty() {
         Progress::UpToDate
+    } else {
+        Progress::Moved
     })
 }
 
 /// After a truncation or a reset the leader asked for: stuck when the next fetch would ask
-/// exactly what this one asked.
+/// exactly what this one asked (a partition no longer followed counts as moved: there is
+/// nothing to wait for).
 fn after_correction(rm: &ReplicaManager, a: &Asked) -> Progress {
-    if moved(rm, a) {
-        Progress::Moved
-    } else {
+    let same = rm
+        .fetch_position(&a.tp)
+        .is_some_and(|pos| pos == (a.fetch_offset, a.last_fetched_epoch, a.log_start_offset));
+    if same {
         Progress::Stuck
+    } else {
+        Progress::Moved
     }
-}
-
-/// Whether the partition's fetch position changed since it was asked (a partition no longer
-/// followed counts as moved: there is nothing to wait for).
-fn moved(rm: &ReplicaManager, a: &Asked) -> bool {
-    rm.fetch_position(&a.tp)
-        .is_none_or(|pos| pos != (a.fetch_offset, a.last_fetched_epoch, a.log_start_offset))
 }
 
 /// Reports a followed partition that stays out of the ISR while its fetches move nothing and
@@ -397,9 +395,11 @@ fn watch_stall(
     progress: Progress,
     leader_hw: i64,
 ) {
+    let moved = progress == Progress::Moved;
     let seen = Observation {
-        moved: progress == Progress::Moved,
-        in_isr: broker.replicas.in_isr(&a.tp),
+        moved,
+        // Only a partition that did not move needs the ISR looked up.
+        in_isr: !moved && broker.replicas.in_isr(&a.tp),
         leader_has_nothing_newer: leader_hw <= a.fetch_offset,
     };
     let lag = Duration::from_millis(cfg.lag_time_max_ms.max(0) as u64);
@@ -413,18 +413,18 @@ fn watch_stall(
         };
         p.stall.observe(seen, Instant::now(), lag)
     };
+    let Some(event) = event else { return };
     let partition = a.tp.partition.to_string();
     let labels = [a.tp.topic.as_str(), partition.as_str()];
     match event {
-        None => {}
-        Some(StallEvent::Ended) => {
+        StallEvent::Ended => {
             let _ = broker
                 .metrics
                 .replica_fetch_stalled
                 .remove_label_values(&labels);
             tracing::info!(partition = %a.tp, "the followed partition makes progress again");
         }
-        Some(StallEvent::Began(since)) => {
+        StallEvent::Began(since) => {
             broker
                 .metrics
                 .replica_fetch_stalled
