@@ -156,7 +156,13 @@ pub fn run(args: RebalancerArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let mut rebalancer = Rebalancer::connect(config).await?;
+        // Beside a broker that is still starting, a sidecar waits for it (its rounds fail until
+        // the broker answers); a one-off round needs a broker now.
+        let mut rebalancer = if args.once {
+            Rebalancer::connect(config).await?
+        } else {
+            Rebalancer::new(config)?
+        };
         if let Some(name) = &args.kafka_cluster {
             let reporter = super::report::KubeReporter::connect(name, &args.namespace)
                 .await

@@ -137,7 +137,19 @@ pub struct Rebalancer {
 impl Rebalancer {
     pub async fn connect(config: RebalancerConfig) -> Result<Rebalancer, RebalancerError> {
         let admin = AdminClient::connect(&config.bootstrap, Duration::from_secs(15)).await?;
-        Ok(Rebalancer {
+        Ok(Self::with_admin(config, admin))
+    }
+
+    /// A rebalancer that reaches its brokers on its first round, so it can start before they
+    /// answer (a sidecar starts beside its broker): until then each round fails and is retried
+    /// the next interval. Only an empty bootstrap list is refused.
+    pub fn new(config: RebalancerConfig) -> Result<Rebalancer, RebalancerError> {
+        let admin = AdminClient::new(&config.bootstrap, Duration::from_secs(15))?;
+        Ok(Self::with_admin(config, admin))
+    }
+
+    fn with_admin(config: RebalancerConfig, admin: AdminClient) -> Rebalancer {
+        Rebalancer {
             config,
             admin,
             metrics: Arc::new(RebalancerMetrics::new()),
@@ -146,7 +158,7 @@ impl Rebalancer {
             muted_until: None,
             reporter: None,
             last_planned: None,
-        })
+        }
     }
 
     /// Reports each action to a KafkaCluster (an Event and `status.rebalance`).
