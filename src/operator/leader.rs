@@ -69,6 +69,27 @@ impl LeaseLock {
         }
     }
 
+    /// Gives the Lease up if this replica holds it (client-go's ReleaseOnCancel): no holder and
+    /// a 1 s duration, so a standby takes over at its next try instead of waiting for the Lease
+    /// to expire. Returns whether there was anything to give up.
+    pub async fn release(&self) -> Result<bool, kube::Error> {
+        let Some(mut lease) = self.api.get_opt(&self.name).await? else {
+            return Ok(false);
+        };
+        let mut spec = lease.spec.clone().unwrap_or_default();
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return Ok(false);
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(MicroTime(Timestamp::now()));
+        lease.spec = Some(spec);
+        self.api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await?;
+        Ok(true)
+    }
+
     /// One round: create the Lease, renew ours, or take over an expired one. Uses the
     /// resourceVersion for optimistic concurrency, so two replicas cannot both win.
     pub async fn try_acquire(&self) -> Result<Attempt, kube::Error> {
@@ -173,6 +194,27 @@ mod tests {
             put[0].body["metadata"]["resourceVersion"], "41",
             "optimistic concurrency"
         );
+    }
+
+    #[tokio::test]
+    async fn a_released_lease_is_taken_at_once_and_only_its_holder_releases_it() {
+        let s = FakeApiServer::default();
+        s.put(LEASE, lease("pod-a", Timestamp::now()));
+        let b = LeaseLock::new(s.client(), "ops", "evenkeel-operator", "pod-b");
+        assert!(!b.release().await.unwrap(), "pod-b does not hold it");
+        assert!(s.calls_to(Method::PUT, "/leases").is_empty());
+        let a = LeaseLock::new(s.client(), "ops", "evenkeel-operator", "pod-a");
+        assert!(a.release().await.unwrap());
+        let put = s.calls_to(Method::PUT, "/leases/evenkeel-operator");
+        assert_eq!(put.len(), 1);
+        assert!(
+            put[0].body["spec"].get("holderIdentity").is_none(),
+            "{}",
+            put[0].body
+        );
+        assert_eq!(put[0].body["metadata"]["resourceVersion"], "41");
+        s.put(LEASE, put[0].body.clone());
+        assert_eq!(b.try_acquire().await.unwrap(), Attempt::Leading);
     }
 
     #[tokio::test]
