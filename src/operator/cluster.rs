@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, Pod, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
@@ -1035,17 +1035,26 @@ fn pod_view(pod: &Pod, update_revision: Option<&str>) -> Option<PodView> {
     })
 }
 
-/// The first container's reason for not running (`reason: message`), if one is waiting.
+/// Why the pod is not running yet (`reason: message`), if a container waits: an init
+/// container's reason first (as `Init:<reason>`, the way kubectl shows it), since the main
+/// containers only say `PodInitializing` while one holds them.
 fn container_waiting(pod: &Pod) -> Option<String> {
-    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
-    statuses.iter().find_map(|c| {
-        let w = c.state.as_ref()?.waiting.as_ref()?;
-        let reason = w.reason.clone().unwrap_or_else(|| "Waiting".into());
-        Some(match w.message.as_deref() {
-            Some(m) if !m.is_empty() => format!("{reason}: {m}"),
-            _ => reason,
+    let status = pod.status.as_ref()?;
+    let waiting = |prefix: &'static str, statuses: Option<&Vec<ContainerStatus>>| {
+        statuses.into_iter().flatten().find_map(move |c| {
+            let w = c.state.as_ref()?.waiting.as_ref()?;
+            let reason = w.reason.clone().unwrap_or_else(|| "Waiting".into());
+            if reason == "PodInitializing" && !prefix.is_empty() {
+                return None;
+            }
+            Some(match w.message.as_deref() {
+                Some(m) if !m.is_empty() => format!("{prefix}{reason}: {m}"),
+                _ => format!("{prefix}{reason}"),
+            })
         })
-    })
+    };
+    waiting("Init:", status.init_container_statuses.as_ref())
+        .or_else(|| waiting("", status.container_statuses.as_ref()))
 }
 
 /// Writes the status the pass computed, when it differs from the one read. `status.rebalance`

@@ -313,6 +313,35 @@ async fn ready_pods_of_brokers_not_yet_registered_keep_the_cluster_not_ready_and
 }
 
 #[tokio::test]
+async fn an_init_container_that_cannot_pull_its_image_is_named_in_the_roll() {
+    let mut pods: Vec<Value> = (0..3).map(|i| pod_json(i, "rev1", true)).collect();
+    pods[2] = pod_json(2, "rev2", false);
+    pods[2]["status"]["initContainerStatuses"] = json!([{
+        "name": "format", "image": "evenkeel:nope", "imageID": "", "ready": false,
+        "restartCount": 0,
+        "state": {"waiting": {"reason": "ImagePullBackOff",
+                              "message": "Back-off pulling image \"evenkeel:nope\""}},
+    }]);
+    pods[2]["status"]["containerStatuses"] = json!([{
+        "name": "broker", "image": "evenkeel:nope", "imageID": "", "ready": false,
+        "restartCount": 0, "state": {"waiting": {"reason": "PodInitializing"}},
+    }]);
+    let s = server(3, pods);
+    let k = kafka_with(vec![partition("t", 0, &[0, 1, 2], &[0, 1], 2)]);
+    reconcile(cluster(3), context(&s, &k))
+        .await
+        .expect("reconciles");
+    let st = status(&s);
+    let message = condition(&st, "Ready")["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains("Init:ImagePullBackOff: Back-off pulling image"),
+        "{st}"
+    );
+}
+
+#[tokio::test]
 async fn a_new_pod_whose_image_cannot_be_pulled_holds_the_roll_and_says_why() {
     let mut pods: Vec<Value> = (0..3).map(|i| pod_json(i, "rev1", true)).collect();
     pods[2] = pod_json(2, "rev2", false);
