@@ -217,7 +217,7 @@ impl Lifecycle {
                     self.reg.registration_timeout.as_millis()
                 ));
             }
-            tracing::info!(node = self.reg.node_id, reason = %last, "registration refused; retrying");
+            tracing::warn!(node = self.reg.node_id, reason = %last, "registration refused; retrying");
             tokio::time::sleep(self.reg.heartbeat_interval).await;
         }
     }
@@ -237,6 +237,7 @@ impl Lifecycle {
             tracing::info!(
                 node = self.reg.node_id,
                 epoch,
+                rack = %self.reg.rack.as_deref().unwrap_or("none"),
                 "registered with the controller"
             );
             loop {

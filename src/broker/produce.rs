@@ -318,14 +318,22 @@ pub fn init_producer_id(
             Err(code) => {
                 tracing::warn!(
                     error = errors::error_name(code),
+                    broker_epoch = broker.lifecycle().map_or(-1, |l| l.epoch()),
                     "cannot allocate producer ids"
                 );
-                resp.with_error_code(if code == errors::REQUEST_TIMED_OUT {
-                    errors::COORDINATOR_NOT_AVAILABLE
-                } else {
-                    code
-                })
+                resp.with_error_code(init_producer_id_error(code))
             }
         }
     }))
+}
+
+/// What a client is told when no producer id could be had from the controller: retriable
+/// codes, as Kafka's producer id manager answers while it waits for a block (a broker that is
+/// still registering, or re-registering after a restart, has a stale epoch for a while).
+fn init_producer_id_error(code: i16) -> i16 {
+    match code {
+        errors::REQUEST_TIMED_OUT => errors::COORDINATOR_NOT_AVAILABLE,
+        errors::STALE_BROKER_EPOCH => errors::COORDINATOR_LOAD_IN_PROGRESS,
+        other => other,
+    }
 }
