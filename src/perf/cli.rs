@@ -123,6 +123,10 @@ pub struct SkewArgs {
     /// The rebalancer's interval.
     #[arg(long, default_value = "10s", value_parser = crate::rebalancer::cli::parse_duration)]
     interval: Duration,
+    /// A rebalancer already runs beside the brokers (the KafkaCluster's sidecar): wait for it
+    /// to even leadership out (up to 600 s) instead of starting one here.
+    #[arg(long)]
+    external_rebalancer: bool,
 }
 
 /// `evenkeel perf storage` options.
@@ -215,6 +219,7 @@ fn skew(a: SkewArgs) -> anyhow::Result<()> {
         seconds: a.seconds,
         record_size: a.record_size,
         interval: a.interval,
+        external_rebalancer: a.external_rebalancer,
     };
     let report = super::skew::run(&o, &mut |m| eprintln!("{m}"))?;
     print!("{}", super::skew::render(&report));

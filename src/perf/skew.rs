@@ -29,6 +29,9 @@ pub struct SkewOptions {
     pub record_size: usize,
     /// The rebalancer's interval.
     pub interval: Duration,
+    /// A rebalancer already runs beside the brokers (the sidecar on Kubernetes): wait for it to
+    /// even leadership out instead of starting one here.
+    pub external_rebalancer: bool,
 }
 
 /// One broker during one phase.
@@ -47,7 +50,8 @@ pub struct Phase {
 
 #[derive(Debug, Clone)]
 pub struct SkewReport {
-    pub skewed: Phase,
+    /// Not measured with an external rebalancer, which may act before a phase could end.
+    pub skewed: Option<Phase>,
     pub balanced: Phase,
     /// From the rebalancer's start to every broker within the band.
     pub seconds_to_balance: f64,
@@ -105,21 +109,26 @@ pub fn run(o: &SkewOptions, progress: &mut dyn FnMut(String)) -> Result<SkewRepo
     ));
     rt.block_on(admin.create_topic_with_assignment(&o.topic, &assignment, &BTreeMap::new()))
         .map_err(setup)?;
-    rt.block_on(wait_for_leaders(&admin, &o.topic, &assignment))?;
-    progress("warming up (3 s of the producer alone) ...".into());
-    kafka::produce(&producer(o, 3), &mut |_| {})?;
-    progress("phase 1: skewed leadership under wide fetches and produce load ...".into());
-    let skewed = phase(&rt, &admin, o)?;
-    progress("starting the rebalancer ...".into());
+    // A rebalancer that already runs may move leaders as soon as the topic exists.
+    let exact = !o.external_rebalancer;
+    rt.block_on(wait_for_leaders(&admin, &o.topic, &assignment, exact))?;
+    let skewed = if o.external_rebalancer {
+        None
+    } else {
+        progress("warming up (3 s of the producer alone) ...".into());
+        kafka::produce(&producer(o, 3), &mut |_| {})?;
+        progress("phase 1: skewed leadership under wide fetches and produce load ...".into());
+        Some(phase(&rt, &admin, o)?)
+    };
     let before = rt.block_on(leaders(&admin))?;
     let started = Instant::now();
-    let mut config = RebalancerConfig::new(&o.bootstrap);
-    config.metrics = MetricsSource::Urls(o.metrics.clone());
-    config.interval = o.interval;
-    let handle = rt.block_on(async {
-        let r = Rebalancer::connect(config).await.map_err(setup)?;
-        r.spawn("127.0.0.1:0").await.map_err(setup)
-    })?;
+    let handle = if o.external_rebalancer {
+        progress("waiting for the brokers' own rebalancer ...".into());
+        None
+    } else {
+        progress("starting the rebalancer ...".into());
+        Some(rt.block_on(start_rebalancer(o))?)
+    };
     let total: usize = before.values().filter(|l| **l >= 0).count();
     let band = plan::band(total, brokers.len(), 1.1);
     let after = rt.block_on(wait_for_band(&admin, &brokers, band))?;
@@ -141,10 +150,23 @@ pub fn run(o: &SkewOptions, progress: &mut dyn FnMut(String)) -> Result<SkewRepo
     })
 }
 
+async fn start_rebalancer(
+    o: &SkewOptions,
+) -> Result<crate::rebalancer::RebalancerHandle, PerfError> {
+    let mut config = RebalancerConfig::new(&o.bootstrap);
+    config.metrics = MetricsSource::Urls(o.metrics.clone());
+    config.interval = o.interval;
+    let r = Rebalancer::connect(config).await.map_err(setup)?;
+    r.spawn("127.0.0.1:0").await.map_err(setup)
+}
+
+/// Waits until every partition of `topic` has its full ISR and a leader: the preferred one
+/// (first of its replicas) when `exact`, any otherwise.
 async fn wait_for_leaders(
     admin: &AdminClient,
     topic: &str,
     assignment: &[Vec<i32>],
+    exact: bool,
 ) -> Result<(), PerfError> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -156,7 +178,12 @@ async fn wait_for_leaders(
             t.partitions.len() == assignment.len()
                 && t.partitions.iter().all(|p| {
                     let want = &assignment[p.partition as usize];
-                    p.leader == want[0] && p.isr.len() == want.len()
+                    let leader_ok = if exact {
+                        p.leader == want[0]
+                    } else {
+                        p.leader >= 0
+                    };
+                    leader_ok && p.isr.len() == want.len()
                 })
         });
         if ready {
@@ -287,7 +314,11 @@ pub fn render(r: &SkewReport) -> String {
     let mut out = String::new();
     let f =
         |v: Option<f64>, scale: f64| v.map_or("n/a".to_string(), |v| format!("{:.2}", v * scale));
-    for (name, p) in [("skewed", &r.skewed), ("balanced", &r.balanced)] {
+    if r.skewed.is_none() {
+        out.push_str("skewed: not measured (the brokers' own rebalancer acts from the start)\n");
+    }
+    let phases = r.skewed.iter().map(|p| ("skewed", p));
+    for (name, p) in phases.chain([("balanced", &r.balanced)]) {
         out.push_str(&format!(
             "{name}: produce (acks=all) p99 {:.0} ms, p99.9 {:.0} ms, avg {:.1} ms, {:.0} records/s, {} failed\n",
             p.produce.p99_ms, p.produce.p999_ms, p.produce.avg_ms, p.produce.records_per_sec, p.produce.failed
