@@ -1,12 +1,24 @@
 #!/usr/bin/env bash
-# Applies examples/kafkacluster.yaml and examples/kafkatopic.yaml and waits for them.
+# Applies examples/kafkacluster.yaml, with what the e2e adds (E2E_CLUSTER_PATCH: brokers spread over
+# the nodes' zones, the leadership rebalancer, the producer proxy), and examples/kafkatopic.yaml,
+# and waits for them. Checks one broker per node and zone, each with its zone as broker.rack.
 source "$(dirname "$0")/lib.sh"
 step "namespace ${NS}"
+# A namespace still going (from an earlier run) takes nothing new: wait for it to go.
+if [[ "$(kubectl get namespace "$NS" -o jsonpath='{.status.phase}' 2>/dev/null)" == Terminating ]]; then
+    info "namespace ${NS} is being deleted; waiting"
+    kubectl wait --for=delete "namespace/${NS}" --timeout="${E2E_TIMEOUT}s" >/dev/null
+fi
 kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 ok "ready"
 
-step "KafkaCluster ${CLUSTER} (examples/kafkacluster.yaml, 3 brokers)"
-k apply -f "$ROOT/examples/kafkacluster.yaml"
+# The rebalancer acts within seconds in the e2e (55-rebalancer.sh waits for it).
+patch='{"spec":{"rack":{"topologyKey":"topology.kubernetes.io/zone"},
+  "rebalancer":{"enabled":true,"intervalSeconds":10,"muteSeconds":20},"proxy":{"replicas":1}}}'
+patch="${E2E_CLUSTER_PATCH:-$patch}"
+step "KafkaCluster ${CLUSTER} (examples/kafkacluster.yaml, 3 brokers, and ${patch//[[:space:]]/})"
+kubectl patch --local -f "$ROOT/examples/kafkacluster.yaml" --type merge -p "$patch" -o yaml |
+    k apply -f -
 wait_cluster_ready 3
 for obj in "statefulset/${CLUSTER}-kafka" "configmap/${CLUSTER}-kafka-config" \
     "service/${CLUSTER}-kafka-brokers" "service/${CLUSTER}-kafka-bootstrap" \
@@ -17,6 +29,19 @@ ok "StatefulSet, ConfigMap, headless and bootstrap Services, PodDisruptionBudget
 [[ "$(k get statefulset "${CLUSTER}-kafka" -o jsonpath='{.spec.updateStrategy.type}')" == OnDelete ]] \
     || die "the StatefulSet's updateStrategy is not OnDelete"
 k get kafkacluster "$CLUSTER" -o wide
+
+step "one broker per node, each with its node's zone as broker.rack"
+declare -A zones=()
+for pod in $(broker_pod_names); do
+    node="$(k get pod "$pod" -o jsonpath='{.spec.nodeName}')"
+    zone="$(kubectl get node "$node" -o jsonpath='{.metadata.labels.topology\.kubernetes\.io/zone}')"
+    rack="$(k logs "$pod" -c broker | sed -n 's/.*registered with the controller.* rack=\([^ ]*\).*/\1/p' | tail -1)"
+    info "${pod}: node ${node}, zone ${zone:-none}, broker.rack ${rack:-not logged}"
+    [[ -n "$zone" && "$rack" == "$zone" ]] || die "${pod} registered with rack '${rack}', its node's zone is '${zone}'"
+    zones[$zone]=1
+done
+((${#zones[@]} == 3)) || die "the 3 brokers are in ${#zones[@]} zones: ${!zones[*]}"
+ok "3 brokers in 3 zones: ${!zones[*]}"
 
 step "KafkaTopic ${TOPIC} (examples/kafkatopic.yaml: 6 partitions, replicas 3)"
 k apply -f "$ROOT/examples/kafkatopic.yaml"
@@ -36,7 +61,7 @@ ok "Ready: ${msg}"
 leaders="$(kc_field '{range .status.brokers[*]}{.leaders} {end}')"
 total=0; for n in $leaders; do total=$((total + n)); done
 (( total >= 6 )) || die "status.brokers[*].leaders is '${leaders}': the brokers do not share one image of the 6 partitions"
-ok "one cluster: leaders per broker ${leaders}"
+ok "one cluster: leaders per broker ${leaders} (replication factor 3 over 3 brokers: every partition in all 3 zones)"
 grep -q 'kafka.evenkeel.dev/topic' <<<"$(k get kafkatopic "$TOPIC" -o jsonpath='{.metadata.finalizers}')" \
     || die "KafkaTopic ${TOPIC} has no finalizer kafka.evenkeel.dev/topic"
 ok "finalizer kafka.evenkeel.dev/topic in place"

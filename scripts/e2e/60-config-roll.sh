@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Changes spec.config and watches the safe rolling restart: every broker pod is replaced (new UID),
 # and at no sample is more than one broker missing or not ready. Samples every second.
+# E2E_OPERATOR_FAILOVER=1: once the first broker is replaced, the operator pod holding the Lease
+# is deleted; another replica (the standby, or the one the Deployment starts) must take the
+# Lease and finish the roll.
 source "$(dirname "$0")/lib.sh"
 want="$(kc_field '{.spec.replicas}')"
 declare -A before=()
@@ -26,6 +29,8 @@ grep -qx "log.retention.hours=${value}" <<<"$(props)" \
 ok "ConfigMap updated"
 
 step "watch the roll (at most one broker down at a time)"
+failover="${E2E_OPERATOR_FAILOVER:-0}" deleted_holder=""
+lease_holder() { kubectl -n "$OPERATOR_NS" get lease evenkeel-operator -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true; }
 deadline=$((SECONDS + E2E_TIMEOUT))
 worst=0 order=() last_line=""
 declare -A replaced=()
@@ -41,6 +46,13 @@ while ((SECONDS < deadline)); do
             info "[$(date +%T)] ${name} replaced (${#replaced[@]}/${want})"
         fi
     done <<<"$sample"
+    if [[ "$failover" == 1 && -z "$deleted_holder" ]] && ((${#replaced[@]} >= 1 && ${#replaced[@]} < want)); then
+        deleted_holder="$(lease_holder)"
+        [[ -n "$deleted_holder" ]] || die "no operator holds the Lease mid-roll"
+        kubectl -n "$OPERATOR_NS" delete pod "$deleted_holder" --wait=false >/dev/null ||
+            die "could not delete the operator pod ${deleted_holder}"
+        info "[$(date +%T)] deleted the operator pod holding the Lease: ${deleted_holder}"
+    fi
     down=$((want - ready))
     ((down > worst)) && worst=$down
     ((down > 1)) && die "${down} brokers not ready at once during the roll: $(tr '\n' ' ' <<<"$sample")"
@@ -55,6 +67,12 @@ done
 ((${#replaced[@]} == want)) || die "only ${#replaced[@]} of ${want} brokers were restarted in ${E2E_TIMEOUT}s"
 ok "every broker restarted, in order: ${order[*]}; at most ${worst} not ready at once"
 wait_cluster_ready "$want"
+if [[ -n "$deleted_holder" ]]; then
+    holder="$(lease_holder)"
+    [[ -n "$holder" && "$holder" != "$deleted_holder" ]] ||
+        die "the Lease is held by '${holder}' after ${deleted_holder} was deleted"
+    ok "the Lease moved from ${deleted_holder} to ${holder}, which finished the roll"
+fi
 new_hash="$(kc_field '{.status.configHash}')"
 [[ "$new_hash" != "$old_hash" ]] || die "status.configHash did not change (${old_hash})"
 ok "configHash ${old_hash} -> ${new_hash}"

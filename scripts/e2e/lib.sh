@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Shared by the e2e steps (sourced, not run). Each step can also be run by hand, in order:
-#   scripts/e2e/00-kind-up.sh … scripts/e2e/60-config-roll.sh, scripts/e2e/99-kind-down.sh
+#   scripts/e2e/00-kind-up.sh … scripts/e2e/70-bad-input.sh, scripts/e2e/99-kind-down.sh
 # Two drivers run them: run-all.sh (Docker and kind as found, e.g. in the GitHub workflow) and
 # local (a machine without a registry: builds Docker's and kind's pieces itself).
 # Settings (environment):
@@ -25,13 +25,15 @@ KIND_NODE_IMAGE="${KIND_NODE_IMAGE:-}"
 # The KafkaCluster and KafkaTopic of examples/, and the chart's release name.
 CLUSTER=my-cluster
 export TOPIC=orders RELEASE=evenkeel
+BOOTSTRAP="${E2E_BOOTSTRAP:-${CLUSTER}-kafka-bootstrap.${NS}.svc:9092}"
 BROKER_SELECTOR="app.kubernetes.io/name=evenkeel,app.kubernetes.io/component=broker,kafka.evenkeel.dev/cluster=${CLUSTER}"
 
 # The steps, in order: those that make the cluster and load the image, then those that test.
 # shellcheck disable=SC2034 # used by run-all.sh and local
 E2E_CLUSTER_STEPS=(00-kind-up.sh 10-build-image.sh)
 # shellcheck disable=SC2034
-E2E_TEST_STEPS=(20-install.sh 30-cluster.sh 40-produce-consume.sh 50-scale.sh 60-config-roll.sh 65-rolls-under-load.sh)
+E2E_TEST_STEPS=(20-install.sh 30-cluster.sh 40-produce-consume.sh 45-faults.sh 50-scale.sh 55-rebalancer.sh
+    65-rolls-under-load.sh 70-bad-input.sh)
 
 step() { printf '\n==> %s\n' "$*"; }
 info() { printf '    %s\n' "$*"; }
@@ -99,6 +101,107 @@ wait_cluster_ready() {
 # "name|uid|deleting|ready" for each broker pod.
 broker_pods() {
     k get pods -l "$BROKER_SELECTOR" -o jsonpath='{range .items[*]}{.metadata.name}|{.metadata.uid}|{.metadata.deletionTimestamp}|{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}'
+}
+
+# A broker pod's metric (a sample without labels) from its /metrics, through the API server's
+# pod proxy; empty when the pod cannot be reached.
+broker_metric() { # POD METRIC
+    kubectl get --raw "/api/v1/namespaces/${NS}/pods/$1:9404/proxy/metrics" 2>/dev/null |
+        awk -v m="$2" '$1 == m { print $2; exit }' || true
+}
+
+# The broker pods by name, in order.
+broker_pod_names() { broker_pods | cut -d'|' -f1 | grep . | sort; }
+
+# Waits until every broker pod answers /metrics with 0 under-replicated partitions, that is every
+# replica of every partition it leads is in the ISR. $1: what is waited for (for the messages).
+wait_all_in_isr() {
+    local what="$1" deadline=$((SECONDS + E2E_TIMEOUT)) pod n summary
+    while ((SECONDS < deadline)); do
+        summary="" n=0
+        for pod in $(broker_pod_names); do
+            local urp
+            urp="$(broker_metric "$pod" kafka_server_replicamanager_underreplicatedpartitions)"
+            summary+="${pod##*-}:${urp:-?} "
+            [[ "$urp" == 0 ]] && n=$((n + 1))
+        done
+        if ((n > 0 && n == $(broker_pod_names | wc -l))); then
+            ok "${what}: no under-replicated partition on any broker"
+            return 0
+        fi
+        sleep 2
+    done
+    die "${what}: under-replicated partitions by broker after ${E2E_TIMEOUT}s: ${summary}"
+}
+
+# The broker id leading the most partitions, by the brokers' own leader counts.
+busiest_leader() {
+    local pod best="" most=-1 n
+    for pod in $(broker_pod_names); do
+        n="$(broker_metric "$pod" kafka_server_replicamanager_leadercount)"
+        if [[ -n "$n" ]] && ((${n%.*} > most)); then
+            most=${n%.*}
+            best=${pod##*-}
+        fi
+    done
+    echo "$best"
+}
+
+# A client pod of the e2e image, on the control-plane node (so stopping a worker never stops the
+# client), started in the background: client_start POD ARGS...
+client_start() {
+    local pod="$1"
+    shift
+    k delete pod "$pod" --ignore-not-found --wait=true >/dev/null
+    k run "$pod" --image="$E2E_IMAGE" --image-pull-policy=IfNotPresent --restart=Never \
+        --overrides="{\"spec\":{\"nodeSelector\":{\"kubernetes.io/hostname\":\"${KIND_CLUSTER}-control-plane\"}}}" \
+        -- "$@" >/dev/null
+    k wait --for=jsonpath='{.status.phase}'=Running "pod/${pod}" --timeout=120s >/dev/null ||
+        die "the client pod ${pod} did not start"
+}
+
+# An idempotent acks=all producer in pod $1: RECORDS at RATE/s to TOPIC (6 partitions, RF 3).
+producer_start() { # POD TOPIC RECORDS RATE
+    step "producer: $3 records at $4/s to $2 (idempotent, acks=all), in pod $1"
+    client_start "$1" perf produce --bootstrap "$BOOTSTRAP" --topic "$2" --partitions 6 \
+        --num-records "$3" --throughput "$4" --record-size 200 \
+        --producer-props acks=all enable.idempotence=true message.timeout.ms=300000
+    ok "running"
+}
+
+# Waits for the producer of pod $1 to end and sets ACKED to the records it was told were written;
+# fails unless it wrote all $2 of them.
+producer_finish() { # POD RECORDS
+    local pod="$1" records="$2" deadline=$((SECONDS + E2E_TIMEOUT)) phase="" log
+    step "wait for the producer to finish"
+    while ((SECONDS < deadline)); do
+        phase="$(k get pod "$pod" -o jsonpath='{.status.phase}')"
+        [[ "$phase" == Succeeded || "$phase" == Failed ]] && break
+        sleep 5
+    done
+    log="$(k logs "$pod" 2>&1 | tail -3)"
+    printf '%s\n' "$log" | sed 's/^/    /'
+    [[ "$phase" == Succeeded ]] || die "the producer ended ${phase:-nowhere}: some records were not acknowledged"
+    ACKED="$(sed -n 's/^\([0-9]*\) records sent,.*/\1/p' <<<"$log" | tail -1)"
+    [[ "$ACKED" == "$records" ]] || die "the producer reports ${ACKED:-no count} acknowledged of ${records}"
+    k delete pod "$pod" --wait=false >/dev/null
+}
+
+# Reads TOPIC from the beginning and prints acked / consumed / lost; fails if anything acked is
+# missing.
+read_back() { # TOPIC ACKED WHAT
+    local out consumed lost
+    step "read them back"
+    k delete pod e2e-reader --ignore-not-found --wait=true >/dev/null
+    out="$(timeout 600 kubectl -n "$NS" run e2e-reader --image="$E2E_IMAGE" \
+        --image-pull-policy=IfNotPresent --restart=Never --rm -i --quiet -- \
+        perf consume --bootstrap "$BOOTSTRAP" --topic "$1" --messages "$2" 2>&1)" ||
+        die "consumer failed: ${out}"
+    consumed="$(printf '%s\n' "$out" | tail -1 | awk -F', *' '{print $3}')"
+    lost=$(($2 - ${consumed:-0}))
+    info "acked $2, consumed ${consumed:-0}, lost ${lost}"
+    ((lost == 0)) || die "${lost} acknowledged records were not read back"
+    ok "nothing acknowledged was lost: $3"
 }
 
 # Runs the given step scripts of scripts/e2e in order, with the time each took. At the first that
