@@ -4,12 +4,7 @@
 # and waits for them. Checks one broker per node and zone, each with its zone as broker.rack.
 source "$(dirname "$0")/lib.sh"
 step "namespace ${NS}"
-# A namespace still going (from an earlier run) takes nothing new: wait for it to go.
-if [[ "$(kubectl get namespace "$NS" -o jsonpath='{.status.phase}' 2>/dev/null)" == Terminating ]]; then
-    info "namespace ${NS} is being deleted; waiting"
-    kubectl wait --for=delete "namespace/${NS}" --timeout="${E2E_TIMEOUT}s" >/dev/null
-fi
-kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+ensure_namespace "$NS"
 ok "ready"
 
 # The rebalancer acts within seconds in the e2e (55-rebalancer.sh waits for it).
@@ -35,7 +30,7 @@ declare -A zones=()
 for pod in $(broker_pod_names); do
     node="$(k get pod "$pod" -o jsonpath='{.spec.nodeName}')"
     zone="$(kubectl get node "$node" -o jsonpath='{.metadata.labels.topology\.kubernetes\.io/zone}')"
-    rack="$(k logs "$pod" -c broker | sed -n 's/.*registered with the controller.* rack=\([^ ]*\).*/\1/p' | tail -1)"
+    rack="$(k logs "$pod" -c broker | sed -n 's/.*registered with the controller.* rack=\([^ ]*\).*/\1/p' | tail -1 || true)"
     info "${pod}: node ${node}, zone ${zone:-none}, broker.rack ${rack:-not logged}"
     [[ -n "$zone" && "$rack" == "$zone" ]] || die "${pod} registered with rack '${rack}', its node's zone is '${zone}'"
     zones[$zone]=1

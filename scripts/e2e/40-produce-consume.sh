@@ -38,6 +38,8 @@ got="$(printf '%s\n' "$out" | tail -1 | awk -F', *' '{print $3}')"
 ok "${got} records consumed"
 
 proxy="$(kc_field '{.status.proxy.url}')"
+[[ -n "$proxy" || -z "$(kc_field '{.spec.proxy.replicas}')" ]] ||
+    die "spec.proxy is set but status.proxy.url is empty"
 if [[ -n "$proxy" ]]; then
     step "the producer proxy (${proxy}): REST Proxy v2 POSTs, read back"
     proxy="${proxy#http://}"

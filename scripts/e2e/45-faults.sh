@@ -11,7 +11,7 @@
 source "$(dirname "$0")/lib.sh"
 docker_="${E2E_DOCKER:-docker}"
 rate="${E2E_FAULT_RATE:-400}"
-records=$((rate * ${E2E_FAULT_SECONDS:-180}))
+records=$((rate * ${E2E_FAULT_SECONDS:-240}))
 topic="e2e-faults-$(date +%s)"
 pod=e2e-fault-producer
 
@@ -32,6 +32,7 @@ total_leaders() { leaders_elsewhere none; }
 
 step "force-delete the broker pod that leads the most partitions"
 wait_all_in_isr "with the producer running"
+producer_running "$pod" "the force-delete"
 busiest="$(busiest_leader)"
 [[ -n "$busiest" ]] || die "no broker answered with its leader count"
 victim="${CLUSTER}-kafka-${busiest}"
@@ -68,17 +69,26 @@ for p in $(broker_pod_names); do
 done
 [[ -n "$node" ]] || die "no broker runs on a worker node"
 info "${victim} runs on ${node}"
+producer_running "$pod" "the node stop"
+partitions="$(total_leaders)"
 t=$SECONDS
+# Whatever fails from here, the node is started again (a later step or run needs it).
+trap '"$docker_" start "$node" >/dev/null 2>&1 || true' EXIT
 "$docker_" stop "$node" >/dev/null
-partitions="$(leaders_elsewhere none)"
 deadline=$((SECONDS + E2E_TIMEOUT))
-until [[ "$(kubectl get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" != True ]]; do
+until (($(leaders_elsewhere "$victim") >= partitions)); do
+    ((SECONDS < deadline)) || die "the other brokers lead $(leaders_elsewhere "$victim") of ${partitions} partitions ${E2E_TIMEOUT}s after ${node} stopped"
+    sleep 1
+done
+ok "the other brokers lead all ${partitions} partitions $((SECONDS - t)) s after ${node} stopped"
+until [[ "$(kubectl get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' || true)" != True ]]; do
     ((SECONDS < deadline)) || die "${node} still Ready ${E2E_TIMEOUT}s after it stopped"
     sleep 2
 done
-ok "${node} NotReady $((SECONDS - t)) s after it stopped; other brokers lead ${partitions} partitions"
+ok "${node} NotReady $((SECONDS - t)) s after it stopped"
 sleep "${E2E_NODE_DOWN:-0}"
 "$docker_" start "$node" >/dev/null
+trap - EXIT
 t=$SECONDS
 kubectl wait --for=condition=Ready "node/${node}" --timeout="${E2E_TIMEOUT}s" >/dev/null ||
     die "${node} did not return"

@@ -22,6 +22,9 @@ wait_for() { # WHAT SECONDS COMMAND...: until COMMAND succeeds
     done
 }
 
+# Whatever fails, the cluster gets its spec back, so a rerun or a later step starts from it.
+trap 'k patch kafkacluster "$CLUSTER" --type merge -p "{\"spec\":{\"image\":null,\"config\":{\"node.id\":null}}}" >/dev/null 2>&1 || true' EXIT
+
 step "spec.config sets node.id (the operator owns it)"
 wait_cluster_ready 3
 cm="$(cm_version)" gen="$(sts_generation)" uids="$(pod_uids)"
@@ -60,7 +63,7 @@ wait_all_in_isr "the old image back"
 
 step "a KafkaCluster of 1 broker and a KafkaTopic of replication factor 3"
 small="${NS}-small"
-kubectl create namespace "$small" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+ensure_namespace "$small"
 kubectl -n "$small" apply -f - <<YAML
 apiVersion: kafka.evenkeel.dev/v1alpha1
 kind: KafkaCluster
@@ -80,4 +83,7 @@ topic_ready() { kubectl -n "$small" get kafkatopic wide -o jsonpath='{.status.co
 refused() { [[ "$(topic_ready)" == False/* && "$(topic_ready)" == *eplication* ]]; }
 wait_for "KafkaTopic wide refused for its replication factor" "$E2E_TIMEOUT" refused
 ok "KafkaTopic wide: Ready=$(topic_ready)"
+topic_id="$(kubectl -n "$small" get kafkatopic wide -o jsonpath='{.status.topicId}' || true)"
+[[ -z "$topic_id" ]] || die "KafkaTopic wide has a topic id (${topic_id}): a topic was made"
+ok "no topic was made"
 kubectl delete namespace "$small" --wait=false >/dev/null

@@ -161,25 +161,37 @@ client_start() {
 }
 
 # An idempotent acks=all producer in pod $1: RECORDS at RATE/s to TOPIC (6 partitions, RF 3).
+# Sets PRODUCER_DONE to when (in $SECONDS) it should have sent them all.
 producer_start() { # POD TOPIC RECORDS RATE
     step "producer: $3 records at $4/s to $2 (idempotent, acks=all), in pod $1"
     client_start "$1" perf produce --bootstrap "$BOOTSTRAP" --topic "$2" --partitions 6 \
         --num-records "$3" --throughput "$4" --record-size 200 \
         --producer-props acks=all enable.idempotence=true message.timeout.ms=300000
+    PRODUCER_DONE=$((SECONDS + $3 / $4))
     ok "running"
+}
+
+# Fails unless the producer of pod $1 still runs: a fault must happen under load. $2: the fault.
+producer_running() { # POD WHAT
+    local phase
+    phase="$(k get pod "$1" -o jsonpath='{.status.phase}' 2>/dev/null || true)"
+    [[ "$phase" == Running ]] ||
+        die "the producer is ${phase:-gone} before $2: raise its record count so the fault runs under load"
 }
 
 # Waits for the producer of pod $1 to end and sets ACKED to the records it was told were written;
 # fails unless it wrote all $2 of them.
 producer_finish() { # POD RECORDS
-    local pod="$1" records="$2" deadline=$((SECONDS + E2E_TIMEOUT)) phase="" log
+    local pod="$1" records="$2" phase="" log deadline
+    deadline=$((${PRODUCER_DONE:-$SECONDS} > SECONDS ? PRODUCER_DONE : SECONDS))
+    deadline=$((deadline + E2E_TIMEOUT))
     step "wait for the producer to finish"
     while ((SECONDS < deadline)); do
-        phase="$(k get pod "$pod" -o jsonpath='{.status.phase}')"
+        phase="$(k get pod "$pod" -o jsonpath='{.status.phase}' || true)"
         [[ "$phase" == Succeeded || "$phase" == Failed ]] && break
         sleep 5
     done
-    log="$(k logs "$pod" 2>&1 | tail -3)"
+    log="$(k logs "$pod" 2>&1 | tail -3 || true)"
     printf '%s\n' "$log" | sed 's/^/    /'
     [[ "$phase" == Succeeded ]] || die "the producer ended ${phase:-nowhere}: some records were not acknowledged"
     ACKED="$(sed -n 's/^\([0-9]*\) records sent,.*/\1/p' <<<"$log" | tail -1)"
@@ -187,21 +199,31 @@ producer_finish() { # POD RECORDS
     k delete pod "$pod" --wait=false >/dev/null
 }
 
-# Reads TOPIC from the beginning and prints acked / consumed / lost; fails if anything acked is
-# missing.
+# Reads TOPIC from the beginning and prints acked / consumed / lost; fails unless exactly the
+# acked records are there (the reader asks for one more, and stops 10 s after the last).
 read_back() { # TOPIC ACKED WHAT
     local out consumed lost
     step "read them back"
     k delete pod e2e-reader --ignore-not-found --wait=true >/dev/null
     out="$(timeout 600 kubectl -n "$NS" run e2e-reader --image="$E2E_IMAGE" \
         --image-pull-policy=IfNotPresent --restart=Never --rm -i --quiet -- \
-        perf consume --bootstrap "$BOOTSTRAP" --topic "$1" --messages "$2" 2>&1)" ||
+        perf consume --bootstrap "$BOOTSTRAP" --topic "$1" --messages "$(($2 + 1))" 2>&1)" ||
         die "consumer failed: ${out}"
     consumed="$(printf '%s\n' "$out" | tail -1 | awk -F', *' '{print $3}')"
     lost=$(($2 - ${consumed:-0}))
-    info "acked $2, consumed ${consumed:-0}, lost ${lost}"
-    ((lost == 0)) || die "${lost} acknowledged records were not read back"
-    ok "nothing acknowledged was lost: $3"
+    info "acked $2, consumed ${consumed:-0}, lost $((lost > 0 ? lost : 0))"
+    ((lost <= 0)) || die "${lost} acknowledged records were not read back"
+    ((lost == 0)) || die "$((-lost)) more records than were acknowledged: duplicates"
+    ok "nothing acknowledged was lost, nothing duplicated: $3"
+}
+
+# Creates namespace $1, after waiting for an earlier one of that name to finish going.
+ensure_namespace() { # NAME
+    if [[ "$(kubectl get namespace "$1" -o jsonpath='{.status.phase}' 2>/dev/null || true)" == Terminating ]]; then
+        info "namespace $1 is being deleted; waiting"
+        kubectl wait --for=delete "namespace/$1" --timeout="${E2E_TIMEOUT}s" >/dev/null
+    fi
+    kubectl create namespace "$1" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 }
 
 # Runs the given step scripts of scripts/e2e in order, with the time each took. At the first that
