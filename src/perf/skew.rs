@@ -122,16 +122,23 @@ pub fn run(o: &SkewOptions, progress: &mut dyn FnMut(String)) -> Result<SkewRepo
     };
     let before = rt.block_on(leaders(&admin))?;
     let started = Instant::now();
-    let handle = if o.external_rebalancer {
-        progress("waiting for the brokers' own rebalancer ...".into());
-        None
+    let (handle, load) = if o.external_rebalancer {
+        progress(format!(
+            "waiting for the brokers' own rebalancer, under wide fetches (throughout) and the producer (its first {} s) ...",
+            o.seconds
+        ));
+        (None, Some(Load::start(o)?))
     } else {
         progress("starting the rebalancer ...".into());
-        Some(rt.block_on(start_rebalancer(o))?)
+        (Some(rt.block_on(start_rebalancer(o))?), None)
     };
     let total: usize = before.values().filter(|l| **l >= 0).count();
     let band = plan::band(total, brokers.len(), 1.1);
-    let after = rt.block_on(wait_for_band(&admin, &brokers, band))?;
+    let after = rt.block_on(wait_for_band(&admin, &brokers, band));
+    if let Some(load) = load {
+        load.stop()?;
+    }
+    let after = after?;
     let seconds_to_balance = started.elapsed().as_secs_f64();
     let leadership_changes = before
         .iter()
@@ -148,6 +155,50 @@ pub fn run(o: &SkewOptions, progress: &mut dyn FnMut(String)) -> Result<SkewRepo
         seconds_to_balance,
         leadership_changes,
     })
+}
+
+/// Wide fetchers and a producer running while an external rebalancer acts: the fetchers until
+/// stopped, the producer for the options' seconds.
+struct Load {
+    stop: Arc<AtomicBool>,
+    fetchers: Vec<std::thread::JoinHandle<()>>,
+    producer: std::thread::JoinHandle<Result<ProduceReport, PerfError>>,
+}
+
+impl Load {
+    fn start(o: &SkewOptions) -> Result<Load, PerfError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let fetchers =
+            kafka::start_wide_fetchers(&wide(o), stop.clone(), Arc::new(AtomicU64::new(0)))?;
+        let options = producer(o, o.seconds);
+        let producer = std::thread::spawn(move || kafka::produce(&options, &mut |_| {}));
+        Ok(Load {
+            stop,
+            fetchers,
+            producer,
+        })
+    }
+
+    /// Stops the fetchers and waits for the producer; its error, if it failed.
+    fn stop(self) -> Result<(), PerfError> {
+        self.stop.store(true, Ordering::Relaxed);
+        for h in self.fetchers {
+            let _ = h.join();
+        }
+        match self.producer.join() {
+            Ok(report) => report.map(|_| ()),
+            Err(_) => Err(setup("the producer thread panicked")),
+        }
+    }
+}
+
+fn wide(o: &SkewOptions) -> kafka::WideFetchOptions {
+    kafka::WideFetchOptions {
+        bootstrap: o.bootstrap.clone(),
+        topic: o.topic.clone(),
+        partitions: o.partitions as i32,
+        fetchers: o.fetchers,
+    }
 }
 
 async fn start_rebalancer(
@@ -249,14 +300,8 @@ fn phase(
     admin: &AdminClient,
     o: &SkewOptions,
 ) -> Result<Phase, PerfError> {
-    let wide = kafka::WideFetchOptions {
-        bootstrap: o.bootstrap.clone(),
-        topic: o.topic.clone(),
-        partitions: o.partitions as i32,
-        fetchers: o.fetchers,
-    };
     let stop = Arc::new(AtomicBool::new(false));
-    let handles = kafka::start_wide_fetchers(&wide, stop.clone(), Arc::new(AtomicU64::new(0)))?;
+    let handles = kafka::start_wide_fetchers(&wide(o), stop.clone(), Arc::new(AtomicU64::new(0)))?;
     std::thread::sleep(Duration::from_secs(3));
     let before = rt.block_on(pages(&o.metrics));
     let produce = kafka::produce(&producer(o, o.seconds), &mut |_| {});
