@@ -40,9 +40,15 @@ async fn idempotent_producer_leaves_no_duplicates_across_a_broker_restart() {
         .set("linger.ms", "2")
         .set("batch.num.messages", "200")
         .set("message.timeout.ms", "120000")
-        // A lost response is retried after 5 s rather than librdkafka's 30 s, so that a few
-        // losses in a row on a loaded machine stay well inside the message timeout.
+        // A lost response is retried after 10 s, so that a few losses in a row on a loaded
+        // machine stay well inside the message timeout. In librdkafka that is
+        // socket.timeout.ms (default 60 s), the client's wait for any answer, Produce included;
+        // request.timeout.ms is only the ack timeout the broker enforces. With the default a
+        // lost answer costs 60 s, so two in a row use up the 120 s message timeout: how record
+        // 0 timed out in three CI runs (the last with the broker's log showing it registered
+        // again 10 s after the restart and no error after that).
         .set("request.timeout.ms", "5000")
+        .set("socket.timeout.ms", "10000")
         .set("reconnect.backoff.ms", "50")
         .set("partitioner", "murmur2_random")
         .create()
