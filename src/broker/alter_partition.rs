@@ -62,7 +62,7 @@ fn request(broker: &Broker, batch: &[IsrChangeRequest]) -> AlterPartitionRequest
     }
     AlterPartitionRequest::default()
         .with_broker_id(BrokerId(broker.node_id()))
-        .with_broker_epoch(broker.lifecycle().map_or(-1, |l| l.epoch()))
+        .with_broker_epoch(broker.broker_epoch())
         .with_topics(topics)
 }
 

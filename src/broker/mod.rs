@@ -223,6 +223,11 @@ impl Broker {
         self.lifecycle.get()
     }
 
+    /// The epoch the controller gave this broker's registration; -1 before it registered.
+    pub fn broker_epoch(&self) -> i64 {
+        self.lifecycle().map_or(-1, |l| l.epoch())
+    }
+
     pub fn node_id(&self) -> i32 {
         self.config.node_id
     }
@@ -280,7 +285,7 @@ impl Broker {
     pub async fn next_producer_id(&self) -> Result<i64, i16> {
         let mut ids = self.producer_ids.lock().await;
         if ids.is_empty() {
-            let epoch = self.lifecycle().map_or(-1, |l| l.epoch());
+            let epoch = self.broker_epoch();
             let req = kafka_protocol::messages::AllocateProducerIdsRequest::default()
                 .with_broker_id(kafka_protocol::messages::BrokerId(self.node_id()))
                 .with_broker_epoch(epoch);

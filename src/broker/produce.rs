@@ -318,7 +318,7 @@ pub fn init_producer_id(
             Err(code) => {
                 tracing::warn!(
                     error = errors::error_name(code),
-                    broker_epoch = broker.lifecycle().map_or(-1, |l| l.epoch()),
+                    broker_epoch = broker.broker_epoch(),
                     "cannot allocate producer ids"
                 );
                 resp.with_error_code(init_producer_id_error(code))

@@ -225,7 +225,7 @@ async fn fetch_once(
         .ok_or_else(|| {
             crate::client::ClientError::Protocol("the leader speaks no Fetch version 12+".into())
         })?;
-    let epoch = broker.lifecycle().map_or(-1, |l| l.epoch());
+    let epoch = broker.broker_epoch();
     let mut topics: Vec<FetchTopic> = Vec::new();
     for a in asked {
         let part = FetchPartition::default()
