@@ -19,14 +19,6 @@ const OP_TIMEOUT: Duration = Duration::from_secs(40);
 /// `scripts/validate` the default).
 const KILLS: usize = 20;
 
-fn kills() -> usize {
-    std::env::var("EVENKEEL_CHAOS_KILLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|k| *k > 0)
-        .unwrap_or(KILLS)
-}
-
 /// What the writer was told. A create or delete that failed without a definite answer may
 /// or may not have happened; those topics are left out of the check.
 #[derive(Default)]
@@ -129,7 +121,7 @@ async fn view(c: &Cluster, id: usize) -> Option<View> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_metadata_survives_repeated_active_controller_kills() {
-    let kills = kills();
+    let kills = common::env_count("EVENKEEL_CHAOS_KILLS", KILLS);
     // Three combined voters and one broker-only node that follows the quorum.
     let mut c = Cluster::start(4, &[]);
     let entry = c.addr(4);

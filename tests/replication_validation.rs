@@ -36,10 +36,7 @@ const OVERRIDES: [&str; 3] = [
 const LAG: Duration = Duration::from_millis(3000);
 
 fn rounds() -> usize {
-    std::env::var("EVENKEEL_VALIDATION_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10)
+    common::env_count("EVENKEEL_VALIDATION_ROUNDS", 10)
 }
 
 /// What the producer was told, per partition: acknowledged (offset, value) in send order.

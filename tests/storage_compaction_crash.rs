@@ -241,10 +241,7 @@ fn sigkill_while_the_cleaner_works_leaves_the_old_or_the_new_segments_and_loses_
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| rand::thread_rng().gen());
     eprintln!("compaction crash test seed {seed} (set EVENKEEL_CRASH_SEED to repeat)");
-    let kills: usize = std::env::var("EVENKEEL_CRASH_KILLS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(KILLS);
+    let kills = common::env_count("EVENKEEL_CRASH_KILLS", KILLS);
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let data = tempfile::tempdir().unwrap();
     let pdir = partition_dir(data.path());

@@ -155,6 +155,16 @@ pub fn metric_value(text: &str, series: &str) -> f64 {
 /// between the pick and the node's bind, or while the node is stopped, and the node then cannot
 /// start on it. These ports come from 10000..20000, and their partners from 20000..30000, both
 /// below the kernel's ephemeral range, so no bind to port 0 and no outgoing connection takes one.
+/// A count a long test takes from the environment (its rounds or kills; `.ci/run` asks for
+/// fewer, `scripts/validate` for more), else `default`. Zero or junk counts as unset.
+pub fn env_count(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(default)
+}
+
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU16, Ordering};
     const FIRST: u16 = 10_000;
