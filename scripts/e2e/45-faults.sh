@@ -30,6 +30,16 @@ leaders_elsewhere() {
 }
 total_leaders() { leaders_elsewhere none; }
 
+# Waits until the brokers other than pod $1 lead all $2 partitions; $3 says what happened to it.
+wait_leaders_moved() { # POD PARTITIONS WHAT
+    local deadline=$((SECONDS + E2E_TIMEOUT)) t=$SECONDS
+    until (($(leaders_elsewhere "$1") >= $2)); do
+        ((SECONDS < deadline)) || die "the other brokers lead $(leaders_elsewhere "$1") of $2 partitions ${E2E_TIMEOUT}s after $3"
+        sleep 1
+    done
+    ok "the other brokers lead all $2 partitions $((SECONDS - t)) s after $3"
+}
+
 step "force-delete the broker pod that leads the most partitions"
 wait_all_in_isr "with the producer running"
 producer_running "$pod" "the force-delete"
@@ -42,12 +52,7 @@ volume="$(k get pvc "data-${victim}" -o jsonpath='{.spec.volumeName}')"
 info "${victim} leads $(broker_metric "$victim" kafka_server_replicamanager_leadercount) of ${partitions} partitions; its PVC data-${victim} is on ${volume}"
 t=$SECONDS
 k delete pod "$victim" --grace-period=0 --force >/dev/null 2>&1
-deadline=$((SECONDS + E2E_TIMEOUT))
-until (($(leaders_elsewhere "$victim") >= partitions)); do
-    ((SECONDS < deadline)) || die "the other brokers lead $(leaders_elsewhere "$victim") of ${partitions} partitions ${E2E_TIMEOUT}s after ${victim} went"
-    sleep 1
-done
-ok "the other brokers lead all ${partitions} partitions $((SECONDS - t)) s after ${victim} went"
+wait_leaders_moved "$victim" "$partitions" "${victim} went"
 k wait --for=condition=Ready "pod/${victim}" --timeout="${E2E_TIMEOUT}s" >/dev/null ||
     die "${victim} did not come back"
 [[ "$(k get pod "$victim" -o jsonpath='{.metadata.uid}')" != "$uid" ]] || die "${victim} is the same pod"
@@ -75,12 +80,8 @@ t=$SECONDS
 # Whatever fails from here, the node is started again (a later step or run needs it).
 trap '"$docker_" start "$node" >/dev/null 2>&1 || true' EXIT
 "$docker_" stop "$node" >/dev/null
+wait_leaders_moved "$victim" "$partitions" "${node} stopped"
 deadline=$((SECONDS + E2E_TIMEOUT))
-until (($(leaders_elsewhere "$victim") >= partitions)); do
-    ((SECONDS < deadline)) || die "the other brokers lead $(leaders_elsewhere "$victim") of ${partitions} partitions ${E2E_TIMEOUT}s after ${node} stopped"
-    sleep 1
-done
-ok "the other brokers lead all ${partitions} partitions $((SECONDS - t)) s after ${node} stopped"
 until [[ "$(kubectl get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' || true)" != True ]]; do
     ((SECONDS < deadline)) || die "${node} still Ready ${E2E_TIMEOUT}s after it stopped"
     sleep 2

@@ -116,16 +116,16 @@ broker_pod_names() { broker_pods | cut -d'|' -f1 | grep . | sort; }
 # Waits until every broker pod answers /metrics with 0 under-replicated partitions, that is every
 # replica of every partition it leads is in the ISR. $1: what is waited for (for the messages).
 wait_all_in_isr() {
-    local what="$1" deadline=$((SECONDS + E2E_TIMEOUT)) pod n summary
+    local what="$1" deadline=$((SECONDS + E2E_TIMEOUT)) pod pods n summary urp
     while ((SECONDS < deadline)); do
         summary="" n=0
-        for pod in $(broker_pod_names); do
-            local urp
+        pods="$(broker_pod_names)"
+        for pod in $pods; do
             urp="$(broker_metric "$pod" kafka_server_replicamanager_underreplicatedpartitions)"
             summary+="${pod##*-}:${urp:-?} "
             [[ "$urp" == 0 ]] && n=$((n + 1))
         done
-        if ((n > 0 && n == $(broker_pod_names | wc -l))); then
+        if ((n > 0 && n == $(wc -w <<<"$pods"))); then
             ok "${what}: no under-replicated partition on any broker"
             return 0
         fi
