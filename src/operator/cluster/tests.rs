@@ -312,20 +312,27 @@ async fn ready_pods_of_brokers_not_yet_registered_keep_the_cluster_not_ready_and
     assert_eq!(st["brokers"][2]["leaders"], 0);
 }
 
+const BACK_OFF: &str = "ImagePullBackOff";
+
+/// One container status of a pod that cannot run its image `evenkeel:nope`, waiting with
+/// `state` (a reason name, or a whole `waiting` object).
+fn waiting(name: &str, state: impl Into<Value>) -> Value {
+    let state = match state.into() {
+        Value::String(reason) => json!({"reason": reason,
+                                        "message": "Back-off pulling image \"evenkeel:nope\""}),
+        other => other,
+    };
+    json!([{"name": name, "image": "evenkeel:nope", "imageID": "", "ready": false,
+            "restartCount": 0, "state": {"waiting": state}}])
+}
+
 #[tokio::test]
 async fn an_init_container_that_cannot_pull_its_image_is_named_in_the_roll() {
     let mut pods: Vec<Value> = (0..3).map(|i| pod_json(i, "rev1", true)).collect();
     pods[2] = pod_json(2, "rev2", false);
-    pods[2]["status"]["initContainerStatuses"] = json!([{
-        "name": "format", "image": "evenkeel:nope", "imageID": "", "ready": false,
-        "restartCount": 0,
-        "state": {"waiting": {"reason": "ImagePullBackOff",
-                              "message": "Back-off pulling image \"evenkeel:nope\""}},
-    }]);
-    pods[2]["status"]["containerStatuses"] = json!([{
-        "name": "broker", "image": "evenkeel:nope", "imageID": "", "ready": false,
-        "restartCount": 0, "state": {"waiting": {"reason": "PodInitializing"}},
-    }]);
+    pods[2]["status"]["initContainerStatuses"] = waiting("format", BACK_OFF);
+    pods[2]["status"]["containerStatuses"] =
+        waiting("broker", json!({"reason": "PodInitializing"}));
     let s = server(3, pods);
     let k = kafka_with(vec![partition("t", 0, &[0, 1, 2], &[0, 1], 2)]);
     reconcile(cluster(3), context(&s, &k))
@@ -345,12 +352,7 @@ async fn an_init_container_that_cannot_pull_its_image_is_named_in_the_roll() {
 async fn a_new_pod_whose_image_cannot_be_pulled_holds_the_roll_and_says_why() {
     let mut pods: Vec<Value> = (0..3).map(|i| pod_json(i, "rev1", true)).collect();
     pods[2] = pod_json(2, "rev2", false);
-    pods[2]["status"]["containerStatuses"] = json!([{
-        "name": "broker", "image": "evenkeel:nope", "imageID": "", "ready": false,
-        "restartCount": 0,
-        "state": {"waiting": {"reason": "ImagePullBackOff",
-                              "message": "Back-off pulling image \"evenkeel:nope\""}},
-    }]);
+    pods[2]["status"]["containerStatuses"] = waiting("broker", BACK_OFF);
     let s = server(3, pods);
     let k = kafka_with(vec![partition("t", 0, &[0, 1, 2], &[0, 1], 2)]);
     reconcile(cluster(3), context(&s, &k))
