@@ -9,20 +9,8 @@ bootstrap="$BOOTSTRAP"
 records="${E2E_RECORDS:-100000}"
 topic="e2e-$(date +%s)"
 
-client() {
-    local name="$1"
-    shift
-    k delete pod "$name" --ignore-not-found --wait=true >/dev/null
-    # stderr too: a failed run's last line says why (perf exits non-zero with the first error).
-    local rc=0
-    timeout 300 kubectl -n "$NS" run "$name" --image="$E2E_IMAGE" --image-pull-policy=IfNotPresent \
-        --restart=Never --rm -i --quiet -- "$@" 2>&1 || rc=$?
-    [[ $rc -ne 124 ]] || echo "(cut off by the 300 s timeout)"
-    return "$rc"
-}
-
 step "produce ${records} records to ${topic} via ${bootstrap} (acks=all)"
-out="$(client e2e-producer perf produce --bootstrap "$bootstrap" --topic "$topic" --partitions 3 \
+out="$(client_run 300 e2e-producer perf produce --bootstrap "$bootstrap" --topic "$topic" --partitions 3 \
     --num-records "$records" --record-size 200 --producer-props acks=all enable.idempotence=true \
     message.timeout.ms=120000)" || die "producer failed: ${out}"
 printf '%s\n' "$out" | tail -2 | sed 's/^/    /'
@@ -30,7 +18,7 @@ grep -q "^${records} records sent" <<<"$out" || die "producer did not send ${rec
 ok "${records} records sent"
 
 step "consume them back"
-out="$(client e2e-consumer perf consume --bootstrap "$bootstrap" --topic "$topic" --messages "$records")" \
+out="$(client_run 300 e2e-consumer perf consume --bootstrap "$bootstrap" --topic "$topic" --messages "$records")" \
     || die "consumer failed: ${out}"
 printf '%s\n' "$out" | tail -2 | sed 's/^/    /'
 got="$(printf '%s\n' "$out" | tail -1 | awk -F', *' '{print $3}')"
@@ -43,7 +31,7 @@ proxy="$(kc_field '{.status.proxy.url}')"
 if [[ -n "$proxy" ]]; then
     step "the producer proxy (${proxy}): REST Proxy v2 POSTs, read back"
     proxy="${proxy#http://}"
-    out="$(client e2e-proxy perf proxy --proxy "${proxy%/}" --bootstrap "$bootstrap" \
+    out="$(client_run 300 e2e-proxy perf proxy --proxy "${proxy%/}" --bootstrap "$bootstrap" \
         --topic "e2e-proxy-$(date +%s)" --partitions 3 --replication-factor 3 --num-records 2000 \
         --clients 2 --api v2 --batch 50 --record-size 100)" || die "proxy load failed: ${out}"
     printf '%s\n' "$out" | tail -4 | sed 's/^/    /'

@@ -13,11 +13,9 @@ done
 before="$(kc_field '{.status.rebalance.lastActionTime}')"
 
 step "seed 003's shape: broker 0 first in 90 % of 60 partitions, wide fetchers and a producer"
-k delete pod e2e-skew --ignore-not-found --wait=true >/dev/null
-out="$(timeout 900 kubectl -n "$NS" run e2e-skew --image="$E2E_IMAGE" --image-pull-policy=IfNotPresent \
-    --restart=Never --rm -i --quiet -- perf skew --external-rebalancer --bootstrap "$BOOTSTRAP" \
+out="$(client_run 900 e2e-skew perf skew --external-rebalancer --bootstrap "$BOOTSTRAP" \
     --metrics "$metrics" --topic "e2e-skew-$(date +%s)" --partitions 60 --share 0.9 --fetchers 2 \
-    --rate 200 --seconds 10 --record-size 200 2>&1)" || die "perf skew failed: ${out}"
+    --rate 200 --seconds 10 --record-size 200)" || die "perf skew failed: ${out}"
 printf '%s\n' "$out" | grep -E 'balanced after|^skewed|^balanced|^skew to|^ +[0-9]+ ' | sed 's/^/    /'
 ok "the sidecar evened leadership out"
 

@@ -51,10 +51,8 @@ wait_for "the cluster reports the pull error" "$E2E_TIMEOUT" says_pull_error
 ok "$(kc_field '{.status.conditions[?(@.type=="Reconciling")].reason}'): $(kc_field '{.status.conditions[?(@.type=="Reconciling")].message}')"
 serving="$(broker_pods | awk -F'|' '$4 == "True"' | wc -l)"
 ((serving == 2)) || die "${serving} brokers serve while one pod cannot pull its image (expected 2)"
-out="$(timeout 300 kubectl -n "$NS" run e2e-bad-image-producer --image="$E2E_IMAGE" \
-    --image-pull-policy=IfNotPresent --restart=Never --rm -i --quiet -- perf produce \
-    --bootstrap "$BOOTSTRAP" --topic "$TOPIC" --num-records 1000 --record-size 100 \
-    --producer-props acks=all message.timeout.ms=60000 2>&1)" || die "the 2 brokers left did not serve: ${out}"
+out="$(client_run 300 e2e-bad-image-producer perf produce --bootstrap "$BOOTSTRAP" --topic "$TOPIC" \
+    --num-records 1000 --record-size 100 --producer-props acks=all message.timeout.ms=60000)" || die "the 2 brokers left did not serve: ${out}"
 grep -q '^1000 records sent' <<<"$out" || die "the producer did not send 1000 records: ${out}"
 ok "2 of 3 brokers keep serving: 1000 records acked to ${TOPIC}"
 k patch kafkacluster "$CLUSTER" --type merge -p '{"spec":{"image":null}}' >/dev/null

@@ -148,16 +148,47 @@ busiest_leader() {
 }
 
 # A client pod of the e2e image, on the control-plane node (so stopping a worker never stops the
-# client), started in the background: client_start POD ARGS...
-client_start() {
+# client), created in the background: client_create POD ARGS...
+client_create() {
     local pod="$1"
     shift
     k delete pod "$pod" --ignore-not-found --wait=true >/dev/null
     k run "$pod" --image="$E2E_IMAGE" --image-pull-policy=IfNotPresent --restart=Never \
         --overrides="{\"spec\":{\"nodeSelector\":{\"kubernetes.io/hostname\":\"${KIND_CLUSTER}-control-plane\"}}}" \
         -- "$@" >/dev/null
-    k wait --for=jsonpath='{.status.phase}'=Running "pod/${pod}" --timeout=120s >/dev/null ||
-        die "the client pod ${pod} did not start"
+}
+
+# client_create, then waits until the pod runs: client_start POD ARGS...
+client_start() {
+    client_create "$@"
+    k wait --for=jsonpath='{.status.phase}'=Running "pod/$1" --timeout=120s >/dev/null ||
+        die "the client pod $1 did not start"
+}
+
+# Waits up to $2 seconds for pod $1 to end; prints its last phase (Succeeded, Failed, or the
+# phase it still had).
+pod_wait_ended() { # POD SECONDS
+    local phase="" deadline=$((SECONDS + $2))
+    while ((SECONDS < deadline)); do
+        phase="$(k get pod "$1" -o jsonpath='{.status.phase}' 2>/dev/null || true)"
+        [[ "$phase" == Succeeded || "$phase" == Failed ]] && break
+        sleep 2
+    done
+    echo "$phase"
+}
+
+# Runs a client pod to its end and prints its log (stdout and stderr); succeeds when the pod
+# did. The log is read once the pod has ended, not attached to (`kubectl run -i` can return
+# before it has shown any output of a pod that ends quickly): client_run SECONDS POD ARGS...
+client_run() {
+    local limit="$1" pod="$2" phase
+    shift
+    client_create "$@"
+    phase="$(pod_wait_ended "$pod" "$limit")"
+    k logs "$pod" 2>&1 || true
+    k delete pod "$pod" --wait=false >/dev/null 2>&1 || true
+    [[ "$phase" == Succeeded || "$phase" == Failed ]] || echo "(cut off after ${limit} s, the pod still ${phase:-unknown})"
+    [[ "$phase" == Succeeded ]]
 }
 
 # An idempotent acks=all producer in pod $1: RECORDS at RATE/s to TOPIC (6 partitions, RF 3).
@@ -182,15 +213,10 @@ producer_running() { # POD WHAT
 # Waits for the producer of pod $1 to end and sets ACKED to the records it was told were written;
 # fails unless it wrote all $2 of them.
 producer_finish() { # POD RECORDS
-    local pod="$1" records="$2" phase="" log deadline
-    deadline=$((${PRODUCER_DONE:-$SECONDS} > SECONDS ? PRODUCER_DONE : SECONDS))
-    deadline=$((deadline + E2E_TIMEOUT))
+    local pod="$1" records="$2" phase log wait
+    wait=$((${PRODUCER_DONE:-$SECONDS} > SECONDS ? PRODUCER_DONE - SECONDS : 0))
     step "wait for the producer to finish"
-    while ((SECONDS < deadline)); do
-        phase="$(k get pod "$pod" -o jsonpath='{.status.phase}' || true)"
-        [[ "$phase" == Succeeded || "$phase" == Failed ]] && break
-        sleep 5
-    done
+    phase="$(pod_wait_ended "$pod" $((wait + E2E_TIMEOUT)))"
     log="$(k logs "$pod" 2>&1 | tail -3 || true)"
     printf '%s\n' "$log" | sed 's/^/    /'
     [[ "$phase" == Succeeded ]] || die "the producer ended ${phase:-nowhere}: some records were not acknowledged"
@@ -204,11 +230,8 @@ producer_finish() { # POD RECORDS
 read_back() { # TOPIC ACKED WHAT
     local out consumed lost
     step "read them back"
-    k delete pod e2e-reader --ignore-not-found --wait=true >/dev/null
-    out="$(timeout 600 kubectl -n "$NS" run e2e-reader --image="$E2E_IMAGE" \
-        --image-pull-policy=IfNotPresent --restart=Never --rm -i --quiet -- \
-        perf consume --bootstrap "$BOOTSTRAP" --topic "$1" --messages "$(($2 + 1))" 2>&1)" ||
-        die "consumer failed: ${out}"
+    out="$(client_run 600 e2e-reader perf consume --bootstrap "$BOOTSTRAP" --topic "$1" \
+        --messages "$(($2 + 1))")" || die "consumer failed: ${out}"
     consumed="$(printf '%s\n' "$out" | tail -1 | awk -F', *' '{print $3}')"
     lost=$(($2 - ${consumed:-0}))
     info "acked $2, consumed ${consumed:-0}, lost $((lost > 0 ? lost : 0))"
