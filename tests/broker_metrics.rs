@@ -78,3 +78,47 @@ async fn metrics_health_and_readiness_are_served() {
     assert!(text.contains("kafka_network_requestchannel_requestqueuesize 0"));
     assert!(common::metric_value(&text, "kafka_log_log_size{partition=\"0\",topic=\"m\"}") >= 0.0);
 }
+
+/// Fetches that time out on a partition nobody writes to leave the purgatory within seconds:
+/// nothing else would ever visit their watch entries, and PurgatorySize (which the rebalancer
+/// reads as load) would keep counting them.
+#[tokio::test]
+async fn timed_out_fetches_leave_the_purgatory_of_a_quiet_partition() {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    const FETCH_PURGATORY: &str =
+        "kafka_server_delayedoperationpurgatory_purgatorysize{delayedOperation=\"Fetch\"}";
+    let port = common::free_port();
+    let addr = format!("evenkeel.metrics.address=127.0.0.1:{port}");
+    let b = common::BrokerProcess::start(&[&addr]);
+    common::create_topic(&b.bootstrap, "quiet", 1, &[]).await;
+    let fetch = FetchRequest::default()
+        .with_replica_id((-1).into())
+        .with_max_wait_ms(20)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_static_str("quiet")))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)
+                .with_current_leader_epoch(-1)
+                .with_last_fetched_epoch(-1)
+                .with_log_start_offset(-1)])]);
+    let mut s = common::raw::connect(&b.bootstrap);
+    for _ in 0..50 {
+        let r: FetchResponse = common::raw::call(&mut s, ApiKey::Fetch, 12, &fetch);
+        assert_eq!(r.responses[0].partitions[0].error_code, 0);
+    }
+    let size = || common::metric_value(&common::http_get(port, "/metrics").1, FETCH_PURGATORY);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut last = size();
+    while last > 0.0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        last = size();
+    }
+    assert_eq!(last, 0.0, "timed-out fetches still watched after 10 s");
+}

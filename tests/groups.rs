@@ -505,3 +505,175 @@ async fn groups_are_listed_described_and_deleted() {
         .unwrap();
     assert!(r[0].is_err(), "deleting twice: GROUP_ID_NOT_FOUND");
 }
+
+/// Raw group requests for one coordinator connection.
+mod wire {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::StrBytes;
+    use std::net::TcpStream;
+
+    use super::common::raw;
+
+    fn s(v: &str) -> StrBytes {
+        StrBytes::from_string(v.into())
+    }
+
+    /// The coordinator's node id, or the error code while there is none.
+    pub fn find_coordinator(bootstrap: &str, group: &str) -> Result<i32, i16> {
+        let mut c = raw::connect(bootstrap);
+        let req = FindCoordinatorRequest::default()
+            .with_key_type(0)
+            .with_coordinator_keys(vec![s(group)]);
+        let r: FindCoordinatorResponse = raw::call(&mut c, ApiKey::FindCoordinator, 4, &req);
+        let found = &r.coordinators[0];
+        match found.error_code {
+            0 => Ok(found.node_id.0),
+            code => Err(code),
+        }
+    }
+
+    /// A JoinGroup through MEMBER_ID_REQUIRED: (error, generation, member id).
+    pub fn join(c: &mut TcpStream, group: &str, member: &str) -> (i16, i32, String) {
+        let req = |member: &str| {
+            JoinGroupRequest::default()
+                .with_group_id(GroupId(s(group)))
+                .with_session_timeout_ms(30_000)
+                .with_rebalance_timeout_ms(30_000)
+                .with_member_id(s(member))
+                .with_protocol_type(s("consumer"))
+                .with_protocols(vec![JoinGroupRequestProtocol::default()
+                    .with_name(s("range"))
+                    .with_metadata(bytes::Bytes::from_static(&[0, 0, 0, 0, 0, 0]))])
+        };
+        let mut r: JoinGroupResponse = raw::call(c, ApiKey::JoinGroup, 9, &req(member));
+        if r.error_code == 79 {
+            let id = r.member_id.to_string();
+            r = raw::call(c, ApiKey::JoinGroup, 9, &req(&id));
+        }
+        (r.error_code, r.generation_id, r.member_id.to_string())
+    }
+
+    /// The leader's SyncGroup, assigning `assignment` to itself: (error, assignment).
+    pub fn sync(
+        c: &mut TcpStream,
+        group: &str,
+        generation: i32,
+        member: &str,
+        assignment: &'static [u8],
+    ) -> (i16, Vec<u8>) {
+        let req = SyncGroupRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_generation_id(generation)
+            .with_member_id(s(member))
+            .with_protocol_type(Some(s("consumer")))
+            .with_protocol_name(Some(s("range")))
+            .with_assignments(vec![SyncGroupRequestAssignment::default()
+                .with_member_id(s(member))
+                .with_assignment(bytes::Bytes::from_static(assignment))]);
+        let r: SyncGroupResponse = raw::call(c, ApiKey::SyncGroup, 5, &req);
+        (r.error_code, r.assignment.to_vec())
+    }
+
+    /// Commits `offset` for partition 0 of `topic`; the partition's error code.
+    pub fn commit(
+        c: &mut TcpStream,
+        group: &str,
+        generation: i32,
+        member: &str,
+        topic: &str,
+        offset: i64,
+    ) -> i16 {
+        let req = OffsetCommitRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_generation_id_or_member_epoch(generation)
+            .with_member_id(s(member))
+            .with_topics(vec![OffsetCommitRequestTopic::default()
+                .with_name(TopicName(s(topic)))
+                .with_partitions(vec![OffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(offset)])]);
+        let r: OffsetCommitResponse = raw::call(c, ApiKey::OffsetCommit, 8, &req);
+        r.topics[0].partitions[0].error_code
+    }
+}
+
+/// A group's writes count once `min.insync.replicas` have them, as an acks=all produce does:
+/// with a follower of `__consumer_offsets` stopped, an offset commit and a generation's
+/// assignment are refused (COORDINATOR_NOT_AVAILABLE) instead of answered and then lost with
+/// the coordinator; once the follower is back, the same requests succeed.
+#[tokio::test]
+async fn group_writes_wait_for_min_insync_replicas_like_acks_all_produces() {
+    use common::cluster::{partition, until, Cluster};
+    const NOT_AVAILABLE: i16 = 15;
+    let mut c = Cluster::start(
+        3,
+        &[
+            "offsets.topic.replication.factor=3",
+            "offsets.topic.num.partitions=1",
+            "min.insync.replicas=3",
+            "replica.lag.time.max.ms=2000",
+        ],
+    );
+    let bootstrap = c.bootstrap();
+    common::create_topic(&bootstrap, "commits", 1, &[]).await;
+    let first = c.addr(1);
+    let coordinator = until("a coordinator for g", Duration::from_secs(60), || {
+        let first = first.clone();
+        async move { wire::find_coordinator(&first, "g").ok() }
+    })
+    .await;
+    let addr = c.addr(coordinator as usize);
+    until(
+        "all 3 replicas of __consumer_offsets in its ISR",
+        Duration::from_secs(60),
+        || async {
+            let p = partition(&addr, "__consumer_offsets", 0).await?;
+            (p.isr.len() == 3).then_some(())
+        },
+    )
+    .await;
+    let mut s = common::raw::connect(&addr);
+    let (code, generation, member) = wire::join(&mut s, "g", "");
+    assert_eq!((code, generation), (0, 1));
+    // A follower stops: the next writes wait for it until the ISR drops it, and then the ISR
+    // is below min.insync.replicas.
+    let follower = (1..=3).find(|b| *b != coordinator).unwrap();
+    c.sigstop(follower as usize);
+    let code = wire::commit(&mut s, "standalone", -1, "", "commits", 5);
+    assert_eq!(
+        code, NOT_AVAILABLE,
+        "the commit was answered though it was not replicated"
+    );
+    let (code, assignment) = wire::sync(&mut s, "g", generation, &member, b"mine");
+    assert_eq!(
+        (code, assignment.len()),
+        (NOT_AVAILABLE, 0),
+        "the assignment was answered though it was not replicated"
+    );
+    c.sigcont(follower as usize);
+    until(
+        "the follower back in the ISR",
+        Duration::from_secs(60),
+        || async {
+            let p = partition(&addr, "__consumer_offsets", 0).await?;
+            (p.isr.len() == 3).then_some(())
+        },
+    )
+    .await;
+    let (code, generation, member) = wire::join(&mut s, "g", &member);
+    assert_eq!(
+        (code, generation),
+        (0, 2),
+        "the group rebalanced after the failed sync"
+    );
+    assert_eq!(
+        wire::sync(&mut s, "g", generation, &member, b"mine"),
+        (0, b"mine".to_vec())
+    );
+    assert_eq!(wire::commit(&mut s, "standalone", -1, "", "commits", 5), 0);
+}

@@ -19,7 +19,6 @@ use kafka_protocol::protocol::StrBytes;
 use super::fetch_session::{self, FetchContext, FetchParams, FetchTarget, PartitionKey};
 use super::metadata::from_uuid;
 use super::partition::{Divergence, FetchIsolation, Partition, PartitionError, ReadResult};
-use super::purgatory::DelayedOperation;
 use super::{Broker, Outcome};
 use crate::protocol::errors;
 use crate::storage::log::{EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
@@ -416,24 +415,9 @@ pub fn fetch(broker: &Arc<Broker>, version: i16, req: FetchRequest) -> Outcome<F
     if first.bytes >= min_bytes || first.errors || req.max_wait_ms <= 0 || targets.is_empty() {
         return Outcome::Now(respond(broker, ctx, targets, first));
     }
-    let op = DelayedOperation::fetch(min_bytes, first.bytes);
-    let purg = if follower {
-        &broker.replicas.follower_fetch_purgatory
-    } else {
-        &broker.replicas.fetch_purgatory
-    };
-    purg.watch(&op, first.seen.iter().map(|(p, _)| p.tp.clone()));
-    // Data that arrived between the read and the watch: complete now and read again.
-    let moved = |p: &Partition| {
-        if follower {
-            p.fetch_position().0
-        } else {
-            broker.replicas.high_watermark(p)
-        }
-    };
-    if first.seen.iter().any(|(p, upto)| moved(p) > *upto) {
-        op.force_complete();
-    }
+    let op = broker
+        .replicas
+        .delay_fetch(follower, min_bytes, first.bytes, &first.seen);
     let broker = broker.clone();
     let wait = Duration::from_millis(req.max_wait_ms as u64);
     Outcome::Later(Box::pin(async move {

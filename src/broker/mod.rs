@@ -13,7 +13,7 @@ pub mod metadata;
 pub mod partition;
 pub mod produce;
 pub mod producer_state;
-pub mod purgatory;
+mod purgatory;
 pub mod replica_manager;
 pub mod server;
 
@@ -71,7 +71,7 @@ pub struct Broker {
     pub config: BrokerConfig,
     pub cluster_id: String,
     pub logs: Arc<LogManager>,
-    pub replicas: ReplicaManager,
+    pub replicas: Arc<ReplicaManager>,
     /// The fetchers that follow other brokers' partitions.
     pub fetchers: crate::replication::ReplicaFetcherManager,
     /// Incremental fetch sessions (KIP-227).
@@ -164,7 +164,7 @@ impl Broker {
         controller_id: watch::Receiver<Option<i32>>,
     ) -> Result<Arc<Broker>, BrokerError> {
         let metrics = Arc::new(crate::metrics::BrokerMetrics::new());
-        let replicas = ReplicaManager::new(
+        let replicas = Arc::new(ReplicaManager::new(
             config.node_id,
             logs.clone(),
             replica_manager::IsrCounters {
@@ -172,7 +172,7 @@ impl Broker {
                 expands: metrics.isr_expands.clone(),
             },
             config.replication.rack_aware_selector,
-        );
+        ));
         let fetchers = crate::replication::ReplicaFetcherManager::new(config.replication.clone());
         let groups = group::coordinator::Coordinator::new(group::coordinator::GroupConfig {
             initial_rebalance_delay: Duration::from_millis(config.group_initial_rebalance_delay_ms),
@@ -486,10 +486,7 @@ impl Broker {
                     Some(pool) if !follower => {
                         let broker = self.clone();
                         let task = pool.spawn(async move {
-                            let r = match fetch::fetch(&broker, v, req) {
-                                Outcome::Now(r) => r,
-                                Outcome::Later(wait) => wait.await,
-                            };
+                            let r = fetch::fetch(&broker, v, req).resolve().await;
                             response_frame(v, cid, &r)
                         });
                         Ok(Reply::Later(Box::pin(async move {
@@ -668,6 +665,24 @@ fn request_name(key: ApiKey) -> &'static str {
 pub enum Outcome<T> {
     Now(T),
     Later(std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>),
+}
+
+impl<T: Send + 'static> Outcome<T> {
+    /// What `f` makes of the answer, now or once it arrives.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U + Send + 'static) -> Outcome<U> {
+        match self {
+            Outcome::Now(t) => Outcome::Now(f(t)),
+            Outcome::Later(wait) => Outcome::Later(Box::pin(async move { f(wait.await) })),
+        }
+    }
+
+    /// The answer, waiting for it if it is not there yet.
+    pub async fn resolve(self) -> T {
+        match self {
+            Outcome::Now(t) => t,
+            Outcome::Later(wait) => wait.await,
+        }
+    }
 }
 
 /// A future yielding a parked request's response frame (or nothing, for acks=0).

@@ -16,7 +16,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::partition::PartitionError;
-use super::purgatory::DelayedOperation;
+use super::replica_manager::PendingAppend;
 use super::{msg, Broker, Outcome};
 use crate::protocol::errors;
 use crate::storage::TopicPartition;
@@ -144,7 +144,8 @@ pub fn produce(
 struct Appends<'a> {
     broker: &'a Arc<Broker>,
     acks: i16,
-    waiting: Vec<Waiting>,
+    /// Each acks=all append, by its (topic, partition) position in the request.
+    waiting: Vec<((usize, usize), PendingAppend)>,
     leaders: Vec<i32>,
 }
 
@@ -168,11 +169,10 @@ impl Appends<'_> {
             );
         }
         let tp = TopicPartition::new(name.to_string(), pd.index);
-        let partition = match self.broker.replicas.leader_partition(&tp, -1) {
-            Ok(p) => p,
-            Err(e) => return refused(pd.index, e, &mut self.leaders),
-        };
         let Some(records) = pd.records else {
+            if let Err(e) = self.broker.replicas.leader_partition(&tp, -1) {
+                return refused(pd.index, e, &mut self.leaders);
+            }
             return partition_error(
                 pd.index,
                 errors::CORRUPT_MESSAGE,
@@ -180,8 +180,12 @@ impl Appends<'_> {
             );
         };
         let mut buf = records.to_vec();
-        let info = match self.broker.replicas.append(&partition, &mut buf, self.acks) {
-            Ok(info) => info,
+        let (info, pending) = match self
+            .broker
+            .replicas
+            .append_records(&tp, &mut buf, self.acks)
+        {
+            Ok(appended) => appended,
             Err(e) => {
                 tracing::debug!(partition = %tp, error = %e.message, "produce refused");
                 return refused(pd.index, e, &mut self.leaders);
@@ -194,14 +198,8 @@ impl Appends<'_> {
         m.messages_in
             .with_label_values(&[name])
             .inc_by(info.num_messages.max(0) as u64);
-        if self.acks == -1 {
-            self.waiting.push(Waiting {
-                topic: at.0,
-                partition: at.1,
-                leader_epoch: partition.leader_epoch(),
-                tp,
-                required: info.last_offset + 1,
-            });
+        if let Some(pending) = pending {
+            self.waiting.push((at, pending));
         }
         PartitionProduceResponse::default()
             .with_index(pd.index)
@@ -211,84 +209,34 @@ impl Appends<'_> {
     }
 }
 
-/// The answer, at once when nothing waits for replication or the high watermark is already
-/// there; otherwise when the DelayedProduce completes or `timeout` passes.
+/// The answer, at once when nothing waits for replication or the ISR already has it all;
+/// otherwise once ReplicaManager's DelayedProduce completes or `timeout` passes. An append
+/// that did not reach enough replicas gets its error (Kafka's DelayedProduce onComplete).
 fn respond_when_replicated(
     broker: &Arc<Broker>,
     mut responses: Vec<TopicProduceResponse>,
-    waiting: Vec<Waiting>,
+    waiting: Vec<((usize, usize), PendingAppend)>,
     endpoints: Vec<NodeEndpoint>,
     timeout: Duration,
 ) -> Outcome<Option<ProduceResponse>> {
-    let answer = |responses: Vec<TopicProduceResponse>, endpoints: Vec<NodeEndpoint>| {
-        Some(
-            ProduceResponse::default()
-                .with_responses(responses)
-                .with_node_endpoints(endpoints),
-        )
-    };
-    if waiting.is_empty() {
-        return Outcome::Now(answer(responses, endpoints));
-    }
-    let op = DelayedOperation::produce(waiting.iter().map(|w| (w.tp.clone(), w.required)));
-    let purg = &broker.replicas.produce_purgatory;
-    purg.watch(&op, waiting.iter().map(|w| w.tp.clone()));
-    // The high watermark may already be there (always, while the ISR is this node alone).
-    for w in &waiting {
-        if let Some(p) = broker.replicas.get(&w.tp) {
-            purg.on_high_watermark(&w.tp, broker.replicas.high_watermark(&p));
-        }
-    }
-    if op.is_completed() {
-        settle(broker, &waiting, &mut responses);
-        return Outcome::Now(answer(responses, endpoints));
-    }
-    let broker = broker.clone();
-    Outcome::Later(Box::pin(async move {
-        op.wait(timeout).await;
-        settle(&broker, &waiting, &mut responses);
-        answer(responses, endpoints)
-    }))
-}
-
-/// An acks=all append waiting for the high watermark.
-struct Waiting {
-    topic: usize,
-    partition: usize,
-    tp: TopicPartition,
-    /// The leader epoch the batch was appended under.
-    leader_epoch: i32,
-    /// The offset the high watermark must reach.
-    required: i64,
-}
-
-/// The answer of each acks=all append once its wait is over (Kafka's DelayedProduce
-/// onComplete): a leader that changed since the append cannot vouch for it; a high watermark
-/// short of it timed out; one past it with the ISR below `min.insync.replicas` is
-/// NOT_ENOUGH_REPLICAS_AFTER_APPEND.
-fn settle(broker: &Broker, waiting: &[Waiting], responses: &mut [TopicProduceResponse]) {
-    for w in waiting {
-        let code = match broker.replicas.get(&w.tp) {
-            None => errors::NOT_LEADER_OR_FOLLOWER,
-            Some(p) => {
-                let st = p.state();
-                if st.role != super::partition::Role::Leader || st.leader_epoch != w.leader_epoch {
-                    errors::NOT_LEADER_OR_FOLLOWER
-                } else if broker.replicas.high_watermark(&p) < w.required {
-                    errors::REQUEST_TIMED_OUT
-                } else if st.isr.len() < p.min_insync_replicas() {
-                    errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND
-                } else {
-                    errors::NONE
+    let (at, pending): (Vec<_>, Vec<_>) = waiting.into_iter().unzip();
+    broker
+        .replicas
+        .await_replication(pending, timeout)
+        .map(move |codes| {
+            for ((topic, partition), code) in at.into_iter().zip(codes) {
+                if code != errors::NONE {
+                    let r = &mut responses[topic].partition_responses[partition];
+                    r.error_code = code;
+                    r.base_offset = -1;
                 }
             }
-        };
-        if code != errors::NONE {
-            let r = &mut responses[w.topic].partition_responses[w.partition];
-            r.error_code = code;
-            r.base_offset = -1;
-        }
-    }
+            Some(
+                ProduceResponse::default()
+                    .with_responses(responses)
+                    .with_node_endpoints(endpoints),
+            )
+        })
 }
 
 /// InitProducerId for idempotent producers: a fresh id at epoch 0, or (v3+, KIP-360) the same

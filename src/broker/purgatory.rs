@@ -2,7 +2,8 @@
 //! tens of seconds under wide fetches):
 //! an append's completion check costs O(1) atomics per watcher and takes no operation lock;
 //! an operation completes exactly once (an atomic flag); the woken request assembles its
-//! response itself, off the append path; completed watchers are purged lazily.
+//! response itself, off the append path; completed watchers are purged lazily, and all at
+//! once by ReplicaManager's periodic `purge`.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -91,13 +92,6 @@ impl DelayedOperation {
             {
                 self.force_complete();
             }
-        }
-    }
-
-    /// Adds bytes found after registration (closes the race between the first read and watching).
-    pub fn add_bytes(&self, n: i64) {
-        if n > 0 {
-            self.on_bytes(n);
         }
     }
 

@@ -1,11 +1,13 @@
 //! ReplicaManager: the only door to this broker's partitions. It applies each published
 //! metadata image (creating logs, making replicas leaders or followers, deleting what the
-//! broker no longer hosts), runs appends and reads with their purgatory notifications, serves
-//! followers' fetches (moving the high watermark, proposing ISR changes) and takes what this
-//! broker's own fetchers bring back from leaders.
+//! broker no longer hosts), runs appends and reads, and owns the purgatories: an acks=all
+//! append waits here (DelayedProduce) until enough replicas have it, a fetch short of
+//! `fetch.min.bytes` here (DelayedFetch). It serves followers' fetches (moving the high
+//! watermark, proposing ISR changes) and takes what this broker's own fetchers bring back.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 use prometheus::IntCounter;
@@ -14,7 +16,8 @@ use tokio::sync::mpsc;
 use super::partition::{
     Divergence, FetchIsolation, IsrProposal, Partition, PartitionError, ReadResult, Role,
 };
-use super::purgatory::Purgatory;
+use super::purgatory::{DelayedOperation, Purgatory};
+use super::Outcome;
 use crate::config::LogConfig;
 use crate::controller::image::{MetadataImage, TopicImage};
 use crate::controller::is_hidden_topic;
@@ -46,6 +49,15 @@ pub struct IsrCounters {
     pub expands: IntCounter,
 }
 
+/// An acks=all append waiting for the ISR: the partition, the leader epoch it was appended
+/// under and the offset the high watermark must reach.
+#[derive(Debug, Clone)]
+pub struct PendingAppend {
+    pub tp: TopicPartition,
+    leader_epoch: i32,
+    required: i64,
+}
+
 /// What a metadata change did to this broker's replicas.
 #[derive(Debug, Default)]
 pub struct ReplicaChanges {
@@ -64,11 +76,12 @@ pub struct ReplicaManager {
     /// Serialises `apply_image`.
     apply_lock: Mutex<()>,
     /// Consumer fetches, woken when a high watermark moves.
-    pub fetch_purgatory: Purgatory,
+    fetch_purgatory: Purgatory,
     /// Follower fetches, woken when a leader appends.
-    pub follower_fetch_purgatory: Purgatory,
-    /// acks=all produces, woken when a high watermark moves.
-    pub produce_purgatory: Purgatory,
+    follower_fetch_purgatory: Purgatory,
+    /// acks=all appends (produce and the group coordinator's), woken when a high watermark
+    /// moves.
+    produce_purgatory: Purgatory,
     /// Where ISR changes go to be sent to the controller (AlterPartition).
     isr_changes: Mutex<Option<mpsc::UnboundedSender<IsrChangeRequest>>>,
     counters: IsrCounters,
@@ -350,10 +363,115 @@ impl ReplicaManager {
         Ok(stray.len())
     }
 
-    /// Appends client batches to a partition this broker leads, then wakes follower fetches
-    /// waiting for bytes, and (if the append moved the high watermark, as with an ISR of the
-    /// leader alone) consumer fetches and acks=all produces.
-    pub fn append(
+    /// Appends `records` to `tp` as its leader (Kafka's appendRecords, one partition), then
+    /// wakes follower fetches waiting for bytes, and (if the append moved the high watermark,
+    /// as with an ISR of the leader alone) consumer fetches and acks=all appends. With
+    /// acks=-1 it also returns what the answer waits for: see `await_replication`.
+    pub fn append_records(
+        &self,
+        tp: &TopicPartition,
+        records: &mut [u8],
+        required_acks: i16,
+    ) -> Result<(AppendInfo, Option<PendingAppend>), PartitionError> {
+        let p = self.leader_partition(tp, -1)?;
+        let leader_epoch = p.leader_epoch();
+        let info = self.append(&p, records, required_acks)?;
+        let pending = (required_acks == -1).then(|| PendingAppend {
+            tp: tp.clone(),
+            leader_epoch,
+            required: info.last_offset + 1,
+        });
+        Ok((info, pending))
+    }
+
+    /// One error code per pending append, in order, once each is replicated to the ISR or
+    /// `timeout` has passed: at once when they all are, else when their DelayedProduce
+    /// completes. REQUEST_TIMED_OUT for those still short when the time is up.
+    pub fn await_replication(
+        self: &Arc<Self>,
+        pending: Vec<PendingAppend>,
+        timeout: Duration,
+    ) -> Outcome<Vec<i16>> {
+        if let Some(done) = self.replication_done(&pending) {
+            return Outcome::Now(done);
+        }
+        let op = DelayedOperation::produce(pending.iter().map(|w| (w.tp.clone(), w.required)));
+        self.produce_purgatory
+            .watch(&op, pending.iter().map(|w| w.tp.clone()));
+        // The high watermark or the leader may have moved between the check and the watch.
+        if let Some(done) = self.replication_done(&pending) {
+            op.force_complete();
+            return Outcome::Now(done);
+        }
+        let rm = self.clone();
+        Outcome::Later(Box::pin(async move {
+            op.wait(timeout).await;
+            pending
+                .iter()
+                .map(|w| {
+                    rm.replication_status(w)
+                        .unwrap_or(errors::REQUEST_TIMED_OUT)
+                })
+                .collect()
+        }))
+    }
+
+    /// Every pending append's code, if none of them waits any more.
+    fn replication_done(&self, pending: &[PendingAppend]) -> Option<Vec<i16>> {
+        pending.iter().map(|w| self.replication_status(w)).collect()
+    }
+
+    fn replication_status(&self, w: &PendingAppend) -> Option<i16> {
+        match self.get(&w.tp) {
+            None => Some(errors::NOT_LEADER_OR_FOLLOWER),
+            Some(p) => p.check_enough_replicas_reach_offset(w.leader_epoch, w.required),
+        }
+    }
+
+    /// Parks a fetch that has `already` of its `min_bytes` (DelayedFetch): it watches each
+    /// partition it read, `seen` with the offset it read up to (the high watermark for a
+    /// consumer, the log end for a follower). Completes at once if any of them moved since.
+    pub fn delay_fetch(
+        &self,
+        follower: bool,
+        min_bytes: i64,
+        already: i64,
+        seen: &[(Arc<Partition>, i64)],
+    ) -> Arc<DelayedOperation> {
+        let op = DelayedOperation::fetch(min_bytes, already);
+        let purgatory = if follower {
+            &self.follower_fetch_purgatory
+        } else {
+            &self.fetch_purgatory
+        };
+        purgatory.watch(&op, seen.iter().map(|(p, _)| p.tp.clone()));
+        let moved = |p: &Partition| {
+            if follower {
+                p.fetch_position().0
+            } else {
+                p.high_watermark()
+            }
+        };
+        if seen.iter().any(|(p, upto)| moved(p) > *upto) {
+            op.force_complete();
+        }
+        op
+    }
+
+    /// Watch entries of the consumer-fetch and produce purgatories (PurgatorySize).
+    pub fn purgatory_sizes(&self) -> (usize, usize) {
+        (self.fetch_purgatory.size(), self.produce_purgatory.size())
+    }
+
+    /// Drops the watch entries of operations that completed or timed out: on a quiet
+    /// partition nothing else visits them (Kafka's purgatories purge the same way).
+    pub fn purge_purgatories(&self) {
+        self.fetch_purgatory.purge();
+        self.follower_fetch_purgatory.purge();
+        self.produce_purgatory.purge();
+    }
+
+    fn append(
         &self,
         p: &Partition,
         records: &mut [u8],
@@ -546,7 +664,8 @@ impl ReplicaManager {
         self.get(tp).is_some_and(|p| p.follower_throttled())
     }
 
-    /// Appends what a leader sent for `tp` (fetched at `leader_epoch`).
+    /// Appends what a leader sent for `tp` (fetched at `leader_epoch`) and takes the leader's
+    /// high watermark, waking consumer fetches parked on this follower for what it now covers.
     pub fn append_fetched(
         &self,
         tp: &TopicPartition,
@@ -558,7 +677,12 @@ impl ReplicaManager {
         let Some(p) = self.get(tp) else {
             return Ok(());
         };
-        p.append_as_follower(leader_epoch, records, leader_hw, leader_log_start)?;
+        let appended = p.append_as_follower(leader_epoch, records, leader_hw, leader_log_start)?;
+        // Consumers reading this follower (KIP-392) may read what the high watermark now covers.
+        let committed = p.take_committed_bytes(appended.high_watermark);
+        if committed > 0 {
+            self.fetch_purgatory.on_bytes(tp, committed);
+        }
         Ok(())
     }
 
@@ -598,3 +722,6 @@ impl ReplicaManager {
         p.high_watermark()
     }
 }
+
+#[cfg(test)]
+mod tests;

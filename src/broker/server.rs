@@ -174,9 +174,9 @@ impl Server {
 }
 
 /// Replication's background work: the fetchers follow the broker's partitions, the
-/// AlterPartition sender carries ISR changes to the controller, and every half of
-/// `replica.lag.time.max.ms` the leaders drop followers that fell behind (Kafka's
-/// isr-expiration task).
+/// AlterPartition sender carries ISR changes to the controller, and every second (or half of
+/// `replica.lag.time.max.ms`, if less) the leaders drop followers that fell behind (Kafka's
+/// isr-expiration task) and the purgatories drop what completed or timed out.
 fn start_replication(broker: &Arc<Broker>) -> Vec<tokio::task::JoinHandle<()>> {
     broker.fetchers.attach(broker);
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -185,10 +185,12 @@ fn start_replication(broker: &Arc<Broker>) -> Vec<tokio::task::JoinHandle<()>> {
     let lag = broker.config.replication.lag_time_max_ms;
     let b = broker.clone();
     let expiry = tokio::spawn(async move {
-        let mut interval = tokio::time::interval(Duration::from_millis((lag / 2).max(10) as u64));
+        let tick = (lag / 2).clamp(10, 1000) as u64;
+        let mut interval = tokio::time::interval(Duration::from_millis(tick));
         loop {
             interval.tick().await;
             b.replicas.maybe_shrink_isrs(lag);
+            b.replicas.purge_purgatories();
         }
     });
     // What the image already asks to follow.
@@ -217,12 +219,13 @@ fn refresh_hook(
             m.handler_meter
                 .idle_fraction(broker.config.num_io_threads, None),
         );
+        let (fetch, produce) = broker.replicas.purgatory_sizes();
         m.purgatory_size
             .with_label_values(&["Fetch"])
-            .set(broker.replicas.fetch_purgatory.size() as f64);
+            .set(fetch as f64);
         m.purgatory_size
             .with_label_values(&["Produce"])
-            .set(broker.replicas.produce_purgatory.size() as f64);
+            .set(produce as f64);
         let sessions = broker.fetch_sessions.stats();
         m.fetch_sessions.set(sessions.sessions as i64);
         m.fetch_session_partitions

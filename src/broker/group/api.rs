@@ -10,10 +10,10 @@ use bytes::Bytes;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
-use super::coordinator::{codes, CommitCheck, CommittedOffset, JoinRequest, Pending};
+use super::coordinator::{codes, CommitCheck, CommittedOffset, Group, JoinRequest, Pending};
 use super::records::{GroupMetadataValue, GroupRecordKey, MemberMetadata, OffsetCommitValue};
 use crate::broker::partition::Partition;
-use crate::broker::replica_manager::ReplicaChanges;
+use crate::broker::replica_manager::{PendingAppend, ReplicaChanges};
 use crate::broker::{msg, Broker, Outcome};
 use crate::protocol::errors;
 use crate::storage::batch::{self, KeyValue};
@@ -94,50 +94,67 @@ pub fn coordinator_partition(broker: &Broker, group: &str) -> Result<Arc<Partiti
         .map_err(|_| errors::NOT_COORDINATOR)
 }
 
-/// Appends group records (key, value or tombstone) to the group's `__consumer_offsets` partition.
+/// Appends group records (key, value or tombstone) to the group's `__consumer_offsets`
+/// partition with acks=1: the tombstones of deleted and expired groups and offsets.
 fn append_records(broker: &Broker, group: &str, records: &[RecordKv]) -> Result<(), i16> {
-    append_group_records(broker, group, records, 1).map(|_| ())
-}
-
-/// A coordinator write that counts only once the offsets partition's ISR has it.
-struct PendingWrite {
-    tp: TopicPartition,
-    leader_epoch: i32,
-    /// The offset the high watermark must reach.
-    required: i64,
-}
-
-/// How long an offset commit waits for the ISR (Kafka's `offsets.commit.timeout.ms`).
-const OFFSETS_COMMIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-
-fn append_group_records(
-    broker: &Broker,
-    group: &str,
-    records: &[RecordKv],
-    acks: i16,
-) -> Result<Option<PendingWrite>, i16> {
     if records.is_empty() {
-        return Ok(None);
+        return Ok(());
     }
     let part = coordinator_partition(broker, group)?;
+    append(broker, group, &part.tp, records, 1).map(|_| ())
+}
+
+/// How long a coordinator write waits for the ISR (Kafka's `offsets.commit.timeout.ms`).
+const OFFSETS_COMMIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Writes group records with acks=all and answers once the ISR has them, or with the group
+/// error for why not (an ISR below `min.insync.replicas`, a lost leadership, the timeout):
+/// offset commits and a generation's group metadata count only then, as in Kafka.
+fn write_replicated(
+    broker: &Arc<Broker>,
+    group: &str,
+    records: &[RecordKv],
+) -> Outcome<Result<(), i16>> {
+    if records.is_empty() {
+        return Outcome::Now(Ok(()));
+    }
+    let pending = coordinator_partition(broker, group)
+        .and_then(|part| append(broker, group, &part.tp, records, -1));
+    match pending {
+        Ok(pending) => broker
+            .replicas
+            .await_replication(pending.into_iter().collect(), OFFSETS_COMMIT_TIMEOUT)
+            .map(|codes| match codes.first() {
+                Some(&code) if code != errors::NONE => Err(store_error(code)),
+                _ => Ok(()),
+            }),
+        Err(code) => Outcome::Now(Err(code)),
+    }
+}
+
+/// One batch of group records appended to `tp`, the group's partition.
+fn append(
+    broker: &Broker,
+    group: &str,
+    tp: &TopicPartition,
+    records: &[RecordKv],
+    acks: i16,
+) -> Result<Option<PendingAppend>, i16> {
     let kvs: Vec<KeyValue<'_>> = records
         .iter()
         .map(|(k, v)| (Some(k.as_slice()), v.as_deref()))
         .collect();
     let mut b = batch::build_batch(&kvs, crate::storage::log::now_ms());
-    let leader_epoch = part.leader_epoch();
-    let info = broker.replicas.append(&part, &mut b, acks).map_err(|e| {
-        tracing::error!(group, error = %e.message, "cannot write to {OFFSETS_TOPIC}");
-        store_error(e.code)
-    })?;
-    Ok(Some(PendingWrite {
-        tp: part.tp.clone(),
-        leader_epoch,
-        required: info.last_offset + 1,
-    }))
+    match broker.replicas.append_records(tp, &mut b, acks) {
+        Ok((_, pending)) => Ok(pending),
+        Err(e) => {
+            tracing::warn!(group, error = %e.message, "cannot write to {OFFSETS_TOPIC}");
+            Err(store_error(e.code))
+        }
+    }
 }
 
-/// The group error for a failed `__consumer_offsets` write (Kafka's GroupMetadataManager).
+/// The group error for a failed `__consumer_offsets` write (Kafka's group coordinator).
 fn store_error(code: i16) -> i16 {
     match code {
         errors::NOT_LEADER_OR_FOLLOWER | errors::KAFKA_STORAGE_ERROR => errors::NOT_COORDINATOR,
@@ -150,29 +167,6 @@ fn store_error(code: i16) -> i16 {
         }
         _ => errors::NOT_COORDINATOR,
     }
-}
-
-/// `Ok` once the write is below the high watermark under the epoch it was made in.
-fn write_outcome(broker: &Broker, w: &PendingWrite) -> Option<Result<(), i16>> {
-    let Some(p) = broker.replicas.get(&w.tp) else {
-        return Some(Err(errors::NOT_COORDINATOR));
-    };
-    if !p.is_leader() || p.leader_epoch() != w.leader_epoch {
-        return Some(Err(errors::NOT_COORDINATOR));
-    }
-    (broker.replicas.high_watermark(&p) >= w.required).then_some(Ok(()))
-}
-
-/// Waits (in the produce purgatory) until the ISR has the write, or the commit timeout.
-async fn await_write(broker: &Broker, w: PendingWrite) -> Result<(), i16> {
-    let op = super::super::purgatory::DelayedOperation::produce([(w.tp.clone(), w.required)]);
-    let purg = &broker.replicas.produce_purgatory;
-    purg.watch(&op, [w.tp.clone()]);
-    if let Some(p) = broker.replicas.get(&w.tp) {
-        purg.on_high_watermark(&w.tp, broker.replicas.high_watermark(&p));
-    }
-    op.wait(OFFSETS_COMMIT_TIMEOUT).await;
-    write_outcome(broker, &w).unwrap_or(Err(errors::COORDINATOR_NOT_AVAILABLE))
 }
 
 /// Loads or unloads coordinators as this broker gains or loses `__consumer_offsets` leaders.
@@ -458,18 +452,9 @@ pub fn sync_group(broker: &Arc<Broker>, req: SyncGroupRequest) -> Outcome<SyncGr
         .into_iter()
         .map(|a| (a.member_id.to_string(), a.assignment.to_vec()))
         .collect();
-    let pending = broker
-        .groups
-        .sync(&group, req.generation_id, &member, assignments);
-    // The leader's sync makes the generation stable: record it once, then.
-    let is_leader = broker
-        .groups
-        .with_group(&group, |g| g.leader.as_deref() == Some(member.as_str()))
-        .unwrap_or(false);
-    if is_leader {
-        persist_group(broker, &group);
-    }
-    match pending {
+    let generation = req.generation_id;
+    let start = broker.groups.sync(&group, generation, &member, assignments);
+    let answer = match start.answer {
         Pending::Now(r) => Outcome::Now(sync_response(r)),
         Pending::Later(rx) => Outcome::Later(Box::pin(async move {
             match rx.await {
@@ -477,47 +462,63 @@ pub fn sync_group(broker: &Arc<Broker>, req: SyncGroupRequest) -> Outcome<SyncGr
                 Err(_) => SyncGroupResponse::default().with_error_code(errors::NOT_COORDINATOR),
             }
         })),
+    };
+    if !start.store {
+        return answer;
     }
+    // The leader's assignment reaches the members once the ISR has the group's record.
+    let written = store_group(broker, &group, generation);
+    let broker = broker.clone();
+    Outcome::Later(Box::pin(async move {
+        let stored = written.resolve().await;
+        broker.groups.complete_sync(&group, generation, stored);
+        answer.resolve().await
+    }))
 }
 
-/// Writes the group's metadata record once a generation is stable (Kafka does the same).
-fn persist_group(broker: &Broker, group: &str) {
+/// Writes the group's metadata record of `generation` with the assignment its leader gave
+/// (Kafka's storeGroup), acks=all.
+fn store_group(broker: &Arc<Broker>, group: &str, generation: i32) -> Outcome<Result<(), i16>> {
     let value = broker.groups.with_group(group, |g| {
-        if g.state != super::coordinator::GroupState::Stable {
-            return None;
-        }
-        Some(GroupMetadataValue {
-            protocol_type: g.protocol_type.clone().unwrap_or_default(),
-            generation: g.generation,
-            protocol: g.protocol_name.clone(),
-            leader: g.leader.clone(),
-            current_state_timestamp: g.state_changed_ms,
-            members: g
-                .members
-                .values()
-                .map(|m| MemberMetadata {
-                    member_id: m.member_id.clone(),
-                    group_instance_id: m.group_instance_id.clone(),
-                    client_id: m.client_id.clone(),
-                    client_host: m.client_host.clone(),
-                    rebalance_timeout_ms: m.rebalance_timeout_ms,
-                    session_timeout_ms: m.session_timeout_ms,
-                    subscription: g
-                        .protocol_name
-                        .as_ref()
-                        .and_then(|p| m.protocols.iter().find(|(n, _)| n == p))
-                        .map(|(_, md)| md.clone())
-                        .unwrap_or_default(),
-                    assignment: m.assignment.clone(),
-                })
-                .collect(),
-        })
+        (g.generation == generation).then(|| group_metadata(g))
     });
-    if let Some(Some(v)) = value {
-        let key = GroupRecordKey::GroupMetadata {
-            group: group.to_string(),
-        };
-        let _ = append_records(broker, group, &[(key.encode(), Some(v.encode()))]);
+    let Some(Some(value)) = value else {
+        return Outcome::Now(Err(codes::REBALANCE_IN_PROGRESS));
+    };
+    let key = GroupRecordKey::GroupMetadata {
+        group: group.to_string(),
+    };
+    write_replicated(broker, group, &[(key.encode(), Some(value.encode()))])
+}
+
+/// A group's metadata record: its generation, protocol, leader and members with their
+/// subscriptions and assignments.
+fn group_metadata(g: &Group) -> GroupMetadataValue {
+    GroupMetadataValue {
+        protocol_type: g.protocol_type.clone().unwrap_or_default(),
+        generation: g.generation,
+        protocol: g.protocol_name.clone(),
+        leader: g.leader.clone(),
+        current_state_timestamp: g.state_changed_ms,
+        members: g
+            .members
+            .values()
+            .map(|m| MemberMetadata {
+                member_id: m.member_id.clone(),
+                group_instance_id: m.group_instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                rebalance_timeout_ms: m.rebalance_timeout_ms,
+                session_timeout_ms: m.session_timeout_ms,
+                subscription: g
+                    .protocol_name
+                    .as_ref()
+                    .and_then(|p| m.protocols.iter().find(|(n, _)| n == p))
+                    .map(|(_, md)| md.clone())
+                    .unwrap_or_default(),
+                assignment: m.assignment.clone(),
+            })
+            .collect(),
     }
 }
 
@@ -664,33 +665,14 @@ pub fn offset_commit(
         }
     };
     // The commit counts (and the cache takes it) once the ISR has it, as in Kafka.
-    let pending = match append_group_records(broker, &group, &records, -1) {
-        Ok(p) => p,
-        Err(code) => {
-            fail(&mut topics, code);
-            return Outcome::Now(OffsetCommitResponse::default().with_topics(topics));
-        }
-    };
-    let Some(w) = pending else {
-        broker.groups.store_offsets(&group, stored);
-        return Outcome::Now(OffsetCommitResponse::default().with_topics(topics));
-    };
-    if let Some(done) = write_outcome(broker, &w) {
-        match done {
-            Ok(()) => broker.groups.store_offsets(&group, stored),
-            Err(code) => fail(&mut topics, code),
-        }
-        return Outcome::Now(OffsetCommitResponse::default().with_topics(topics));
-    }
-    let broker = broker.clone();
-    Outcome::Later(Box::pin(async move {
-        let mut topics = topics;
-        match await_write(&broker, w).await {
-            Ok(()) => broker.groups.store_offsets(&group, stored),
+    let b = broker.clone();
+    write_replicated(broker, &group, &records).map(move |written| {
+        match written {
+            Ok(()) => b.groups.store_offsets(&group, stored),
             Err(code) => fail(&mut topics, code),
         }
         OffsetCommitResponse::default().with_topics(topics)
-    }))
+    })
 }
 
 pub fn offset_fetch(

@@ -126,6 +126,22 @@ impl SyncResult {
     }
 }
 
+/// A SyncGroup's answer, and whether it was the leader's, whose assignment must be stored
+/// before anyone gets it (then `Coordinator::complete_sync` with the write's outcome).
+pub struct SyncStart {
+    pub answer: Pending<SyncResult>,
+    pub store: bool,
+}
+
+impl SyncStart {
+    fn now(r: SyncResult) -> SyncStart {
+        SyncStart {
+            answer: Pending::Now(r),
+            store: false,
+        }
+    }
+}
+
 /// Either an answer now, or one that arrives when the rebalance step completes.
 pub enum Pending<T> {
     Now(T),
@@ -749,30 +765,33 @@ impl Coordinator {
         Ok(())
     }
 
+    /// A member's SyncGroup. Followers wait for the leader's; the leader's hands the
+    /// assignment to every member, but nobody is answered before the caller has stored it
+    /// (Kafka's storeGroup) and called `complete_sync`.
     pub fn sync(
         &self,
         group_id: &str,
         generation: i32,
         member_id: &str,
         assignments: Vec<(String, Vec<u8>)>,
-    ) -> Pending<SyncResult> {
+    ) -> SyncStart {
         let Some(g) = self.group(group_id) else {
-            return Pending::Now(SyncResult::error(codes::UNKNOWN_MEMBER_ID));
+            return SyncStart::now(SyncResult::error(codes::UNKNOWN_MEMBER_ID));
         };
         let mut g = g.lock().unwrap_or_else(|p| p.into_inner());
         if !g.members.contains_key(member_id) {
-            return Pending::Now(SyncResult::error(codes::UNKNOWN_MEMBER_ID));
+            return SyncStart::now(SyncResult::error(codes::UNKNOWN_MEMBER_ID));
         }
         if generation != g.generation {
-            return Pending::Now(SyncResult::error(codes::ILLEGAL_GENERATION));
+            return SyncStart::now(SyncResult::error(codes::ILLEGAL_GENERATION));
         }
         match g.state {
             GroupState::PreparingRebalance => {
-                Pending::Now(SyncResult::error(codes::REBALANCE_IN_PROGRESS))
+                SyncStart::now(SyncResult::error(codes::REBALANCE_IN_PROGRESS))
             }
             GroupState::Stable => {
                 let m = &g.members[member_id];
-                Pending::Now(SyncResult {
+                SyncStart::now(SyncResult {
                     error: codes::NONE,
                     protocol_type: g.protocol_type.clone(),
                     protocol_name: g.protocol_name.clone(),
@@ -785,26 +804,64 @@ impl Coordinator {
                     m.sync_waiter = Some(tx);
                     m.last_heartbeat = Instant::now();
                 }
-                if g.leader.as_deref() == Some(member_id) {
+                let store = g.leader.as_deref() == Some(member_id);
+                if store {
                     let given: HashMap<String, Vec<u8>> = assignments.into_iter().collect();
-                    let (pt, pn) = (g.protocol_type.clone(), g.protocol_name.clone());
                     for m in g.members.values_mut() {
                         m.assignment = given.get(&m.member_id).cloned().unwrap_or_default();
-                        if let Some(w) = m.sync_waiter.take() {
-                            let _ = w.send(SyncResult {
-                                error: codes::NONE,
-                                protocol_type: pt.clone(),
-                                protocol_name: pn.clone(),
-                                assignment: m.assignment.clone(),
-                            });
-                        }
                     }
-                    g.transition(GroupState::Stable);
                 }
-                Pending::Later(rx)
+                SyncStart {
+                    answer: Pending::Later(rx),
+                    store,
+                }
             }
             GroupState::Empty | GroupState::Dead => {
-                Pending::Now(SyncResult::error(codes::UNKNOWN_MEMBER_ID))
+                SyncStart::now(SyncResult::error(codes::UNKNOWN_MEMBER_ID))
+            }
+        }
+    }
+
+    /// The leader's assignment of `generation` was stored (`Ok`), or could not be (the error
+    /// for the members): every member waiting in SyncGroup gets its assignment and the group
+    /// is Stable; or they all get the error, the assignment is dropped and the group
+    /// rebalances (Kafka's storeGroup callback). A group that moved on meanwhile is left alone.
+    pub fn complete_sync(&self, group_id: &str, generation: i32, stored: Result<(), i16>) {
+        let Some(g) = self.group(group_id) else {
+            return;
+        };
+        let mut g = g.lock().unwrap_or_else(|p| p.into_inner());
+        if g.state != GroupState::CompletingRebalance || g.generation != generation {
+            return;
+        }
+        let (pt, pn) = (g.protocol_type.clone(), g.protocol_name.clone());
+        for m in g.members.values_mut() {
+            let answer = match stored {
+                Ok(()) => SyncResult {
+                    error: codes::NONE,
+                    protocol_type: pt.clone(),
+                    protocol_name: pn.clone(),
+                    assignment: m.assignment.clone(),
+                },
+                Err(code) => {
+                    m.assignment.clear();
+                    SyncResult::error(code)
+                }
+            };
+            if let Some(w) = m.sync_waiter.take() {
+                let _ = w.send(answer);
+            }
+        }
+        match stored {
+            Ok(()) => g.transition(GroupState::Stable),
+            Err(code) => {
+                tracing::warn!(
+                    group = group_id,
+                    generation,
+                    error = crate::protocol::errors::error_name(code),
+                    "cannot store the group's assignment; rebalancing"
+                );
+                g.prepare_rebalance(Instant::now());
             }
         }
     }

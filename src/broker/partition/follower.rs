@@ -70,6 +70,9 @@ impl Partition {
             for h in super::headers(records) {
                 psm.record(&h);
             }
+            self.uncommitted
+                .lock()
+                .appended(info.last_offset + 1, info.valid_bytes as i64);
             out.info = Some(info);
         }
         if leader_log_start > l.log_start_offset() && leader_log_start <= l.log_end_offset() {

@@ -5,9 +5,10 @@
 //! sent to the controller as AlterPartition; until it answers, no other proposal is made and the
 //! high watermark counts the larger of the two ISRs.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 
 use super::{Partition, ReplicaState, Role};
+use crate::protocol::errors;
 
 /// What the leader knows of one follower.
 #[derive(Debug, Clone, Copy)]
@@ -29,8 +30,6 @@ pub(super) struct LeaderState {
     followers: HashMap<i32, FollowerProgress>,
     /// The ISR an AlterPartition in flight asks for.
     pending: Option<Vec<i32>>,
-    /// `(end offset, bytes)` of appends not yet below the high watermark.
-    uncommitted: VecDeque<(i64, i64)>,
 }
 
 impl LeaderState {
@@ -71,22 +70,6 @@ impl LeaderState {
                 broker_epoch: -1,
             });
         }
-    }
-
-    pub(super) fn appended(&mut self, end_offset: i64, bytes: i64) {
-        self.uncommitted.push_back((end_offset, bytes));
-    }
-
-    pub(super) fn take_committed_bytes(&mut self, hw: i64) -> i64 {
-        let mut n = 0;
-        while let Some(&(end, bytes)) = self.uncommitted.front() {
-            if end > hw {
-                break;
-            }
-            n += bytes;
-            self.uncommitted.pop_front();
-        }
-        n
     }
 
     /// The ISR the high watermark must wait for: the committed one and a pending one together.
@@ -281,6 +264,34 @@ impl Partition {
         self.increment_high_watermark(&st, &mut leader)
     }
 
+    /// Whether an acks=all append made under `leader_epoch` is done once the high watermark
+    /// must reach `required` (Kafka's checkEnoughReplicasReachOffset): `None` while it has not;
+    /// NOT_LEADER_OR_FOLLOWER once this replica no longer leads that epoch;
+    /// NOT_ENOUGH_REPLICAS_AFTER_APPEND when it got there with the ISR below
+    /// `min.insync.replicas`; NONE otherwise. Produce and the group coordinator's writes both
+    /// complete through this one check.
+    pub fn check_enough_replicas_reach_offset(
+        &self,
+        leader_epoch: i32,
+        required: i64,
+    ) -> Option<i16> {
+        let st = self.state.read();
+        if st.role != Role::Leader || st.leader_epoch != leader_epoch {
+            return Some(errors::NOT_LEADER_OR_FOLLOWER);
+        }
+        let isr = self.leader.lock().maximal_isr(&st.isr).len();
+        let l = self.log.lock();
+        if l.high_watermark() < required {
+            return None;
+        }
+        let min_isr = l.config().min_insync_replicas.max(1) as usize;
+        Some(if isr < min_isr {
+            errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        } else {
+            errors::NONE
+        })
+    }
+
     /// `(replica, log end offset)` of each follower the leader has heard from.
     pub fn follower_positions(&self) -> Vec<(i32, i64)> {
         self.leader
@@ -295,18 +306,6 @@ impl Partition {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn committed_bytes_are_taken_once_the_high_watermark_passes_them() {
-        let mut s = LeaderState::default();
-        s.appended(10, 100);
-        s.appended(20, 50);
-        s.appended(30, 7);
-        assert_eq!(s.take_committed_bytes(9), 0);
-        assert_eq!(s.take_committed_bytes(20), 150);
-        assert_eq!(s.take_committed_bytes(20), 0);
-        assert_eq!(s.take_committed_bytes(100), 7);
-    }
 
     #[test]
     fn a_pending_expansion_counts_toward_the_maximal_isr() {

@@ -6,6 +6,7 @@
 
 mod follower;
 mod leader;
+mod uncommitted;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use parking_lot::{Mutex, RwLock};
 pub use follower::{Divergence, FollowerAppend};
 use leader::LeaderState;
 pub use leader::{FollowerFetch, IsrProposal};
+use uncommitted::Uncommitted;
 
 use super::producer_state::{ProducerStateManager, SequenceCheck};
 use crate::config::LogConfig;
@@ -105,7 +107,7 @@ pub enum FetchIsolation {
     LogEnd,
 }
 
-/// Locks are taken in this order: `state`, `leader`, `log`, `producers`.
+/// Locks are taken in this order: `state`, `leader`, `log`, `producers`, `uncommitted`.
 pub struct Partition {
     pub tp: TopicPartition,
     pub topic_id: KafkaUuid,
@@ -118,6 +120,8 @@ pub struct Partition {
     state: RwLock<ReplicaState>,
     /// While leader: the followers' progress and an ISR change in flight.
     leader: Mutex<LeaderState>,
+    /// Appends the high watermark has not passed yet (for waking parked consumer fetches).
+    uncommitted: Mutex<Uncommitted>,
     /// Whether the topic's throttled-replica lists name this replica, on the leader's side
     /// (`leader.replication.throttled.replicas`) and the follower's.
     leader_throttled: AtomicBool,
@@ -159,6 +163,7 @@ impl Partition {
             log,
             producers,
             leader: Mutex::new(LeaderState::default()),
+            uncommitted: Mutex::new(Uncommitted::default()),
             leader_throttled: AtomicBool::new(false),
             follower_throttled: AtomicBool::new(false),
             leader_high_watermark: AtomicI64::new(-1),
@@ -387,9 +392,11 @@ impl Partition {
             psm.record(&h);
         }
         drop(psm);
+        self.uncommitted
+            .lock()
+            .appended(info.last_offset + 1, info.valid_bytes as i64);
         drop(l);
         let mut leader = self.leader.lock();
-        leader.appended(info.last_offset + 1, info.valid_bytes as i64);
         let hw = self.increment_high_watermark(&st, &mut leader);
         Ok((info, hw))
     }
@@ -397,7 +404,7 @@ impl Partition {
     /// Bytes appended below `hw` that consumers could not read before (for waking their
     /// fetches when the high watermark moves).
     pub fn take_committed_bytes(&self, hw: i64) -> i64 {
-        self.leader.lock().take_committed_bytes(hw)
+        self.uncommitted.lock().take_committed(hw)
     }
 
     /// Whole batches from `offset` up to the high watermark (consumers) or the log end

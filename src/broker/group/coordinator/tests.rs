@@ -79,14 +79,19 @@ fn two_members_join_sync_and_become_stable() {
     assert!(ra.protocol_name.is_some());
     // The follower's sync waits for the leader's.
     let (leader, follower) = if ra.leader == a { (&a, &b) } else { (&b, &a) };
-    let mut fs = later(c.sync("g", 2, follower, vec![]));
+    let mut fs = later(c.sync("g", 2, follower, vec![]).answer);
     assert!(fs.try_recv().is_err());
-    let mut ls = later(c.sync(
+    let start = c.sync(
         "g",
         2,
         leader,
         vec![(a.clone(), b"A".to_vec()), (b.clone(), b"B".to_vec())],
-    ));
+    );
+    assert!(start.store, "the leader's sync stores the assignment");
+    let mut ls = later(start.answer);
+    // Nobody has an assignment before it is stored.
+    assert!(fs.try_recv().is_err() && ls.try_recv().is_err());
+    c.complete_sync("g", 2, Ok(()));
     let (fr, lr) = (fs.try_recv().unwrap(), ls.try_recv().unwrap());
     assert_eq!(fr.error, 0);
     let expect = |m: &String| {
@@ -107,6 +112,33 @@ fn two_members_join_sync_and_become_stable() {
     assert_eq!(
         c.heartbeat("g", 2, "nobody", Instant::now()),
         codes::UNKNOWN_MEMBER_ID
+    );
+}
+
+#[test]
+fn an_assignment_that_cannot_be_stored_reaches_nobody_and_the_group_rebalances() {
+    let c = Coordinator::new(cfg());
+    let (a, mut ja) = join_new(&c, "g", &["range"]);
+    assert_eq!(ja.try_recv().unwrap().generation, 1);
+    let start = c.sync("g", 1, &a, vec![(a.clone(), b"A".to_vec())]);
+    assert!(start.store);
+    let mut answer = later(start.answer);
+    // A write for another generation changes nothing.
+    c.complete_sync("g", 0, Err(codes::COORDINATOR_NOT_AVAILABLE));
+    assert!(answer.try_recv().is_err());
+    c.complete_sync("g", 1, Err(codes::COORDINATOR_NOT_AVAILABLE));
+    let r = answer.try_recv().unwrap();
+    assert_eq!(
+        (r.error, r.assignment.len()),
+        (codes::COORDINATOR_NOT_AVAILABLE, 0)
+    );
+    c.with_group("g", |g| {
+        assert_eq!(g.state, GroupState::PreparingRebalance);
+        assert!(g.members[&a].assignment.is_empty());
+    });
+    assert_eq!(
+        c.heartbeat("g", 1, &a, Instant::now()),
+        codes::REBALANCE_IN_PROGRESS
     );
 }
 
@@ -197,7 +229,8 @@ fn commits_need_a_current_member_unless_the_group_is_empty() {
         c.check_commit("g", 1, &a),
         CommitCheck::Error(codes::REBALANCE_IN_PROGRESS)
     );
-    drop(later(c.sync("g", 1, &a, vec![(a.clone(), vec![])])));
+    drop(later(c.sync("g", 1, &a, vec![(a.clone(), vec![])]).answer));
+    c.complete_sync("g", 1, Ok(()));
     assert_eq!(c.check_commit("g", 1, &a), CommitCheck::Ok);
     assert_eq!(c.delete_group("g"), Err(codes::NON_EMPTY_GROUP));
     assert_eq!(c.delete_group("nope"), Err(codes::GROUP_ID_NOT_FOUND));
@@ -211,12 +244,16 @@ fn a_static_member_rejoining_with_the_same_metadata_does_not_rebalance() {
     let mut j = later(c.join(r.clone(), Instant::now()));
     let first = j.try_recv().unwrap();
     assert_eq!(first.error, 0);
-    drop(later(c.sync(
-        "g",
-        first.generation,
-        &first.member_id,
-        vec![(first.member_id.clone(), b"x".to_vec())],
-    )));
+    drop(later(
+        c.sync(
+            "g",
+            first.generation,
+            &first.member_id,
+            vec![(first.member_id.clone(), b"x".to_vec())],
+        )
+        .answer,
+    ));
+    c.complete_sync("g", first.generation, Ok(()));
     c.with_group("g", |g| assert_eq!(g.state, GroupState::Stable));
     // The same instance restarts: a new member id, the same generation, no rebalance.
     let again = now_result(c.join(r, Instant::now()));

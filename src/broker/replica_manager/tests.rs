@@ -1,0 +1,200 @@
+//! ReplicaManager in one process: a leader and a follower, each with its own log directory,
+//! replicating through the same calls a follower's fetch and the fetcher make.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::IntCounter;
+
+use super::*;
+use crate::controller::records::MetadataRecord;
+use crate::storage::batch::build_batch;
+use crate::storage::LogManagerConfig;
+
+const LEADER: i32 = 1;
+const FOLLOWER: i32 = 2;
+
+struct Replica {
+    rm: Arc<ReplicaManager>,
+    _dir: tempfile::TempDir,
+}
+
+fn replica(node: i32, image: &Arc<MetadataImage>, min_isr: i32) -> Replica {
+    let dir = tempfile::tempdir().unwrap();
+    let defaults = LogConfig {
+        min_insync_replicas: min_isr,
+        ..LogConfig::default()
+    };
+    let logs = LogManager::open(LogManagerConfig::new(dir.path(), defaults.clone())).unwrap();
+    let counters = IsrCounters {
+        shrinks: IntCounter::new("shrinks", "shrinks").unwrap(),
+        expands: IntCounter::new("expands", "expands").unwrap(),
+    };
+    let rm = Arc::new(ReplicaManager::new(node, logs, counters, false));
+    rm.apply_image(image, &defaults).unwrap();
+    Replica { rm, _dir: dir }
+}
+
+/// Topic `t` with one partition on brokers 1 (leader) and 2, both in the ISR.
+fn image() -> Arc<MetadataImage> {
+    let id = KafkaUuid::random();
+    let mut img = MetadataImage::empty();
+    img.apply(
+        &MetadataRecord::Topic {
+            name: "t".into(),
+            topic_id: id,
+        },
+        0,
+    );
+    img.apply(
+        &MetadataRecord::Partition {
+            partition_id: 0,
+            topic_id: id,
+            replicas: vec![LEADER, FOLLOWER],
+            isr: vec![LEADER, FOLLOWER],
+            removing_replicas: vec![],
+            adding_replicas: vec![],
+            leader: LEADER,
+            leader_epoch: 0,
+            partition_epoch: 0,
+        },
+        1,
+    );
+    Arc::new(img)
+}
+
+fn tp() -> TopicPartition {
+    TopicPartition::new("t", 0)
+}
+
+fn records(n: usize) -> Vec<u8> {
+    let values: Vec<Vec<u8>> = (0..n).map(|i| format!("v{i}").into_bytes()).collect();
+    let kvs: Vec<_> = values.iter().map(|v| (None, Some(v.as_slice()))).collect();
+    build_batch(&kvs, now_ms())
+}
+
+/// One fetch by the follower from the leader, and its append: what the fetcher does.
+fn replicate_once(leader: &ReplicaManager, follower: &ReplicaManager) {
+    let (offset, epoch, _) = follower.fetch_position(&tp()).unwrap();
+    let p = leader.get(&tp()).unwrap();
+    let read = leader
+        .read_for_follower(&p, FOLLOWER, -1, offset, epoch, 1 << 20, true)
+        .unwrap();
+    follower
+        .append_fetched(
+            &tp(),
+            0,
+            &read.read.records,
+            read.read.high_watermark,
+            read.read.log_start_offset,
+        )
+        .unwrap();
+}
+
+async fn codes(outcome: Outcome<Vec<i16>>) -> Vec<i16> {
+    tokio::time::timeout(Duration::from_secs(10), outcome.resolve())
+        .await
+        .expect("the DelayedProduce completes within its own timeout")
+}
+
+#[tokio::test]
+async fn an_acks_all_append_completes_once_the_follower_has_it() {
+    let img = image();
+    let (leader, follower) = (replica(LEADER, &img, 2), replica(FOLLOWER, &img, 2));
+    let (info, pending) = leader
+        .rm
+        .append_records(&tp(), &mut records(3), -1)
+        .unwrap();
+    assert_eq!((info.first_offset, info.last_offset), (0, 2));
+    let outcome = leader
+        .rm
+        .await_replication(vec![pending.unwrap()], Duration::from_secs(5));
+    assert!(
+        matches!(outcome, Outcome::Later(_)),
+        "nobody else has it yet"
+    );
+    replicate_once(&leader.rm, &follower.rm); // the records
+    replicate_once(&leader.rm, &follower.rm); // the follower's new position moves the HW
+    assert_eq!(codes(outcome).await, [errors::NONE]);
+}
+
+#[tokio::test]
+async fn an_acks_all_append_times_out_without_the_follower() {
+    let img = image();
+    let leader = replica(LEADER, &img, 1);
+    let (_, pending) = leader
+        .rm
+        .append_records(&tp(), &mut records(1), -1)
+        .unwrap();
+    let outcome = leader
+        .rm
+        .await_replication(vec![pending.unwrap()], Duration::from_millis(50));
+    assert_eq!(codes(outcome).await, [errors::REQUEST_TIMED_OUT]);
+}
+
+#[tokio::test]
+async fn an_isr_that_shrinks_below_min_insync_fails_the_waiting_append() {
+    let img = image();
+    let leader = replica(LEADER, &img, 2);
+    let (_, pending) = leader
+        .rm
+        .append_records(&tp(), &mut records(1), -1)
+        .unwrap();
+    let outcome = leader
+        .rm
+        .await_replication(vec![pending.unwrap()], Duration::from_secs(5));
+    // The controller commits an ISR of the leader alone: the high watermark reaches the
+    // append, but with fewer replicas than min.insync.replicas = 2.
+    leader
+        .rm
+        .on_isr_change_answer(&tp(), 0, Some((1, vec![LEADER])));
+    assert_eq!(
+        codes(outcome).await,
+        [errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND]
+    );
+    // And the next acks=all append is refused before it is written.
+    let refused = leader.rm.append_records(&tp(), &mut records(1), -1);
+    assert_eq!(refused.unwrap_err().code, errors::NOT_ENOUGH_REPLICAS);
+}
+
+#[tokio::test]
+async fn a_follower_append_wakes_a_consumer_fetch_parked_on_the_follower() {
+    let img = image();
+    let (leader, follower) = (replica(LEADER, &img, 1), replica(FOLLOWER, &img, 1));
+    // A consumer (KIP-392) fetches from the follower at its high watermark and is parked.
+    let fp = follower.rm.get(&tp()).unwrap();
+    let op = follower
+        .rm
+        .delay_fetch(false, 1, 0, &[(fp.clone(), fp.high_watermark())]);
+    assert!(!op.is_completed());
+    leader.rm.append_records(&tp(), &mut records(3), 1).unwrap();
+    replicate_once(&leader.rm, &follower.rm);
+    assert!(
+        !op.is_completed(),
+        "the records are above the follower's high watermark still"
+    );
+    replicate_once(&leader.rm, &follower.rm);
+    assert_eq!(fp.high_watermark(), 3);
+    assert!(
+        op.is_completed(),
+        "the leader's high watermark reached the follower and woke the fetch"
+    );
+}
+
+#[tokio::test]
+async fn completed_fetches_are_purged_from_the_purgatory() {
+    let img = image();
+    let leader = replica(LEADER, &img, 1);
+    let p = leader.rm.get(&tp()).unwrap();
+    for _ in 0..3 {
+        let op = leader.rm.delay_fetch(false, 1, 0, &[(p.clone(), 0)]);
+        assert!(!op.wait(Duration::from_millis(1)).await, "nothing to read");
+    }
+    assert_eq!(
+        leader.rm.purgatory_sizes(),
+        (3, 0),
+        "timed-out watchers stay"
+    );
+    leader.rm.purge_purgatories();
+    assert_eq!(leader.rm.purgatory_sizes(), (0, 0));
+}
