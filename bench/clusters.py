@@ -45,7 +45,7 @@ def wait_until(what, timeout, check, every=0.05):
 # --- the clusters ---------------------------------------------------------------------------
 
 class KafkaCluster:
-    name = "Kafka 4.1.1"
+    name = "Kafka %s" % os.environ.get("EVENKEEL_KAFKA_VERSION", "4.1.1")
 
     @property
     def bootstrap(self):
@@ -54,13 +54,15 @@ class KafkaCluster:
     def pids(self):
         return [self.pid(n) for n in (1, 2, 3)]
 
-    def __init__(self, workdir):
+    def __init__(self, workdir, overrides=()):
         self.dir = os.path.join(workdir, "kafka")
+        # Extra broker properties for every node ("{node}" stands for its id).
+        self.overrides = list(overrides)
 
     def start(self):
         env = dict(os.environ, EVENKEEL_KAFKA_VOTERS="3")
-        p = subprocess.run([KAFKA_CLUSTER, "start", self.dir, "3"], cwd=ROOT, env=env,
-                           capture_output=True, text=True)
+        p = subprocess.run([KAFKA_CLUSTER, "start", self.dir, "3"] + self.overrides, cwd=ROOT,
+                           env=env, capture_output=True, text=True)
         if p.returncode != 0:
             raise BenchError("Kafka did not start: %s" % p.stderr.strip()[-500:])
         self.addrs = p.stdout.strip().splitlines()[-1].split(",")
@@ -103,7 +105,7 @@ class EvenkeelCluster:
         self.dir = os.path.join(workdir, "evenkeel")
         self.procs = {}
         # node -> "host:port" clients are told to use instead of its listener (a relay in
-        # front of it), and extra broker properties for every node.
+        # front of it), and extra broker properties for every node ("{node}" stands for its id).
         self.advertised = advertised or {}
         self.overrides = list(overrides)
 
@@ -128,7 +130,7 @@ class EvenkeelCluster:
             text = open(self.props[i]).read()
             port = re.search(r"^advertised.listeners=PLAINTEXT://[^:]+:(\d+)", text, re.M)
             self.addrs.append("127.0.0.1:%s" % port.group(1))
-            extra = list(self.overrides)
+            extra = [o.replace("{node}", str(i)) for o in self.overrides]
             if i in self.advertised:
                 extra.append("advertised.listeners=PLAINTEXT://%s" % self.advertised[i])
             if extra:

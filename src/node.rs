@@ -13,7 +13,6 @@ use crate::broker::server::Server;
 use crate::broker::{open_log_dir, Broker, BrokerError};
 use crate::config::broker::BrokerConfig;
 use crate::controller::apis::ControllerNode;
-use crate::controller::image::MetadataImage;
 use crate::controller::listener::ControllerListener;
 use crate::controller::quorum_controller::{ControllerSettings, QuorumController};
 use crate::controller::raft::entries::DEFAULT_CONTROLLER_LISTENER;
@@ -21,6 +20,7 @@ use crate::controller::raft::observer::{Observer, ObserverConfig};
 use crate::controller::raft::state_machine::SnapshotPolicy;
 use crate::controller::raft::{Quorum, QuorumConfig};
 use crate::controller::replication::TopicDefaults;
+use crate::metadata::image::MetadataImage;
 use crate::storage::LogManager;
 
 /// Where this node's metadata comes from.

@@ -19,9 +19,9 @@ use kafka_protocol::protocol::{Request, StrBytes};
 use super::controller_channel::{is_not_controller, DEFAULT_RETRY_TIMEOUT};
 use super::{msg, Broker, Outcome};
 use crate::config::{topic_config_entries, SOURCE_STATIC_BROKER};
-use crate::controller::image::MetadataImage;
-use crate::controller::is_internal_topic;
-use crate::controller::records::{RESOURCE_BROKER, RESOURCE_TOPIC};
+use crate::metadata::image::MetadataImage;
+use crate::metadata::is_internal_topic;
+use crate::metadata::records::{RESOURCE_BROKER, RESOURCE_TOPIC};
 use crate::protocol::errors;
 use crate::storage::TopicPartition;
 

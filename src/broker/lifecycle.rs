@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use super::controller_channel::{is_not_controller, ControllerChannel};
 use crate::controller::quorum_controller::METADATA_VERSION_LEVEL;
-use crate::controller::records::PLAINTEXT;
+use crate::metadata::records::PLAINTEXT;
 use crate::protocol::errors;
 use crate::storage::KafkaUuid;
 

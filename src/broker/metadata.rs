@@ -18,8 +18,9 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::controller_channel::{is_not_controller, DEFAULT_RETRY_TIMEOUT};
 use super::{Broker, Outcome};
-use crate::controller::image::{BrokerImage, MetadataImage, PartitionImage, TopicImage};
-use crate::controller::{is_hidden_topic, is_internal_topic, validate_topic_name};
+use crate::controller::validate_topic_name;
+use crate::metadata::image::{BrokerImage, MetadataImage, PartitionImage, TopicImage};
+use crate::metadata::{is_hidden_topic, is_internal_topic};
 use crate::protocol::errors;
 use crate::storage::KafkaUuid;
 

@@ -15,6 +15,7 @@ pub mod produce;
 pub mod producer_state;
 mod purgatory;
 pub mod replica_manager;
+pub mod replication;
 pub mod server;
 
 use std::sync::Arc;
@@ -26,7 +27,7 @@ use kafka_protocol::protocol::{Encodable, HeaderVersion, StrBytes};
 use tokio::sync::watch;
 
 use crate::config::broker::BrokerConfig;
-use crate::controller::image::MetadataImage;
+use crate::metadata::image::MetadataImage;
 use crate::protocol::{self, api_versions, errors, DecodedRequest, FrameError};
 use crate::storage::{LogManager, LogManagerConfig, MetaProperties, StorageError};
 use controller_channel::ControllerChannel;
@@ -73,7 +74,7 @@ pub struct Broker {
     pub logs: Arc<LogManager>,
     pub replicas: Arc<ReplicaManager>,
     /// The fetchers that follow other brokers' partitions.
-    pub fetchers: crate::replication::ReplicaFetcherManager,
+    pub fetchers: replication::ReplicaFetcherManager,
     /// Incremental fetch sessions (KIP-227).
     pub fetch_sessions: fetch_session::FetchSessionCache,
     /// Where consumer fetches are read and encoded, once the server has started its fetch pool.
@@ -173,7 +174,7 @@ impl Broker {
             },
             config.replication.rack_aware_selector,
         ));
-        let fetchers = crate::replication::ReplicaFetcherManager::new(config.replication.clone());
+        let fetchers = replication::ReplicaFetcherManager::new(config.replication.clone());
         let groups = group::coordinator::Coordinator::new(group::coordinator::GroupConfig {
             initial_rebalance_delay: Duration::from_millis(config.group_initial_rebalance_delay_ms),
             min_session_timeout_ms: config.group_min_session_timeout_ms,

@@ -161,7 +161,7 @@ impl Appends<'_> {
         if !matches!(self.acks, -1..=1) {
             return partition_error(pd.index, errors::INVALID_REQUIRED_ACKS, None);
         }
-        if crate::controller::is_internal_topic(name) {
+        if crate::metadata::is_internal_topic(name) {
             return partition_error(
                 pd.index,
                 errors::INVALID_TOPIC_EXCEPTION,

@@ -17,12 +17,12 @@ use super::partition::{
     Divergence, FetchIsolation, IsrProposal, Partition, PartitionError, ReadResult, Role,
 };
 use super::purgatory::{DelayedOperation, Purgatory};
+use super::replication::{FollowTarget, Throttle};
 use super::Outcome;
 use crate::config::LogConfig;
-use crate::controller::image::{MetadataImage, TopicImage};
-use crate::controller::is_hidden_topic;
+use crate::metadata::image::{MetadataImage, TopicImage};
+use crate::metadata::is_hidden_topic;
 use crate::protocol::errors;
-use crate::replication::{FollowTarget, Throttle};
 use crate::storage::log::{now_ms, AppendInfo};
 use crate::storage::{KafkaUuid, LogManager, StorageError, TopicPartition};
 
@@ -319,7 +319,7 @@ impl ReplicaManager {
         &self,
         tp: &TopicPartition,
         t: &TopicImage,
-        pimg: &crate::controller::image::PartitionImage,
+        pimg: &crate::metadata::image::PartitionImage,
         cfg: LogConfig,
     ) -> Result<Partition, StorageError> {
         if let Some(existing) = self.logs.get_log(tp) {

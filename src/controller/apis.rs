@@ -16,10 +16,10 @@ use super::quorum_controller::{ConfigOp, QuorumController};
 use super::raft::log_store::METADATA_TOPIC_ID;
 use super::raft::network::RAFT_API_KEY;
 use super::raft::{snapshot, Quorum};
-use super::records::{BrokerEndpoint, BrokerFeature, RESOURCE_BROKER, RESOURCE_TOPIC};
 use super::replication::{IsrChange, ReassignmentSpec, TopicSpec};
 use super::{ControllerError, METADATA_TOPIC};
 use crate::config::cluster::Voter;
+use crate::metadata::records::{BrokerEndpoint, BrokerFeature, RESOURCE_BROKER, RESOURCE_TOPIC};
 use crate::protocol::{self, api_versions, errors, DecodedRequest, FrameError};
 use crate::storage::KafkaUuid;
 
@@ -306,7 +306,7 @@ impl ControllerNode {
         let names: Vec<TopicName> = r.topics.iter().map(|t| t.name.clone()).collect();
         let internal_ok = specs
             .iter()
-            .all(|t| t.name == crate::broker::group::api::OFFSETS_TOPIC);
+            .all(|t| t.name == crate::metadata::OFFSETS_TOPIC);
         let results = self
             .controller
             .create_topics(specs, r.validate_only, internal_ok)

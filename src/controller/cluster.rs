@@ -5,10 +5,10 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::image::MetadataImage;
-use super::records::{BrokerEndpoint, BrokerFeature, BrokerRegistration, MetadataRecord};
 use super::replication::{self, TopicDefaults};
 use super::ControllerError;
+use crate::metadata::image::MetadataImage;
+use crate::metadata::records::{BrokerEndpoint, BrokerFeature, BrokerRegistration, MetadataRecord};
 use crate::protocol::errors;
 use crate::storage::KafkaUuid;
 

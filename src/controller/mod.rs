@@ -1,16 +1,14 @@
-//! The cluster's control plane: metadata records and the image they build, the quorum that
-//! replicates them (openraft), and the active controller's decisions about brokers, topics,
-//! partitions, leaders and ISRs, served to brokers on the controller listener.
+//! The cluster's control plane: the quorum that replicates the metadata records (openraft), and
+//! the active controller's decisions about brokers, topics, partitions, leaders and ISRs, served
+//! to brokers on the controller listener. The records and their image live in `metadata`.
 
 pub mod apis;
 pub mod cluster;
-pub mod image;
 pub mod listener;
 pub mod partition_change;
 pub mod placement;
 pub mod quorum_controller;
 pub mod raft;
-pub mod records;
 pub mod replication;
 
 use std::collections::BTreeMap;
@@ -19,7 +17,7 @@ use crate::config::LogConfig;
 use crate::protocol::errors;
 use crate::storage::StorageError;
 
-pub use raft::log_store::METADATA_TOPIC;
+pub use crate::metadata::{is_internal_topic, METADATA_TOPIC};
 /// Kafka's limit on topic name length.
 pub const MAX_TOPIC_NAME_LENGTH: usize = 249;
 
@@ -73,16 +71,6 @@ pub fn validate_topic_name(name: &str) -> Result<(), ControllerError> {
 
 pub(crate) fn unify_collision_chars(name: &str) -> String {
     name.replace('.', "_")
-}
-
-/// Kafka's internal topics: users may not create, delete or produce to them.
-pub fn is_internal_topic(name: &str) -> bool {
-    name == METADATA_TOPIC || name == "__consumer_offsets"
-}
-
-/// Topics not shown in Metadata at all (the metadata log).
-pub fn is_hidden_topic(name: &str) -> bool {
-    name == METADATA_TOPIC
 }
 
 /// Topic config overrides must be known keys with valid values.

@@ -3,8 +3,8 @@
 //! new replicas are all in the ISR, electing a leader, and forcing a leader-epoch bump when a
 //! replica leaves. Nothing is written when nothing changes.
 
-use super::image::PartitionImage;
-use super::records::{PartitionChange, NO_LEADER, NO_LEADER_CHANGE};
+use crate::metadata::image::PartitionImage;
+use crate::metadata::records::{PartitionChange, NO_LEADER, NO_LEADER_CHANGE};
 use crate::storage::KafkaUuid;
 
 /// How a leader may be chosen.

@@ -10,14 +10,14 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 
 use super::cluster::{BrokerSessions, BrokerState, Heartbeat, HeartbeatReply, RegistrationRequest};
-use super::image::{MetadataImage, PartitionImage};
 use super::partition_change::Election;
 use super::raft::{Applied, Quorum, QuorumStatus, WriteError};
-use super::records::{MetadataRecord, RESOURCE_BROKER, RESOURCE_TOPIC};
 use super::replication::{
     self, CreatedTopic, ElectionOutcome, IsrChange, ReassignmentSpec, TopicDefaults, TopicSpec,
 };
 use super::{validate_topic_configs, ControllerError};
+use crate::metadata::image::{MetadataImage, PartitionImage};
+use crate::metadata::records::{MetadataRecord, RESOURCE_BROKER, RESOURCE_TOPIC};
 use crate::protocol::errors;
 
 /// The `metadata.version` a new cluster starts at (Kafka 4.1's latest production level).

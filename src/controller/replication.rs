@@ -5,15 +5,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::image::{MetadataImage, PartitionImage, TopicImage};
 use super::partition_change::{Election, PartitionChangeBuilder};
 use super::placement::{self, PlacementRandom, UsableBroker};
-use super::records::{MetadataRecord, RESOURCE_TOPIC};
 use super::{
     is_internal_topic, unify_collision_chars, validate_topic_configs, validate_topic_name,
     ControllerError,
 };
 use crate::config::LogConfig;
+use crate::metadata::image::{MetadataImage, PartitionImage, TopicImage};
+use crate::metadata::records::{MetadataRecord, RESOURCE_TOPIC};
 use crate::protocol::errors;
 use crate::storage::KafkaUuid;
 
@@ -851,7 +851,7 @@ pub fn alter_isr(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::records::BrokerRegistration;
+    use crate::metadata::records::BrokerRegistration;
     use rand::SeedableRng;
 
     fn image_with_brokers(ids: &[(i32, Option<&str>)]) -> MetadataImage {

@@ -19,7 +19,7 @@ use crate::protocol::errors;
 use crate::storage::batch::{self, KeyValue};
 use crate::storage::TopicPartition;
 
-pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+use crate::metadata::OFFSETS_TOPIC;
 
 /// A record for `__consumer_offsets`: key and value (None is a tombstone).
 type RecordKv = (Vec<u8>, Option<Vec<u8>>);

@@ -216,7 +216,7 @@ mod tests {
 
     use super::*;
     use crate::config::LogConfig;
-    use crate::controller::image::PartitionImage;
+    use crate::metadata::image::PartitionImage;
     use crate::storage::batch::build_batch;
     use crate::storage::log::{LoadParams, Log};
     use crate::storage::{KafkaUuid, TopicPartition};

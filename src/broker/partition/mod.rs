@@ -20,7 +20,7 @@ use uncommitted::Uncommitted;
 
 use super::producer_state::{ProducerStateManager, SequenceCheck};
 use crate::config::LogConfig;
-use crate::controller::image::PartitionImage;
+use crate::metadata::image::PartitionImage;
 use crate::protocol::errors;
 use crate::storage::batch::{self, BatchHeader, LOG_OVERHEAD};
 use crate::storage::log::{now_ms, AppendInfo};

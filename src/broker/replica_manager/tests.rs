@@ -7,7 +7,7 @@ use std::time::Duration;
 use prometheus::IntCounter;
 
 use super::*;
-use crate::controller::records::MetadataRecord;
+use crate::metadata::records::MetadataRecord;
 use crate::storage::batch::build_batch;
 use crate::storage::LogManagerConfig;
 

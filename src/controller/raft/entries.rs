@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use openraft::{BasicNode, CommittedLeaderId, EntryPayload, LogId, Membership};
 
 use super::{Entry, MetadataBatch, NodeId, TypeConfig};
-use crate::controller::records::{ControlRecord, VoterRecord, KRAFT_VOTERS};
+use crate::metadata::records::{ControlRecord, VoterRecord, KRAFT_VOTERS};
 use crate::storage::batch::{self, BatchHeader, KeyValue};
 use crate::storage::KafkaUuid;
 

@@ -15,10 +15,10 @@ use openraft::{
 use super::entries::{decode_entry, encode_entry, log_id, BatchIndex, BatchPos, EntryContext};
 use super::{quorum_state, snapshot, Entry, NodeId, TypeConfig};
 use crate::config::LogConfig;
+pub use crate::metadata::METADATA_TOPIC;
 use crate::storage::batch::{self, BatchHeader};
 use crate::storage::{KafkaUuid, LogManager, LogRef, StorageError, TopicPartition};
 
-pub const METADATA_TOPIC: &str = "__cluster_metadata";
 /// Kafka's `Uuid.METADATA_TOPIC_ID`.
 pub const METADATA_TOPIC_ID: KafkaUuid =
     KafkaUuid([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);

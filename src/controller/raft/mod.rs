@@ -21,8 +21,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::config::cluster::Voter;
-use crate::controller::image::MetadataImage;
-use crate::controller::records::MetadataRecord;
+use crate::metadata::image::MetadataImage;
+use crate::metadata::records::MetadataRecord;
 use crate::storage::{LogManager, StorageError};
 use entries::EntryContext;
 use log_store::{LogStore, MetadataLog};

@@ -22,7 +22,7 @@ use super::snapshot::{self, SnapshotFile};
 use super::state_machine::{apply_entry, SnapshotPolicy};
 use super::NodeId;
 use crate::client::Connection;
-use crate::controller::image::MetadataImage;
+use crate::metadata::image::MetadataImage;
 use crate::protocol::errors;
 use crate::storage::batch::BatchHeader;
 use crate::storage::{LogManager, StorageError};

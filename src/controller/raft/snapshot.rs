@@ -9,8 +9,8 @@ use openraft::{BasicNode, LogId, StoredMembership};
 
 use super::entries::{log_id, membership_of, voter_records};
 use super::NodeId;
-use crate::controller::image::MetadataImage;
-use crate::controller::records::{ControlRecord, MetadataRecord};
+use crate::metadata::image::MetadataImage;
+use crate::metadata::records::{ControlRecord, MetadataRecord};
 use crate::storage::batch::{self, KeyValue};
 use crate::storage::{checkpoint, StorageError};
 

@@ -16,8 +16,8 @@ use super::entries::record_count;
 use super::log_store::{Anchor, MetadataLog};
 use super::snapshot::{self, SnapshotFile};
 use super::{Applied, Entry, NodeId, TypeConfig};
-use crate::controller::image::MetadataImage;
-use crate::controller::records::MetadataRecord;
+use crate::metadata::image::MetadataImage;
+use crate::metadata::records::MetadataRecord;
 
 /// When to take a snapshot (Kafka's `metadata.log.max.record.bytes.between.snapshots` and
 /// `metadata.log.max.snapshot.interval.ms`).
