@@ -87,8 +87,8 @@ enum Command {
     Format {
         #[arg(short = 'c', long)]
         config: PathBuf,
-        /// Cluster id; a new random one when omitted.
-        #[arg(short = 't', long)]
+        /// Cluster id; a new random one when omitted. It may start with '-'.
+        #[arg(short = 't', long, allow_hyphen_values = true)]
         cluster_id: Option<String>,
         /// Succeed without change when the directory is already formatted (as kafka-storage's
         /// --ignore-formatted); for containers that format on every start.

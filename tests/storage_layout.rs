@@ -144,3 +144,42 @@ fn dump_log_of_a_missing_file_fails_with_one_line() {
         "{err}"
     );
 }
+
+/// `evenkeel format` takes a cluster id that starts with '-' (one in 64 random ids, and the
+/// operator's ids from a KafkaCluster's uid) in either form, as a value and not a flag.
+#[test]
+fn format_takes_a_cluster_id_that_starts_with_a_dash() {
+    let id = "-jsa4ssDSKSixsZ4B1D70w";
+    for form in [
+        vec![format!("--cluster-id={id}")],
+        vec!["-t".into(), id.into()],
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("server.properties");
+        std::fs::write(
+            &config,
+            format!(
+                "process.roles=broker,controller\nnode.id=1\n\
+                 controller.quorum.voters=1@127.0.0.1:19093\n\
+                 listeners=PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093\n\
+                 controller.listener.names=CONTROLLER\nlog.dirs={}\n",
+                dir.path().join("data").display()
+            ),
+        )
+        .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_evenkeel"))
+            .arg("format")
+            .arg("--config")
+            .arg(&config)
+            .args(&form)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{form:?}: {err}");
+        let meta = std::fs::read_to_string(dir.path().join("data/meta.properties")).unwrap();
+        assert!(
+            meta.contains(&format!("cluster.id={id}\n")),
+            "{form:?}: {meta}"
+        );
+    }
+}

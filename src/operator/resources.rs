@@ -592,8 +592,10 @@ pub fn statefulset(
         "initContainers": [{
             "name": "format",
             "image": image,
+            // `--cluster-id=ID` in one argument: an id can start with '-' (one cluster in 64:
+            // it is the uid's bytes in URL-safe base64), which a parser would take for a flag.
             "args": [
-                "format", "--config", config_file, "--cluster-id", cluster_id,
+                "format", "--config", config_file, format!("--cluster-id={cluster_id}"),
                 "--ignore-formatted", "--override", "node.id=$(POD_INDEX)",
             ],
             "env": [{"name": "POD_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}}}],

@@ -244,13 +244,12 @@ fn statefulset_runs_brokers_on_delete_with_probes_storage_and_hash() {
     let init = at(pod, "initContainers.0");
     let init_args: Vec<&str> = init["args"].as_sequence().unwrap().iter().map(s).collect();
     assert_eq!(
-        init_args[..5],
+        init_args[..4],
         [
             "format",
             "--config",
             "/etc/evenkeel/server.properties",
-            "--cluster-id",
-            "DyprPB1OT1CKa3yNng8aKw"
+            "--cluster-id=DyprPB1OT1CKa3yNng8aKw"
         ]
     );
     assert!(init_args.contains(&"--ignore-formatted"));
@@ -718,4 +717,22 @@ fn broker_pods_run_as_the_rebalancers_account_only_while_it_is_enabled() {
             "{field}: the namespace's default account without the rebalancer"
         );
     }
+}
+
+#[test]
+fn a_cluster_id_that_starts_with_a_dash_reaches_format_as_one_argument() {
+    // A uid whose first byte is 0xf8 encodes to an id starting with '-': given as its own
+    // argument, `evenkeel format` took it for a flag and every broker's init container failed.
+    let mut kc = cluster("replicas: 3");
+    kc.metadata.uid = Some("f8b2c6e3-1d4e-4f50-8a6b-7c8d9e0f1a2b".into());
+    let id = cluster_id(&kc).unwrap();
+    assert!(id.starts_with('-'), "{id}");
+    let st = yaml(&statefulset(&kc, "img", 3).unwrap());
+    let init = at(&st, "spec.template.spec.initContainers.0");
+    let args: Vec<&str> = init["args"].as_sequence().unwrap().iter().map(s).collect();
+    assert!(
+        args.contains(&format!("--cluster-id={id}").as_str()),
+        "{args:?}"
+    );
+    assert!(!args.contains(&id.as_str()), "{args:?}");
 }
