@@ -327,8 +327,7 @@ impl Node {
             for t in &self.tasks {
                 t.abort();
             }
-            broker.fetchers.shutdown();
-            broker.replicas.snapshot_producer_state();
+            broker.shutdown();
         }
         for t in &self.tasks {
             t.abort();

@@ -417,10 +417,13 @@ impl Broker {
         }
     }
 
-    /// Flushes everything and writes the clean-shutdown marker.
-    pub fn shutdown(&self) -> Result<(), StorageError> {
+    /// Stops the broker's own background work once its server has stopped: the fetchers end
+    /// and every partition's producer state is written at its log end (so a restart need not
+    /// rebuild it). The logs stay open: the node closes them last, after the metadata quorum,
+    /// which writes to the same LogManager.
+    pub fn shutdown(&self) {
+        self.fetchers.shutdown();
         self.replicas.snapshot_producer_state();
-        self.logs.shutdown()
     }
 
     /// Handles one request frame. `Reply::Now(None)` means no response (acks=0); `Reply::Later`

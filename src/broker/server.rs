@@ -9,12 +9,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch};
 
 use super::{Broker, Reply};
 use crate::metrics::RequestTimes;
+use crate::protocol::wire::{read_frame, FrameReadError};
 use crate::protocol::FrameError;
 
 /// One request on its way to a handler.
@@ -381,34 +382,25 @@ async fn connection(
 ) -> Result<(), String> {
     let max_request_bytes = broker.config.socket_request_max_bytes;
     loop {
-        let mut size = [0u8; 4];
-        tokio::select! {
+        let frame = tokio::select! {
             _ = stop.changed() => return Ok(()),
-            r = stream.read_exact(&mut size) => match r {
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-                Err(e) => return Err(format!("read failed: {e}")),
+            r = read_frame(&mut stream, 0, max_request_bytes) => match r {
+                Ok(frame) => frame,
+                Err(FrameReadError::Closed) => return Ok(()),
+                Err(e @ FrameReadError::Size { .. }) => {
+                    return Err(format!("request {e} (socket.request.max.bytes)"))
+                }
+                Err(e) => return Err(e.to_string()),
             }
-        }
+        };
         let arrived = Instant::now();
-        let size = i32::from_be_bytes(size);
-        if size < 0 || size as usize > max_request_bytes {
-            return Err(format!(
-                "request size {size} is outside 0..={max_request_bytes} (socket.request.max.bytes)"
-            ));
-        }
-        let mut frame = vec![0u8; size as usize];
-        stream
-            .read_exact(&mut frame)
-            .await
-            .map_err(|e| format!("read failed mid-request: {e}"))?;
         let raw = crate::protocol::peek_header(&frame).ok();
         let version = raw.map_or(-1, |h| h.api_version);
         tracing::trace!(%peer, key = raw.map(|h| h.api_key), correlation_id = raw.map(|h| h.correlation_id), "request");
         let (tx, mut rx) = oneshot::channel();
         queue
             .send(Job {
-                frame: Bytes::from(frame),
+                frame,
                 peer: Some(peer),
                 arrived,
                 respond: tx,

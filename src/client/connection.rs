@@ -11,12 +11,13 @@ use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
 use super::ClientError;
 use crate::protocol::errors;
+use crate::protocol::wire::{read_frame, FrameReadError};
 
 /// The client id sent in every request header.
 pub const CLIENT_ID: &str = "evenkeel";
@@ -213,17 +214,13 @@ pub(super) async fn read_response<R: tokio::io::AsyncRead + Unpin>(
     version: i16,
     correlation_id: i32,
 ) -> Result<Bytes, ClientError> {
-    let mut size = [0u8; 4];
-    stream.read_exact(&mut size).await?;
-    let size = i32::from_be_bytes(size);
-    if size < 4 || size as usize > MAX_RESPONSE_BYTES {
-        return Err(ClientError::Protocol(format!(
-            "{key:?} response frame of {size} bytes (limit {MAX_RESPONSE_BYTES})"
-        )));
-    }
-    let mut buf = vec![0u8; size as usize];
-    stream.read_exact(&mut buf).await?;
-    let mut buf = Bytes::from(buf);
+    let mut buf = match read_frame(stream, 4, MAX_RESPONSE_BYTES).await {
+        Ok(frame) => frame,
+        Err(e @ FrameReadError::Size { .. }) => {
+            return Err(ClientError::Protocol(format!("{key:?} response {e}")))
+        }
+        Err(e) => return Err(ClientError::Io(e.into())),
+    };
     let header = ResponseHeader::decode(&mut buf, key.response_header_version(version))
         .map_err(|e| ClientError::Protocol(format!("{key:?} response header: {e:#}")))?;
     if header.correlation_id != correlation_id {
@@ -336,6 +333,7 @@ async fn api_versions_at(io: &mut Io, version: i16) -> Result<ApiVersionsRespons
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::AsyncReadExt;
 
     fn v(key: ApiKey, min: i16, max: i16) -> ApiVersion {
         ApiVersion::default()
@@ -427,13 +425,8 @@ mod tests {
     }
 
     async fn read_request(s: &mut TcpStream) -> RequestHeader {
-        let mut size = [0u8; 4];
-        s.read_exact(&mut size).await.unwrap();
-        let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
-        s.read_exact(&mut frame).await.unwrap();
-        crate::protocol::decode_header(&mut Bytes::from(frame))
-            .unwrap()
-            .1
+        let mut frame = read_frame(s, 0, 1 << 20).await.unwrap();
+        crate::protocol::decode_header(&mut frame).unwrap().1
     }
 
     /// Answers the ApiVersions handshake with our own broker's list.
@@ -528,7 +521,7 @@ mod tests {
             .unwrap();
         let e = c.call(&metadata()).await.unwrap_err();
         assert!(
-            matches!(e, ClientError::Protocol(ref m) if m.contains("limit")),
+            matches!(e, ClientError::Protocol(ref m) if m.contains("2147483647 is outside 4..=")),
             "{e:?}"
         );
         assert!(c.is_broken());

@@ -6,12 +6,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use super::apis::ControllerNode;
+use crate::protocol::wire::{read_frame, FrameReadError};
 
 /// A bound controller listener.
 pub struct ControllerListener {
@@ -80,27 +80,18 @@ async fn connection(
     max_request_bytes: usize,
 ) -> Result<(), String> {
     loop {
-        let mut size = [0u8; 4];
-        tokio::select! {
+        let frame = tokio::select! {
             _ = stop.changed() => return Ok(()),
-            r = stream.read_exact(&mut size) => match r {
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-                Err(e) => return Err(format!("read failed: {e}")),
+            r = read_frame(&mut stream, 0, max_request_bytes) => match r {
+                Ok(frame) => frame,
+                Err(FrameReadError::Closed) => return Ok(()),
+                Err(e @ FrameReadError::Size { .. }) => {
+                    return Err(format!("request {e} (socket.request.max.bytes)"))
+                }
+                Err(e) => return Err(e.to_string()),
             }
-        }
-        let size = i32::from_be_bytes(size);
-        if size < 0 || size as usize > max_request_bytes {
-            return Err(format!(
-                "request size {size} is outside 0..={max_request_bytes} (socket.request.max.bytes)"
-            ));
-        }
-        let mut frame = vec![0u8; size as usize];
-        stream
-            .read_exact(&mut frame)
-            .await
-            .map_err(|e| format!("read failed mid-request: {e}"))?;
-        match node.handle(Bytes::from(frame)).await {
+        };
+        match node.handle(frame).await {
             Ok(Some(resp)) => stream
                 .write_all(&resp)
                 .await

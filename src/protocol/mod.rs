@@ -4,6 +4,7 @@
 pub mod api_versions;
 pub mod errors;
 pub mod murmur2;
+pub mod wire;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::batch::{self, BatchAt, BatchHeader, BATCH_HEADER_SIZE};
 use super::error::{Result, StorageError};
 use super::index::{OffsetIndex, TimeIndex};
+use super::log::now_ms;
 
 pub const LOG_SUFFIX: &str = ".log";
 pub const INDEX_SUFFIX: &str = ".index";
@@ -83,13 +84,6 @@ const PAGE_BYTES: u64 = 4096;
 /// `n` rounded down to whole pages.
 fn whole_pages(n: u64) -> u64 {
     n - n % PAGE_BYTES
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 impl LogSegment {

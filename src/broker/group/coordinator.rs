@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use crate::storage::log::now_ms;
+
 /// Kafka error codes of the group APIs.
 /// Group error codes live in the one table, `protocol::errors`.
 pub use crate::protocol::errors as codes;
@@ -207,10 +209,6 @@ pub struct Group {
     join_not_before: Option<Instant>,
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
     pub state_changed_ms: i64,
-}
-
-fn now_ms() -> i64 {
-    crate::storage::log::now_ms()
 }
 
 impl Group {

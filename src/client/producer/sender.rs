@@ -33,12 +33,8 @@ use crate::client::pipeline::{PipelinedConnection, Sent};
 use crate::client::{ClientError, Connection};
 use crate::protocol::errors;
 
-/// Milliseconds since the Unix epoch, the producer's clock.
-pub(super) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+/// Milliseconds since the Unix epoch, the producer's clock (Kafka's timestamps).
+pub(super) use crate::storage::log::now_ms;
 
 /// The longest the sender sleeps without a reason to wake (expiry checks need a tick).
 const MAX_IDLE: Duration = Duration::from_millis(100);

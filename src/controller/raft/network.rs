@@ -18,11 +18,12 @@ use openraft::raft::{
 use openraft::BasicNode;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::{NodeId, Raft, TypeConfig};
 use crate::protocol::errors;
+use crate::protocol::wire::{read_frame, FrameReadError};
 
 /// The API key of quorum requests: outside Kafka's range, never sent by a client.
 pub const RAFT_API_KEY: i16 = 10_001;
@@ -160,17 +161,13 @@ impl Peer {
         };
         let body = tokio::time::timeout(timeout, async {
             stream.write_all(frame).await?;
-            let mut size = [0u8; 4];
-            stream.read_exact(&mut size).await?;
-            let size = i32::from_be_bytes(size);
-            if size < 4 || size as usize > MAX_FRAME {
-                return Err(WireError::Protocol(format!(
-                    "quorum response of {size} bytes"
-                )));
+            match read_frame(&mut stream, 4, MAX_FRAME).await {
+                Ok(frame) => Ok(frame),
+                Err(e @ FrameReadError::Size { .. }) => {
+                    Err(WireError::Protocol(format!("quorum response {e}")))
+                }
+                Err(e) => Err(WireError::Io(e.into())),
             }
-            let mut buf = vec![0u8; size as usize];
-            stream.read_exact(&mut buf).await?;
-            Ok::<_, WireError>(Bytes::from(buf))
         })
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "quorum request"))??;
