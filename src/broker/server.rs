@@ -179,7 +179,13 @@ impl Server {
 /// `replica.lag.time.max.ms`, if less) the leaders drop followers that fell behind (Kafka's
 /// isr-expiration task) and the purgatories drop what completed or timed out.
 fn start_replication(broker: &Arc<Broker>) -> Vec<tokio::task::JoinHandle<()>> {
-    broker.fetchers.attach(broker);
+    let weak = Arc::downgrade(broker);
+    broker.fetchers.attach(
+        broker.replicas.clone(),
+        broker.node_id(),
+        Arc::new(move || weak.upgrade().map_or(-1, |b| b.broker_epoch())),
+        broker.metrics.clone(),
+    );
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     broker.replicas.set_isr_change_sender(tx);
     let sender = tokio::spawn(crate::broker::alter_partition::run(broker.clone(), rx));

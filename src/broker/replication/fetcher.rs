@@ -16,10 +16,9 @@ use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName}
 use kafka_protocol::protocol::StrBytes;
 
 use super::stall::{Observation, StallEvent};
-use super::{Assigned, FetcherShared};
+use super::{Assigned, FetcherContext, FetcherShared};
 use crate::broker::partition::Divergence;
 use crate::broker::replica_manager::ReplicaManager;
-use crate::broker::Broker;
 use crate::client::Connection;
 use crate::config::replication::ReplicationConfig;
 use crate::protocol::errors;
@@ -64,13 +63,13 @@ impl Progress {
 }
 
 pub(super) async fn run(
-    broker: Arc<Broker>,
+    ctx: FetcherContext,
     source: i32,
     index: usize,
     shared: Arc<FetcherShared>,
     cfg: ReplicationConfig,
 ) {
-    let requests = broker.metrics.fetcher_requests.with_label_values(&[
+    let requests = ctx.metrics.fetcher_requests.with_label_values(&[
         &format!("ReplicaFetcherThread-{index}-{source}"),
         &source.to_string(),
     ]);
@@ -78,7 +77,7 @@ pub(super) async fn run(
     let backoff = Duration::from_millis(cfg.fetch_backoff_ms.max(10));
     loop {
         let generation = shared.generation.load(Ordering::Acquire);
-        let asked = ready_partitions(&broker, &shared);
+        let asked = ready_partitions(&ctx, &shared);
         if asked.is_empty() {
             let next = earliest_retry(&shared);
             let wait = next.map_or(Duration::from_secs(1), |t| {
@@ -101,14 +100,14 @@ pub(super) async fn run(
         }
         let Some(c) = conn.as_ref() else { continue };
         requests.inc();
-        let Some(result) = fetch_unless_added(&broker, c, &cfg, &asked, &shared, generation).await
+        let Some(result) = fetch_unless_added(&ctx, c, &cfg, &asked, &shared, generation).await
         else {
             // The abandoned request's response would arrive as the next one's: start afresh.
             conn = None;
             continue;
         };
         match result {
-            Ok(resp) => handle_response(&broker, &shared, &cfg, &asked, resp),
+            Ok(resp) => handle_response(&ctx, &shared, &cfg, &asked, resp),
             Err(e) => {
                 tracing::debug!(source, error = %e, "replica fetch failed");
                 conn = None;
@@ -120,9 +119,9 @@ pub(super) async fn run(
 
 /// The partitions to fetch now: not backing off, still followed, throttled ones only while the
 /// follower throttle allows.
-fn ready_partitions(broker: &Broker, shared: &FetcherShared) -> Vec<Asked> {
+fn ready_partitions(ctx: &FetcherContext, shared: &FetcherShared) -> Vec<Asked> {
     let now = Instant::now();
-    let throttle_full = broker.fetchers.follower_throttle.is_exceeded();
+    let throttle_full = ctx.follower_throttle.is_exceeded();
     let parts: Vec<(TopicPartition, Assigned)> = shared
         .partitions
         .lock()
@@ -132,12 +131,12 @@ fn ready_partitions(broker: &Broker, shared: &FetcherShared) -> Vec<Asked> {
         .collect();
     let mut out = Vec::with_capacity(parts.len());
     for (tp, a) in parts {
-        let throttled = broker.replicas.follower_throttled(&tp);
+        let throttled = ctx.replicas.follower_throttled(&tp);
         if throttled && throttle_full {
             continue;
         }
         let Some((fetch_offset, last_fetched_epoch, log_start_offset)) =
-            broker.replicas.fetch_position(&tp)
+            ctx.replicas.fetch_position(&tp)
         else {
             continue;
         };
@@ -169,14 +168,14 @@ fn earliest_retry(shared: &FetcherShared) -> Option<Instant> {
 /// a fetch for up to `replica.fetch.wait.max.ms` when nothing new has arrived, and such a
 /// partition (an acks=all produce may wait for it) should not wait that long.
 async fn fetch_unless_added(
-    broker: &Broker,
+    ctx: &FetcherContext,
     conn: &Connection,
     cfg: &ReplicationConfig,
     asked: &[Asked],
     shared: &FetcherShared,
     generation: u64,
 ) -> Option<Result<FetchResponse, crate::client::ClientError>> {
-    let fetch = fetch_once(broker, conn, cfg, asked);
+    let fetch = fetch_once(ctx, conn, cfg, asked);
     tokio::pin!(fetch);
     let retry = earliest_behind_retry(shared);
     let retry_due = async {
@@ -215,7 +214,7 @@ fn earliest_behind_retry(shared: &FetcherShared) -> Option<Instant> {
 }
 
 async fn fetch_once(
-    broker: &Broker,
+    ctx: &FetcherContext,
     conn: &Connection,
     cfg: &ReplicationConfig,
     asked: &[Asked],
@@ -225,7 +224,7 @@ async fn fetch_once(
         .ok_or_else(|| {
             crate::client::ClientError::Protocol("the leader speaks no Fetch version 12+".into())
         })?;
-    let epoch = broker.broker_epoch();
+    let epoch = (ctx.broker_epoch)();
     let mut topics: Vec<FetchTopic> = Vec::new();
     for a in asked {
         let part = FetchPartition::default()
@@ -245,7 +244,7 @@ async fn fetch_once(
             ),
         }
     }
-    let id = BrokerId(broker.node_id());
+    let id = BrokerId(ctx.node_id);
     let mut req = FetchRequest::default()
         .with_max_wait_ms(cfg.fetch_wait_max_ms)
         .with_min_bytes(cfg.fetch_min_bytes)
@@ -266,7 +265,7 @@ async fn fetch_once(
 }
 
 fn handle_response(
-    broker: &Broker,
+    ctx: &FetcherContext,
     shared: &FetcherShared,
     cfg: &ReplicationConfig,
     asked: &[Asked],
@@ -298,20 +297,19 @@ fn handle_response(
             let Some(a) = a else { continue };
             let code = p.error_code;
             let leader_hw = p.high_watermark;
-            match handle_partition(broker, a, p) {
+            match handle_partition(ctx, a, p) {
                 Ok(progress) => {
                     if a.behind_retries > 0 {
                         caught_up(shared, a);
                     }
                     if progress == Progress::Stuck {
-                        broker
-                            .metrics
+                        ctx.metrics
                             .replica_fetch_no_progress
                             .with_label_values(&[&a.tp.topic, &a.tp.partition.to_string()])
                             .inc();
                         delay(shared, &a.tp, a.leader_epoch, backoff);
                     }
-                    watch_stall(broker, shared, cfg, a, progress, leader_hw);
+                    watch_stall(ctx, shared, cfg, a, progress, leader_hw);
                 }
                 Err(why) => {
                     tracing::debug!(partition = %a.tp, reason = %why, "replica fetch of a partition failed");
@@ -327,8 +325,8 @@ fn handle_response(
     }
 }
 
-fn handle_partition(broker: &Broker, a: &Asked, p: PartitionData) -> Result<Progress, String> {
-    let rm = &broker.replicas;
+fn handle_partition(ctx: &FetcherContext, a: &Asked, p: PartitionData) -> Result<Progress, String> {
+    let rm = &ctx.replicas;
     match p.error_code {
         errors::NONE => {}
         errors::OFFSET_OUT_OF_RANGE => {
@@ -349,10 +347,7 @@ fn handle_partition(broker: &Broker, a: &Asked, p: PartitionData) -> Result<Prog
     }
     let records = p.records.unwrap_or_default();
     if a.throttled {
-        broker
-            .fetchers
-            .follower_throttle
-            .record(records.len() as i64);
+        ctx.follower_throttle.record(records.len() as i64);
     }
     rm.append_fetched(
         &a.tp,
@@ -388,7 +383,7 @@ fn after_correction(rm: &ReplicaManager, a: &Asked) -> Progress {
 /// the leader has nothing newer for it, once that has lasted `replica.lag.time.max.ms`: a WARN
 /// with the epochs and offsets, and `evenkeel_replica_fetch_stalled` until it moves again.
 fn watch_stall(
-    broker: &Broker,
+    ctx: &FetcherContext,
     shared: &FetcherShared,
     cfg: &ReplicationConfig,
     a: &Asked,
@@ -399,7 +394,7 @@ fn watch_stall(
     let seen = Observation {
         moved,
         // Only a partition that did not move needs the ISR looked up.
-        in_isr: !moved && broker.replicas.in_isr(&a.tp),
+        in_isr: !moved && ctx.replicas.in_isr(&a.tp),
         leader_has_nothing_newer: leader_hw <= a.fetch_offset,
     };
     let lag = Duration::from_millis(cfg.lag_time_max_ms.max(0) as u64);
@@ -418,15 +413,14 @@ fn watch_stall(
     let labels = [a.tp.topic.as_str(), partition.as_str()];
     match event {
         StallEvent::Ended => {
-            let _ = broker
+            let _ = ctx
                 .metrics
                 .replica_fetch_stalled
                 .remove_label_values(&labels);
             tracing::info!(partition = %a.tp, "the followed partition makes progress again");
         }
         StallEvent::Began(since) => {
-            broker
-                .metrics
+            ctx.metrics
                 .replica_fetch_stalled
                 .with_label_values(&labels)
                 .set(1);

@@ -9,16 +9,28 @@ mod throttle;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use crate::broker::Broker;
+use super::replica_manager::ReplicaManager;
 use crate::config::replication::ReplicationConfig;
+use crate::metrics::BrokerMetrics;
 use crate::storage::{KafkaUuid, TopicPartition};
 
 pub use throttle::Throttle;
+
+/// What the fetchers need of their broker: the replicas they append to, who this broker is
+/// (its id, and its registration epoch for KIP-903), its metrics, and the follower throttle.
+#[derive(Clone)]
+pub struct FetcherContext {
+    pub replicas: Arc<ReplicaManager>,
+    pub node_id: i32,
+    pub broker_epoch: Arc<dyn Fn() -> i64 + Send + Sync>,
+    pub metrics: Arc<BrokerMetrics>,
+    follower_throttle: Arc<Throttle>,
+}
 
 /// One partition this broker should follow, as the metadata says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,10 +81,10 @@ impl Drop for FetcherHandle {
 }
 
 /// Drops the stalled gauge of a partition that leaves its fetcher or moves to a new epoch.
-fn clear_stall(broker: &Broker, tp: &TopicPartition, a: &Assigned) {
+fn clear_stall(ctx: &FetcherContext, tp: &TopicPartition, a: &Assigned) {
     if a.stall.reported() {
         let partition = tp.partition.to_string();
-        let _ = broker
+        let _ = ctx
             .metrics
             .replica_fetch_stalled
             .remove_label_values(&[tp.topic.as_str(), partition.as_str()]);
@@ -82,11 +94,11 @@ fn clear_stall(broker: &Broker, tp: &TopicPartition, a: &Assigned) {
 /// The broker's fetchers, by `(source broker, fetcher index)`.
 pub struct ReplicaFetcherManager {
     config: ReplicationConfig,
-    broker: Mutex<Weak<Broker>>,
+    context: Mutex<Option<FetcherContext>>,
     fetchers: Mutex<HashMap<(i32, usize), FetcherHandle>>,
     /// Bytes per second this broker may fetch for throttled partitions
     /// (`follower.replication.throttled.rate`).
-    pub follower_throttle: Throttle,
+    pub follower_throttle: Arc<Throttle>,
 }
 
 fn fetcher_index(tp: &TopicPartition, n: usize) -> usize {
@@ -100,21 +112,33 @@ impl ReplicaFetcherManager {
     pub fn new(config: ReplicationConfig) -> Self {
         ReplicaFetcherManager {
             config,
-            broker: Mutex::new(Weak::new()),
+            context: Mutex::new(None),
             fetchers: Mutex::new(HashMap::new()),
-            follower_throttle: Throttle::default(),
+            follower_throttle: Arc::new(Throttle::default()),
         }
     }
 
-    /// The broker the fetchers append for; set once it exists.
-    pub fn attach(&self, broker: &Arc<Broker>) {
-        *self.broker.lock() = Arc::downgrade(broker);
+    /// What the fetchers append to and report with; no fetcher starts before this.
+    pub fn attach(
+        &self,
+        replicas: Arc<ReplicaManager>,
+        node_id: i32,
+        broker_epoch: Arc<dyn Fn() -> i64 + Send + Sync>,
+        metrics: Arc<BrokerMetrics>,
+    ) {
+        *self.context.lock() = Some(FetcherContext {
+            replicas,
+            node_id,
+            broker_epoch,
+            metrics,
+            follower_throttle: self.follower_throttle.clone(),
+        });
     }
 
     /// Makes the fetchers follow exactly `targets`: new partitions start fetching, partitions
     /// with a new leader or epoch move, the rest stop. Fetchers left without partitions end.
     pub fn sync(&self, targets: &[FollowTarget]) {
-        let Some(broker) = self.broker.lock().upgrade() else {
+        let Some(ctx) = self.context.lock().clone() else {
             return;
         };
         let mut fetchers = self.fetchers.lock();
@@ -128,7 +152,7 @@ impl ReplicaFetcherManager {
             if !keep {
                 let mut parts = h.shared.partitions.lock();
                 for (tp, a) in parts.iter() {
-                    clear_stall(&broker, tp, a);
+                    clear_stall(&ctx, tp, a);
                 }
                 parts.clear();
             }
@@ -139,7 +163,7 @@ impl ReplicaFetcherManager {
                 let shared = Arc::new(FetcherShared::default());
                 *shared.address.lock() = ts[0].leader_address.clone();
                 let task = tokio::spawn(fetcher::run(
-                    broker.clone(),
+                    ctx.clone(),
                     key.0,
                     key.1,
                     shared.clone(),
@@ -152,7 +176,7 @@ impl ReplicaFetcherManager {
             parts.retain(|tp, a| {
                 let keep = ts.iter().any(|t| &t.tp == tp);
                 if !keep {
-                    clear_stall(&broker, tp, a);
+                    clear_stall(&ctx, tp, a);
                 }
                 keep
             });
@@ -163,7 +187,7 @@ impl ReplicaFetcherManager {
                     .is_none_or(|a| a.leader_epoch != t.leader_epoch);
                 if changed {
                     if let Some(a) = parts.get(&t.tp) {
-                        clear_stall(&broker, &t.tp, a);
+                        clear_stall(&ctx, &t.tp, a);
                     }
                     added = true;
                     parts.insert(
