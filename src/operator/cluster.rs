@@ -161,7 +161,12 @@ pub fn check_scale_down(current: i32, desired: i32, state: &ClusterState) -> Res
     ))
 }
 
-/// Reconciles one KafkaCluster (controller entry point).
+/// Reconciles one KafkaCluster (controller entry point), in a span naming it with a trace id.
+#[tracing::instrument(skip_all, fields(
+    namespace = kc.metadata.namespace.as_deref().unwrap_or(""),
+    name = kc.metadata.name.as_deref().unwrap_or(""),
+    trace_id = %super::trace_id(),
+))]
 pub async fn reconcile<C: AdminConnector>(
     kc: Arc<KafkaCluster>,
     ctx: Arc<Context<C>>,
@@ -170,6 +175,9 @@ pub async fn reconcile<C: AdminConnector>(
     let result = reconcile_inner(&kc, &ctx).await;
     ctx.metrics
         .observe("KafkaCluster", started.elapsed(), result.is_ok());
+    if result.is_ok() {
+        ctx.backoff.succeeded(&super::object_key(kc.as_ref()));
+    }
     result
 }
 

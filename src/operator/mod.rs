@@ -1,6 +1,7 @@
 //! The Kubernetes operator: KafkaCluster and KafkaTopic CRDs, their reconcilers and the process
 //! that runs them (`evenkeel operator`). It reaches brokers only through `crate::client`.
 
+pub mod backoff;
 pub mod cluster;
 pub mod crd;
 pub mod kafka;
@@ -61,6 +62,8 @@ pub struct Context<C: AdminConnector> {
     /// Reach every cluster at this bootstrap address instead of its Service (an operator run
     /// outside the cluster, and tests).
     pub bootstrap_override: Option<String>,
+    /// When each object's failed reconcile is tried again.
+    pub backoff: backoff::Backoff,
 }
 
 impl<C: AdminConnector> Context<C> {
@@ -77,6 +80,7 @@ impl<C: AdminConnector> Context<C> {
             resync: Duration::from_secs(120),
             metrics: Arc::new(metrics::Metrics::default()),
             bootstrap_override: None,
+            backoff: backoff::Backoff::default(),
         }
     }
 
@@ -338,19 +342,39 @@ where
 }
 
 fn error_policy_cluster(
-    _kc: Arc<KafkaCluster>,
+    kc: Arc<KafkaCluster>,
     err: &Error,
-    _ctx: Arc<Context<ClientConnector>>,
+    ctx: Arc<Context<ClientConnector>>,
 ) -> Action {
-    tracing::warn!(error = %err, "KafkaCluster: retrying in 15 s");
-    Action::requeue(Duration::from_secs(15))
+    retry_later(&ctx.backoff, &object_key(kc.as_ref()), err)
 }
 
 fn error_policy_topic(
-    _kt: Arc<KafkaTopic>,
+    kt: Arc<KafkaTopic>,
     err: &Error,
-    _ctx: Arc<Context<ClientConnector>>,
+    ctx: Arc<Context<ClientConnector>>,
 ) -> Action {
-    tracing::warn!(error = %err, "KafkaTopic: retrying in 15 s");
-    Action::requeue(Duration::from_secs(15))
+    retry_later(&ctx.backoff, &object_key(kt.as_ref()), err)
+}
+
+/// The requeue after a failed reconcile of `key`, by the object's own backoff.
+fn retry_later(backoff: &backoff::Backoff, key: &str, err: &Error) -> Action {
+    let delay = backoff.failed(key);
+    tracing::warn!(object = key, error = %err, retry_in_s = delay.as_secs(), "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// `Kind/namespace/name`: an object's key for its backoff.
+pub fn object_key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
+    format!(
+        "{}/{}/{}",
+        K::kind(&()),
+        obj.meta().namespace.as_deref().unwrap_or(""),
+        obj.meta().name.as_deref().unwrap_or("")
+    )
+}
+
+/// A fresh id for one reconcile's span, so its log lines can be found together.
+pub fn trace_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
 }

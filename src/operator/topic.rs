@@ -130,13 +130,19 @@ pub fn owner_of<'a>(topics: &'a [KafkaTopic], cluster: &str, name: &str) -> Opti
         })
 }
 
-/// Reconciles one KafkaTopic (controller entry point).
+/// Reconciles one KafkaTopic (controller entry point), in a span naming it with a trace id.
+#[tracing::instrument(skip_all, fields(
+    namespace = kt.metadata.namespace.as_deref().unwrap_or(""),
+    name = kt.metadata.name.as_deref().unwrap_or(""),
+    trace_id = %super::trace_id(),
+))]
 pub async fn reconcile<C: AdminConnector>(
     kt: Arc<KafkaTopic>,
     ctx: Arc<Context<C>>,
 ) -> Result<Action, Error> {
     let ns = kt.namespace().ok_or(Error::Missing("metadata.namespace"))?;
     let api: Api<KafkaTopic> = Api::namespaced(ctx.client.clone(), &ns);
+    let key = super::object_key(kt.as_ref());
     let started = std::time::Instant::now();
     let result = finalizer(&api, TOPIC_FINALIZER, kt, |event| async {
         match event {
@@ -148,6 +154,9 @@ pub async fn reconcile<C: AdminConnector>(
     .map_err(|e| Error::Finalizer(Box::new(e)));
     ctx.metrics
         .observe("KafkaTopic", started.elapsed(), result.is_ok());
+    if result.is_ok() {
+        ctx.backoff.succeeded(&key);
+    }
     result
 }
 
