@@ -209,7 +209,8 @@ async fn a_group_resumes_at_its_committed_offsets_on_a_new_coordinator() {
     first.commit(&tpl, CommitMode::Sync).unwrap();
     drop(first);
     // The coordinator is the leader of the group's __consumer_offsets partition.
-    let offsets_partition = evenkeel::broker::group::api::partition_for_group("resumer", 50);
+    let offsets_partition =
+        evenkeel::broker::group::metadata_manager::partition_for_group("resumer", 50);
     let coordinator = partition(&c.addr(1), "__consumer_offsets", offsets_partition)
         .await
         .unwrap();

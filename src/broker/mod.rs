@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod alter_partition;
+mod apis;
 pub mod controller_channel;
 pub mod fetch;
 pub mod fetch_session;
@@ -21,17 +22,18 @@ pub mod server;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use kafka_protocol::messages::{ApiKey, RequestHeader};
-use kafka_protocol::protocol::{Encodable, HeaderVersion, StrBytes};
+use kafka_protocol::messages::RequestHeader;
+use kafka_protocol::protocol::StrBytes;
 use tokio::sync::watch;
 
 use crate::config::broker::BrokerConfig;
 use crate::metadata::image::MetadataImage;
-use crate::protocol::{self, api_versions, errors, DecodedRequest, FrameError};
+use crate::protocol::errors;
 use crate::storage::{LogManager, LogManagerConfig, MetaProperties, StorageError};
 use controller_channel::ControllerChannel;
 use replica_manager::ReplicaManager;
+
+pub use apis::{Handled, Reply, ReplyFuture};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
@@ -348,7 +350,7 @@ impl Broker {
             .replicas
             .apply_image(image, &self.config.log)
             .inspect_err(|_| self.metrics.metadata_apply_errors.inc())?;
-        group::api::on_partition_changes(self, &changes);
+        group::metadata_manager::on_partition_changes(self, &changes);
         let caught_up = self.lifecycle().is_some_and(|l| l.is_caught_up());
         if caught_up
             && !self
@@ -425,244 +427,6 @@ impl Broker {
         self.fetchers.shutdown();
         self.replicas.snapshot_producer_state();
     }
-
-    /// Handles one request frame. `Reply::Now(None)` means no response (acks=0); `Reply::Later`
-    /// is a request parked in the purgatory. An error closes the connection, as Kafka does for
-    /// unknown APIs, unsupported versions and malformed requests.
-    pub fn handle(self: &Arc<Self>, frame: Bytes, peer: Option<std::net::SocketAddr>) -> Handled {
-        let mut label = "Unknown";
-        let reply = self.dispatch(frame, peer, &mut label);
-        Handled { label, reply }
-    }
-
-    fn dispatch(
-        self: &Arc<Self>,
-        frame: Bytes,
-        peer: Option<std::net::SocketAddr>,
-        label: &mut &'static str,
-    ) -> Result<Reply, FrameError> {
-        let raw = protocol::peek_header(&frame)?;
-        if let Ok(key) = ApiKey::try_from(raw.api_key) {
-            *label = request_name(key);
-            if key == ApiKey::ApiVersions && !api_versions::is_served(key, raw.api_version) {
-                // A too-new ApiVersions gets a v0 answer with UNSUPPORTED_VERSION and our ranges.
-                let body = api_versions::response(errors::UNSUPPORTED_VERSION);
-                return encode(protocol::encode_response_with_header_version(
-                    0,
-                    0,
-                    raw.correlation_id,
-                    &body,
-                ));
-            }
-        }
-        // The same checks and decoding the fuzz target exercises.
-        let (header, request) = protocol::decode_request(frame)?;
-        let v = header.request_api_version;
-        let cid = header.correlation_id;
-        match request {
-            DecodedRequest::ApiVersions(_req) => {
-                respond(v, cid, &api_versions::response(errors::NONE))
-            }
-            DecodedRequest::Metadata(req) => reply(metadata::metadata(self, v, req), move |r| {
-                response_frame(v, cid, &r)
-            }),
-            DecodedRequest::DescribeCluster(req) => {
-                respond(v, cid, &metadata::describe_cluster(self, v, req))
-            }
-            DecodedRequest::DescribeTopicPartitions(req) => {
-                respond(v, cid, &metadata::describe_topic_partitions(self, req))
-            }
-            DecodedRequest::Produce(req) => {
-                // acks=0 answers nothing.
-                reply(produce::produce(self, v, req), move |r| match r {
-                    Some(r) => response_frame(v, cid, &r),
-                    None => Ok(None),
-                })
-            }
-            DecodedRequest::Fetch(req) => {
-                let follower = fetch::is_follower(&req);
-                if follower {
-                    *label = "FetchFollower";
-                }
-                match self.fetch_pool.get() {
-                    // Consumer fetches, wide ones included, are read and encoded on the fetch
-                    // pool, so produce and follower fetches never queue behind them.
-                    Some(pool) if !follower => {
-                        let broker = self.clone();
-                        let task = pool.spawn(async move {
-                            let r = fetch::fetch(&broker, v, req).resolve().await;
-                            response_frame(v, cid, &r)
-                        });
-                        Ok(Reply::Later(Box::pin(async move {
-                            task.await.unwrap_or_else(|e| {
-                                Err(FrameError::Malformed(format!("fetch task failed: {e}")))
-                            })
-                        })))
-                    }
-                    _ => reply(fetch::fetch(self, v, req), move |r| {
-                        response_frame(v, cid, &r)
-                    }),
-                }
-            }
-            DecodedRequest::ListOffsets(req) => respond(v, cid, &fetch::list_offsets(self, v, req)),
-            DecodedRequest::CreateTopics(req) => {
-                reply(admin::create_topics(self, v, req), move |r| {
-                    response_frame(v, cid, &r)
-                })
-            }
-            DecodedRequest::DeleteTopics(req) => {
-                reply(admin::delete_topics(self, v, req), move |r| {
-                    response_frame(v, cid, &r)
-                })
-            }
-            DecodedRequest::CreatePartitions(req) => {
-                reply(admin::create_partitions(self, v, req), move |r| {
-                    response_frame(v, cid, &r)
-                })
-            }
-            DecodedRequest::OffsetForLeaderEpoch(req) => {
-                respond(v, cid, &fetch::offset_for_leader_epoch(self, req))
-            }
-            DecodedRequest::InitProducerId(req) => {
-                reply(produce::init_producer_id(self, req), move |r| {
-                    response_frame(v, cid, &r)
-                })
-            }
-            DecodedRequest::DeleteRecords(req) => {
-                respond(v, cid, &admin::delete_records(self, req))
-            }
-            DecodedRequest::DescribeConfigs(req) => {
-                respond(v, cid, &admin::describe_configs(self, v, req))
-            }
-            DecodedRequest::AlterConfigs(req) => {
-                reply(admin::alter_configs(self, v, req), move |r| {
-                    response_frame(v, cid, &r)
-                })
-            }
-            DecodedRequest::IncrementalAlterConfigs(req) => {
-                reply(admin::incremental_alter_configs(self, v, req), move |r| {
-                    response_frame(v, cid, &r)
-                })
-            }
-            DecodedRequest::ElectLeaders(req) => {
-                reply(admin::elect_leaders(self, v, req), move |r| {
-                    response_frame(v, cid, &r)
-                })
-            }
-            DecodedRequest::AlterPartitionReassignments(req) => reply(
-                admin::alter_partition_reassignments(self, v, req),
-                move |r| response_frame(v, cid, &r),
-            ),
-            DecodedRequest::ListPartitionReassignments(req) => reply(
-                admin::list_partition_reassignments(self, v, req),
-                move |r| response_frame(v, cid, &r),
-            ),
-            DecodedRequest::DescribeQuorum(req) => {
-                reply(admin::describe_quorum(self, v, req), move |r| {
-                    response_frame(v, cid, &r)
-                })
-            }
-            DecodedRequest::UnregisterBroker(req) => {
-                reply(admin::unregister_broker(self, v, req), move |r| {
-                    response_frame(v, cid, &r)
-                })
-            }
-            DecodedRequest::FindCoordinator(req) => {
-                reply(group::api::find_coordinator(self, v, req), move |r| {
-                    response_frame(v, cid, &r)
-                })
-            }
-            DecodedRequest::JoinGroup(req) => {
-                let host = peer.map(|p| format!("/{}", p.ip())).unwrap_or_default();
-                let client = client_id(&header).to_string();
-                reply(
-                    group::api::join_group(self, v, &client, &host, req),
-                    move |r| response_frame(v, cid, &r),
-                )
-            }
-            DecodedRequest::SyncGroup(req) => reply(group::api::sync_group(self, req), move |r| {
-                response_frame(v, cid, &r)
-            }),
-            DecodedRequest::Heartbeat(req) => respond(v, cid, &group::api::heartbeat(self, req)),
-            DecodedRequest::LeaveGroup(req) => {
-                respond(v, cid, &group::api::leave_group(self, v, req))
-            }
-            DecodedRequest::OffsetCommit(req) => {
-                reply(group::api::offset_commit(self, req), move |r| {
-                    response_frame(v, cid, &r)
-                })
-            }
-            DecodedRequest::OffsetFetch(req) => {
-                respond(v, cid, &group::api::offset_fetch(self, v, req))
-            }
-            DecodedRequest::ListGroups(req) => {
-                respond(v, cid, &group::api::list_groups(self, v, req))
-            }
-            DecodedRequest::DescribeGroups(req) => {
-                respond(v, cid, &group::api::describe_groups(self, v, req))
-            }
-            DecodedRequest::DeleteGroups(req) => {
-                respond(v, cid, &group::api::delete_groups(self, req))
-            }
-            DecodedRequest::OffsetDelete(req) => {
-                respond(v, cid, &group::api::offset_delete(self, req))
-            }
-            // Controller APIs are not served here; decoding refuses them first.
-            DecodedRequest::AlterPartition(_)
-            | DecodedRequest::FetchSnapshot(_)
-            | DecodedRequest::BrokerRegistration(_)
-            | DecodedRequest::BrokerHeartbeat(_)
-            | DecodedRequest::AllocateProducerIds(_) => Err(FrameError::UnsupportedVersion {
-                key: ApiKey::try_from(header.request_api_key).unwrap_or(ApiKey::ApiVersions),
-                version: v,
-            }),
-        }
-    }
-}
-
-/// A handled request: Kafka's request name for metrics, and the reply.
-pub struct Handled {
-    pub label: &'static str,
-    pub reply: Result<Reply, FrameError>,
-}
-
-/// Kafka's name for a request type in request metrics (Fetch is split by the caller).
-fn request_name(key: ApiKey) -> &'static str {
-    match key {
-        ApiKey::Produce => "Produce",
-        ApiKey::Fetch => "FetchConsumer",
-        ApiKey::ListOffsets => "ListOffsets",
-        ApiKey::Metadata => "Metadata",
-        ApiKey::ApiVersions => "ApiVersions",
-        ApiKey::CreateTopics => "CreateTopics",
-        ApiKey::DeleteTopics => "DeleteTopics",
-        ApiKey::DeleteRecords => "DeleteRecords",
-        ApiKey::InitProducerId => "InitProducerId",
-        ApiKey::OffsetForLeaderEpoch => "OffsetForLeaderEpoch",
-        ApiKey::FindCoordinator => "FindCoordinator",
-        ApiKey::JoinGroup => "JoinGroup",
-        ApiKey::SyncGroup => "SyncGroup",
-        ApiKey::Heartbeat => "Heartbeat",
-        ApiKey::LeaveGroup => "LeaveGroup",
-        ApiKey::OffsetCommit => "OffsetCommit",
-        ApiKey::OffsetFetch => "OffsetFetch",
-        ApiKey::ListGroups => "ListGroups",
-        ApiKey::DescribeGroups => "DescribeGroups",
-        ApiKey::DeleteGroups => "DeleteGroups",
-        ApiKey::OffsetDelete => "OffsetDelete",
-        ApiKey::DescribeConfigs => "DescribeConfigs",
-        ApiKey::AlterConfigs => "AlterConfigs",
-        ApiKey::CreatePartitions => "CreatePartitions",
-        ApiKey::IncrementalAlterConfigs => "IncrementalAlterConfigs",
-        ApiKey::DescribeCluster => "DescribeCluster",
-        ApiKey::ElectLeaders => "ElectLeaders",
-        ApiKey::AlterPartitionReassignments => "AlterPartitionReassignments",
-        ApiKey::ListPartitionReassignments => "ListPartitionReassignments",
-        ApiKey::DescribeQuorum => "DescribeQuorum",
-        ApiKey::UnregisterBroker => "UnregisterBroker",
-        ApiKey::DescribeTopicPartitions => "DescribeTopicPartitions",
-        _ => "Other",
-    }
 }
 
 /// An answer now, or a future that yields it once the purgatory or a rebalance completes.
@@ -686,55 +450,6 @@ impl<T: Send + 'static> Outcome<T> {
             Outcome::Now(t) => t,
             Outcome::Later(wait) => wait.await,
         }
-    }
-}
-
-/// A future yielding a parked request's response frame (or nothing, for acks=0).
-pub type ReplyFuture =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Option<Bytes>, FrameError>> + Send>>;
-
-/// What a request handler produced.
-pub enum Reply {
-    /// The response frame, or nothing (acks=0).
-    Now(Option<Bytes>),
-    /// The request waits in the purgatory; the future yields the response.
-    Later(ReplyFuture),
-}
-
-fn encode(r: anyhow::Result<Bytes>) -> Result<Reply, FrameError> {
-    encoded(r).map(Reply::Now)
-}
-
-fn encoded(r: anyhow::Result<Bytes>) -> Result<Option<Bytes>, FrameError> {
-    r.map(Some)
-        .map_err(|e| FrameError::Malformed(format!("cannot encode the response: {e:#}")))
-}
-
-/// A response body as its frame.
-fn response_frame<R: Encodable + HeaderVersion>(
-    version: i16,
-    correlation_id: i32,
-    body: &R,
-) -> Result<Option<Bytes>, FrameError> {
-    encoded(protocol::encode_response(version, correlation_id, body))
-}
-
-fn respond<R: Encodable + HeaderVersion>(
-    version: i16,
-    correlation_id: i32,
-    body: &R,
-) -> Result<Reply, FrameError> {
-    response_frame(version, correlation_id, body).map(Reply::Now)
-}
-
-/// An outcome as a reply: framed now, or framed by the parked future when it completes.
-fn reply<T: Send + 'static>(
-    outcome: Outcome<T>,
-    to_frame: impl FnOnce(T) -> Result<Option<Bytes>, FrameError> + Send + 'static,
-) -> Result<Reply, FrameError> {
-    match outcome {
-        Outcome::Now(t) => to_frame(t).map(Reply::Now),
-        Outcome::Later(fut) => Ok(Reply::Later(Box::pin(async move { to_frame(fut.await) }))),
     }
 }
 

@@ -147,7 +147,7 @@ impl Server {
                 ticker.groups.tick(Instant::now());
                 if last_expiry.elapsed() >= Duration::from_secs(60) {
                     last_expiry = Instant::now();
-                    crate::broker::group::api::expire_offsets(&ticker);
+                    crate::broker::group::metadata_manager::expire_offsets(&ticker);
                 }
             }
         }));

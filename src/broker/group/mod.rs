@@ -3,4 +3,5 @@
 
 pub mod api;
 pub mod coordinator;
+pub mod metadata_manager;
 pub mod records;

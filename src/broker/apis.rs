@@ -1,0 +1,260 @@
+//! KafkaApis: one request frame in, its reply out. Decodes the frame, hands the request to its
+//! API family's handler (produce, fetch, metadata, admin, group) and frames the answer, now or
+//! when the handler's parked future completes.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::{ApiKey, FetchRequest};
+use kafka_protocol::protocol::{Encodable, HeaderVersion};
+
+use super::{admin, fetch, group, metadata, produce, Broker, Outcome};
+use crate::protocol::{self, api_versions, errors, DecodedRequest, FrameError};
+
+/// A handled request: Kafka's request name for metrics, and the reply.
+pub struct Handled {
+    pub label: &'static str,
+    pub reply: Result<Reply, FrameError>,
+}
+
+/// A future yielding a parked request's response frame (or nothing, for acks=0).
+pub type ReplyFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Option<Bytes>, FrameError>> + Send>>;
+
+/// What a request handler produced.
+pub enum Reply {
+    /// The response frame, or nothing (acks=0).
+    Now(Option<Bytes>),
+    /// The request waits in the purgatory; the future yields the response.
+    Later(ReplyFuture),
+}
+
+impl Broker {
+    /// Handles one request frame. `Reply::Now(None)` means no response (acks=0); `Reply::Later`
+    /// is a request parked in the purgatory. An error closes the connection, as Kafka does for
+    /// unknown APIs, unsupported versions and malformed requests.
+    pub fn handle(self: &Arc<Self>, frame: Bytes, peer: Option<SocketAddr>) -> Handled {
+        let mut label = "Unknown";
+        let reply = self.dispatch(frame, peer, &mut label);
+        Handled { label, reply }
+    }
+
+    fn dispatch(
+        self: &Arc<Self>,
+        frame: Bytes,
+        peer: Option<SocketAddr>,
+        label: &mut &'static str,
+    ) -> Result<Reply, FrameError> {
+        let raw = protocol::peek_header(&frame)?;
+        if let Ok(key) = ApiKey::try_from(raw.api_key) {
+            *label = request_name(key);
+            if key == ApiKey::ApiVersions && !api_versions::is_served(key, raw.api_version) {
+                // A too-new ApiVersions gets a v0 answer with UNSUPPORTED_VERSION and our ranges.
+                let body = api_versions::response(errors::UNSUPPORTED_VERSION);
+                return encoded(protocol::encode_response_with_header_version(
+                    0,
+                    0,
+                    raw.correlation_id,
+                    &body,
+                ))
+                .map(Reply::Now);
+            }
+        }
+        // The same checks and decoding the fuzz target exercises.
+        let (header, request) = protocol::decode_request(frame)?;
+        let at = Request {
+            version: header.request_api_version,
+            correlation_id: header.correlation_id,
+        };
+        if let DecodedRequest::Fetch(req) = request {
+            if fetch::is_follower(&req) {
+                *label = "FetchFollower";
+            }
+            return self.fetch(at, req);
+        }
+        if let DecodedRequest::JoinGroup(req) = request {
+            let host = peer.map(|p| format!("/{}", p.ip())).unwrap_or_default();
+            let client = super::client_id(&header).to_string();
+            return at.answer(group::api::join_group(
+                self, at.version, &client, &host, req,
+            ));
+        }
+        self.handle_request(at, request, header.request_api_key)
+    }
+
+    /// Every API but Fetch and JoinGroup (which need more than the request).
+    fn handle_request(
+        self: &Arc<Self>,
+        at: Request,
+        request: DecodedRequest,
+        key: i16,
+    ) -> Result<Reply, FrameError> {
+        let v = at.version;
+        match request {
+            DecodedRequest::ApiVersions(_) => at.now(&api_versions::response(errors::NONE)),
+            DecodedRequest::Metadata(req) => at.answer(metadata::metadata(self, v, req)),
+            DecodedRequest::DescribeCluster(req) => {
+                at.now(&metadata::describe_cluster(self, v, req))
+            }
+            DecodedRequest::DescribeTopicPartitions(req) => {
+                at.now(&metadata::describe_topic_partitions(self, req))
+            }
+            // acks=0 answers nothing.
+            DecodedRequest::Produce(req) => reply(produce::produce(self, v, req), move |r| {
+                r.map_or(Ok(None), |r| at.frame(&r))
+            }),
+            DecodedRequest::ListOffsets(req) => at.now(&fetch::list_offsets(self, v, req)),
+            DecodedRequest::OffsetForLeaderEpoch(req) => {
+                at.now(&fetch::offset_for_leader_epoch(self, req))
+            }
+            DecodedRequest::InitProducerId(req) => at.answer(produce::init_producer_id(self, req)),
+            DecodedRequest::CreateTopics(req) => at.answer(admin::create_topics(self, v, req)),
+            DecodedRequest::DeleteTopics(req) => at.answer(admin::delete_topics(self, v, req)),
+            DecodedRequest::CreatePartitions(req) => {
+                at.answer(admin::create_partitions(self, v, req))
+            }
+            DecodedRequest::DeleteRecords(req) => at.now(&admin::delete_records(self, req)),
+            DecodedRequest::DescribeConfigs(req) => at.now(&admin::describe_configs(self, v, req)),
+            DecodedRequest::AlterConfigs(req) => at.answer(admin::alter_configs(self, v, req)),
+            DecodedRequest::IncrementalAlterConfigs(req) => {
+                at.answer(admin::incremental_alter_configs(self, v, req))
+            }
+            DecodedRequest::ElectLeaders(req) => at.answer(admin::elect_leaders(self, v, req)),
+            DecodedRequest::AlterPartitionReassignments(req) => {
+                at.answer(admin::alter_partition_reassignments(self, v, req))
+            }
+            DecodedRequest::ListPartitionReassignments(req) => {
+                at.answer(admin::list_partition_reassignments(self, v, req))
+            }
+            DecodedRequest::DescribeQuorum(req) => at.answer(admin::describe_quorum(self, v, req)),
+            DecodedRequest::UnregisterBroker(req) => {
+                at.answer(admin::unregister_broker(self, v, req))
+            }
+            DecodedRequest::FindCoordinator(req) => {
+                at.answer(group::api::find_coordinator(self, v, req))
+            }
+            DecodedRequest::SyncGroup(req) => at.answer(group::api::sync_group(self, req)),
+            DecodedRequest::Heartbeat(req) => at.now(&group::api::heartbeat(self, req)),
+            DecodedRequest::LeaveGroup(req) => at.now(&group::api::leave_group(self, v, req)),
+            DecodedRequest::OffsetCommit(req) => at.answer(group::api::offset_commit(self, req)),
+            DecodedRequest::OffsetFetch(req) => at.now(&group::api::offset_fetch(self, v, req)),
+            DecodedRequest::ListGroups(req) => at.now(&group::api::list_groups(self, v, req)),
+            DecodedRequest::DescribeGroups(req) => {
+                at.now(&group::api::describe_groups(self, v, req))
+            }
+            DecodedRequest::DeleteGroups(req) => at.now(&group::api::delete_groups(self, req)),
+            DecodedRequest::OffsetDelete(req) => at.now(&group::api::offset_delete(self, req)),
+            // Fetch and JoinGroup are handled before; controller APIs are not served here
+            // (decoding refuses them first).
+            _ => Err(FrameError::UnsupportedVersion {
+                key: ApiKey::try_from(key).unwrap_or(ApiKey::ApiVersions),
+                version: v,
+            }),
+        }
+    }
+
+    /// A Fetch. Consumer fetches, wide ones included, are read and encoded on the fetch pool,
+    /// so produce and follower fetches never queue behind them.
+    fn fetch(self: &Arc<Self>, at: Request, req: FetchRequest) -> Result<Reply, FrameError> {
+        let pool = self.fetch_pool.get().filter(|_| !fetch::is_follower(&req));
+        let Some(pool) = pool else {
+            return at.answer(fetch::fetch(self, at.version, req));
+        };
+        let broker = self.clone();
+        let task = pool.spawn(async move {
+            let r = fetch::fetch(&broker, at.version, req).resolve().await;
+            at.frame(&r)
+        });
+        Ok(Reply::Later(Box::pin(async move {
+            task.await
+                .unwrap_or_else(|e| Err(FrameError::Malformed(format!("fetch task failed: {e}"))))
+        })))
+    }
+}
+
+/// The version and correlation id a response is framed with.
+#[derive(Clone, Copy)]
+struct Request {
+    version: i16,
+    correlation_id: i32,
+}
+
+impl Request {
+    /// A response body as its frame.
+    fn frame<R: Encodable + HeaderVersion>(self, body: &R) -> Result<Option<Bytes>, FrameError> {
+        encoded(protocol::encode_response(
+            self.version,
+            self.correlation_id,
+            body,
+        ))
+    }
+
+    /// The reply, framed now.
+    fn now<R: Encodable + HeaderVersion>(self, body: &R) -> Result<Reply, FrameError> {
+        self.frame(body).map(Reply::Now)
+    }
+
+    /// The reply, framed now or by the parked future when it completes.
+    fn answer<R: Encodable + HeaderVersion + Send + 'static>(
+        self,
+        outcome: Outcome<R>,
+    ) -> Result<Reply, FrameError> {
+        reply(outcome, move |r| self.frame(&r))
+    }
+}
+
+fn encoded(r: anyhow::Result<Bytes>) -> Result<Option<Bytes>, FrameError> {
+    r.map(Some)
+        .map_err(|e| FrameError::Malformed(format!("cannot encode the response: {e:#}")))
+}
+
+/// An outcome as a reply: framed now, or framed by the parked future when it completes.
+fn reply<T: Send + 'static>(
+    outcome: Outcome<T>,
+    to_frame: impl FnOnce(T) -> Result<Option<Bytes>, FrameError> + Send + 'static,
+) -> Result<Reply, FrameError> {
+    match outcome {
+        Outcome::Now(t) => to_frame(t).map(Reply::Now),
+        Outcome::Later(fut) => Ok(Reply::Later(Box::pin(async move { to_frame(fut.await) }))),
+    }
+}
+
+/// Kafka's name for a request type in request metrics (Fetch is split by the caller).
+fn request_name(key: ApiKey) -> &'static str {
+    match key {
+        ApiKey::Produce => "Produce",
+        ApiKey::Fetch => "FetchConsumer",
+        ApiKey::ListOffsets => "ListOffsets",
+        ApiKey::Metadata => "Metadata",
+        ApiKey::ApiVersions => "ApiVersions",
+        ApiKey::CreateTopics => "CreateTopics",
+        ApiKey::DeleteTopics => "DeleteTopics",
+        ApiKey::DeleteRecords => "DeleteRecords",
+        ApiKey::InitProducerId => "InitProducerId",
+        ApiKey::OffsetForLeaderEpoch => "OffsetForLeaderEpoch",
+        ApiKey::FindCoordinator => "FindCoordinator",
+        ApiKey::JoinGroup => "JoinGroup",
+        ApiKey::SyncGroup => "SyncGroup",
+        ApiKey::Heartbeat => "Heartbeat",
+        ApiKey::LeaveGroup => "LeaveGroup",
+        ApiKey::OffsetCommit => "OffsetCommit",
+        ApiKey::OffsetFetch => "OffsetFetch",
+        ApiKey::ListGroups => "ListGroups",
+        ApiKey::DescribeGroups => "DescribeGroups",
+        ApiKey::DeleteGroups => "DeleteGroups",
+        ApiKey::OffsetDelete => "OffsetDelete",
+        ApiKey::DescribeConfigs => "DescribeConfigs",
+        ApiKey::AlterConfigs => "AlterConfigs",
+        ApiKey::CreatePartitions => "CreatePartitions",
+        ApiKey::IncrementalAlterConfigs => "IncrementalAlterConfigs",
+        ApiKey::DescribeCluster => "DescribeCluster",
+        ApiKey::ElectLeaders => "ElectLeaders",
+        ApiKey::AlterPartitionReassignments => "AlterPartitionReassignments",
+        ApiKey::ListPartitionReassignments => "ListPartitionReassignments",
+        ApiKey::DescribeQuorum => "DescribeQuorum",
+        ApiKey::UnregisterBroker => "UnregisterBroker",
+        ApiKey::DescribeTopicPartitions => "DescribeTopicPartitions",
+        _ => "Other",
+    }
+}
