@@ -473,150 +473,6 @@ pub fn statefulset(
     let spec = &kc.spec;
     let props = server_properties(kc, controllers)?;
     let hash = config_hash(&props, image);
-    let cluster_id = cluster_id(kc)?;
-    let first = &spec.listeners[0];
-    let advertised: Vec<String> = spec
-        .listeners
-        .iter()
-        .map(|l| {
-            format!(
-                "{}://$(POD_NAME).{}.{}.svc:{}",
-                listener_name(&l.name),
-                names.headless_service(),
-                names.namespace,
-                l.port
-            )
-        })
-        .collect();
-    let config_file = format!("{CONFIG_DIR}/server.properties");
-    let mut env = vec![
-        json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
-        json!({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}),
-        json!({"name": "POD_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}}}),
-        json!({"name": "EVENKEEL_LOG", "value": "info"}),
-    ];
-    let mut broker_args = vec![
-        "broker".to_string(),
-        "--config".into(),
-        config_file.clone(),
-        "--override".into(),
-        "node.id=$(POD_INDEX)".into(),
-        "--override".into(),
-        format!("advertised.listeners={}", advertised.join(",")),
-    ];
-    let mut pod_spec_extra = serde_json::Map::new();
-    if let Some(rack) = &spec.rack {
-        env.push(json!({"name": "BROKER_RACK", "valueFrom": {"fieldRef": {"fieldPath": format!("metadata.labels['{}']", rack.topology_key)}}}));
-        broker_args.push("--override".into());
-        broker_args.push("broker.rack=$(BROKER_RACK)".into());
-        pod_spec_extra.insert(
-            "topologySpreadConstraints".into(),
-            json!([{
-                "maxSkew": 1,
-                "topologyKey": rack.topology_key,
-                "whenUnsatisfiable": "ScheduleAnyway",
-                "labelSelector": {"matchLabels": selector(&names.cluster)},
-            }]),
-        );
-    }
-    let mut ports: Vec<Value> = spec
-        .listeners
-        .iter()
-        .map(|l| json!({"name": l.name, "containerPort": l.port, "protocol": "TCP"}))
-        .collect();
-    ports.push(json!({"name": "controller", "containerPort": CONTROLLER_PORT, "protocol": "TCP"}));
-    ports.push(json!({"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}));
-    let security = container_security();
-    let volume_mounts = json!([
-        {"name": "data", "mountPath": "/var/lib/evenkeel"},
-        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": true},
-    ]);
-    let mut containers = vec![json!({
-        "name": "broker",
-        "image": image,
-        "args": broker_args,
-        "env": env,
-        "ports": ports,
-        "readinessProbe": {
-            "httpGet": {"path": "/readyz", "port": METRICS_PORT},
-            "periodSeconds": 5, "failureThreshold": 3,
-        },
-        "livenessProbe": {
-            "httpGet": {"path": "/healthz", "port": METRICS_PORT},
-            "initialDelaySeconds": 15, "periodSeconds": 10, "failureThreshold": 6,
-        },
-        "resources": resources(&spec.resources),
-        "securityContext": security,
-        "volumeMounts": volume_mounts,
-    })];
-    if spec.rebalancer.enabled {
-        let r = &spec.rebalancer;
-        containers.push(json!({
-            "name": "rebalancer",
-            "image": image,
-            "args": [
-                "rebalancer",
-                "--bootstrap", format!("localhost:{}", first.port),
-                "--broker-id", "$(POD_INDEX)",
-                "--metrics-port", METRICS_PORT.to_string(),
-                "--listen", format!("0.0.0.0:{SIDECAR_PORT}"),
-                "--interval", format!("{}s", r.interval_seconds),
-                "--threshold", r.threshold.to_string(),
-                "--mute", format!("{}s", r.mute_seconds.max(1)),
-                "--min-network-idle-percent", r.min_network_idle_percent.to_string(),
-                format!("--dry-run={}", r.dry_run),
-                "--kafka-cluster", names.cluster.clone(),
-            ],
-            "env": [
-                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                {"name": "POD_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}}},
-                {"name": "EVENKEEL_LOG", "value": "info"},
-            ],
-            "ports": [{"name": "rebalancer", "containerPort": SIDECAR_PORT, "protocol": "TCP"}],
-            "readinessProbe": {"httpGet": {"path": "/healthz", "port": SIDECAR_PORT}},
-            "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}},
-            "securityContext": security,
-        }));
-    }
-    let mut pvc_spec = json!({
-        "accessModes": ["ReadWriteOnce"],
-        "resources": {"requests": {"storage": spec.storage.size}},
-    });
-    if let Some(class) = &spec.storage.storage_class_name {
-        pvc_spec["storageClassName"] = json!(class);
-    }
-    let mut pod_spec = json!({
-        "securityContext": pod_security(),
-        "terminationGracePeriodSeconds": 60,
-        "initContainers": [{
-            "name": "format",
-            "image": image,
-            // `--cluster-id=ID` in one argument: an id can start with '-' (one cluster in 64:
-            // it is the uid's bytes in URL-safe base64), which a parser would take for a flag.
-            "args": [
-                "format", "--config", config_file, format!("--cluster-id={cluster_id}"),
-                "--ignore-formatted", "--override", "node.id=$(POD_INDEX)",
-            ],
-            "env": [{"name": "POD_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}}}],
-            "securityContext": security,
-            "volumeMounts": volume_mounts,
-        }],
-        "containers": containers,
-        "volumes": [{"name": "config", "configMap": {"name": names.config_map()}}],
-    });
-    for (k, v) in pod_spec_extra {
-        pod_spec[k] = v;
-    }
-    // The pod's only account, so the broker container holds it too: it may write Events and its
-    // own cluster's status, nothing else (`rebalancer_role`). The deprecated `serviceAccount` is
-    // set too, so that this field manager owns it: the API server copies it back into an empty
-    // `serviceAccountName`, and a server-side apply that drops only the latter would never
-    // leave the account.
-    if spec.rebalancer.enabled {
-        pod_spec["serviceAccountName"] = json!(names.rebalancer());
-        pod_spec["serviceAccount"] = json!(names.rebalancer());
-    }
     let when_deleted = if spec.storage.delete_claim {
         "Delete"
     } else {
@@ -640,15 +496,183 @@ pub fn statefulset(
                         "labels": labels(&names.cluster),
                         "annotations": {CONFIG_HASH_ANNOTATION: hash},
                     },
-                    "spec": pod_spec,
+                    "spec": broker_pod_spec(kc, &names, image)?,
                 },
                 "volumeClaimTemplates": [{
                     "metadata": {"name": "data", "labels": selector(&names.cluster)},
-                    "spec": pvc_spec,
+                    "spec": data_claim_spec(kc),
                 }],
             },
         }),
     )
+}
+
+/// A broker pod: the format init container, the broker, and the rebalancer sidecar if asked.
+fn broker_pod_spec(kc: &KafkaCluster, names: &Names, image: &str) -> Result<Value, BuildError> {
+    let spec = &kc.spec;
+    let mut containers = vec![broker_container(kc, names, image)];
+    if spec.rebalancer.enabled {
+        containers.push(rebalancer_container(kc, names, image));
+    }
+    let mut pod_spec = json!({
+        "securityContext": pod_security(),
+        "terminationGracePeriodSeconds": 60,
+        "initContainers": [format_container(image, &cluster_id(kc)?)],
+        "containers": containers,
+        "volumes": [{"name": "config", "configMap": {"name": names.config_map()}}],
+    });
+    if let Some(rack) = &spec.rack {
+        pod_spec["topologySpreadConstraints"] = json!([{
+            "maxSkew": 1,
+            "topologyKey": rack.topology_key,
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": selector(&names.cluster)},
+        }]);
+    }
+    // The pod's only account, so the broker container holds it too: it may write Events and its
+    // own cluster's status, nothing else (`rebalancer_role`). The deprecated `serviceAccount` is
+    // set too, so that this field manager owns it: the API server copies it back into an empty
+    // `serviceAccountName`, and a server-side apply that drops only the latter would never
+    // leave the account.
+    if spec.rebalancer.enabled {
+        pod_spec["serviceAccountName"] = json!(names.rebalancer());
+        pod_spec["serviceAccount"] = json!(names.rebalancer());
+    }
+    Ok(pod_spec)
+}
+
+/// The variables every evenkeel container of a broker pod gets from the downward API.
+fn pod_env() -> Vec<Value> {
+    vec![
+        json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
+        json!({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}),
+        json!({"name": "POD_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}}}),
+        json!({"name": "EVENKEEL_LOG", "value": "info"}),
+    ]
+}
+
+fn volume_mounts() -> Value {
+    json!([
+        {"name": "data", "mountPath": "/var/lib/evenkeel"},
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": true},
+    ])
+}
+
+/// `evenkeel format` before the broker starts (a formatted directory is left alone).
+fn format_container(image: &str, cluster_id: &str) -> Value {
+    json!({
+        "name": "format",
+        "image": image,
+        // `--cluster-id=ID` in one argument: an id can start with '-' (one cluster in 64: it is
+        // the uid's bytes in URL-safe base64), which a parser would take for a flag.
+        "args": [
+            "format", "--config", format!("{CONFIG_DIR}/server.properties"),
+            format!("--cluster-id={cluster_id}"),
+            "--ignore-formatted", "--override", "node.id=$(POD_INDEX)",
+        ],
+        "env": [{"name": "POD_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}}}],
+        "securityContext": container_security(),
+        "volumeMounts": volume_mounts(),
+    })
+}
+
+/// The broker: its node id from the pod index, its advertised listeners from the pod's DNS
+/// name, its rack from the node's topology label.
+fn broker_container(kc: &KafkaCluster, names: &Names, image: &str) -> Value {
+    let spec = &kc.spec;
+    let advertised: Vec<String> = spec
+        .listeners
+        .iter()
+        .map(|l| {
+            format!(
+                "{}://$(POD_NAME).{}.{}.svc:{}",
+                listener_name(&l.name),
+                names.headless_service(),
+                names.namespace,
+                l.port
+            )
+        })
+        .collect();
+    let mut env = pod_env();
+    let mut args = vec![
+        "broker".to_string(),
+        "--config".into(),
+        format!("{CONFIG_DIR}/server.properties"),
+        "--override".into(),
+        "node.id=$(POD_INDEX)".into(),
+        "--override".into(),
+        format!("advertised.listeners={}", advertised.join(",")),
+    ];
+    if let Some(rack) = &spec.rack {
+        env.push(json!({"name": "BROKER_RACK", "valueFrom": {"fieldRef": {"fieldPath": format!("metadata.labels['{}']", rack.topology_key)}}}));
+        args.push("--override".into());
+        args.push("broker.rack=$(BROKER_RACK)".into());
+    }
+    let mut ports: Vec<Value> = spec
+        .listeners
+        .iter()
+        .map(|l| json!({"name": l.name, "containerPort": l.port, "protocol": "TCP"}))
+        .collect();
+    ports.push(json!({"name": "controller", "containerPort": CONTROLLER_PORT, "protocol": "TCP"}));
+    ports.push(json!({"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}));
+    json!({
+        "name": "broker",
+        "image": image,
+        "args": args,
+        "env": env,
+        "ports": ports,
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": METRICS_PORT},
+            "periodSeconds": 5, "failureThreshold": 3,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": METRICS_PORT},
+            "initialDelaySeconds": 15, "periodSeconds": 10, "failureThreshold": 6,
+        },
+        "resources": resources(&spec.resources),
+        "securityContext": container_security(),
+        "volumeMounts": volume_mounts(),
+    })
+}
+
+/// The rebalancer sidecar (`spec.rebalancer`), talking to its own broker over localhost.
+fn rebalancer_container(kc: &KafkaCluster, names: &Names, image: &str) -> Value {
+    let r = &kc.spec.rebalancer;
+    json!({
+        "name": "rebalancer",
+        "image": image,
+        "args": [
+            "rebalancer",
+            "--bootstrap", format!("localhost:{}", kc.spec.listeners[0].port),
+            "--broker-id", "$(POD_INDEX)",
+            "--metrics-port", METRICS_PORT.to_string(),
+            "--listen", format!("0.0.0.0:{SIDECAR_PORT}"),
+            "--interval", format!("{}s", r.interval_seconds),
+            "--threshold", r.threshold.to_string(),
+            "--mute", format!("{}s", r.mute_seconds.max(1)),
+            "--min-network-idle-percent", r.min_network_idle_percent.to_string(),
+            format!("--dry-run={}", r.dry_run),
+            "--kafka-cluster", names.cluster.clone(),
+        ],
+        "env": pod_env(),
+        "ports": [{"name": "rebalancer", "containerPort": SIDECAR_PORT, "protocol": "TCP"}],
+        "readinessProbe": {"httpGet": {"path": "/healthz", "port": SIDECAR_PORT}},
+        "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}},
+        "securityContext": container_security(),
+    })
+}
+
+/// Each broker's data volume (`spec.storage`).
+fn data_claim_spec(kc: &KafkaCluster) -> Value {
+    let storage = &kc.spec.storage;
+    let mut pvc_spec = json!({
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": storage.size}},
+    });
+    if let Some(class) = &storage.storage_class_name {
+        pvc_spec["storageClassName"] = json!(class);
+    }
+    pvc_spec
 }
 
 fn statefulset_metadata(
