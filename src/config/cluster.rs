@@ -247,14 +247,21 @@ fn check_security_protocols(
     Ok(())
 }
 
-impl ClusterConfig {
-    /// Reads the cluster keys. `all_listeners` is the whole `listeners` value (controller
-    /// listeners included); `node_id` is this node's id.
-    pub fn from_props(
+/// Who this node is in the metadata quorum, from the KRaft keys.
+struct Quorum {
+    roles: Roles,
+    voters: Vec<Voter>,
+    bootstrap_servers: Vec<String>,
+    controller_listeners: Vec<Listener>,
+    controller_listener_names: Vec<String>,
+}
+
+impl Quorum {
+    fn from_props(
         props: &BTreeMap<String, String>,
         node_id: i32,
         all_listeners: &[Listener],
-    ) -> Result<ClusterConfig, ConfigError> {
+    ) -> Result<Quorum, ConfigError> {
         let mut voters = match props.get("controller.quorum.voters") {
             Some(v) => parse_voters(v)?,
             None => Vec::new(),
@@ -272,53 +279,17 @@ impl ClusterConfig {
                 controller: false,
             },
         };
-        // Kafka's quickstart: one controller that finds itself through the bootstrap servers
-        // (formatted with `--standalone`) is the only voter of a dynamic quorum.
-        if roles.controller && voters.is_empty() && bootstrap_servers.len() == 1 {
-            let item = format!("{node_id}@{}", bootstrap_servers[0]);
-            let me = parse_voters(&item).map_err(|_| {
-                bad(
-                    "controller.quorum.bootstrap.servers",
-                    &bootstrap_servers[0],
-                    "is not host:port",
-                )
-            })?;
-            let own_port = |port: u16| {
-                all_listeners
-                    .iter()
-                    .any(|l| controller_listener_names.contains(&l.name) && l.port == port)
-            };
-            if me.iter().all(|v| own_port(v.port)) {
-                voters = me;
-            }
-        }
-        let standalone = voters.is_empty() && bootstrap_servers.is_empty();
-        if standalone && !roles.controller {
-            return Err(bad(
-                "controller.quorum.voters",
-                "",
-                "a broker-only node needs controller.quorum.voters or controller.quorum.bootstrap.servers",
-            ));
-        }
-        if roles.controller && !standalone && !voters.iter().any(|v| v.id == node_id) {
-            return Err(bad(
-                "controller.quorum.voters",
-                props
-                    .get("controller.quorum.voters")
-                    .map(String::as_str)
-                    .unwrap_or(""),
-                format!(
-                    "node {node_id} has the controller role but is not one of the voters \
-                     (a dynamic quorum of several controllers is not supported; list every \
-                     controller in controller.quorum.voters)"
-                ),
-            ));
-        }
         let controller_listeners: Vec<Listener> = all_listeners
             .iter()
             .filter(|l| controller_listener_names.contains(&l.name))
             .cloned()
             .collect();
+        if roles.controller && voters.is_empty() {
+            voters =
+                standalone_bootstrap_voter(node_id, &bootstrap_servers, &controller_listeners)?;
+        }
+        let standalone = voters.is_empty() && bootstrap_servers.is_empty();
+        check_membership(props, node_id, &roles, &voters, standalone)?;
         if roles.controller && !standalone && controller_listeners.is_empty() {
             return Err(bad(
                 "controller.listener.names",
@@ -337,6 +308,112 @@ impl ClusterConfig {
                 port: controller_listeners.first().map_or(0, |l| l.port),
             });
         }
+        Ok(Quorum {
+            roles,
+            voters,
+            bootstrap_servers,
+            controller_listeners,
+            controller_listener_names,
+        })
+    }
+}
+
+/// Kafka's quickstart: one controller that finds itself through the bootstrap servers
+/// (formatted with `--standalone`) is the only voter of a dynamic quorum. Empty otherwise.
+fn standalone_bootstrap_voter(
+    node_id: i32,
+    bootstrap_servers: &[String],
+    controller_listeners: &[Listener],
+) -> Result<Vec<Voter>, ConfigError> {
+    if bootstrap_servers.len() != 1 {
+        return Ok(Vec::new());
+    }
+    let item = format!("{node_id}@{}", bootstrap_servers[0]);
+    let me = parse_voters(&item).map_err(|_| {
+        bad(
+            "controller.quorum.bootstrap.servers",
+            &bootstrap_servers[0],
+            "is not host:port",
+        )
+    })?;
+    let own_port = |port: u16| controller_listeners.iter().any(|l| l.port == port);
+    Ok(if me.iter().all(|v| own_port(v.port)) {
+        me
+    } else {
+        Vec::new()
+    })
+}
+
+/// A broker-only node needs a quorum to join; a controller must be one of the voters.
+fn check_membership(
+    props: &BTreeMap<String, String>,
+    node_id: i32,
+    roles: &Roles,
+    voters: &[Voter],
+    standalone: bool,
+) -> Result<(), ConfigError> {
+    if standalone && !roles.controller {
+        return Err(bad(
+            "controller.quorum.voters",
+            "",
+            "a broker-only node needs controller.quorum.voters or controller.quorum.bootstrap.servers",
+        ));
+    }
+    if roles.controller && !standalone && !voters.iter().any(|v| v.id == node_id) {
+        return Err(bad(
+            "controller.quorum.voters",
+            props
+                .get("controller.quorum.voters")
+                .map(String::as_str)
+                .unwrap_or(""),
+            format!(
+                "node {node_id} has the controller role but is not one of the voters \
+                 (a dynamic quorum of several controllers is not supported; list every \
+                 controller in controller.quorum.voters)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `(broker.session.timeout.ms, broker.heartbeat.interval.ms,
+/// controller.quorum.election.timeout.ms)`, checked against each other.
+fn liveness_timeouts(props: &BTreeMap<String, String>) -> Result<(u64, u64, u64), ConfigError> {
+    let session = number(props, "broker.session.timeout.ms", 9000u64)?;
+    let heartbeat = number(props, "broker.heartbeat.interval.ms", 2000u64)?;
+    if heartbeat == 0 || heartbeat >= session {
+        return Err(bad(
+            "broker.heartbeat.interval.ms",
+            &heartbeat.to_string(),
+            "must be above 0 and below broker.session.timeout.ms",
+        ));
+    }
+    let election = number(props, "controller.quorum.election.timeout.ms", 1000u64)?;
+    if election < 10 {
+        return Err(bad(
+            "controller.quorum.election.timeout.ms",
+            &election.to_string(),
+            "must be at least 10",
+        ));
+    }
+    Ok((session, heartbeat, election))
+}
+
+impl ClusterConfig {
+    /// Reads the cluster keys. `all_listeners` is the whole `listeners` value (controller
+    /// listeners included); `node_id` is this node's id.
+    pub fn from_props(
+        props: &BTreeMap<String, String>,
+        node_id: i32,
+        all_listeners: &[Listener],
+    ) -> Result<ClusterConfig, ConfigError> {
+        let Quorum {
+            roles,
+            voters,
+            bootstrap_servers,
+            controller_listeners,
+            controller_listener_names,
+        } = Quorum::from_props(props, node_id, all_listeners)?;
         check_security_protocols(props, all_listeners, &controller_listener_names)?;
         let inter_broker_listener_name = props
             .get("inter.broker.listener.name")
@@ -348,23 +425,7 @@ impl ClusterConfig {
                     .map(|l| l.name.clone())
             })
             .unwrap_or_else(|| "PLAINTEXT".into());
-        let session = number(props, "broker.session.timeout.ms", 9000u64)?;
-        let heartbeat = number(props, "broker.heartbeat.interval.ms", 2000u64)?;
-        if heartbeat == 0 || heartbeat >= session {
-            return Err(bad(
-                "broker.heartbeat.interval.ms",
-                &heartbeat.to_string(),
-                "must be above 0 and below broker.session.timeout.ms",
-            ));
-        }
-        let election = number(props, "controller.quorum.election.timeout.ms", 1000u64)?;
-        if election < 10 {
-            return Err(bad(
-                "controller.quorum.election.timeout.ms",
-                &election.to_string(),
-                "must be at least 10",
-            ));
-        }
+        let (session, heartbeat, election) = liveness_timeouts(props)?;
         Ok(ClusterConfig {
             roles,
             voters,
