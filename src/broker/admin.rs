@@ -14,7 +14,7 @@ use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Request, StrBytes};
+use kafka_protocol::protocol::Request;
 
 use super::controller_channel::{is_not_controller, DEFAULT_RETRY_TIMEOUT};
 use super::{msg, Broker, Outcome};
@@ -25,9 +25,7 @@ use crate::metadata::records::{RESOURCE_BROKER, RESOURCE_TOPIC};
 use crate::protocol::errors;
 use crate::storage::TopicPartition;
 
-fn s(v: impl Into<String>) -> StrBytes {
-    StrBytes::from_string(v.into())
-}
+use crate::protocol::str_bytes as s;
 
 /// Sends `req` to the active controller and answers with its response; `failed` builds the
 /// answer when no controller could be reached in time; `then` may wait for this broker to see
@@ -157,7 +155,7 @@ pub fn delete_topics(
             broker
                 .wait_for_image(|img| {
                     gone.iter()
-                        .all(|id| img.topic_by_id(&super::metadata::from_uuid(id)).is_none())
+                        .all(|id| img.topic_by_id(&(*id).into()).is_none())
                 })
                 .await;
             resp

@@ -17,7 +17,6 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::fetch_session::{self, FetchContext, FetchParams, FetchTarget, PartitionKey};
-use super::metadata::from_uuid;
 use super::partition::{Divergence, FetchIsolation, Partition, PartitionError, ReadResult};
 use super::{Broker, Outcome};
 use crate::protocol::errors;
@@ -41,7 +40,7 @@ fn topic_name(broker: &Broker, name: &TopicName, id: &uuid::Uuid) -> String {
     if name.0.is_empty() {
         broker
             .image()
-            .topic_by_id(&from_uuid(id))
+            .topic_by_id(&(*id).into())
             .map(|t| t.name.clone())
             .unwrap_or_default()
     } else {

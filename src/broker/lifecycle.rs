@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::broker_registration_request::{Feature, Listener};
 use kafka_protocol::messages::{BrokerHeartbeatRequest, BrokerId, BrokerRegistrationRequest};
-use kafka_protocol::protocol::StrBytes;
 use tokio::sync::watch;
 
 use super::controller_channel::{is_not_controller, ControllerChannel};
@@ -63,9 +62,7 @@ pub struct Lifecycle {
     fatal: watch::Sender<Option<String>>,
 }
 
-fn sb(s: impl Into<String>) -> StrBytes {
-    StrBytes::from_string(s.into())
-}
+use crate::protocol::str_bytes as sb;
 
 impl Lifecycle {
     pub fn new(

@@ -14,7 +14,6 @@ use kafka_protocol::messages::{
     DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse, MetadataRequest,
     MetadataResponse, TopicName,
 };
-use kafka_protocol::protocol::StrBytes;
 
 use super::controller_channel::{is_not_controller, DEFAULT_RETRY_TIMEOUT};
 use super::{Broker, Outcome};
@@ -22,19 +21,8 @@ use crate::controller::validate_topic_name;
 use crate::metadata::image::{BrokerImage, MetadataImage, PartitionImage, TopicImage};
 use crate::metadata::{is_hidden_topic, is_internal_topic};
 use crate::protocol::errors;
-use crate::storage::KafkaUuid;
 
-fn to_uuid(id: KafkaUuid) -> uuid::Uuid {
-    uuid::Uuid::from_bytes(id.0)
-}
-
-pub(crate) fn from_uuid(id: &uuid::Uuid) -> KafkaUuid {
-    KafkaUuid(*id.as_bytes())
-}
-
-fn s(v: impl Into<String>) -> StrBytes {
-    StrBytes::from_string(v.into())
-}
+use crate::protocol::str_bytes as s;
 
 /// The listener clients of this broker reach other brokers on: its first client listener.
 pub(crate) fn client_listener(broker: &Broker) -> String {
@@ -121,7 +109,7 @@ fn partition_entry(
 fn topic_entry(img: &MetadataImage, t: &TopicImage, listener: &str) -> MetadataResponseTopic {
     MetadataResponseTopic::default()
         .with_name(Some(TopicName(s(t.name.clone()))))
-        .with_topic_id(to_uuid(t.id))
+        .with_topic_id(t.id.into())
         .with_is_internal(is_internal_topic(&t.name))
         .with_partitions(
             t.partitions
@@ -163,7 +151,7 @@ fn answer(
             let by_name = rt.name.as_ref().map(|n| n.0.to_string());
             let found = match &by_name {
                 Some(n) => img.topic(n),
-                None => img.topic_by_id(&from_uuid(&rt.topic_id)),
+                None => img.topic_by_id(&rt.topic_id.into()),
             };
             match (found, by_name) {
                 (Some(t), _) if !is_hidden_topic(&t.name) => {
@@ -427,7 +415,7 @@ pub fn describe_topic_partitions(
         topics.push(
             DescribeTopicPartitionsResponseTopic::default()
                 .with_name(Some(TopicName(s(name))))
-                .with_topic_id(to_uuid(t.id))
+                .with_topic_id(t.id.into())
                 .with_is_internal(is_internal_topic(&t.name))
                 .with_partitions(parts),
         );

@@ -110,7 +110,7 @@ pub fn produce(
     for (ti, topic) in req.topic_data.into_iter().enumerate() {
         let name = if topic.name.0.is_empty() {
             image
-                .topic_by_id(&super::metadata::from_uuid(&topic.topic_id))
+                .topic_by_id(&topic.topic_id.into())
                 .map(|t| t.name.clone())
                 .unwrap_or_default()
         } else {

@@ -187,9 +187,7 @@ impl std::fmt::Debug for AdminClient {
     }
 }
 
-fn str_bytes(s: &str) -> StrBytes {
-    StrBytes::from_string(s.to_string())
-}
+use crate::protocol::str_bytes;
 
 fn opt_string(s: Option<StrBytes>) -> Option<String> {
     s.map(|s| s.to_string())

@@ -37,20 +37,10 @@ pub struct ControllerNode {
     pub broker_props: BTreeMap<String, String>,
 }
 
-fn s(v: impl Into<String>) -> StrBytes {
-    StrBytes::from_string(v.into())
-}
+use crate::protocol::str_bytes as s;
 
 fn msg(m: impl Into<String>) -> Option<StrBytes> {
     Some(s(m))
-}
-
-fn uuid(id: KafkaUuid) -> uuid::Uuid {
-    uuid::Uuid::from_bytes(id.0)
-}
-
-fn kafka_uuid(id: &uuid::Uuid) -> KafkaUuid {
-    KafkaUuid(*id.as_bytes())
 }
 
 fn frame<R: kafka_protocol::protocol::Encodable + kafka_protocol::protocol::HeaderVersion>(
@@ -132,7 +122,7 @@ impl ControllerNode {
         let req = RegistrationRequest {
             broker_id: r.broker_id.0,
             cluster_id: r.cluster_id.to_string(),
-            incarnation_id: kafka_uuid(&r.incarnation_id),
+            incarnation_id: KafkaUuid::from(r.incarnation_id),
             endpoints: r
                 .listeners
                 .iter()
@@ -227,7 +217,7 @@ impl ControllerNode {
                     (ids, epochs)
                 };
                 changes.push(IsrChange {
-                    topic_id: kafka_uuid(&t.topic_id),
+                    topic_id: KafkaUuid::from(t.topic_id),
                     partition: p.partition_index,
                     leader_epoch: p.leader_epoch,
                     partition_epoch: p.partition_epoch,
@@ -260,10 +250,10 @@ impl ControllerNode {
                     .with_partition_epoch(p.partition_epoch);
             }
             match topics.last_mut() {
-                Some(t) if t.topic_id == uuid(c.topic_id) => t.partitions.push(pd),
+                Some(t) if t.topic_id == uuid::Uuid::from(c.topic_id) => t.partitions.push(pd),
                 _ => topics.push(
                     TopicData::default()
-                        .with_topic_id(uuid(c.topic_id))
+                        .with_topic_id(uuid::Uuid::from(c.topic_id))
                         .with_partitions(vec![pd]),
                 ),
             }
@@ -335,7 +325,7 @@ impl ControllerNode {
                                 .with_config_source(e.source)
                         })
                         .collect();
-                        base.with_topic_id(uuid(t.id))
+                        base.with_topic_id(uuid::Uuid::from(t.id))
                             .with_num_partitions(t.num_partitions)
                             .with_replication_factor(t.replication_factor)
                             .with_configs(Some(configs))
@@ -367,7 +357,7 @@ impl ControllerNode {
             let resolved = name.clone().or_else(|| {
                 self.controller
                     .image()
-                    .topic_by_id(&kafka_uuid(&id))
+                    .topic_by_id(&KafkaUuid::from(id))
                     .map(|t| t.name.clone())
             });
             let base = DeletableTopicResult::default()
@@ -383,7 +373,7 @@ impl ControllerNode {
             out.push(match self.controller.delete_topic(&n).await {
                 Ok(deleted) => base
                     .with_name(Some(TopicName(s(n))))
-                    .with_topic_id(uuid(deleted)),
+                    .with_topic_id(uuid::Uuid::from(deleted)),
                 Err(e) => base
                     .with_error_code(e.code)
                     .with_error_message(msg(e.message)),
@@ -765,8 +755,8 @@ impl ControllerNode {
         let Some(t) = r.topics.first() else {
             return FetchResponse::default().with_error_code(errors::INVALID_REQUEST);
         };
-        let topic_ok =
-            t.topic.0.as_str() == METADATA_TOPIC || kafka_uuid(&t.topic_id) == METADATA_TOPIC_ID;
+        let topic_ok = t.topic.0.as_str() == METADATA_TOPIC
+            || KafkaUuid::from(t.topic_id) == METADATA_TOPIC_ID;
         let Some(p) = t
             .partitions
             .first()

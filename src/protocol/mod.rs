@@ -8,7 +8,12 @@ pub mod wire;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+
+/// A string as the wire's string type.
+pub fn str_bytes(v: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(v.into())
+}
 
 /// Why a frame could not be turned into a request.
 #[derive(Debug, thiserror::Error)]

@@ -213,6 +213,19 @@ impl KafkaUuid {
     }
 }
 
+/// The wire's UUIDs (kafka-protocol uses the uuid crate) and ours are the same 16 bytes.
+impl From<uuid::Uuid> for KafkaUuid {
+    fn from(u: uuid::Uuid) -> Self {
+        KafkaUuid(*u.as_bytes())
+    }
+}
+
+impl From<KafkaUuid> for uuid::Uuid {
+    fn from(u: KafkaUuid) -> Self {
+        uuid::Uuid::from_bytes(u.0)
+    }
+}
+
 impl std::fmt::Display for KafkaUuid {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(self.0))

@@ -8,7 +8,6 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
 
 use super::coordinator::{codes, CommitCheck, CommittedOffset, JoinRequest, Pending};
 use super::records::{GroupRecordKey, OffsetCommitValue};
@@ -24,9 +23,7 @@ use crate::metadata::OFFSETS_TOPIC;
 /// Committed offsets per topic, `None` where nothing is committed.
 type OffsetsByTopic = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;
 
-fn s(v: impl Into<String>) -> StrBytes {
-    StrBytes::from_string(v.into())
-}
+use crate::protocol::str_bytes as s;
 
 pub fn find_coordinator(
     broker: &Arc<Broker>,
