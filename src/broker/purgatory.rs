@@ -84,6 +84,12 @@ impl DelayedOperation {
         }
     }
 
+    /// A DelayedProduce no longer waits for `tp` (its append is settled, one way or another);
+    /// the operation completes once no partition is left.
+    pub fn satisfy(&self, tp: &TopicPartition) {
+        self.on_high_watermark(tp, i64::MAX);
+    }
+
     fn on_high_watermark(&self, tp: &TopicPartition, hw: i64) {
         if let Some((required, done)) = self.required.get(tp) {
             if hw >= *required

@@ -54,7 +54,8 @@ pub struct IsrCounters {
 #[derive(Debug, Clone)]
 pub struct PendingAppend {
     pub tp: TopicPartition,
-    leader_epoch: i32,
+    /// The topic it was appended to: a topic re-created under the same name is another one.
+    topic_id: KafkaUuid,
     required: i64,
 }
 
@@ -282,9 +283,13 @@ impl ReplicaManager {
                         (p, role, true)
                     }
                 };
-                if changed {
-                    // Produces waiting on the old epoch's high watermark answer now.
+                if changed && role == Role::Follower {
+                    // Appends waiting here as leader answer now (NOT_LEADER_OR_FOLLOWER): a
+                    // follower's log may be truncated under them. A new epoch with this broker
+                    // still the leader keeps them waiting, as Kafka's DelayedProduce does.
                     self.produce_purgatory.on_high_watermark(&tp, i64::MAX);
+                }
+                if changed {
                     match role {
                         Role::Leader => changes.became_leader.push(tp.clone()),
                         Role::Follower => changes.became_follower.push(tp.clone()),
@@ -374,11 +379,10 @@ impl ReplicaManager {
         required_acks: i16,
     ) -> Result<(AppendInfo, Option<PendingAppend>), PartitionError> {
         let p = self.leader_partition(tp, -1)?;
-        let leader_epoch = p.leader_epoch();
         let info = self.append(&p, records, required_acks)?;
         let pending = (required_acks == -1).then(|| PendingAppend {
             tp: tp.clone(),
-            leader_epoch,
+            topic_id: p.topic_id,
             required: info.last_offset + 1,
         });
         Ok((info, pending))
@@ -398,10 +402,18 @@ impl ReplicaManager {
         let op = DelayedOperation::produce(pending.iter().map(|w| (w.tp.clone(), w.required)));
         self.produce_purgatory
             .watch(&op, pending.iter().map(|w| w.tp.clone()));
-        // The high watermark or the leader may have moved between the check and the watch.
-        if let Some(done) = self.replication_done(&pending) {
-            op.force_complete();
-            return Outcome::Now(done);
+        // Partitions already settled (an ISR of the leader alone, a leader gone) will see no
+        // notification: the operation stops waiting for them now. This also covers a high
+        // watermark that moved between the first check and the watch.
+        for w in &pending {
+            if self.replication_status(w).is_some() {
+                op.satisfy(&w.tp);
+            }
+        }
+        if op.is_completed() {
+            if let Some(done) = self.replication_done(&pending) {
+                return Outcome::Now(done);
+            }
         }
         let rm = self.clone();
         Outcome::Later(Box::pin(async move {
@@ -423,8 +435,8 @@ impl ReplicaManager {
 
     fn replication_status(&self, w: &PendingAppend) -> Option<i16> {
         match self.get(&w.tp) {
-            None => Some(errors::NOT_LEADER_OR_FOLLOWER),
-            Some(p) => p.check_enough_replicas_reach_offset(w.leader_epoch, w.required),
+            Some(p) if p.topic_id == w.topic_id => p.check_enough_replicas_reach_offset(w.required),
+            _ => Some(errors::NOT_LEADER_OR_FOLLOWER),
         }
     }
 
@@ -587,7 +599,9 @@ impl ReplicaManager {
             .as_ref()
             .is_some_and(|tx| tx.send(req).is_ok());
         if !sent {
-            p.on_isr_change_answer(epoch, None);
+            if let Some(hw) = p.on_isr_change_answer(epoch, None) {
+                self.on_high_watermark(p, hw);
+            }
         }
     }
 

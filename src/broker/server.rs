@@ -175,9 +175,9 @@ impl Server {
 }
 
 /// Replication's background work: the fetchers follow the broker's partitions, the
-/// AlterPartition sender carries ISR changes to the controller, and every second (or half of
-/// `replica.lag.time.max.ms`, if less) the leaders drop followers that fell behind (Kafka's
-/// isr-expiration task) and the purgatories drop what completed or timed out.
+/// AlterPartition sender carries ISR changes to the controller, every half of
+/// `replica.lag.time.max.ms` the leaders drop followers that fell behind (Kafka's
+/// isr-expiration task), and every second the purgatories drop what completed or timed out.
 fn start_replication(broker: &Arc<Broker>) -> Vec<tokio::task::JoinHandle<()>> {
     let weak = Arc::downgrade(broker);
     broker.fetchers.attach(
@@ -192,11 +192,17 @@ fn start_replication(broker: &Arc<Broker>) -> Vec<tokio::task::JoinHandle<()>> {
     let lag = broker.config.replication.lag_time_max_ms;
     let b = broker.clone();
     let expiry = tokio::spawn(async move {
-        let tick = (lag / 2).clamp(10, 1000) as u64;
-        let mut interval = tokio::time::interval(Duration::from_millis(tick));
+        let mut interval = tokio::time::interval(Duration::from_millis((lag / 2).max(10) as u64));
         loop {
             interval.tick().await;
             b.replicas.maybe_shrink_isrs(lag);
+        }
+    });
+    let b = broker.clone();
+    let purge = tokio::spawn(async move {
+        let mut interval = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            interval.tick().await;
             b.replicas.purge_purgatories();
         }
     });
@@ -204,7 +210,7 @@ fn start_replication(broker: &Arc<Broker>) -> Vec<tokio::task::JoinHandle<()>> {
     let b = broker.clone();
     let image = b.image();
     let first = tokio::spawn(async move { b.follow_now(&image) });
-    vec![sender, expiry, first]
+    vec![sender, expiry, purge, first]
 }
 
 /// Refreshes the gauges that describe state, at scrape time.

@@ -94,7 +94,7 @@ pub(super) fn append_records(
         return Ok(());
     }
     let part = coordinator_partition(broker, group)?;
-    append(broker, group, &part.tp, records, 1).map(|_| ())
+    append(broker, group, &part.tp, records, 1, store_error).map(|_| ())
 }
 
 /// How long a coordinator write waits for the ISR (Kafka's `offsets.commit.timeout.ms`).
@@ -108,17 +108,27 @@ pub(super) fn write_replicated(
     group: &str,
     records: &[RecordKv],
 ) -> Outcome<Result<(), i16>> {
+    write_replicated_as(broker, group, records, store_error)
+}
+
+/// `write_replicated`, with `map` turning a failed append's code into the group error.
+fn write_replicated_as(
+    broker: &Arc<Broker>,
+    group: &str,
+    records: &[RecordKv],
+    map: fn(i16) -> i16,
+) -> Outcome<Result<(), i16>> {
     if records.is_empty() {
         return Outcome::Now(Ok(()));
     }
     let pending = coordinator_partition(broker, group)
-        .and_then(|part| append(broker, group, &part.tp, records, -1));
+        .and_then(|part| append(broker, group, &part.tp, records, -1, map));
     match pending {
         Ok(pending) => broker
             .replicas
             .await_replication(pending.into_iter().collect(), OFFSETS_COMMIT_TIMEOUT)
-            .map(|codes| match codes.first() {
-                Some(&code) if code != errors::NONE => Err(store_error(code)),
+            .map(move |codes| match codes.first() {
+                Some(&code) if code != errors::NONE => Err(map(code)),
                 _ => Ok(()),
             }),
         Err(code) => Outcome::Now(Err(code)),
@@ -132,6 +142,7 @@ fn append(
     tp: &TopicPartition,
     records: &[RecordKv],
     acks: i16,
+    map: fn(i16) -> i16,
 ) -> Result<Option<PendingAppend>, i16> {
     let kvs: Vec<KeyValue<'_>> = records
         .iter()
@@ -142,8 +153,18 @@ fn append(
         Ok((_, pending)) => Ok(pending),
         Err(e) => {
             tracing::warn!(group, error = %e.message, "cannot write to {OFFSETS_TOPIC}");
-            Err(store_error(e.code))
+            Err(map(e.code))
         }
+    }
+}
+
+/// The group error for a failed write of a group's metadata record (Kafka's
+/// appendGroupMetadataErrorToResponseError): as for offsets, except that a record too large is
+/// the server's problem, not the commit's.
+fn group_store_error(code: i16) -> i16 {
+    match code {
+        errors::MESSAGE_TOO_LARGE | errors::RECORD_LIST_TOO_LARGE => errors::UNKNOWN_SERVER_ERROR,
+        other => store_error(other),
     }
 }
 
@@ -268,7 +289,12 @@ pub(super) fn store_group(
     let key = GroupRecordKey::GroupMetadata {
         group: group.to_string(),
     };
-    write_replicated(broker, group, &[(key.encode(), Some(value.encode()))])
+    write_replicated_as(
+        broker,
+        group,
+        &[(key.encode(), Some(value.encode()))],
+        group_store_error,
+    )
 }
 
 /// A group's metadata record: its generation, protocol, leader and members with their

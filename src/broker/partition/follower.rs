@@ -142,6 +142,7 @@ impl Partition {
         if l.truncate_to(target)? {
             self.reload_producer_state(&l)?;
         }
+        self.uncommitted.lock().truncate(l.log_end_offset());
         Ok((l.log_end_offset(), complete))
     }
 
@@ -176,6 +177,7 @@ impl Partition {
             l.truncate_fully_and_start_at(leader_log_start)?;
         }
         self.reload_producer_state(&l)?;
+        self.uncommitted.lock().truncate(l.log_end_offset());
         Ok(l.log_end_offset())
     }
 

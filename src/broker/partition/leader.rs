@@ -264,19 +264,15 @@ impl Partition {
         self.increment_high_watermark(&st, &mut leader)
     }
 
-    /// Whether an acks=all append made under `leader_epoch` is done once the high watermark
-    /// must reach `required` (Kafka's checkEnoughReplicasReachOffset): `None` while it has not;
-    /// NOT_LEADER_OR_FOLLOWER once this replica no longer leads that epoch;
-    /// NOT_ENOUGH_REPLICAS_AFTER_APPEND when it got there with the ISR below
-    /// `min.insync.replicas`; NONE otherwise. Produce and the group coordinator's writes both
-    /// complete through this one check.
-    pub fn check_enough_replicas_reach_offset(
-        &self,
-        leader_epoch: i32,
-        required: i64,
-    ) -> Option<i16> {
+    /// Whether an acks=all append whose high watermark must reach `required` is done (Kafka's
+    /// checkEnoughReplicasReachOffset): `None` while it has not; NOT_LEADER_OR_FOLLOWER once
+    /// this replica no longer leads (a new epoch with this broker still the leader keeps the
+    /// log, so the append still counts); NOT_ENOUGH_REPLICAS_AFTER_APPEND when it got there with
+    /// the ISR below `min.insync.replicas`; NONE otherwise. Produce and the group coordinator's
+    /// writes both complete through this one check.
+    pub fn check_enough_replicas_reach_offset(&self, required: i64) -> Option<i16> {
         let st = self.state.read();
-        if st.role != Role::Leader || st.leader_epoch != leader_epoch {
+        if st.role != Role::Leader {
             return Some(errors::NOT_LEADER_OR_FOLLOWER);
         }
         let isr = self.leader.lock().maximal_isr(&st.isr).len();

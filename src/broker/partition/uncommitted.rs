@@ -15,6 +15,13 @@ impl Uncommitted {
         self.appends.push_back((end_offset, bytes));
     }
 
+    /// The log was truncated to `log_end`: appends past it are gone.
+    pub(super) fn truncate(&mut self, log_end: i64) {
+        while self.appends.back().is_some_and(|&(end, _)| end > log_end) {
+            self.appends.pop_back();
+        }
+    }
+
     /// The bytes of the appends that `hw` now covers, each counted once.
     pub(super) fn take_committed(&mut self, hw: i64) -> i64 {
         let mut n = 0;
@@ -43,5 +50,15 @@ mod tests {
         assert_eq!(s.take_committed(20), 150);
         assert_eq!(s.take_committed(20), 0);
         assert_eq!(s.take_committed(100), 7);
+    }
+
+    #[test]
+    fn a_truncation_drops_the_appends_past_the_new_log_end() {
+        let mut s = Uncommitted::default();
+        s.appended(10, 100);
+        s.appended(20, 50);
+        s.truncate(15);
+        s.appended(18, 30);
+        assert_eq!(s.take_committed(18), 130);
     }
 }

@@ -37,29 +37,36 @@ fn replica(node: i32, image: &Arc<MetadataImage>, min_isr: i32) -> Replica {
 
 /// Topic `t` with one partition on brokers 1 (leader) and 2, both in the ISR.
 fn image() -> Arc<MetadataImage> {
-    let id = KafkaUuid::random();
+    image_of(&[("t", &[LEADER, FOLLOWER])])
+}
+
+/// Topics of one partition each, on the given replicas (the first leads), all in the ISR.
+fn image_of(topics: &[(&str, &[i32])]) -> Arc<MetadataImage> {
     let mut img = MetadataImage::empty();
-    img.apply(
-        &MetadataRecord::Topic {
-            name: "t".into(),
-            topic_id: id,
-        },
-        0,
-    );
-    img.apply(
-        &MetadataRecord::Partition {
-            partition_id: 0,
-            topic_id: id,
-            replicas: vec![LEADER, FOLLOWER],
-            isr: vec![LEADER, FOLLOWER],
-            removing_replicas: vec![],
-            adding_replicas: vec![],
-            leader: LEADER,
-            leader_epoch: 0,
-            partition_epoch: 0,
-        },
-        1,
-    );
+    for (i, (name, replicas)) in topics.iter().enumerate() {
+        let id = KafkaUuid::random();
+        img.apply(
+            &MetadataRecord::Topic {
+                name: name.to_string(),
+                topic_id: id,
+            },
+            2 * i as i64,
+        );
+        img.apply(
+            &MetadataRecord::Partition {
+                partition_id: 0,
+                topic_id: id,
+                replicas: replicas.to_vec(),
+                isr: replicas.to_vec(),
+                removing_replicas: vec![],
+                adding_replicas: vec![],
+                leader: replicas[0],
+                leader_epoch: 0,
+                partition_epoch: 0,
+            },
+            2 * i as i64 + 1,
+        );
+    }
     Arc::new(img)
 }
 
@@ -116,6 +123,36 @@ async fn an_acks_all_append_completes_once_the_follower_has_it() {
     replicate_once(&leader.rm, &follower.rm); // the records
     replicate_once(&leader.rm, &follower.rm); // the follower's new position moves the HW
     assert_eq!(codes(outcome).await, [errors::NONE]);
+}
+
+#[tokio::test]
+async fn an_acks_all_produce_to_two_partitions_completes_when_the_slower_one_is_replicated() {
+    // `solo` has the leader alone in its ISR: its append is replicated the moment it is made,
+    // and no notification for it will come. The operation must still complete on `t`'s.
+    let img = image_of(&[("t", &[LEADER, FOLLOWER]), ("solo", &[LEADER])]);
+    let (leader, follower) = (replica(LEADER, &img, 1), replica(FOLLOWER, &img, 1));
+    let (_, on_t) = leader
+        .rm
+        .append_records(&tp(), &mut records(2), -1)
+        .unwrap();
+    let (_, on_solo) = leader
+        .rm
+        .append_records(&TopicPartition::new("solo", 0), &mut records(1), -1)
+        .unwrap();
+    let outcome = leader.rm.await_replication(
+        vec![on_t.unwrap(), on_solo.unwrap()],
+        Duration::from_secs(60),
+    );
+    assert!(
+        matches!(outcome, Outcome::Later(_)),
+        "t waits for its follower"
+    );
+    replicate_once(&leader.rm, &follower.rm);
+    replicate_once(&leader.rm, &follower.rm);
+    let codes = tokio::time::timeout(Duration::from_secs(5), outcome.resolve())
+        .await
+        .expect("completed once t's follower had it, not at the 60 s timeout");
+    assert_eq!(codes, [errors::NONE, errors::NONE]);
 }
 
 #[tokio::test]
