@@ -109,10 +109,15 @@ async fn timed_out_fetches_leave_the_purgatory_of_a_quiet_partition() {
                 .with_last_fetched_epoch(-1)
                 .with_log_start_offset(-1)])]);
     let mut s = common::raw::connect(&b.bootstrap);
+    let started = std::time::Instant::now();
     for _ in 0..50 {
         let r: FetchResponse = common::raw::call(&mut s, ApiKey::Fetch, 12, &fetch);
-        assert_eq!(r.responses[0].partitions[0].error_code, 0);
+        let p = &r.responses[0].partitions[0];
+        assert_eq!(p.error_code, 0);
+        assert!(p.records.as_ref().is_none_or(|r| r.is_empty()));
     }
+    // Each fetch waited its 20 ms in the purgatory (so left a watch entry), none answered at once.
+    assert!(started.elapsed() >= Duration::from_millis(50 * 20));
     let size = || common::metric_value(&common::http_get(port, "/metrics").1, FETCH_PURGATORY);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let mut last = size();

@@ -15,7 +15,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::{Broker, Reply};
 use crate::metrics::RequestTimes;
-use crate::protocol::wire::{read_frame, FrameReadError};
+use crate::protocol::wire::read_request;
 use crate::protocol::FrameError;
 
 /// One request on its way to a handler.
@@ -394,16 +394,8 @@ async fn connection(
 ) -> Result<(), String> {
     let max_request_bytes = broker.config.socket_request_max_bytes;
     loop {
-        let frame = tokio::select! {
-            _ = stop.changed() => return Ok(()),
-            r = read_frame(&mut stream, 0, max_request_bytes) => match r {
-                Ok(frame) => frame,
-                Err(FrameReadError::Closed) => return Ok(()),
-                Err(e @ FrameReadError::Size { .. }) => {
-                    return Err(format!("request {e} (socket.request.max.bytes)"))
-                }
-                Err(e) => return Err(e.to_string()),
-            }
+        let Some(frame) = read_request(&mut stream, &mut stop, max_request_bytes).await? else {
+            return Ok(());
         };
         let arrived = Instant::now();
         let raw = crate::protocol::peek_header(&frame).ok();

@@ -11,7 +11,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use super::apis::ControllerNode;
-use crate::protocol::wire::{read_frame, FrameReadError};
+use crate::protocol::wire::read_request;
 
 /// A bound controller listener.
 pub struct ControllerListener {
@@ -80,16 +80,8 @@ async fn connection(
     max_request_bytes: usize,
 ) -> Result<(), String> {
     loop {
-        let frame = tokio::select! {
-            _ = stop.changed() => return Ok(()),
-            r = read_frame(&mut stream, 0, max_request_bytes) => match r {
-                Ok(frame) => frame,
-                Err(FrameReadError::Closed) => return Ok(()),
-                Err(e @ FrameReadError::Size { .. }) => {
-                    return Err(format!("request {e} (socket.request.max.bytes)"))
-                }
-                Err(e) => return Err(e.to_string()),
-            }
+        let Some(frame) = read_request(&mut stream, &mut stop, max_request_bytes).await? else {
+            return Ok(());
         };
         match node.handle(frame).await {
             Ok(Some(resp)) => stream

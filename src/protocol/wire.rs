@@ -55,6 +55,27 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     Ok(Bytes::from(frame))
 }
 
+/// A listener's next request: the frame, or `None` once the peer closed the connection or
+/// `stop` fired. A size outside `0..=max` (`socket.request.max.bytes`) or a failed read is the
+/// reason to close the connection.
+pub async fn read_request<R: AsyncRead + Unpin>(
+    r: &mut R,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+    max: usize,
+) -> Result<Option<Bytes>, String> {
+    tokio::select! {
+        _ = stop.changed() => Ok(None),
+        read = read_frame(r, 0, max) => match read {
+            Ok(frame) => Ok(Some(frame)),
+            Err(FrameReadError::Closed) => Ok(None),
+            Err(e @ FrameReadError::Size { .. }) => {
+                Err(format!("request {e} (socket.request.max.bytes)"))
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -98,6 +98,15 @@ fn replicate_once(leader: &ReplicaManager, follower: &ReplicaManager) {
         .unwrap();
 }
 
+/// One acks=all append of `n` records to `t` on the leader, and what its answer waits for.
+fn append_waiting(leader: &Replica, n: usize, timeout: Duration) -> Outcome<Vec<i16>> {
+    let (_, pending) = leader
+        .rm
+        .append_records(&tp(), &mut records(n), -1)
+        .unwrap();
+    leader.rm.await_replication(vec![pending.unwrap()], timeout)
+}
+
 async fn codes(outcome: Outcome<Vec<i16>>) -> Vec<i16> {
     tokio::time::timeout(Duration::from_secs(10), outcome.resolve())
         .await
@@ -159,13 +168,7 @@ async fn an_acks_all_produce_to_two_partitions_completes_when_the_slower_one_is_
 async fn an_acks_all_append_times_out_without_the_follower() {
     let img = image();
     let leader = replica(LEADER, &img, 1);
-    let (_, pending) = leader
-        .rm
-        .append_records(&tp(), &mut records(1), -1)
-        .unwrap();
-    let outcome = leader
-        .rm
-        .await_replication(vec![pending.unwrap()], Duration::from_millis(50));
+    let outcome = append_waiting(&leader, 1, Duration::from_millis(50));
     assert_eq!(codes(outcome).await, [errors::REQUEST_TIMED_OUT]);
 }
 
@@ -173,13 +176,7 @@ async fn an_acks_all_append_times_out_without_the_follower() {
 async fn an_isr_that_shrinks_below_min_insync_fails_the_waiting_append() {
     let img = image();
     let leader = replica(LEADER, &img, 2);
-    let (_, pending) = leader
-        .rm
-        .append_records(&tp(), &mut records(1), -1)
-        .unwrap();
-    let outcome = leader
-        .rm
-        .await_replication(vec![pending.unwrap()], Duration::from_secs(5));
+    let outcome = append_waiting(&leader, 1, Duration::from_secs(5));
     // The controller commits an ISR of the leader alone: the high watermark reaches the
     // append, but with fewer replicas than min.insync.replicas = 2.
     leader
