@@ -91,3 +91,48 @@ fn no_import_loop_among_top_level_modules() {
     }
     assert!(loops.is_empty(), "import loops: {loops:#?}");
 }
+
+/// The broker core: ReplicaManager, the partitions it owns, the purgatories, and the fetchers
+/// that feed its followers. Request handlers go through ReplicaManager.
+const BROKER_CORE: &[&str] = &[
+    "broker/mod.rs",
+    "broker/partition",
+    "broker/replica_manager",
+    "broker/purgatory.rs",
+    "broker/producer_state.rs",
+    "broker/replication",
+];
+
+#[test]
+fn only_the_broker_core_touches_partitions_and_purgatories() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut offenders = Vec::new();
+    for f in &files {
+        let rel = f
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        if BROKER_CORE.iter().any(|core| rel.starts_with(core)) {
+            continue;
+        }
+        let text = std::fs::read_to_string(f).unwrap();
+        for needle in [
+            "super::partition::",
+            "broker::partition::",
+            "super::purgatory::",
+            "broker::purgatory::",
+            "producer_state::",
+        ] {
+            if text.contains(needle) {
+                offenders.push(format!("{rel} names {needle}"));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "handlers reach past ReplicaManager: {offenders:?}"
+    );
+}

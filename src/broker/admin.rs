@@ -325,16 +325,9 @@ pub fn delete_records(broker: &Arc<Broker>, req: DeleteRecordsRequest) -> Delete
                 .with_partition_index(p.partition_index)
                 .with_low_watermark(-1);
             let tp = TopicPartition::new(name.clone(), p.partition_index);
-            let part = match broker.replicas.leader_partition(&tp, -1) {
-                Ok(part) => part,
-                Err(e) => {
-                    parts.push(base.with_error_code(e.code));
-                    continue;
-                }
-            };
-            parts.push(match part.delete_records_before(p.offset) {
+            parts.push(match broker.replicas.delete_records(&tp, p.offset) {
                 Ok(low) => base.with_low_watermark(low),
-                Err(e) => base.with_error_code(e.kafka_error_code()),
+                Err(code) => base.with_error_code(code),
             });
         }
         topics.push(

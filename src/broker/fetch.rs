@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::{
     EpochEndOffset, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
 };
@@ -16,25 +15,11 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::fetch_session::{self, FetchContext, FetchParams, FetchTarget, PartitionKey};
-use super::partition::{Divergence, FetchIsolation, Partition, PartitionError, ReadResult};
+use super::fetch_session::{self, FetchContext, FetchTarget, PartitionKey};
+use super::replica_manager::{FetchInfo, FetchParams, FetchPartitionData, Fetcher};
 use super::{Broker, Outcome};
 use crate::protocol::errors;
-use crate::storage::log::{EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
 use crate::storage::TopicPartition;
-
-/// What one read pass found.
-struct Pass {
-    /// One entry per target, in target order.
-    parts: Vec<PartitionData>,
-    bytes: i64,
-    errors: bool,
-    /// The offset reads stop at (high watermark, or log end for followers) per partition, to
-    /// detect data that arrives before watching begins.
-    seen: Vec<(Arc<Partition>, i64)>,
-    /// Leaders named in NOT_LEADER_OR_FOLLOWER answers (KIP-951 node endpoints).
-    leaders: Vec<i32>,
-}
 
 fn topic_name(broker: &Broker, name: &TopicName, id: &uuid::Uuid) -> String {
     if name.0.is_empty() {
@@ -64,7 +49,7 @@ fn request_targets(
                 key: PartitionKey::new(ids, t.topic_id, &name, fp.partition),
                 topic: name.clone(),
                 topic_id: t.topic_id,
-                params: FetchParams {
+                info: FetchInfo {
                     fetch_offset: fp.fetch_offset,
                     max_bytes: fp.partition_max_bytes,
                     current_leader_epoch: fp.current_leader_epoch,
@@ -86,197 +71,40 @@ fn request_targets(
     (targets, forgotten)
 }
 
-/// Who is fetching: a consumer (from v11 it may read from a follower, KIP-392, and says its
-/// rack), or a follower replica with its broker epoch.
-#[derive(Debug, Clone)]
-enum Fetcher {
-    Consumer {
-        from_followers: bool,
-        rack: Option<String>,
-    },
-    Replica {
-        id: i32,
-        broker_epoch: i64,
-    },
-}
-
-/// Reads every target once, within `max_bytes` for the whole response.
-fn read_pass(broker: &Broker, targets: &[FetchTarget], max_bytes: i64, who: &Fetcher) -> Pass {
-    let mut pass = Pass {
-        parts: Vec::with_capacity(targets.len()),
-        bytes: 0,
-        errors: false,
-        seen: Vec::new(),
-        leaders: Vec::new(),
+/// One partition's answer from what ReplicaManager read; `leaders` collects the leaders it
+/// names (KIP-951 node endpoints).
+fn partition_data(t: &FetchTarget, d: FetchPartitionData, leaders: &mut Vec<i32>) -> PartitionData {
+    let error = if t.topic.is_empty() && d.error != errors::NONE {
+        errors::UNKNOWN_TOPIC_ID
+    } else {
+        d.error
     };
-    for t in targets {
-        let base = PartitionData::default()
-            .with_partition_index(t.key.partition)
-            .with_high_watermark(-1)
-            .with_last_stable_offset(-1)
-            .with_log_start_offset(-1);
-        let tp = TopicPartition::new(t.topic.clone(), t.key.partition);
-        let epoch = t.params.current_leader_epoch;
-        let found = match who {
-            Fetcher::Consumer {
-                from_followers: true,
-                ..
-            } => broker.replicas.readable_partition(&tp, epoch),
-            _ => broker.replicas.leader_partition(&tp, epoch),
-        };
-        match found {
-            Ok(p) => pass.read_partition(broker, &p, t, max_bytes, who, base),
-            Err(e) => pass.not_served(t, e, base),
-        }
-    }
-    pass
-}
-
-impl Pass {
-    /// A partition this broker does not serve to this fetcher: its error, with the leader
-    /// when known (KIP-951).
-    fn not_served(&mut self, t: &FetchTarget, e: PartitionError, base: PartitionData) {
-        self.errors = true;
-        let code = if t.topic.is_empty() {
-            errors::UNKNOWN_TOPIC_ID
-        } else {
-            e.code
-        };
-        let mut data = base.with_error_code(code).with_records(Some(Bytes::new()));
-        let names_leader = matches!(
-            code,
-            errors::NOT_LEADER_OR_FOLLOWER | errors::FENCED_LEADER_EPOCH
+    let mut data = PartitionData::default()
+        .with_partition_index(t.key.partition)
+        .with_error_code(error)
+        .with_high_watermark(d.high_watermark)
+        .with_last_stable_offset(d.high_watermark)
+        .with_log_start_offset(d.log_start_offset)
+        .with_records(Some(d.records));
+    if let (Some((leader, epoch)), false) = (d.current_leader, error == errors::UNKNOWN_TOPIC_ID) {
+        leaders.push(leader);
+        data = data.with_current_leader(
+            LeaderIdAndEpoch::default()
+                .with_leader_id(BrokerId(leader))
+                .with_leader_epoch(epoch),
         );
-        if let (Some((leader, epoch)), true) = (e.current_leader, names_leader) {
-            self.leaders.push(leader);
-            data = data.with_current_leader(
-                LeaderIdAndEpoch::default()
-                    .with_leader_id(BrokerId(leader))
-                    .with_leader_epoch(epoch),
-            );
-        }
-        self.parts.push(data);
     }
-
-    /// Reads one served partition into the answer: its records, a preferred read replica
-    /// (KIP-392), a diverging epoch for a follower, or the read's error.
-    fn read_partition(
-        &mut self,
-        broker: &Broker,
-        p: &Arc<Partition>,
-        t: &FetchTarget,
-        max_bytes: i64,
-        who: &Fetcher,
-        base: PartitionData,
-    ) {
-        if let Some(other) = preferred_read_replica(broker, p, t, who) {
-            // Answered at once, without records: the consumer reads from `other`.
-            self.errors = true;
-            let (hw, start) = p.offsets();
-            self.parts.push(
-                base.with_high_watermark(hw)
-                    .with_last_stable_offset(hw)
-                    .with_log_start_offset(start)
-                    .with_preferred_read_replica(BrokerId(other))
-                    .with_records(Some(Bytes::new())),
-            );
-            return;
-        }
-        let budget = (max_bytes - self.bytes).max(0);
-        let limit = (t.params.max_bytes.max(0) as i64).min(budget) as usize;
-        // Like Kafka, the first partition with data may exceed the limits by one batch.
-        let min_one = self.bytes == 0;
-        match read_records(broker, p, t, limit, min_one, who) {
-            Ok((r, divergence)) => {
-                self.bytes += r.records.len() as i64;
-                let upto = match who {
-                    Fetcher::Consumer { .. } => r.high_watermark,
-                    Fetcher::Replica { .. } => p.fetch_position().0,
-                };
-                self.seen.push((p.clone(), upto));
-                let mut data = base
-                    .with_high_watermark(r.high_watermark)
-                    .with_last_stable_offset(r.high_watermark)
-                    .with_log_start_offset(r.log_start_offset)
-                    .with_records(Some(Bytes::from(r.records)));
-                if let Some(d) = divergence {
-                    // Answered at once: the follower truncates before it fetches again.
-                    self.errors = true;
-                    data = data.with_diverging_epoch(
-                        EpochEndOffset::default()
-                            .with_epoch(d.epoch)
-                            .with_end_offset(d.end_offset),
-                    );
-                }
-                self.parts.push(data);
-            }
-            Err(e) => {
-                self.errors = true;
-                let (hw, start) = p.offsets();
-                self.parts.push(
-                    base.with_error_code(e.code)
-                        .with_high_watermark(hw)
-                        .with_last_stable_offset(hw)
-                        .with_log_start_offset(start)
-                        .with_records(Some(Bytes::new())),
-                );
-            }
-        }
+    if let Some(other) = d.preferred_read_replica {
+        data = data.with_preferred_read_replica(BrokerId(other));
     }
-}
-
-/// KIP-392: the replica a consumer that named its rack should read from instead, if any.
-fn preferred_read_replica(
-    broker: &Broker,
-    p: &Partition,
-    t: &FetchTarget,
-    who: &Fetcher,
-) -> Option<i32> {
-    let Fetcher::Consumer {
-        rack: Some(rack), ..
-    } = who
-    else {
-        return None;
-    };
-    broker
-        .replicas
-        .preferred_read_replica(p, rack, t.params.fetch_offset)
-}
-
-/// A consumer reads up to the high watermark; a follower reads for replication, and may
-/// learn that its log diverges from the leader's.
-fn read_records(
-    broker: &Broker,
-    p: &Partition,
-    t: &FetchTarget,
-    limit: usize,
-    min_one: bool,
-    who: &Fetcher,
-) -> Result<(ReadResult, Option<Divergence>), PartitionError> {
-    match who {
-        Fetcher::Consumer { .. } => broker
-            .replicas
-            .read(
-                p,
-                t.params.fetch_offset,
-                limit,
-                min_one,
-                FetchIsolation::HighWatermark,
-            )
-            .map(|r| (r, None)),
-        Fetcher::Replica { id, broker_epoch } => broker
-            .replicas
-            .read_for_follower(
-                p,
-                *id,
-                *broker_epoch,
-                t.params.fetch_offset,
-                t.params.last_fetched_epoch,
-                limit,
-                min_one,
-            )
-            .map(|f| (f.read, f.divergence)),
+    if let Some(div) = d.diverging_epoch {
+        data = data.with_diverging_epoch(
+            EpochEndOffset::default()
+                .with_epoch(div.epoch)
+                .with_end_offset(div.end_offset),
+        );
     }
+    data
 }
 
 /// Groups consecutive partitions of one topic, as Kafka's FetchResponse does.
@@ -305,10 +133,18 @@ fn respond(
     broker: &Broker,
     ctx: FetchContext,
     targets: Vec<FetchTarget>,
-    pass: Pass,
+    read: Vec<FetchPartitionData>,
 ) -> FetchResponse {
-    let endpoints = super::produce::node_endpoints!(NodeEndpoint, broker, &pass.leaders);
-    let read: Vec<_> = targets.into_iter().zip(pass.parts).collect();
+    let mut leaders = Vec::new();
+    let read: Vec<_> = targets
+        .into_iter()
+        .zip(read)
+        .map(|(t, d)| {
+            let data = partition_data(&t, d, &mut leaders);
+            (t, data)
+        })
+        .collect();
+    let endpoints = super::produce::node_endpoints!(NodeEndpoint, broker, &leaders);
     let (session_id, topics) = match ctx {
         FetchContext::Sessionless => (fetch_session::INVALID_SESSION_ID, group(read)),
         FetchContext::Full {
@@ -362,34 +198,20 @@ pub fn is_follower(req: &FetchRequest) -> bool {
     req.replica_id.0 >= 0 || req.replica_state.replica_id.0 >= 0
 }
 
-/// Resolves the request's fetch session (KIP-227) and reads once; when fewer than
-/// `fetch.min.bytes` are there, parks a DelayedFetch watching every partition read and returns
-/// the wait as a future, so the request handler is free at once. The response is assembled by
-/// the woken request itself, never by the appending thread.
+/// Resolves the request's fetch session (KIP-227) and has ReplicaManager read (parking the
+/// fetch there while it is short of `fetch.min.bytes`); the answer is assembled by the request
+/// itself once the read is done, never by the appending thread.
 pub fn fetch(broker: &Arc<Broker>, version: i16, req: FetchRequest) -> Outcome<FetchResponse> {
-    let max_bytes = if req.max_bytes <= 0 {
-        i64::MAX
-    } else {
-        req.max_bytes as i64
-    };
-    let min_bytes = req.min_bytes.max(0) as i64;
     let follower = is_follower(&req);
-    let rack = req.rack_id.as_str().trim().to_string();
-    let who = if !follower {
-        Fetcher::Consumer {
-            from_followers: version >= 11,
-            rack: (version >= 11 && !rack.is_empty()).then_some(rack),
-        }
-    } else if version >= 15 {
-        Fetcher::Replica {
-            id: req.replica_state.replica_id.0,
-            broker_epoch: req.replica_state.replica_epoch,
-        }
-    } else {
-        Fetcher::Replica {
-            id: req.replica_id.0,
-            broker_epoch: -1,
-        }
+    let params = FetchParams {
+        fetcher: fetcher(version, &req),
+        max_wait: Duration::from_millis(req.max_wait_ms.max(0) as u64),
+        min_bytes: req.min_bytes.max(0) as i64,
+        max_bytes: if req.max_bytes <= 0 {
+            i64::MAX
+        } else {
+            req.max_bytes as i64
+        },
     };
     let (targets, forgotten) = request_targets(broker, version, &req);
     let context = broker.fetch_sessions.new_context(
@@ -405,25 +227,40 @@ pub fn fetch(broker: &Arc<Broker>, version: i16, req: FetchRequest) -> Outcome<F
         Ok(c) => c,
         Err(code) => return Outcome::Now(error_response(code, fetch_session::INVALID_SESSION_ID)),
     };
-    let first = read_pass(broker, &targets, max_bytes, &who);
-    if !follower {
-        for (p, _) in &first.seen {
-            p.note_consumer_fetch();
+    let infos = targets
+        .iter()
+        .map(|t| {
+            let tp = TopicPartition::new(t.topic.clone(), t.key.partition);
+            (tp, t.info.clone())
+        })
+        .collect();
+    let b = broker.clone();
+    broker
+        .replicas
+        .fetch_messages(params, infos)
+        .map(move |read| respond(&b, ctx, targets, read))
+}
+
+/// Who fetches: a consumer (from v11 it may read from a follower, KIP-392, and say its rack),
+/// or a follower replica (its broker epoch is in the request from v15).
+fn fetcher(version: i16, req: &FetchRequest) -> Fetcher {
+    if !is_follower(req) {
+        let rack = req.rack_id.as_str().trim().to_string();
+        Fetcher::Consumer {
+            from_followers: version >= 11,
+            rack: (version >= 11 && !rack.is_empty()).then_some(rack),
+        }
+    } else if version >= 15 {
+        Fetcher::Replica {
+            id: req.replica_state.replica_id.0,
+            broker_epoch: req.replica_state.replica_epoch,
+        }
+    } else {
+        Fetcher::Replica {
+            id: req.replica_id.0,
+            broker_epoch: -1,
         }
     }
-    if first.bytes >= min_bytes || first.errors || req.max_wait_ms <= 0 || targets.is_empty() {
-        return Outcome::Now(respond(broker, ctx, targets, first));
-    }
-    let op = broker
-        .replicas
-        .delay_fetch(follower, min_bytes, first.bytes, &first.seen);
-    let broker = broker.clone();
-    let wait = Duration::from_millis(req.max_wait_ms as u64);
-    Outcome::Later(Box::pin(async move {
-        op.wait(wait).await;
-        let pass = read_pass(&broker, &targets, max_bytes, &who);
-        respond(&broker, ctx, targets, pass)
-    }))
 }
 
 pub fn list_offsets(
@@ -444,41 +281,14 @@ pub fn list_offsets(
                 .with_timestamp(-1)
                 .with_offset(-1)
                 .with_leader_epoch(-1);
-            let p = match broker
-                .replicas
-                .leader_partition(&tp, lp.current_leader_epoch)
-            {
-                Ok(p) => p,
-                Err(e) => {
-                    parts.push(base.with_error_code(e.code));
-                    continue;
-                }
-            };
-            let (hw, found) = match p.offset_for_timestamp(lp.timestamp) {
-                Ok((hw, f)) => (hw, Ok(f)),
-                Err(e) => (0, Err(e)),
-            };
-            // Tiered storage (-5) and unknown special values: nothing to report.
-            let found = if lp.timestamp < 0
-                && !matches!(
-                    lp.timestamp,
-                    LATEST_TIMESTAMP
-                        | EARLIEST_TIMESTAMP
-                        | EARLIEST_LOCAL_TIMESTAMP
-                        | crate::storage::log::MAX_TIMESTAMP
-                ) {
-                Ok(None)
-            } else {
-                found
-            };
-            let special = matches!(
+            let found = broker.replicas.fetch_offset_for_timestamp(
+                &tp,
+                lp.current_leader_epoch,
                 lp.timestamp,
-                LATEST_TIMESTAMP | EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP
             );
             parts.push(match found {
-                // Only committed records (below the high watermark) are answered.
                 // leader_epoch is on the wire from v4: older versions cannot carry it.
-                Ok(Some(f)) if special || f.offset < hw => base
+                Ok(Some(f)) => base
                     .with_timestamp(f.timestamp)
                     .with_offset(f.offset)
                     .with_leader_epoch(if version >= 4 {
@@ -486,8 +296,8 @@ pub fn list_offsets(
                     } else {
                         -1
                     }),
-                Ok(_) => base,
-                Err(e) => base.with_error_code(e.kafka_error_code()),
+                Ok(None) => base,
+                Err(code) => base.with_error_code(code),
             });
         }
         topics.push(
@@ -518,18 +328,16 @@ pub fn offset_for_leader_epoch(
                 .with_leader_epoch(-1)
                 .with_end_offset(-1);
             let tp = TopicPartition::new(name.clone(), p.partition);
-            let part = match broker
-                .replicas
-                .leader_partition(&tp, p.current_leader_epoch)
-            {
-                Ok(part) => part,
-                Err(e) => {
-                    parts.push(base.with_error_code(e.code));
-                    continue;
-                }
-            };
-            let (epoch, end) = part.end_offset_for_epoch(p.leader_epoch);
-            parts.push(base.with_leader_epoch(epoch).with_end_offset(end));
+            parts.push(
+                match broker.replicas.last_offset_for_leader_epoch(
+                    &tp,
+                    p.current_leader_epoch,
+                    p.leader_epoch,
+                ) {
+                    Ok((epoch, end)) => base.with_leader_epoch(epoch).with_end_offset(end),
+                    Err(code) => base.with_error_code(code),
+                },
+            );
         }
         topics.push(
             OffsetForLeaderTopicResult::default()

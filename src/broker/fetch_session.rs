@@ -18,6 +18,7 @@ use prometheus::IntCounter;
 use rand::Rng;
 use uuid::Uuid;
 
+use super::replica_manager::FetchInfo;
 use crate::protocol::errors;
 
 pub const INVALID_SESSION_ID: i32 = 0;
@@ -68,17 +69,6 @@ impl PartitionKey {
     }
 }
 
-/// What a fetch asks of one partition.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FetchParams {
-    pub fetch_offset: i64,
-    pub max_bytes: i32,
-    pub current_leader_epoch: i32,
-    pub last_fetched_epoch: i32,
-    /// The fetcher's own log start offset (followers); -1 for consumers.
-    pub log_start_offset: i64,
-}
-
 /// One partition a fetch reads: its key, its resolved topic name (empty when a topic id is
 /// unknown) and id, and what is asked of it.
 #[derive(Clone, Debug)]
@@ -86,7 +76,7 @@ pub struct FetchTarget {
     pub key: PartitionKey,
     pub topic: String,
     pub topic_id: Uuid,
-    pub params: FetchParams,
+    pub info: FetchInfo,
 }
 
 /// A session's memory of one partition: the last request parameters and what the last response
@@ -159,7 +149,7 @@ impl FetchSession {
             match self.index.get(&t.key) {
                 Some(&i) => {
                     let cached = &mut self.partitions[i].target;
-                    cached.params = t.params.clone();
+                    cached.info = t.info.clone();
                     if !t.topic.is_empty() {
                         cached.topic.clone_from(&t.topic);
                     }
@@ -458,7 +448,7 @@ mod tests {
             key: PartitionKey::new(false, Uuid::nil(), topic, partition),
             topic: topic.to_string(),
             topic_id: Uuid::nil(),
-            params: FetchParams {
+            info: FetchInfo {
                 fetch_offset: offset,
                 max_bytes: 1 << 20,
                 current_leader_epoch: -1,
@@ -608,7 +598,7 @@ mod tests {
         );
         let got: Vec<_> = targets
             .iter()
-            .map(|t| (t.key.topic.as_str(), t.key.partition, t.params.fetch_offset))
+            .map(|t| (t.key.topic.as_str(), t.key.partition, t.info.fetch_offset))
             .collect();
         assert_eq!(got, vec![("t", 1, 5), ("t", 2, 0), ("u", 0, 0)]);
         assert_eq!(cache.stats().partitions_cached, 3);

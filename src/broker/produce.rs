@@ -15,8 +15,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::partition::PartitionError;
-use super::replica_manager::PendingAppend;
+use super::replica_manager::{PartitionError, PendingAppend};
 use super::{msg, Broker, Outcome};
 use crate::protocol::errors;
 use crate::storage::TopicPartition;
@@ -170,7 +169,7 @@ impl Appends<'_> {
         }
         let tp = TopicPartition::new(name.to_string(), pd.index);
         let Some(records) = pd.records else {
-            if let Err(e) = self.broker.replicas.leader_partition(&tp, -1) {
+            if let Err(e) = self.broker.replicas.check_leader(&tp, -1) {
                 return refused(pd.index, e, &mut self.leaders);
             }
             return partition_error(

@@ -149,6 +149,7 @@ impl ProducerStateManager {
             .collect()
     }
 
+    #[cfg(test)]
     pub fn producer(&self, id: i64) -> Option<&ProducerEntry> {
         self.producers.get(&id)
     }

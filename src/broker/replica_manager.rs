@@ -13,9 +13,7 @@ use parking_lot::{Mutex, RwLock};
 use prometheus::IntCounter;
 use tokio::sync::mpsc;
 
-use super::partition::{
-    Divergence, FetchIsolation, IsrProposal, Partition, PartitionError, ReadResult, Role,
-};
+use super::partition::{Divergence, FetchIsolation, IsrProposal, Partition, ReadResult, Role};
 use super::purgatory::{DelayedOperation, Purgatory};
 use super::replication::{FollowTarget, Throttle};
 use super::Outcome;
@@ -25,6 +23,14 @@ use crate::metadata::is_hidden_topic;
 use crate::protocol::errors;
 use crate::storage::log::{now_ms, AppendInfo};
 use crate::storage::{KafkaUuid, LogManager, StorageError, TopicPartition};
+
+mod fetch;
+mod gauges;
+
+/// Why an append or read of a partition was refused: a Kafka error code and message.
+pub use super::partition::PartitionError;
+pub use fetch::{FetchInfo, FetchParams, FetchPartitionData, Fetcher};
+pub use gauges::{PartitionGauges, PartitionLoad};
 
 /// An ISR change for the controller, from this broker as a partition's leader.
 #[derive(Debug, Clone)]
@@ -136,11 +142,11 @@ impl ReplicaManager {
         *self.isr_changes.lock() = Some(tx);
     }
 
-    pub fn get(&self, tp: &TopicPartition) -> Option<Arc<Partition>> {
+    fn get(&self, tp: &TopicPartition) -> Option<Arc<Partition>> {
         self.partitions.read().get(tp).cloned()
     }
 
-    pub fn partitions(&self) -> Vec<Arc<Partition>> {
+    fn partitions(&self) -> Vec<Arc<Partition>> {
         self.partitions.read().values().cloned().collect()
     }
 
@@ -155,7 +161,7 @@ impl ReplicaManager {
 
     /// The partition if this broker hosts it; otherwise NOT_LEADER_OR_FOLLOWER (with the
     /// leader, KIP-951) when the cluster has it, UNKNOWN_TOPIC_OR_PARTITION when not.
-    pub fn hosted(&self, tp: &TopicPartition) -> Result<Arc<Partition>, PartitionError> {
+    fn hosted(&self, tp: &TopicPartition) -> Result<Arc<Partition>, PartitionError> {
         if let Some(p) = self.get(tp) {
             return Ok(p);
         }
@@ -170,7 +176,7 @@ impl ReplicaManager {
     }
 
     /// The partition if this broker leads it at `current_leader_epoch` (-1: any).
-    pub fn leader_partition(
+    fn leader_partition(
         &self,
         tp: &TopicPartition,
         current_leader_epoch: i32,
@@ -180,9 +186,28 @@ impl ReplicaManager {
         Ok(p)
     }
 
+    /// Whether this broker leads `tp` at `current_leader_epoch` (-1: any): if not, why.
+    pub fn check_leader(
+        &self,
+        tp: &TopicPartition,
+        current_leader_epoch: i32,
+    ) -> Result<(), PartitionError> {
+        self.leader_partition(tp, current_leader_epoch).map(|_| ())
+    }
+
+    /// Calls `f` with every batch of `tp`'s log, in order (loading `__consumer_offsets`);
+    /// false when this broker does not host `tp`.
+    pub fn for_each_batch(&self, tp: &TopicPartition, f: impl FnMut(&[u8])) -> bool {
+        let Some(p) = self.get(tp) else {
+            return false;
+        };
+        p.for_each_batch(f);
+        true
+    }
+
     /// A partition a consumer may read here at `current_leader_epoch`: its leader, or a
     /// follower (KIP-392; it reads up to the high watermark the leader reported).
-    pub fn readable_partition(
+    fn readable_partition(
         &self,
         tp: &TopicPartition,
         current_leader_epoch: i32,
@@ -195,12 +220,7 @@ impl ReplicaManager {
     /// Where a consumer in `rack` should read a partition this broker leads, when Kafka's
     /// RackAwareReplicaSelector is configured: `None` for here, else a replica in the
     /// consumer's rack that has `fetch_offset`, the one furthest ahead.
-    pub fn preferred_read_replica(
-        &self,
-        p: &Partition,
-        rack: &str,
-        fetch_offset: i64,
-    ) -> Option<i32> {
+    fn preferred_read_replica(&self, p: &Partition, rack: &str, fetch_offset: i64) -> Option<i32> {
         if !self.rack_aware_selector || !p.is_leader() {
             return None;
         }
@@ -443,7 +463,7 @@ impl ReplicaManager {
     /// Parks a fetch that has `already` of its `min_bytes` (DelayedFetch): it watches each
     /// partition it read, `seen` with the offset it read up to (the high watermark for a
     /// consumer, the log end for a follower). Completes at once if any of them moved since.
-    pub fn delay_fetch(
+    fn delay_fetch(
         &self,
         follower: bool,
         min_bytes: i64,
@@ -509,23 +529,11 @@ impl ReplicaManager {
         }
     }
 
-    /// Reads whole batches from `offset`, up to the high watermark for consumers.
-    pub fn read(
-        &self,
-        p: &Partition,
-        offset: i64,
-        max_bytes: usize,
-        min_one_batch: bool,
-        isolation: FetchIsolation,
-    ) -> Result<ReadResult, PartitionError> {
-        Ok(p.read(offset, max_bytes, min_one_batch, isolation)?)
-    }
-
     /// A follower's fetch of a partition this broker leads: the divergence check (KIP-320),
     /// the read up to the log end (nothing for a throttled replica over its rate), then the
     /// follower's new position, which may move the high watermark and add it to the ISR.
     #[allow(clippy::too_many_arguments)]
-    pub fn read_for_follower(
+    fn read_for_follower(
         &self,
         p: &Partition,
         replica: i32,
@@ -730,10 +738,6 @@ impl ReplicaManager {
         for p in self.partitions() {
             p.snapshot_producer_state();
         }
-    }
-
-    pub fn high_watermark(&self, p: &Partition) -> i64 {
-        p.high_watermark()
     }
 }
 

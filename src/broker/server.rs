@@ -243,40 +243,24 @@ fn refresh_hook(
         m.fetch_sessions.set(sessions.sessions as i64);
         m.fetch_session_partitions
             .set(sessions.partitions_cached as i64);
-        let parts = broker.replicas.partitions();
-        m.partition_count.set(parts.len() as i64);
-        let (mut leaders, mut under_replicated, mut under_min, mut at_min, mut max_lag) =
-            (0, 0, 0, 0, 0);
+        let g = broker.replicas.gauges();
+        m.partition_count.set(g.partitions as i64);
         m.log_size.reset();
         m.partition_consumer_fetches.reset();
-        for p in parts {
-            let st = p.state();
-            if st.role == crate::broker::partition::Role::Leader {
-                leaders += 1;
+        for load in &g.loads {
+            let labels = [load.tp.topic.as_str(), &load.tp.partition.to_string()];
+            if let Some(fetches) = load.consumer_fetches {
                 m.partition_consumer_fetches
-                    .with_label_values(&[p.tp.topic.as_str(), &p.tp.partition.to_string()])
-                    .inc_by(p.consumer_fetches());
-                if st.isr.len() < st.replicas.len() {
-                    under_replicated += 1;
-                }
-                let min_isr = p.min_insync_replicas();
-                if st.isr.len() < min_isr {
-                    under_min += 1;
-                } else if st.isr.len() == min_isr {
-                    at_min += 1;
-                }
-            } else {
-                max_lag = max_lag.max(p.follower_lag());
+                    .with_label_values(&labels)
+                    .inc_by(fetches);
             }
-            m.log_size
-                .with_label_values(&[p.tp.topic.as_str(), &p.tp.partition.to_string()])
-                .set(p.size() as f64);
+            m.log_size.with_label_values(&labels).set(load.size as f64);
         }
-        m.leader_count.set(leaders);
-        m.under_replicated.set(under_replicated);
-        m.under_min_isr.set(under_min);
-        m.at_min_isr.set(at_min);
-        m.replica_fetcher_max_lag.set(max_lag);
+        m.leader_count.set(g.leaders);
+        m.under_replicated.set(g.under_replicated);
+        m.under_min_isr.set(g.under_min_isr);
+        m.at_min_isr.set(g.at_min_isr);
+        m.replica_fetcher_max_lag.set(g.max_follower_lag);
         let dir = broker.logs.log_dir().display().to_string();
         m.log_cleaner.set(&broker.logs.cleaner_metrics(), &dir);
     })

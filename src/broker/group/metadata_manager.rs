@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use super::coordinator::{codes, CommittedOffset, Group};
 use super::records::{GroupMetadataValue, GroupRecordKey, MemberMetadata, OffsetCommitValue};
-use crate::broker::partition::Partition;
 use crate::broker::replica_manager::{PendingAppend, ReplicaChanges};
 use crate::broker::{Broker, Outcome};
 use crate::metadata::OFFSETS_TOPIC;
@@ -69,7 +68,7 @@ pub(super) async fn create_offsets_topic(broker: &Broker) {
 /// The `__consumer_offsets` partition of `group`, if this broker coordinates it: it leads the
 /// partition and has loaded its groups. NOT_COORDINATOR otherwise, or COORDINATOR_NOT_AVAILABLE
 /// while the topic does not exist.
-pub fn coordinator_partition(broker: &Broker, group: &str) -> Result<Arc<Partition>, i16> {
+pub fn coordinator_partition(broker: &Broker, group: &str) -> Result<TopicPartition, i16> {
     if broker.image().topic(OFFSETS_TOPIC).is_none() {
         return Err(codes::COORDINATOR_NOT_AVAILABLE);
     }
@@ -77,10 +76,11 @@ pub fn coordinator_partition(broker: &Broker, group: &str) -> Result<Arc<Partiti
     if !broker.coordinated_partitions().contains(&p) {
         return Err(errors::NOT_COORDINATOR);
     }
-    broker
-        .replicas
-        .leader_partition(&TopicPartition::new(OFFSETS_TOPIC, p), -1)
-        .map_err(|_| errors::NOT_COORDINATOR)
+    let tp = TopicPartition::new(OFFSETS_TOPIC, p);
+    match broker.replicas.check_leader(&tp, -1) {
+        Ok(()) => Ok(tp),
+        Err(_) => Err(errors::NOT_COORDINATOR),
+    }
 }
 
 /// Appends group records (key, value or tombstone) to the group's `__consumer_offsets`
@@ -93,8 +93,8 @@ pub(super) fn append_records(
     if records.is_empty() {
         return Ok(());
     }
-    let part = coordinator_partition(broker, group)?;
-    append(broker, group, &part.tp, records, 1, store_error).map(|_| ())
+    let tp = coordinator_partition(broker, group)?;
+    append(broker, group, &tp, records, 1, store_error).map(|_| ())
 }
 
 /// How long a coordinator write waits for the ISR (Kafka's `offsets.commit.timeout.ms`).
@@ -122,7 +122,7 @@ fn write_replicated_as(
         return Outcome::Now(Ok(()));
     }
     let pending = coordinator_partition(broker, group)
-        .and_then(|part| append(broker, group, &part.tp, records, -1, map));
+        .and_then(|tp| append(broker, group, &tp, records, -1, map));
     match pending {
         Ok(pending) => broker
             .replicas
@@ -215,11 +215,9 @@ pub fn on_partition_changes(broker: &Broker, changes: &ReplicaChanges) {
 /// Replays one `__consumer_offsets` partition into the coordinator: this broker now leads it.
 /// Returns the records replayed.
 fn load_partition(broker: &Broker, p: i32) -> usize {
-    let Some(part) = broker.replicas.get(&TopicPartition::new(OFFSETS_TOPIC, p)) else {
-        return 0;
-    };
     let mut loaded = 0usize;
-    part.for_each_batch(|b| {
+    let tp = TopicPartition::new(OFFSETS_TOPIC, p);
+    let hosted = broker.replicas.for_each_batch(&tp, |b| {
         for r in batch::uncompressed_records(b) {
             if let Some(k) = r.key {
                 apply_record(broker, k, r.value);
@@ -227,6 +225,9 @@ fn load_partition(broker: &Broker, p: i32) -> usize {
             }
         }
     });
+    if !hosted {
+        return 0;
+    }
     broker.set_coordinated(p, true);
     loaded
 }

@@ -35,13 +35,6 @@ impl Partition {
         )
     }
 
-    /// Whether this replica follows `leader_epoch` (a fetch response for an older epoch, or
-    /// one that arrives after this broker became leader, is dropped).
-    pub fn follows(&self, leader_epoch: i32) -> bool {
-        let st = self.state.read();
-        st.role == Role::Follower && st.leader_epoch == leader_epoch
-    }
-
     /// Appends batches fetched from the leader at `leader_epoch`, then takes the leader's high
     /// watermark (up to this log's end) and log start. Nothing is written if this replica no
     /// longer follows that epoch.

@@ -13,9 +13,9 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-pub use follower::{Divergence, FollowerAppend};
+pub use follower::Divergence;
+pub use leader::IsrProposal;
 use leader::LeaderState;
-pub use leader::{FollowerFetch, IsrProposal};
 use uncommitted::Uncommitted;
 
 use super::producer_state::{ProducerStateManager, SequenceCheck};
@@ -189,10 +189,6 @@ impl Partition {
 
     pub fn is_leader(&self) -> bool {
         self.state.read().role == Role::Leader
-    }
-
-    pub fn leader_epoch(&self) -> i32 {
-        self.state.read().leader_epoch
     }
 
     /// Whether the metadata this broker applied has it in the partition's ISR.
