@@ -68,53 +68,216 @@ impl IdleMeter {
     }
 }
 
-pub struct BrokerMetrics {
-    pub registry: Registry,
-    pub requests: IntCounterVec,
-    pub total_time: HistogramVec,
-    pub queue_time: HistogramVec,
-    pub local_time: HistogramVec,
-    pub remote_time: HistogramVec,
-    pub send_time: HistogramVec,
-    pub bytes_in: IntCounterVec,
-    pub bytes_out: IntCounterVec,
-    pub messages_in: IntCounterVec,
-    pub network_idle: Gauge,
-    pub handler_idle: Gauge,
-    pub request_queue_size: IntGauge,
-    pub purgatory_size: GaugeVec,
-    pub leader_count: IntGauge,
-    pub partition_count: IntGauge,
-    pub under_replicated: IntGauge,
-    pub under_min_isr: IntGauge,
-    pub at_min_isr: IntGauge,
-    pub isr_shrinks: IntCounter,
-    pub isr_expands: IntCounter,
+/// Declares the broker's metrics once, as a table: each field with its type and how it is
+/// registered in the registry named by the first token (the struct and `new` follow from it).
+macro_rules! broker_metrics {
+    ($registry:ident; $( $(#[doc = $doc:literal])* $field:ident: $ty:ty = $init:expr ),* $(,)?) => {
+        pub struct BrokerMetrics {
+            pub registry: Registry,
+            $( $(#[doc = $doc])* pub $field: $ty, )*
+            ready: AtomicBool,
+        }
+
+        impl BrokerMetrics {
+            pub fn new() -> BrokerMetrics {
+                let $registry = Registry::new();
+                BrokerMetrics {
+                    $( $field: $init, )*
+                    registry: $registry,
+                    ready: AtomicBool::new(false),
+                }
+            }
+        }
+    };
+}
+
+broker_metrics! {
+    r;
+    requests: IntCounterVec = counter(
+        &r,
+        "kafka_network_requestmetrics_requests_total",
+        "Requests received, by API and version",
+        &["request", "version"],
+    ),
+    total_time: HistogramVec = histogram(
+        &r,
+        "kafka_network_requestmetrics_totaltimems",
+        "Time from a request's first bytes to its response written, ms",
+    ),
+    queue_time: HistogramVec = histogram(
+        &r,
+        "kafka_network_requestmetrics_requestqueuetimems",
+        "Time from a request's first bytes to a handler taking it, ms",
+    ),
+    local_time: HistogramVec = histogram(
+        &r,
+        "kafka_network_requestmetrics_localtimems",
+        "Time a handler worked on the request, ms",
+    ),
+    remote_time: HistogramVec = histogram(
+        &r,
+        "kafka_network_requestmetrics_remotetimems",
+        "Time the request waited in the purgatory, ms",
+    ),
+    send_time: HistogramVec = histogram(
+        &r,
+        "kafka_network_requestmetrics_responsesendtimems",
+        "Time to write the response, ms",
+    ),
+    bytes_in: IntCounterVec = counter(
+        &r,
+        "kafka_server_brokertopicmetrics_bytesin_total",
+        "Bytes appended, by topic",
+        &["topic"],
+    ),
+    bytes_out: IntCounterVec = counter(
+        &r,
+        "kafka_server_brokertopicmetrics_bytesout_total",
+        "Bytes fetched, by topic",
+        &["topic"],
+    ),
+    messages_in: IntCounterVec = counter(
+        &r,
+        "kafka_server_brokertopicmetrics_messagesin_total",
+        "Records appended, by topic",
+        &["topic"],
+    ),
+    network_idle: Gauge = gauge(
+        &r,
+        "kafka_network_socketserver_networkprocessoravgidle_percent",
+        "Fraction of time the network threads were idle since the last scrape (0..1)",
+    ),
+    handler_idle: Gauge = gauge(
+        &r,
+        "kafka_server_kafkarequesthandlerpool_requesthandleravgidle_percent",
+        "Fraction of time the request handlers were idle since the last scrape (0..1)",
+    ),
+    request_queue_size: IntGauge = int_gauge(
+        &r,
+        "kafka_network_requestchannel_requestqueuesize",
+        "Requests waiting for a handler",
+    ),
+    purgatory_size: GaugeVec = gauge_vec(
+        &r,
+        "kafka_server_delayedoperationpurgatory_purgatorysize",
+        "Watch entries in the purgatory",
+        &["delayedOperation"],
+    ),
+    leader_count: IntGauge = int_gauge(
+        &r,
+        "kafka_server_replicamanager_leadercount",
+        "Partitions this broker leads",
+    ),
+    partition_count: IntGauge = int_gauge(
+        &r,
+        "kafka_server_replicamanager_partitioncount",
+        "Partitions on this broker",
+    ),
+    under_replicated: IntGauge = int_gauge(
+        &r,
+        "kafka_server_replicamanager_underreplicatedpartitions",
+        "Led partitions whose ISR is smaller than their replica set",
+    ),
+    under_min_isr: IntGauge = int_gauge(
+        &r,
+        "kafka_server_replicamanager_underminisrpartitioncount",
+        "Led partitions whose ISR is below min.insync.replicas",
+    ),
+    at_min_isr: IntGauge = int_gauge(
+        &r,
+        "kafka_server_replicamanager_atminisrpartitioncount",
+        "Led partitions whose ISR is exactly min.insync.replicas",
+    ),
+    isr_shrinks: IntCounter = int_counter(
+        &r,
+        "kafka_server_replicamanager_isrshrinks_total",
+        "ISR shrinks this broker proposed as a leader",
+    ),
+    isr_expands: IntCounter = int_counter(
+        &r,
+        "kafka_server_replicamanager_isrexpands_total",
+        "ISR expansions this broker proposed as a leader",
+    ),
     /// The largest lag of a partition this broker follows, in records.
-    pub replica_fetcher_max_lag: IntGauge,
+    replica_fetcher_max_lag: IntGauge = int_gauge(
+        &r,
+        "kafka_server_replicafetchermanager_maxlag",
+        "The largest lag in records of a partition this broker follows",
+    ),
     /// Fetch requests each replica fetcher sent (Kafka's FetcherStats RequestsPerSec).
-    pub fetcher_requests: IntCounterVec,
+    fetcher_requests: IntCounterVec = counter(
+        &r,
+        "kafka_server_fetcherstats_requests_total",
+        "Fetch requests sent by each replica fetcher, by fetcher and source broker",
+        &["clientId", "brokerId"],
+    ),
     /// Answers for a followed partition that moved nothing and would be asked again.
-    pub replica_fetch_no_progress: IntCounterVec,
+    replica_fetch_no_progress: IntCounterVec = counter(
+        &r,
+        "evenkeel_replica_fetch_no_progress_total",
+        "Fetch answers for a followed partition that changed nothing here and would be \
+         asked again (each backs off replica.fetch.backoff.ms)",
+        &["topic", "partition"],
+    ),
     /// 1 while a followed partition is out of the ISR and its fetches have made no progress
     /// for `replica.lag.time.max.ms` (the series goes once it moves again).
-    pub replica_fetch_stalled: IntGaugeVec,
+    replica_fetch_stalled: IntGaugeVec = int_gauge_vec(
+        &r,
+        "evenkeel_replica_fetch_stalled",
+        "1 while a followed partition is out of the ISR and its fetches have made no progress \
+         for replica.lag.time.max.ms",
+        &["topic", "partition"],
+    ),
     /// Kafka's broker-metadata-metrics: the last metadata record this broker applied, and
     /// failed applies.
-    pub metadata_last_applied_offset: IntGauge,
-    pub metadata_last_applied_timestamp: IntGauge,
-    pub metadata_apply_errors: IntCounter,
-    pub log_size: GaugeVec,
-    pub partition_consumer_fetches: IntCounterVec,
+    metadata_last_applied_offset: IntGauge = int_gauge(
+        &r,
+        "kafka_server_broker_metadata_metrics_last_applied_record_offset",
+        "Offset of the last metadata record applied to this broker's image",
+    ),
+    metadata_last_applied_timestamp: IntGauge = int_gauge(
+        &r,
+        "kafka_server_broker_metadata_metrics_last_applied_record_timestamp",
+        "Append time of the last metadata record applied (ms)",
+    ),
+    metadata_apply_errors: IntCounter = int_counter(
+        &r,
+        "kafka_server_broker_metadata_metrics_metadata_apply_error_count",
+        "Metadata changes this broker failed to apply to its logs",
+    ),
+    log_size: GaugeVec = gauge_vec(
+        &r,
+        "kafka_log_log_size",
+        "Bytes in a partition's log",
+        &["topic", "partition"],
+    ),
+    partition_consumer_fetches: IntCounterVec = counter(
+        &r,
+        "evenkeel_partition_consumer_fetches_total",
+        "Consumer fetch requests that read a partition this broker leads (the fetch \
+         work its leadership brings; the rebalancer weighs leaders by it)",
+        &["topic", "partition"],
+    ),
     /// Kafka's FetchSessionCache metrics (KIP-227 sessions).
-    pub fetch_sessions: IntGauge,
-    pub fetch_session_partitions: IntGauge,
-    pub fetch_session_evictions: IntCounter,
-    pub handler_meter: IdleMeter,
-    pub network_meter: IdleMeter,
+    fetch_sessions: IntGauge = int_gauge(
+        &r,
+        "kafka_server_fetchsessioncache_numincrementalfetchsessions",
+        "Incremental fetch sessions in the cache",
+    ),
+    fetch_session_partitions: IntGauge = int_gauge(
+        &r,
+        "kafka_server_fetchsessioncache_numincrementalfetchpartitionscached",
+        "Partitions held by all incremental fetch sessions",
+    ),
+    fetch_session_evictions: IntCounter = int_counter(
+        &r,
+        "kafka_server_fetchsessioncache_incrementalfetchsessionevictions_total",
+        "Incremental fetch sessions evicted to make room for new ones",
+    ),
+    handler_meter: IdleMeter = IdleMeter::default(),
+    network_meter: IdleMeter = IdleMeter::default(),
     /// Kafka's `kafka.log:type=LogCleaner` and `type=LogCleanerManager` gauges.
-    pub log_cleaner: LogCleanerGauges,
-    ready: AtomicBool,
+    log_cleaner: LogCleanerGauges = LogCleanerGauges::new(&r),
 }
 
 /// The log cleaner's gauges under the JMX exporter's names for `kafka.log:type=LogCleaner,…`
@@ -133,12 +296,7 @@ pub struct LogCleanerGauges {
 
 impl LogCleanerGauges {
     fn new(r: &Registry) -> LogCleanerGauges {
-        let vec = |name: &str, help: &str| {
-            let g =
-                IntGaugeVec::new(Opts::new(name, help), &["logDirectory"]).expect("valid gauge");
-            r.register(Box::new(g.clone())).expect("unique metric");
-            g
-        };
+        let vec = |name: &str, help: &str| int_gauge_vec(r, name, help, &["logDirectory"]);
         LogCleanerGauges {
             max_dirty_percent: int_gauge(
                 r,
@@ -256,6 +414,14 @@ pub fn int_gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
 }
 
 /// Creates and registers one metric (names are fixed, so registering cannot fail).
+pub fn int_gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid gauge");
+    registry
+        .register(Box::new(g.clone()))
+        .expect("unique metric");
+    g
+}
+
 pub fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
     let g = GaugeVec::new(Opts::new(name, help), labels).expect("valid gauge");
     registry
@@ -271,196 +437,6 @@ impl Default for BrokerMetrics {
 }
 
 impl BrokerMetrics {
-    pub fn new() -> BrokerMetrics {
-        let r = Registry::new();
-        BrokerMetrics {
-            requests: counter(
-                &r,
-                "kafka_network_requestmetrics_requests_total",
-                "Requests received, by API and version",
-                &["request", "version"],
-            ),
-            total_time: histogram(
-                &r,
-                "kafka_network_requestmetrics_totaltimems",
-                "Time from a request's first bytes to its response written, ms",
-            ),
-            queue_time: histogram(
-                &r,
-                "kafka_network_requestmetrics_requestqueuetimems",
-                "Time from a request's first bytes to a handler taking it, ms",
-            ),
-            local_time: histogram(
-                &r,
-                "kafka_network_requestmetrics_localtimems",
-                "Time a handler worked on the request, ms",
-            ),
-            remote_time: histogram(
-                &r,
-                "kafka_network_requestmetrics_remotetimems",
-                "Time the request waited in the purgatory, ms",
-            ),
-            send_time: histogram(
-                &r,
-                "kafka_network_requestmetrics_responsesendtimems",
-                "Time to write the response, ms",
-            ),
-            bytes_in: counter(
-                &r,
-                "kafka_server_brokertopicmetrics_bytesin_total",
-                "Bytes appended, by topic",
-                &["topic"],
-            ),
-            bytes_out: counter(
-                &r,
-                "kafka_server_brokertopicmetrics_bytesout_total",
-                "Bytes fetched, by topic",
-                &["topic"],
-            ),
-            messages_in: counter(
-                &r,
-                "kafka_server_brokertopicmetrics_messagesin_total",
-                "Records appended, by topic",
-                &["topic"],
-            ),
-            network_idle: gauge(
-                &r,
-                "kafka_network_socketserver_networkprocessoravgidle_percent",
-                "Fraction of time the network threads were idle since the last scrape (0..1)",
-            ),
-            handler_idle: gauge(
-                &r,
-                "kafka_server_kafkarequesthandlerpool_requesthandleravgidle_percent",
-                "Fraction of time the request handlers were idle since the last scrape (0..1)",
-            ),
-            request_queue_size: int_gauge(
-                &r,
-                "kafka_network_requestchannel_requestqueuesize",
-                "Requests waiting for a handler",
-            ),
-            purgatory_size: gauge_vec(
-                &r,
-                "kafka_server_delayedoperationpurgatory_purgatorysize",
-                "Watch entries in the purgatory",
-                &["delayedOperation"],
-            ),
-            leader_count: int_gauge(
-                &r,
-                "kafka_server_replicamanager_leadercount",
-                "Partitions this broker leads",
-            ),
-            partition_count: int_gauge(
-                &r,
-                "kafka_server_replicamanager_partitioncount",
-                "Partitions on this broker",
-            ),
-            under_replicated: int_gauge(
-                &r,
-                "kafka_server_replicamanager_underreplicatedpartitions",
-                "Led partitions whose ISR is smaller than their replica set",
-            ),
-            under_min_isr: int_gauge(
-                &r,
-                "kafka_server_replicamanager_underminisrpartitioncount",
-                "Led partitions whose ISR is below min.insync.replicas",
-            ),
-            at_min_isr: int_gauge(
-                &r,
-                "kafka_server_replicamanager_atminisrpartitioncount",
-                "Led partitions whose ISR is exactly min.insync.replicas",
-            ),
-            isr_shrinks: int_counter(
-                &r,
-                "kafka_server_replicamanager_isrshrinks_total",
-                "ISR shrinks this broker proposed as a leader",
-            ),
-            isr_expands: int_counter(
-                &r,
-                "kafka_server_replicamanager_isrexpands_total",
-                "ISR expansions this broker proposed as a leader",
-            ),
-            replica_fetcher_max_lag: int_gauge(
-                &r,
-                "kafka_server_replicafetchermanager_maxlag",
-                "The largest lag in records of a partition this broker follows",
-            ),
-            fetcher_requests: counter(
-                &r,
-                "kafka_server_fetcherstats_requests_total",
-                "Fetch requests sent by each replica fetcher, by fetcher and source broker",
-                &["clientId", "brokerId"],
-            ),
-            replica_fetch_no_progress: counter(
-                &r,
-                "evenkeel_replica_fetch_no_progress_total",
-                "Fetch answers for a followed partition that changed nothing here and would be \
-                 asked again (each backs off replica.fetch.backoff.ms)",
-                &["topic", "partition"],
-            ),
-            replica_fetch_stalled: {
-                let g = IntGaugeVec::new(
-                    Opts::new(
-                        "evenkeel_replica_fetch_stalled",
-                        "1 while a followed partition is out of the ISR and its fetches have \
-                         made no progress for replica.lag.time.max.ms",
-                    ),
-                    &["topic", "partition"],
-                )
-                .expect("valid gauge");
-                r.register(Box::new(g.clone())).expect("unique metric");
-                g
-            },
-            metadata_last_applied_offset: int_gauge(
-                &r,
-                "kafka_server_broker_metadata_metrics_last_applied_record_offset",
-                "Offset of the last metadata record applied to this broker's image",
-            ),
-            metadata_last_applied_timestamp: int_gauge(
-                &r,
-                "kafka_server_broker_metadata_metrics_last_applied_record_timestamp",
-                "Append time of the last metadata record applied (ms)",
-            ),
-            metadata_apply_errors: int_counter(
-                &r,
-                "kafka_server_broker_metadata_metrics_metadata_apply_error_count",
-                "Metadata changes this broker failed to apply to its logs",
-            ),
-            log_size: gauge_vec(
-                &r,
-                "kafka_log_log_size",
-                "Bytes in a partition's log",
-                &["topic", "partition"],
-            ),
-            partition_consumer_fetches: counter(
-                &r,
-                "evenkeel_partition_consumer_fetches_total",
-                "Consumer fetch requests that read a partition this broker leads (the fetch \
-                 work its leadership brings; the rebalancer weighs leaders by it)",
-                &["topic", "partition"],
-            ),
-            fetch_sessions: int_gauge(
-                &r,
-                "kafka_server_fetchsessioncache_numincrementalfetchsessions",
-                "Incremental fetch sessions in the cache",
-            ),
-            fetch_session_partitions: int_gauge(
-                &r,
-                "kafka_server_fetchsessioncache_numincrementalfetchpartitionscached",
-                "Partitions held by all incremental fetch sessions",
-            ),
-            fetch_session_evictions: int_counter(
-                &r,
-                "kafka_server_fetchsessioncache_incrementalfetchsessionevictions_total",
-                "Incremental fetch sessions evicted to make room for new ones",
-            ),
-            log_cleaner: LogCleanerGauges::new(&r),
-            registry: r,
-            handler_meter: IdleMeter::default(),
-            network_meter: IdleMeter::default(),
-            ready: AtomicBool::new(false),
-        }
-    }
-
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::SeqCst);
     }
