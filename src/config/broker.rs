@@ -61,6 +61,9 @@ pub struct BrokerConfig {
     pub replication: super::replication::ReplicationConfig,
     /// The log cleaner (`log.cleaner.*`).
     pub cleaner: super::cleaner::CleanerConfig,
+    /// The limits on client connections (`max.connections`, `max.connections.per.ip`,
+    /// `connections.max.idle.ms`).
+    pub connections: super::connections::ConnectionConfig,
     /// The properties as given, for DescribeConfigs.
     pub raw: BTreeMap<String, String>,
 }
@@ -157,6 +160,7 @@ impl BrokerConfig {
                     && !cluster::KEYS.contains(&k)
                     && !super::replication::KEYS.contains(&k)
                     && !super::cleaner::KEYS.contains(&k)
+                    && !super::connections::KEYS.contains(&k)
                     && !topic_synonyms.contains(&k)
             })
             .cloned()
@@ -284,6 +288,7 @@ impl BrokerConfig {
             cluster,
             replication: super::replication::ReplicationConfig::from_props(props)?,
             cleaner: super::cleaner::CleanerConfig::from_props(props)?,
+            connections: super::connections::ConnectionConfig::from_props(props)?,
             raw: props.clone(),
         };
         if c.num_partitions < 1 {
