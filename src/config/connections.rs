@@ -76,7 +76,7 @@ impl ConnectionConfig {
             ));
         }
         let idle = self.connections_max_idle_ms;
-        if idle >= 0 && FAILED_AUTHENTICATION_DELAY_MS >= idle {
+        if (0..=FAILED_AUTHENTICATION_DELAY_MS).contains(&idle) {
             return Err(bad(
                 KEYS[3],
                 &idle.to_string(),
