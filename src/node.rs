@@ -175,13 +175,18 @@ impl Node {
             Some(l) => (l.host.clone(), l.port),
             None => ("127.0.0.1".to_string(), 0),
         };
-        let listener =
-            ControllerListener::start(node.clone(), &host, port, cfg.socket_request_max_bytes)
-                .await
-                .map_err(|source| BrokerError::Bind {
-                    addr: format!("{host}:{port}"),
-                    source,
-                })?;
+        let listener = ControllerListener::start(
+            node.clone(),
+            &controller_listener_name(cfg),
+            &host,
+            port,
+            cfg.socket_request_max_bytes,
+        )
+        .await
+        .map_err(|source| BrokerError::Bind {
+            addr: format!("{host}:{port}"),
+            source,
+        })?;
         Ok((node, listener))
     }
 

@@ -57,6 +57,8 @@ pub enum BrokerError {
     },
     #[error("the metadata quorum: {0}")]
     Quorum(String),
+    #[error(transparent)]
+    UnknownHost(#[from] crate::protocol::listener::UnknownHost),
     /// The node cannot go on (another cluster, a refused registration): the reason.
     #[error("{0}")]
     Fatal(String),

@@ -2,20 +2,23 @@
 //! with `socket.request.max.bytes`, one request in flight per connection (responses stay in
 //! order, as Kafka's muted channels keep them), a bounded request queue (`queued.max.requests`)
 //! drained by `num.io.threads` request handlers, a fetch runtime for consumer fetches,
-//! per-request timings and the metrics endpoint.
+//! per-request timings and the metrics endpoint. Accepting, the connection limits, the idle
+//! timeout and the drain on stop are `protocol::listener`'s.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
 use super::{Broker, Reply};
+use crate::config::broker::BrokerConfig;
 use crate::metrics::RequestTimes;
-use crate::protocol::wire::read_request;
+use crate::protocol::listener::{
+    serve, CloseReason, Connection, ConnectionQuotas, Handler, ListenerSettings, DEFAULT_DRAIN,
+};
 use crate::protocol::FrameError;
 
 /// One request on its way to a handler.
@@ -39,6 +42,8 @@ pub struct Server {
     pub addrs: Vec<SocketAddr>,
     pub metrics_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
+    /// The accept loops, which end once their connections have drained.
+    listeners: Vec<tokio::task::JoinHandle<()>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     network: BackgroundRuntime,
     fetch: BackgroundRuntime,
@@ -100,39 +105,7 @@ impl Server {
             let broker = broker.clone();
             tasks.push(tokio::spawn(async move { handler(i, broker, rx).await }));
         }
-        let mut addrs = Vec::new();
-        for (i, l) in broker.config.listeners.iter().enumerate() {
-            let host = if l.host.is_empty() {
-                "0.0.0.0"
-            } else {
-                &l.host
-            };
-            let addr = format!("{host}:{}", l.port);
-            let std_listener =
-                std::net::TcpListener::bind(&addr).map_err(bind_err(addr.clone()))?;
-            std_listener
-                .set_nonblocking(true)
-                .map_err(bind_err(addr.clone()))?;
-            let local = std_listener.local_addr().map_err(bind_err(addr.clone()))?;
-            if let Some(j) = broker
-                .config
-                .advertised_listeners
-                .iter()
-                .position(|a| a.name == l.name)
-                .or((i == 0).then_some(0))
-            {
-                broker.set_advertised_port(j, local.port());
-            }
-            addrs.push(local);
-            tracing::info!(listener = %l.name, address = %local, "listening");
-            let (broker, tx, stop) = (broker.clone(), tx.clone(), stop.clone());
-            tasks.push(network.handle().spawn(async move {
-                match TcpListener::from_std(std_listener) {
-                    Ok(listener) => accept_loop(listener, broker, tx, stop).await,
-                    Err(e) => tracing::error!(error = %e, "cannot register the listener"),
-                }
-            }));
-        }
+        let (addrs, listeners) = bind_listeners(&broker, network.handle(), &tx, &stop).await?;
         let refresh = refresh_hook(broker.clone(), tx.clone(), network.handle().clone());
         let (metrics_addr, metrics_task) = serve_metrics(&broker, refresh).await?;
         tracing::info!(address = %metrics_addr, "metrics on /metrics, /healthz, /readyz");
@@ -156,15 +129,23 @@ impl Server {
             addrs,
             metrics_addr,
             shutdown,
+            listeners,
             tasks,
             network,
             fetch,
         })
     }
 
-    /// Stops accepting and closes every connection.
+    /// Stops accepting, lets the open connections finish the request in hand (bounded by
+    /// the listeners' drain) while the request handlers still run, then stops the rest.
     pub async fn stop(mut self) {
         let _ = self.shutdown.send(true);
+        let bound = DEFAULT_DRAIN + Duration::from_secs(1);
+        for mut t in self.listeners.drain(..) {
+            if tokio::time::timeout(bound, &mut t).await.is_err() {
+                t.abort();
+            }
+        }
         for t in self.tasks.drain(..) {
             t.abort();
             let _ = t.await;
@@ -172,6 +153,73 @@ impl Server {
         drop(self.network);
         drop(self.fetch);
     }
+}
+
+/// Binds every client listener and starts its accept loop on the network runtime; all of
+/// them share one `ConnectionQuotas` (`max.connections` is broker-wide, as in Kafka).
+async fn bind_listeners(
+    broker: &Arc<Broker>,
+    network: &tokio::runtime::Handle,
+    queue: &async_channel::Sender<Job>,
+    stop: &watch::Receiver<bool>,
+) -> Result<(Vec<SocketAddr>, Vec<tokio::task::JoinHandle<()>>), super::BrokerError> {
+    let bind_err = |addr: String| move |source| super::BrokerError::Bind { addr, source };
+    let c = &broker.config.connections;
+    let overrides = ConnectionQuotas::resolve(&c.max_connections_per_ip_overrides).await?;
+    let quotas = ConnectionQuotas::new(c.max_connections, c.max_connections_per_ip, overrides);
+    let (mut addrs, mut tasks) = (Vec::new(), Vec::new());
+    for (i, l) in broker.config.listeners.iter().enumerate() {
+        let host = if l.host.is_empty() {
+            "0.0.0.0"
+        } else {
+            &l.host
+        };
+        let addr = format!("{host}:{}", l.port);
+        let std_listener = std::net::TcpListener::bind(&addr).map_err(bind_err(addr.clone()))?;
+        std_listener
+            .set_nonblocking(true)
+            .map_err(bind_err(addr.clone()))?;
+        let local = std_listener.local_addr().map_err(bind_err(addr.clone()))?;
+        if let Some(j) = broker
+            .config
+            .advertised_listeners
+            .iter()
+            .position(|a| a.name == l.name)
+            .or((i == 0).then_some(0))
+        {
+            broker.set_advertised_port(j, local.port());
+        }
+        addrs.push(local);
+        tracing::info!(listener = %l.name, address = %local, "listening");
+        let settings = listener_settings(&broker.config, &l.name);
+        let (quotas, stop) = (quotas.clone(), stop.clone());
+        let handler = connection_handler(broker.clone(), queue.clone());
+        tasks.push(network.spawn(async move {
+            match TcpListener::from_std(std_listener) {
+                Ok(listener) => serve(listener, settings, quotas, handler, stop).await,
+                Err(e) => tracing::error!(error = %e, "cannot register the listener"),
+            }
+        }));
+    }
+    Ok((addrs, tasks))
+}
+
+/// How the client listener `name` serves its connections. The inter-broker listener, when
+/// there are several, is not held back by `max.connections`, so that replication goes on
+/// when clients fill the broker (Kafka's protected listener).
+fn listener_settings(config: &BrokerConfig, name: &str) -> ListenerSettings {
+    ListenerSettings {
+        name: name.to_string(),
+        max_request_bytes: config.socket_request_max_bytes,
+        idle: config.connections.idle_timeout(),
+        protected: config.listeners.len() > 1 && config.cluster.inter_broker_listener_name == name,
+        drain: DEFAULT_DRAIN,
+    }
+}
+
+/// Serves each accepted connection through the request queue.
+fn connection_handler(broker: Arc<Broker>, queue: async_channel::Sender<Job>) -> Handler {
+    Arc::new(move |conn| Box::pin(connection(conn, broker.clone(), queue.clone())))
 }
 
 /// Replication's background work: the fetchers follow the broker's partitions, the
@@ -340,45 +388,15 @@ async fn handler(id: usize, broker: Arc<Broker>, rx: async_channel::Receiver<Job
     tracing::debug!(handler = id, "request handler stopped");
 }
 
-async fn accept_loop(
-    listener: TcpListener,
-    broker: Arc<Broker>,
-    queue: async_channel::Sender<Job>,
-    mut stop: watch::Receiver<bool>,
-) {
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    let _ = stream.set_nodelay(true);
-                    let (broker, queue, stop) = (broker.clone(), queue.clone(), stop.clone());
-                    tokio::spawn(async move {
-                        if let Err(reason) = connection(stream, peer, broker, queue, stop).await {
-                            tracing::info!(%peer, %reason, "closing connection");
-                        }
-                    });
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
-        }
-    }
-}
-
 /// Serves one connection until the peer closes it, a frame is bad, or the broker stops.
 async fn connection(
-    mut stream: TcpStream,
-    peer: SocketAddr,
+    mut conn: Connection,
     broker: Arc<Broker>,
     queue: async_channel::Sender<Job>,
-    mut stop: watch::Receiver<bool>,
-) -> Result<(), String> {
-    let max_request_bytes = broker.config.socket_request_max_bytes;
+) -> Result<(), CloseReason> {
+    let peer = conn.peer();
     loop {
-        let Some(frame) = read_request(&mut stream, &mut stop, max_request_bytes).await? else {
+        let Some(frame) = conn.next_request().await? else {
             return Ok(());
         };
         let arrived = Instant::now();
@@ -394,7 +412,7 @@ async fn connection(
                 respond: tx,
             })
             .await
-            .map_err(|_| "the broker is shutting down".to_string())?;
+            .map_err(|_| CloseReason::Handler("the broker is shutting down".into()))?;
         let answer = match tokio::time::timeout(Duration::from_secs(5), &mut rx).await {
             Ok(a) => a,
             Err(_) => {
@@ -402,20 +420,17 @@ async fn connection(
                 rx.await
             }
         }
-        .map_err(|_| "the request was dropped".to_string())?;
+        .map_err(|_| CloseReason::Handler("the request was dropped".into()))?;
         let mut times = answer.times;
         tracing::trace!(%peer, request = answer.label, correlation_id = raw.map(|h| h.correlation_id), "answered");
         match answer.reply {
             Ok(Some(resp)) => {
                 let t = Instant::now();
-                stream
-                    .write_all(&resp)
-                    .await
-                    .map_err(|e| format!("write failed: {e}"))?;
+                conn.write(&resp).await?;
                 times.send = t.elapsed();
             }
             Ok(None) => {}
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(CloseReason::Handler(e.to_string())),
         }
         broker.metrics.observe(answer.label, version, times);
     }

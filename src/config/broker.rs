@@ -61,6 +61,9 @@ pub struct BrokerConfig {
     pub replication: super::replication::ReplicationConfig,
     /// The log cleaner (`log.cleaner.*`).
     pub cleaner: super::cleaner::CleanerConfig,
+    /// The limits on client connections (`max.connections`, `max.connections.per.ip`,
+    /// `connections.max.idle.ms`).
+    pub connections: super::connections::ConnectionConfig,
     /// The properties as given, for DescribeConfigs.
     pub raw: BTreeMap<String, String>,
 }
@@ -145,131 +148,259 @@ impl BrokerConfig {
         props: &BTreeMap<String, String>,
     ) -> Result<(BrokerConfig, Vec<String>), ConfigError> {
         let log = LogConfig::from_broker_props(props)?;
-        let topic_synonyms: Vec<&str> = super::TOPIC_CONFIG_SYNONYMS
-            .iter()
-            .map(|(_, b)| *b)
-            .collect();
-        let unknown = props
-            .keys()
-            .filter(|k| {
-                let k = k.as_str();
-                !KNOWN.contains(&k)
-                    && !cluster::KEYS.contains(&k)
-                    && !super::replication::KEYS.contains(&k)
-                    && !super::cleaner::KEYS.contains(&k)
-                    && !topic_synonyms.contains(&k)
-            })
-            .cloned()
-            .collect();
-        let node_id = match props.get("node.id").or_else(|| props.get("broker.id")) {
-            Some(v) => v
-                .trim()
-                .parse::<i32>()
-                .ok()
-                .filter(|n| *n >= 0)
-                .ok_or_else(|| bad("node.id", v, "must be a non-negative integer"))?,
-            None => {
-                return Err(ConfigError::InvalidValue {
-                    key: "node.id".into(),
-                    value: String::new(),
-                    reason: "is required".into(),
-                })
-            }
-        };
+        let node_id = node_id(props)?;
         // Listeners named in controller.listener.names belong to the quorum, not to clients.
         let all_listeners = cluster::all_listeners(props)?;
         let cluster = ClusterConfig::from_props(props, node_id, &all_listeners)?;
-        let for_clients = |ls: Vec<Listener>| -> Vec<Listener> {
-            ls.into_iter()
-                .filter(|l| !cluster.controller_listener_names.contains(&l.name))
-                .collect()
-        };
-        let listeners = for_clients(all_listeners.clone());
-        if listeners.is_empty() && cluster.roles.broker {
-            return Err(bad(
-                "listeners",
-                props.get("listeners").map(String::as_str).unwrap_or(""),
-                "no listener is left for clients after controller.listener.names",
-            ));
-        }
-        let advertised_listeners = match props.get("advertised.listeners") {
-            Some(v) => for_clients(parse_listeners("advertised.listeners", v)?),
-            None => listeners.clone(),
-        };
-        if cluster.roles.broker
-            && !listeners
-                .iter()
-                .any(|l| l.name == cluster.inter_broker_listener_name)
-        {
-            return Err(bad(
-                "inter.broker.listener.name",
-                &cluster.inter_broker_listener_name,
-                "names no listener in listeners",
-            ));
-        }
-        let log_dir = props
-            .get("log.dirs")
-            .or_else(|| props.get("log.dir"))
-            .map(|v| v.split(',').next().unwrap_or("").trim().to_string())
-            .unwrap_or_else(|| "/tmp/kraft-combined-logs".into());
-        if log_dir.is_empty() {
-            return Err(bad("log.dirs", "", "must name a directory"));
-        }
-        let metrics_address_set = props.contains_key("evenkeel.metrics.address");
-        let metrics = props
-            .get("evenkeel.metrics.address")
-            .map(String::as_str)
-            .unwrap_or(DEFAULT_METRICS_ADDRESS);
-        let metrics_address = metrics
-            .parse()
-            .map_err(|_| bad("evenkeel.metrics.address", metrics, "expected host:port"))?;
+        let (listeners, advertised_listeners) = client_listeners(props, &cluster, all_listeners)?;
+        let log_dir = log_dir(props)?;
+        let (metrics_address, metrics_address_set) = metrics_address(props)?;
+        let requests = RequestPath::from_props(props)?;
+        let topics = TopicDefaults::from_props(props)?;
+        let log_manager = LogManagerSettings::from_props(props)?;
+        let groups = GroupSettings::from_props(props)?;
         let c = BrokerConfig {
             node_id,
             listeners,
             advertised_listeners,
-            log_dir: PathBuf::from(log_dir),
+            log_dir,
+            num_io_threads: requests.num_io_threads,
+            num_network_threads: requests.num_network_threads,
+            queued_max_requests: requests.queued_max_requests,
+            max_incremental_fetch_session_cache_slots: requests.fetch_session_cache_slots,
+            socket_request_max_bytes: requests.socket_request_max_bytes,
+            auto_create_topics_enable: topics.auto_create_topics_enable,
+            num_partitions: topics.num_partitions,
+            default_replication_factor: topics.default_replication_factor,
+            log_retention_check_interval_ms: log_manager.retention_check_interval_ms,
+            log_flush_offset_checkpoint_interval_ms: log_manager.offset_checkpoint_interval_ms,
+            log_flush_start_offset_checkpoint_interval_ms: log_manager
+                .start_offset_checkpoint_interval_ms,
+            metrics_address,
+            metrics_address_set,
+            log_dir_lock_wait_ms: log_manager.lock_wait_ms,
+            group_initial_rebalance_delay_ms: groups.initial_rebalance_delay_ms,
+            group_min_session_timeout_ms: groups.min_session_timeout_ms,
+            group_max_session_timeout_ms: groups.max_session_timeout_ms,
+            group_max_size: groups.max_size,
+            offsets_topic_num_partitions: groups.offsets_topic_num_partitions,
+            offsets_topic_segment_bytes: groups.offsets_topic_segment_bytes,
+            offsets_retention_minutes: groups.offsets_retention_minutes,
+            offset_metadata_max_bytes: groups.offset_metadata_max_bytes,
+            log,
+            cluster,
+            replication: super::replication::ReplicationConfig::from_props(props)?,
+            cleaner: super::cleaner::CleanerConfig::from_props(props)?,
+            connections: super::connections::ConnectionConfig::from_props(props)?,
+            raw: props.clone(),
+        };
+        Ok((c, unknown_keys(props)))
+    }
+}
+
+/// The keys no part of the config reads, for a warning.
+fn unknown_keys(props: &BTreeMap<String, String>) -> Vec<String> {
+    let topic_synonyms: Vec<&str> = super::TOPIC_CONFIG_SYNONYMS
+        .iter()
+        .map(|(_, b)| *b)
+        .collect();
+    props
+        .keys()
+        .filter(|k| {
+            let k = k.as_str();
+            !KNOWN.contains(&k)
+                && !cluster::KEYS.contains(&k)
+                && !super::replication::KEYS.contains(&k)
+                && !super::cleaner::KEYS.contains(&k)
+                && !super::connections::KEYS.contains(&k)
+                && !topic_synonyms.contains(&k)
+        })
+        .cloned()
+        .collect()
+}
+
+/// `node.id` (or the older `broker.id`): required, at least 0.
+fn node_id(props: &BTreeMap<String, String>) -> Result<i32, ConfigError> {
+    match props.get("node.id").or_else(|| props.get("broker.id")) {
+        Some(v) => v
+            .trim()
+            .parse::<i32>()
+            .ok()
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| bad("node.id", v, "must be a non-negative integer")),
+        None => Err(ConfigError::InvalidValue {
+            key: "node.id".into(),
+            value: String::new(),
+            reason: "is required".into(),
+        }),
+    }
+}
+
+/// `listeners` and `advertised.listeners` without the controller's listeners; a broker needs
+/// one left, and one named `inter.broker.listener.name`.
+fn client_listeners(
+    props: &BTreeMap<String, String>,
+    cluster: &ClusterConfig,
+    all_listeners: Vec<Listener>,
+) -> Result<(Vec<Listener>, Vec<Listener>), ConfigError> {
+    let for_clients = |ls: Vec<Listener>| -> Vec<Listener> {
+        ls.into_iter()
+            .filter(|l| !cluster.controller_listener_names.contains(&l.name))
+            .collect()
+    };
+    let listeners = for_clients(all_listeners);
+    if listeners.is_empty() && cluster.roles.broker {
+        return Err(bad(
+            "listeners",
+            props.get("listeners").map(String::as_str).unwrap_or(""),
+            "no listener is left for clients after controller.listener.names",
+        ));
+    }
+    let advertised = match props.get("advertised.listeners") {
+        Some(v) => for_clients(parse_listeners("advertised.listeners", v)?),
+        None => listeners.clone(),
+    };
+    if cluster.roles.broker
+        && !listeners
+            .iter()
+            .any(|l| l.name == cluster.inter_broker_listener_name)
+    {
+        return Err(bad(
+            "inter.broker.listener.name",
+            &cluster.inter_broker_listener_name,
+            "names no listener in listeners",
+        ));
+    }
+    Ok((listeners, advertised))
+}
+
+/// The first of `log.dirs` (or `log.dir`), `/tmp/kraft-combined-logs` when neither is set.
+fn log_dir(props: &BTreeMap<String, String>) -> Result<PathBuf, ConfigError> {
+    let log_dir = props
+        .get("log.dirs")
+        .or_else(|| props.get("log.dir"))
+        .map(|v| v.split(',').next().unwrap_or("").trim().to_string())
+        .unwrap_or_else(|| "/tmp/kraft-combined-logs".into());
+    if log_dir.is_empty() {
+        return Err(bad("log.dirs", "", "must name a directory"));
+    }
+    Ok(PathBuf::from(log_dir))
+}
+
+/// `evenkeel.metrics.address`, and whether it was set.
+fn metrics_address(props: &BTreeMap<String, String>) -> Result<(SocketAddr, bool), ConfigError> {
+    let set = props.contains_key("evenkeel.metrics.address");
+    let metrics = props
+        .get("evenkeel.metrics.address")
+        .map(String::as_str)
+        .unwrap_or(DEFAULT_METRICS_ADDRESS);
+    let address = metrics
+        .parse()
+        .map_err(|_| bad("evenkeel.metrics.address", metrics, "expected host:port"))?;
+    Ok((address, set))
+}
+
+/// The request path's keys: threads, the request queue, fetch sessions, the frame limit.
+struct RequestPath {
+    num_io_threads: usize,
+    num_network_threads: usize,
+    queued_max_requests: usize,
+    fetch_session_cache_slots: usize,
+    socket_request_max_bytes: usize,
+}
+
+impl RequestPath {
+    fn from_props(props: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
+        Ok(RequestPath {
             num_io_threads: parse(props, "num.io.threads", 8usize)?.max(1),
             num_network_threads: parse(props, "num.network.threads", 3usize)?.max(1),
             queued_max_requests: parse(props, "queued.max.requests", 500usize)?.max(1),
-            max_incremental_fetch_session_cache_slots: parse(
+            fetch_session_cache_slots: parse(
                 props,
                 "max.incremental.fetch.session.cache.slots",
                 1000usize,
             )?,
             socket_request_max_bytes: parse(props, "socket.request.max.bytes", 104_857_600usize)?,
-            auto_create_topics_enable: parse(props, "auto.create.topics.enable", true)?,
-            num_partitions: parse(props, "num.partitions", 1i32)?,
+        })
+    }
+}
+
+/// What a topic created without them gets: auto-creation, partitions, replication factor.
+struct TopicDefaults {
+    auto_create_topics_enable: bool,
+    num_partitions: i32,
+    default_replication_factor: i16,
+}
+
+impl TopicDefaults {
+    fn from_props(props: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
+        let auto_create_topics_enable = parse(props, "auto.create.topics.enable", true)?;
+        let num_partitions = parse(props, "num.partitions", 1i32)?;
+        if num_partitions < 1 {
+            return Err(bad(
+                "num.partitions",
+                &num_partitions.to_string(),
+                "must be at least 1",
+            ));
+        }
+        Ok(TopicDefaults {
+            auto_create_topics_enable,
+            num_partitions,
             default_replication_factor: parse(props, "default.replication.factor", 1i16)?,
-            log_dir_lock_wait_ms: parse(props, "evenkeel.log.dir.lock.wait.ms", 30_000u64)?,
-            log_retention_check_interval_ms: parse(
+        })
+    }
+}
+
+/// The log directory's lock wait and its background tasks' intervals.
+struct LogManagerSettings {
+    lock_wait_ms: u64,
+    retention_check_interval_ms: i64,
+    offset_checkpoint_interval_ms: i64,
+    start_offset_checkpoint_interval_ms: i64,
+}
+
+impl LogManagerSettings {
+    fn from_props(props: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
+        Ok(LogManagerSettings {
+            lock_wait_ms: parse(props, "evenkeel.log.dir.lock.wait.ms", 30_000u64)?,
+            retention_check_interval_ms: parse(
                 props,
                 "log.retention.check.interval.ms",
                 300_000i64,
             )?,
-            log_flush_offset_checkpoint_interval_ms: parse(
+            offset_checkpoint_interval_ms: parse(
                 props,
                 "log.flush.offset.checkpoint.interval.ms",
                 60_000i64,
             )?,
-            log_flush_start_offset_checkpoint_interval_ms: parse(
+            start_offset_checkpoint_interval_ms: parse(
                 props,
                 "log.flush.start.offset.checkpoint.interval.ms",
                 60_000i64,
             )?,
-            metrics_address,
-            metrics_address_set,
-            group_initial_rebalance_delay_ms: parse(
-                props,
-                "group.initial.rebalance.delay.ms",
-                3000u64,
-            )?,
-            group_min_session_timeout_ms: parse(props, "group.min.session.timeout.ms", 6000i32)?,
-            group_max_session_timeout_ms: parse(
-                props,
-                "group.max.session.timeout.ms",
-                1_800_000i32,
-            )?,
-            group_max_size: parse(props, "group.max.size", i32::MAX as usize)?,
+        })
+    }
+}
+
+/// The group coordinator's keys and `__consumer_offsets`'.
+struct GroupSettings {
+    initial_rebalance_delay_ms: u64,
+    min_session_timeout_ms: i32,
+    max_session_timeout_ms: i32,
+    max_size: usize,
+    offsets_topic_num_partitions: i32,
+    offsets_topic_segment_bytes: u64,
+    offsets_retention_minutes: u64,
+    offset_metadata_max_bytes: usize,
+}
+
+impl GroupSettings {
+    fn from_props(props: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
+        Ok(GroupSettings {
+            initial_rebalance_delay_ms: parse(props, "group.initial.rebalance.delay.ms", 3000u64)?,
+            min_session_timeout_ms: parse(props, "group.min.session.timeout.ms", 6000i32)?,
+            max_session_timeout_ms: parse(props, "group.max.session.timeout.ms", 1_800_000i32)?,
+            max_size: parse(props, "group.max.size", i32::MAX as usize)?,
             offsets_topic_num_partitions: parse(props, "offsets.topic.num.partitions", 50i32)?
                 .max(1),
             offsets_topic_segment_bytes: parse(
@@ -280,20 +411,7 @@ impl BrokerConfig {
             .max(1),
             offsets_retention_minutes: parse(props, "offsets.retention.minutes", 10_080u64)?,
             offset_metadata_max_bytes: parse(props, "offset.metadata.max.bytes", 4096usize)?,
-            log,
-            cluster,
-            replication: super::replication::ReplicationConfig::from_props(props)?,
-            cleaner: super::cleaner::CleanerConfig::from_props(props)?,
-            raw: props.clone(),
-        };
-        if c.num_partitions < 1 {
-            return Err(bad(
-                "num.partitions",
-                &c.num_partitions.to_string(),
-                "must be at least 1",
-            ));
-        }
-        Ok((c, unknown))
+        })
     }
 }
 
@@ -319,6 +437,11 @@ mod tests {
         assert_eq!(c.queued_max_requests, 500);
         assert_eq!(c.max_incremental_fetch_session_cache_slots, 1000);
         assert_eq!(c.socket_request_max_bytes, 104_857_600);
+        assert_eq!(c.num_io_threads, 8);
+        assert_eq!(c.group_max_size, i32::MAX as usize);
+        assert_eq!(c.offsets_topic_num_partitions, 50);
+        assert_eq!(c.log_flush_start_offset_checkpoint_interval_ms, 60_000);
+        assert_eq!(c.connections.connections_max_idle_ms, 600_000);
         assert_eq!(unknown, vec!["something.else".to_string()]);
     }
 
@@ -382,6 +505,23 @@ mod tests {
     }
 
     #[test]
+    fn the_connection_limits_are_known_keys() {
+        let p = parse_properties(
+            "node.id=1\nmax.connections=100\nmax.connections.per.ip=10\n\
+             max.connections.per.ip.overrides=127.0.0.1:20\nconnections.max.idle.ms=60000\n",
+        );
+        let (c, unknown) = BrokerConfig::from_props(&p).unwrap();
+        assert!(unknown.is_empty(), "{unknown:?}");
+        assert_eq!(c.connections.max_connections, 100);
+        assert_eq!(c.connections.max_connections_per_ip, 10);
+        assert_eq!(
+            c.connections.max_connections_per_ip_overrides,
+            vec![("127.0.0.1".to_string(), 20)]
+        );
+        assert_eq!(c.connections.connections_max_idle_ms, 60_000);
+    }
+
+    #[test]
     fn bad_values_name_their_key() {
         let p = parse_properties("node.id=1\nnum.io.threads=many\n");
         let e = BrokerConfig::from_props(&p).unwrap_err().to_string();
@@ -396,5 +536,14 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("node.id"));
+        let p = parse_properties("node.id=1\nnum.partitions=0\n");
+        let e = BrokerConfig::from_props(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("num.partitions") && e.contains("at least 1"),
+            "{e}"
+        );
+        let p = parse_properties("node.id=1\nmax.connections.per.ip=-1\n");
+        let e = BrokerConfig::from_props(&p).unwrap_err().to_string();
+        assert!(e.contains("max.connections.per.ip"), "{e}");
     }
 }

@@ -144,6 +144,7 @@ impl Default for LogConfig {
 pub mod broker;
 pub mod cleaner;
 pub mod cluster;
+pub mod connections;
 pub mod replication;
 
 /// Topic config keys with the broker key that sets their default (Kafka's `TopicConfigSynonyms`).

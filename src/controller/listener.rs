@@ -1,17 +1,23 @@
-//! The controller listener: accepts connections from voters, brokers and admin tools, reads
-//! size-prefixed frames (`socket.request.max.bytes`) and answers them in order, one request in
-//! flight per connection, through `ControllerNode::handle`.
+//! The controller listener: accepts connections from voters, brokers and admin tools through
+//! the shared accept loop (`protocol::listener`) and answers their frames in order, one
+//! request in flight per connection, through `ControllerNode::handle`.
+//!
+//! Kafka's controller applies the broker's connection limits on its own socket server; here
+//! the controller listener has none (no `max.connections`, no per-ip limit, no idle timeout):
+//! its clients are the quorum's voters and the brokers, whose pooled connections (the raft
+//! network's, the controller channels') come from few addresses and sit idle between
+//! elections and admin calls, and a limit sized for clients would cut them off.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::apis::ControllerNode;
-use crate::protocol::wire::read_request;
+use crate::protocol::listener::{
+    serve, CloseReason, Connection, ConnectionQuotas, Handler, ListenerSettings, DEFAULT_DRAIN,
+};
 
 /// A bound controller listener.
 pub struct ControllerListener {
@@ -21,9 +27,10 @@ pub struct ControllerListener {
 }
 
 impl ControllerListener {
-    /// Binds `host:port` (port 0: any) and serves `node` on it.
+    /// Binds `host:port` (port 0: any) and serves `node` on it as the listener `name`.
     pub async fn start(
         node: Arc<ControllerNode>,
+        name: &str,
         host: &str,
         port: u16,
         max_request_bytes: usize,
@@ -32,64 +39,45 @@ impl ControllerListener {
         let listener = TcpListener::bind((host, port)).await?;
         let addr = listener.local_addr()?;
         let (stop, rx) = watch::channel(false);
-        let task = tokio::spawn(accept_loop(listener, node, rx, max_request_bytes));
+        let settings = ListenerSettings {
+            name: name.to_string(),
+            max_request_bytes,
+            idle: None,
+            protected: false,
+            drain: DEFAULT_DRAIN,
+        };
+        let handler: Handler = Arc::new(move |conn| Box::pin(connection(conn, node.clone())));
+        let task = tokio::spawn(serve(
+            listener,
+            settings,
+            ConnectionQuotas::unlimited(),
+            handler,
+            rx,
+        ));
         tracing::info!(address = %addr, "controller listener");
         Ok(ControllerListener { addr, stop, task })
     }
 
-    pub async fn stop(self) {
+    /// Stops accepting and waits for the open connections to finish the request in hand (as
+    /// long as the accept loop's drain allows).
+    pub async fn stop(mut self) {
         let _ = self.stop.send(true);
-        self.task.abort();
-        let _ = self.task.await;
-    }
-}
-
-async fn accept_loop(
-    listener: TcpListener,
-    node: Arc<ControllerNode>,
-    mut stop: watch::Receiver<bool>,
-    max_request_bytes: usize,
-) {
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    let _ = stream.set_nodelay(true);
-                    let (node, stop) = (node.clone(), stop.clone());
-                    tokio::spawn(async move {
-                        if let Err(reason) = connection(stream, peer, node, stop, max_request_bytes).await {
-                            tracing::debug!(%peer, %reason, "closing controller connection");
-                        }
-                    });
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed on the controller listener");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
+        let bound = DEFAULT_DRAIN + std::time::Duration::from_secs(1);
+        if tokio::time::timeout(bound, &mut self.task).await.is_err() {
+            self.task.abort();
         }
     }
 }
 
-async fn connection(
-    mut stream: TcpStream,
-    _peer: SocketAddr,
-    node: Arc<ControllerNode>,
-    mut stop: watch::Receiver<bool>,
-    max_request_bytes: usize,
-) -> Result<(), String> {
+async fn connection(mut conn: Connection, node: Arc<ControllerNode>) -> Result<(), CloseReason> {
     loop {
-        let Some(frame) = read_request(&mut stream, &mut stop, max_request_bytes).await? else {
+        let Some(frame) = conn.next_request().await? else {
             return Ok(());
         };
         match node.handle(frame).await {
-            Ok(Some(resp)) => stream
-                .write_all(&resp)
-                .await
-                .map_err(|e| format!("write failed: {e}"))?,
+            Ok(Some(resp)) => conn.write(&resp).await?,
             Ok(None) => {}
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(CloseReason::Handler(e.to_string())),
         }
     }
 }

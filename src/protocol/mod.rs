@@ -1,8 +1,10 @@
 //! The Kafka wire: frames, request headers, version negotiation, response framing and error
-//! codes — glue over the kafka-protocol crate. Knows nothing of storage.
+//! codes — glue over the kafka-protocol crate — and the listeners' accept loop with its
+//! connection limits. Knows nothing of storage.
 
 pub mod api_versions;
 pub mod errors;
+pub mod listener;
 pub mod murmur2;
 pub mod wire;
 

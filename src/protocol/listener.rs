@@ -1,0 +1,612 @@
+//! The accept loop of every listener, the broker's and the controller's, shaped like
+//! mini-redis's server: it owns how many connections are open (`max.connections` across the
+//! listeners that share one `ConnectionQuotas`, `max.connections.per.ip` and its overrides),
+//! how long a connection may go without a request (`connections.max.idle.ms`), TCP_NODELAY, the
+//! pause after a failed accept, the log line of every close, and the drain on stop: no more
+//! accepts, then a bounded wait for open connections to finish the request in hand. What a
+//! connection does with its requests is the caller's handler.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+
+use super::wire::read_request;
+
+/// The pause after a failed accept (out of file descriptors, say) before the next one.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// How long a stop waits for open connections to finish the request they are serving.
+pub const DEFAULT_DRAIN: Duration = Duration::from_secs(5);
+
+/// Why a connection was closed, for the log.
+#[derive(Debug, thiserror::Error)]
+pub enum CloseReason {
+    #[error("no request for {0} ms (connections.max.idle.ms)")]
+    Idle(u128),
+    /// A bad frame or a failed read.
+    #[error("{0}")]
+    Read(String),
+    #[error("write failed: {0}")]
+    Write(#[source] std::io::Error),
+    /// The handler's own reason: a request it cannot serve, a server shutting down.
+    #[error("{0}")]
+    Handler(String),
+}
+
+/// A connection refused for its address (Kafka's `TooManyConnectionsException`), in Kafka's
+/// words.
+#[derive(Debug, thiserror::Error)]
+#[error("Rejected connection from {ip}, address already has the configured maximum of {max} connections.")]
+pub struct TooManyConnections {
+    pub ip: IpAddr,
+    pub max: usize,
+}
+
+/// A host of `max.connections.per.ip.overrides` that does not resolve.
+#[derive(Debug, thiserror::Error)]
+#[error("max.connections.per.ip.overrides: cannot resolve {host}: {source}")]
+pub struct UnknownHost {
+    pub host: String,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// An address as connections are counted: an IPv4-mapped IPv6 peer counts as its IPv4.
+fn canonical(ip: IpAddr) -> IpAddr {
+    ip.to_canonical()
+}
+
+/// The connection counts of one server's listeners (Kafka's `ConnectionQuotas`).
+pub struct ConnectionQuotas {
+    /// `max.connections`: one permit per open connection.
+    total: Arc<Semaphore>,
+    /// `max.connections.per.ip`, and its overrides by address.
+    per_ip: usize,
+    overrides: HashMap<IpAddr, usize>,
+    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+/// One connection's place in its address's count, given back when dropped.
+struct IpSlot {
+    ip: IpAddr,
+    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        let mut counts = self.counts.lock();
+        if let Some(n) = counts.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.ip);
+            }
+        }
+    }
+}
+
+impl ConnectionQuotas {
+    pub fn new(
+        max_connections: usize,
+        per_ip: usize,
+        overrides: HashMap<IpAddr, usize>,
+    ) -> Arc<ConnectionQuotas> {
+        Arc::new(ConnectionQuotas {
+            total: Arc::new(Semaphore::new(max_connections.min(Semaphore::MAX_PERMITS))),
+            per_ip,
+            overrides: overrides
+                .into_iter()
+                .map(|(ip, n)| (canonical(ip), n))
+                .collect(),
+            counts: Arc::default(),
+        })
+    }
+
+    /// No limit at all.
+    pub fn unlimited() -> Arc<ConnectionQuotas> {
+        Self::new(Semaphore::MAX_PERMITS, usize::MAX, HashMap::new())
+    }
+
+    /// The overrides' hosts as addresses: an IP as written, a name as DNS answers now (every
+    /// address it has; Kafka resolves them once, at start, too).
+    pub async fn resolve(
+        overrides: &[(String, usize)],
+    ) -> Result<HashMap<IpAddr, usize>, UnknownHost> {
+        let mut out = HashMap::new();
+        for (host, count) in overrides {
+            if let Ok(ip) = host.parse::<IpAddr>() {
+                out.insert(ip, *count);
+                continue;
+            }
+            let addrs = tokio::net::lookup_host((host.as_str(), 0))
+                .await
+                .map_err(|source| UnknownHost {
+                    host: host.clone(),
+                    source,
+                })?;
+            for a in addrs {
+                out.insert(a.ip(), *count);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Connections open from `ip` now.
+    pub fn count(&self, ip: IpAddr) -> usize {
+        self.counts.lock().get(&canonical(ip)).copied().unwrap_or(0)
+    }
+
+    /// Room for one more connection: waits while `max.connections` are open. A protected
+    /// listener (Kafka's inter-broker listener, when there are several) does not wait: it takes
+    /// a permit if one is free and goes without otherwise.
+    async fn slot(&self, protected: bool) -> Option<OwnedSemaphorePermit> {
+        if protected {
+            return self.total.clone().try_acquire_owned().ok();
+        }
+        // The semaphore is never closed, so this only ends with a permit.
+        self.total.clone().acquire_owned().await.ok()
+    }
+
+    /// Counts a connection from `ip`, or refuses it when the address is at its limit.
+    fn claim(&self, ip: IpAddr) -> Result<IpSlot, TooManyConnections> {
+        let ip = canonical(ip);
+        let max = self.overrides.get(&ip).copied().unwrap_or(self.per_ip);
+        let mut counts = self.counts.lock();
+        let n = counts.entry(ip).or_insert(0);
+        if *n >= max {
+            if *n == 0 {
+                counts.remove(&ip);
+            }
+            return Err(TooManyConnections { ip, max });
+        }
+        *n += 1;
+        Ok(IpSlot {
+            ip,
+            counts: self.counts.clone(),
+        })
+    }
+}
+
+/// How one listener serves its connections.
+#[derive(Debug, Clone)]
+pub struct ListenerSettings {
+    /// The listener's name, for the log.
+    pub name: String,
+    /// `socket.request.max.bytes`.
+    pub max_request_bytes: usize,
+    /// `connections.max.idle.ms`; `None`: a connection may wait for its next request forever.
+    pub idle: Option<Duration>,
+    /// Not held back by `max.connections` (Kafka's inter-broker listener, when there are
+    /// several listeners).
+    pub protected: bool,
+    /// How long a stop waits for open connections to finish the request in hand.
+    pub drain: Duration,
+}
+
+/// One accepted connection, as the handler sees it.
+pub struct Connection {
+    stream: TcpStream,
+    peer: SocketAddr,
+    stop: watch::Receiver<bool>,
+    max_request_bytes: usize,
+    idle: Option<Duration>,
+}
+
+impl Connection {
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// The next request frame; `None` once the peer closed the connection or the server
+    /// stops. The idle timer runs until the request's first bytes arrive (a peek: the
+    /// socket's readiness alone can be left over from the last read).
+    pub async fn next_request(&mut self) -> Result<Option<Bytes>, CloseReason> {
+        if let Some(idle) = self.idle {
+            let (stream, stop) = (&self.stream, &mut self.stop);
+            let mut first = [0u8; 1];
+            tokio::select! {
+                _ = stop.changed() => return Ok(None),
+                peeked = tokio::time::timeout(idle, stream.peek(&mut first)) => {
+                    if peeked.is_err() {
+                        return Err(CloseReason::Idle(idle.as_millis()));
+                    }
+                }
+            }
+        }
+        read_request(&mut self.stream, &mut self.stop, self.max_request_bytes)
+            .await
+            .map_err(CloseReason::Read)
+    }
+
+    pub async fn write(&mut self, bytes: &[u8]) -> Result<(), CloseReason> {
+        self.stream
+            .write_all(bytes)
+            .await
+            .map_err(CloseReason::Write)
+    }
+}
+
+/// Serves one connection until it closes; the error is the reason it was closed.
+pub type Handler =
+    Arc<dyn Fn(Connection) -> BoxFuture<'static, Result<(), CloseReason>> + Send + Sync>;
+
+/// Accepts connections on `listener` and serves each with `handler` until `stop` changes;
+/// then stops accepting, and waits up to `settings.drain` for the open connections to finish
+/// (each stops at its next request) before it closes the ones left.
+pub async fn serve(
+    listener: TcpListener,
+    settings: ListenerSettings,
+    quotas: Arc<ConnectionQuotas>,
+    handler: Handler,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut open = JoinSet::new();
+    loop {
+        let next = async {
+            let permit = quotas.slot(settings.protected).await;
+            (permit, listener.accept().await)
+        };
+        tokio::select! {
+            _ = stop.changed() => break,
+            Some(done) = open.join_next() => {
+                if let Err(e) = done {
+                    tracing::error!(listener = %settings.name, error = %e, "a connection failed");
+                }
+            }
+            (permit, accepted) = next => match accepted {
+                Ok((stream, peer)) => {
+                    let conn = Connection {
+                        stream,
+                        peer,
+                        stop: stop.clone(),
+                        max_request_bytes: settings.max_request_bytes,
+                        idle: settings.idle,
+                    };
+                    admit(&mut open, conn, permit, &quotas, &settings.name, &handler);
+                }
+                Err(e) => {
+                    tracing::warn!(listener = %settings.name, error = %e, "accept failed");
+                    drop(permit);
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                }
+            }
+        }
+    }
+    drop(listener);
+    drain(open, settings.drain, &settings.name).await;
+}
+
+/// Counts the connection against its address and starts serving it, or closes it at once
+/// when the address is at its limit.
+fn admit(
+    open: &mut JoinSet<()>,
+    conn: Connection,
+    permit: Option<OwnedSemaphorePermit>,
+    quotas: &ConnectionQuotas,
+    listener: &str,
+    handler: &Handler,
+) {
+    let slot = match quotas.claim(conn.peer.ip()) {
+        Ok(slot) => slot,
+        Err(refused) => {
+            tracing::info!(%listener, "{refused}");
+            return;
+        }
+    };
+    let _ = conn.stream.set_nodelay(true);
+    let (peer, listener) = (conn.peer, listener.to_string());
+    let serving = handler(conn);
+    open.spawn(async move {
+        let _held = (permit, slot);
+        match serving.await {
+            Ok(()) => tracing::debug!(%listener, %peer, "connection closed"),
+            Err(reason @ CloseReason::Idle(_)) => {
+                tracing::debug!(%listener, %peer, %reason, "closing connection")
+            }
+            Err(reason) => tracing::info!(%listener, %peer, %reason, "closing connection"),
+        }
+    });
+}
+
+/// Waits up to `bound` for the open connections to end, then closes the rest.
+async fn drain(mut open: JoinSet<()>, bound: Duration, listener: &str) {
+    if open.is_empty() {
+        return;
+    }
+    let ended =
+        tokio::time::timeout(bound, async { while open.join_next().await.is_some() {} }).await;
+    if ended.is_err() {
+        tracing::warn!(
+            %listener,
+            left = open.len(),
+            waited_ms = bound.as_millis() as u64,
+            "connections still serving a request at shutdown; closing them"
+        );
+        open.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use tokio::io::AsyncReadExt;
+    use tokio::sync::{mpsc, Notify};
+
+    use super::*;
+    use crate::protocol::wire::read_frame;
+
+    const WAIT: Duration = Duration::from_secs(5);
+
+    fn settings() -> ListenerSettings {
+        ListenerSettings {
+            name: "test".into(),
+            max_request_bytes: 1024,
+            idle: None,
+            protected: false,
+            drain: WAIT,
+        }
+    }
+
+    fn framed(body: &[u8]) -> Vec<u8> {
+        let mut v = (body.len() as i32).to_be_bytes().to_vec();
+        v.extend_from_slice(body);
+        v
+    }
+
+    /// Answers every request with its own bytes.
+    fn echo() -> Handler {
+        Arc::new(|mut conn: Connection| {
+            Box::pin(async move {
+                while let Some(frame) = conn.next_request().await? {
+                    conn.write(&framed(&frame)).await?;
+                }
+                Ok(())
+            })
+        })
+    }
+
+    struct Running {
+        addr: SocketAddr,
+        stop: watch::Sender<bool>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    async fn start(
+        settings: ListenerSettings,
+        quotas: Arc<ConnectionQuotas>,
+        handler: Handler,
+    ) -> Running {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, rx) = watch::channel(false);
+        let task = tokio::spawn(serve(listener, settings, quotas, handler, rx));
+        Running { addr, stop, task }
+    }
+
+    /// Sends `body` as a request; the answer, or `None` when there is none within `within`.
+    async fn call(s: &mut TcpStream, body: &[u8], within: Duration) -> Option<Bytes> {
+        s.write_all(&framed(body)).await.ok()?;
+        answer(s, within).await
+    }
+
+    async fn answer(s: &mut TcpStream, within: Duration) -> Option<Bytes> {
+        tokio::time::timeout(within, read_frame(s, 0, 1024))
+            .await
+            .ok()?
+            .ok()
+    }
+
+    /// Whether the server closed `s` within `WAIT`.
+    async fn closed(s: &mut TcpStream) -> bool {
+        let mut b = [0u8; 1];
+        match tokio::time::timeout(WAIT, s.read(&mut b)).await {
+            Ok(Ok(0)) => true,
+            Ok(Err(e)) => e.kind() == std::io::ErrorKind::ConnectionReset,
+            _ => false,
+        }
+    }
+
+    async fn wait_until(what: &str, cond: impl Fn() -> bool) {
+        let deadline = Instant::now() + WAIT;
+        while !cond() {
+            assert!(Instant::now() < deadline, "timed out waiting until {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_connection_over_its_address_limit_is_closed_and_a_closed_one_frees_its_place() {
+        let local: IpAddr = "127.0.0.1".parse().unwrap();
+        for quotas in [
+            ConnectionQuotas::new(usize::MAX, 1, HashMap::new()),
+            // max.connections.per.ip=0 with an override for this address.
+            ConnectionQuotas::new(usize::MAX, 0, HashMap::from([(local, 1)])),
+        ] {
+            let r = start(settings(), quotas.clone(), echo()).await;
+            let mut first = TcpStream::connect(r.addr).await.unwrap();
+            assert_eq!(
+                call(&mut first, b"a", WAIT).await.as_deref(),
+                Some(&b"a"[..])
+            );
+            let mut second = TcpStream::connect(r.addr).await.unwrap();
+            assert!(
+                closed(&mut second).await,
+                "the second connection is refused"
+            );
+            assert_eq!(
+                call(&mut first, b"b", WAIT).await.as_deref(),
+                Some(&b"b"[..])
+            );
+            assert_eq!(quotas.count(local), 1);
+            drop(first);
+            wait_until("the first connection is counted out", || {
+                quotas.count(local) == 0
+            })
+            .await;
+            let mut third = TcpStream::connect(r.addr).await.unwrap();
+            assert_eq!(
+                call(&mut third, b"c", WAIT).await.as_deref(),
+                Some(&b"c"[..])
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn at_max_connections_the_next_connection_waits_until_one_closes() {
+        let r = start(
+            settings(),
+            ConnectionQuotas::new(1, usize::MAX, HashMap::new()),
+            echo(),
+        )
+        .await;
+        let mut first = TcpStream::connect(r.addr).await.unwrap();
+        assert!(call(&mut first, b"a", WAIT).await.is_some());
+        let mut second = TcpStream::connect(r.addr).await.unwrap();
+        assert_eq!(
+            call(&mut second, b"b", Duration::from_millis(300)).await,
+            None,
+            "not served while the first is open"
+        );
+        drop(first);
+        assert_eq!(answer(&mut second, WAIT).await.as_deref(), Some(&b"b"[..]));
+    }
+
+    #[tokio::test]
+    async fn a_protected_listener_is_not_held_back_by_max_connections() {
+        let protected = ListenerSettings {
+            protected: true,
+            ..settings()
+        };
+        let quotas = ConnectionQuotas::new(0, usize::MAX, HashMap::new());
+        let r = start(protected, quotas, echo()).await;
+        let mut s = TcpStream::connect(r.addr).await.unwrap();
+        assert!(call(&mut s, b"a", WAIT).await.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_connection_without_a_request_for_the_idle_timeout_is_closed() {
+        let idle = Duration::from_millis(200);
+        let s = ListenerSettings {
+            idle: Some(idle),
+            ..settings()
+        };
+        let r = start(s, ConnectionQuotas::unlimited(), echo()).await;
+        let mut busy = TcpStream::connect(r.addr).await.unwrap();
+        let mut quiet = TcpStream::connect(r.addr).await.unwrap();
+        assert!(call(&mut quiet, b"a", WAIT).await.is_some());
+        let last_request = Instant::now();
+        // The busy connection asks every 20 ms, for three idle timeouts.
+        while last_request.elapsed() < idle * 3 {
+            assert!(call(&mut busy, b"b", WAIT).await.is_some());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(closed(&mut quiet).await);
+        assert!(last_request.elapsed() >= idle);
+        assert!(call(&mut busy, b"c", WAIT).await.is_some());
+    }
+
+    /// A handler that tells the test when a request arrived and answers it once released.
+    fn held(arrived: mpsc::UnboundedSender<()>, release: Arc<Notify>) -> Handler {
+        Arc::new(move |mut conn: Connection| {
+            let (arrived, release) = (arrived.clone(), release.clone());
+            Box::pin(async move {
+                while let Some(frame) = conn.next_request().await? {
+                    let _ = arrived.send(());
+                    release.notified().await;
+                    conn.write(&framed(&frame)).await?;
+                }
+                Ok(())
+            })
+        })
+    }
+
+    #[tokio::test]
+    async fn a_stop_stops_accepting_and_lets_the_request_in_hand_be_answered() {
+        let (arrived, mut arrivals) = mpsc::unbounded_channel();
+        let release = Arc::new(Notify::new());
+        let r = start(
+            settings(),
+            ConnectionQuotas::unlimited(),
+            held(arrived, release.clone()),
+        )
+        .await;
+        let mut busy = TcpStream::connect(r.addr).await.unwrap();
+        let mut idle = TcpStream::connect(r.addr).await.unwrap();
+        busy.write_all(&framed(b"in flight")).await.unwrap();
+        arrivals.recv().await.unwrap();
+        r.stop.send(true).unwrap();
+        assert!(closed(&mut idle).await, "an idle connection closes at once");
+        let deadline = Instant::now() + WAIT;
+        while TcpStream::connect(r.addr).await.is_ok() {
+            assert!(Instant::now() < deadline, "still accepting after stop");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(!r.task.is_finished(), "the drain waits for the request");
+        release.notify_one();
+        assert_eq!(
+            answer(&mut busy, WAIT).await.as_deref(),
+            Some(&b"in flight"[..])
+        );
+        assert!(closed(&mut busy).await, "then the connection closes");
+        tokio::time::timeout(WAIT, r.task).await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_drain_on_stop_is_bounded() {
+        let (arrived, mut arrivals) = mpsc::unbounded_channel();
+        let drain = Duration::from_millis(300);
+        let s = ListenerSettings {
+            drain,
+            ..settings()
+        };
+        let never = Arc::new(Notify::new());
+        let r = start(s, ConnectionQuotas::unlimited(), held(arrived, never)).await;
+        let mut stuck = TcpStream::connect(r.addr).await.unwrap();
+        stuck.write_all(&framed(b"never answered")).await.unwrap();
+        arrivals.recv().await.unwrap();
+        let stopped = Instant::now();
+        r.stop.send(true).unwrap();
+        tokio::time::timeout(WAIT, r.task).await.unwrap().unwrap();
+        assert!(stopped.elapsed() >= drain, "{:?}", stopped.elapsed());
+        assert!(closed(&mut stuck).await);
+    }
+
+    #[tokio::test]
+    async fn override_hosts_resolve_to_addresses() {
+        let o = ConnectionQuotas::resolve(&[
+            ("10.1.2.3".to_string(), 2),
+            ("::1".to_string(), 4),
+            ("localhost".to_string(), 3),
+        ])
+        .await
+        .unwrap();
+        assert_eq!(o.get(&"10.1.2.3".parse().unwrap()), Some(&2));
+        let loopback = [IpAddr::from([127, 0, 0, 1]), "::1".parse().unwrap()];
+        assert!(
+            loopback.iter().any(|ip| o.get(ip) == Some(&3)),
+            "localhost resolves to a loopback address: {o:?}"
+        );
+    }
+
+    #[test]
+    fn an_ipv4_mapped_peer_counts_as_its_ipv4_address() {
+        let quotas = ConnectionQuotas::new(
+            usize::MAX,
+            usize::MAX,
+            HashMap::from([(IpAddr::from([10, 0, 0, 1]), 1)]),
+        );
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        let _held = quotas.claim(mapped).unwrap();
+        assert_eq!(quotas.count(IpAddr::from([10, 0, 0, 1])), 1);
+        assert!(quotas.claim(IpAddr::from([10, 0, 0, 1])).is_err());
+    }
+}
