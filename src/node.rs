@@ -8,9 +8,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::broker::controller_channel::ControllerChannel;
-use crate::broker::lifecycle::{Lifecycle, Registration};
+use crate::broker::lifecycle::Lifecycle;
 use crate::broker::server::Server;
-use crate::broker::{open_log_dir, Broker, BrokerError};
+use crate::broker::{open_log_dir, Broker, BrokerError, BrokerParts};
 use crate::config::broker::BrokerConfig;
 use crate::controller::apis::ControllerNode;
 use crate::controller::listener::ControllerListener;
@@ -57,7 +57,7 @@ pub struct Node {
     logs: Arc<LogManager>,
     metadata: Metadata,
     controller: Option<(Arc<ControllerNode>, ControllerListener)>,
-    broker: Option<(Arc<Broker>, Server, Arc<Lifecycle>)>,
+    broker: Option<(Arc<Broker>, Server)>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -212,58 +212,31 @@ impl Node {
             timeout,
             4,
         ));
-        let broker = Broker::open(
-            cfg.clone(),
-            self.cluster_id.clone(),
-            self.logs.clone(),
-            forwarding,
-            self.metadata.leader_changes(),
-        )?;
-        let server = Server::start(broker.clone()).await?;
-        let applied = {
-            let b = broker.clone();
-            Arc::new(move || b.applied_offset()) as Arc<dyn Fn() -> i64 + Send + Sync>
-        };
-        let unfenced_locally = {
-            let (b, id) = (broker.clone(), cfg.node_id);
-            Arc::new(move || b.image().broker(id).is_some_and(|r| !r.fenced))
-                as Arc<dyn Fn() -> bool + Send + Sync>
-        };
-        let lifecycle = Lifecycle::new(
-            Registration {
-                node_id: cfg.node_id,
-                cluster_id: self.cluster_id.clone(),
-                listeners: broker
-                    .advertised_listeners()
-                    .into_iter()
-                    .map(|l| {
-                        let host = if l.host.is_empty() {
-                            "localhost".into()
-                        } else {
-                            l.host
-                        };
-                        (l.name, host, l.port)
-                    })
-                    .collect(),
-                rack: cfg.cluster.rack.clone(),
-                heartbeat_interval: Duration::from_millis(cfg.cluster.broker_heartbeat_interval_ms),
-                registration_timeout: Duration::from_millis(cfg.cluster.registration_timeout_ms),
-            },
-            Arc::new(ControllerChannel::new(
+        let bound = Server::bind(cfg).await?;
+        let broker = Broker::start(BrokerParts {
+            config: cfg.clone(),
+            cluster_id: self.cluster_id.clone(),
+            logs: self.logs.clone(),
+            controller: forwarding,
+            heartbeats: Arc::new(ControllerChannel::new(
                 addrs,
                 self.metadata.leader_changes(),
                 timeout,
                 1,
             )),
-            applied,
-            unfenced_locally,
-        );
-        broker.set_lifecycle(lifecycle.clone());
-        self.tasks.push(tokio::spawn(publish(
-            broker.clone(),
-            self.metadata.images(),
-        )));
-        self.tasks.push(tokio::spawn(lifecycle.clone().run()));
+            controller_id: self.metadata.leader_changes(),
+            images: self.metadata.images(),
+            advertised: bound.advertised_listeners(),
+            fetch_pool: Some(bound.fetch_pool()),
+        })?;
+        let server = match bound.serve(broker.clone()).await {
+            Ok(server) => server,
+            Err(e) => {
+                broker.shutdown();
+                return Err(e);
+            }
+        };
+        let lifecycle = broker.lifecycle().clone();
         let waited = self.wait_running(&lifecycle).await;
         // `/readyz` answers ready only now, as Kafka's broker state RUNNING: a pod whose
         // listener is up but that the controller has not yet registered and unfenced is not
@@ -271,7 +244,7 @@ impl Node {
         if waited.is_ok() {
             broker.metrics.set_ready(true);
         }
-        self.broker = Some((broker, server, lifecycle));
+        self.broker = Some((broker, server));
         waited
     }
 
@@ -293,19 +266,19 @@ impl Node {
     }
 
     pub fn broker(&self) -> Option<&Arc<Broker>> {
-        self.broker.as_ref().map(|(b, _, _)| b)
+        self.broker.as_ref().map(|(b, _)| b)
     }
 
     /// The client listeners' addresses, when the node is a broker.
     pub fn client_addrs(&self) -> Vec<std::net::SocketAddr> {
         self.broker
             .as_ref()
-            .map(|(_, s, _)| s.addrs.clone())
+            .map(|(_, s)| s.addrs.clone())
             .unwrap_or_default()
     }
 
     pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
-        self.broker.as_ref().map(|(_, s, _)| s.metrics_addr)
+        self.broker.as_ref().map(|(_, s)| s.metrics_addr)
     }
 
     pub fn controller_addr(&self) -> Option<std::net::SocketAddr> {
@@ -319,19 +292,16 @@ impl Node {
         }
         self.broker
             .as_ref()
-            .and_then(|(_, _, l)| l.fatal().borrow().clone())
+            .and_then(|(b, _)| b.lifecycle().fatal().borrow().clone())
     }
 
     /// Stops the node: the broker moves its leaderships away (controlled shutdown), stops
     /// serving and flushes; then the controller and the quorum stop.
     pub async fn shutdown(self) -> Result<(), BrokerError> {
-        if let Some((broker, server, lifecycle)) = self.broker {
+        if let Some((broker, server)) = self.broker {
             let wait = Duration::from_millis(self.config.cluster.broker_session_timeout_ms);
-            lifecycle.controlled_shutdown(wait).await;
+            broker.lifecycle().controlled_shutdown(wait).await;
             server.stop().await;
-            for t in &self.tasks {
-                t.abort();
-            }
             broker.shutdown();
         }
         for t in &self.tasks {
@@ -366,24 +336,5 @@ fn raise_open_files_limit() {
     // SAFETY: as above.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
         tracing::info!(from, to = lim.rlim_cur, "raised the open files limit");
-    }
-}
-
-/// The metadata publisher: applies each new image to the broker, one at a time, off the
-/// runtime's worker threads (creating logs fsyncs).
-async fn publish(broker: Arc<Broker>, mut images: watch::Receiver<Arc<MetadataImage>>) {
-    loop {
-        let img = images.borrow_and_update().clone();
-        let b = broker.clone();
-        match tokio::task::spawn_blocking(move || b.publish(img)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "cannot apply a metadata change to the local logs")
-            }
-            Err(e) => tracing::error!(error = %e, "the metadata publisher failed"),
-        }
-        if images.changed().await.is_err() {
-            return;
-        }
     }
 }

@@ -157,7 +157,10 @@ impl Broker {
     /// A Fetch. Consumer fetches, wide ones included, are read and encoded on the fetch pool,
     /// so produce and follower fetches never queue behind them.
     fn fetch(self: &Arc<Self>, at: Request, req: FetchRequest) -> Result<Reply, FrameError> {
-        let pool = self.fetch_pool.get().filter(|_| !fetch::is_follower(&req));
+        let pool = self
+            .fetch_pool
+            .as_ref()
+            .filter(|_| !fetch::is_follower(&req));
         let Some(pool) = pool else {
             return at.answer(fetch::fetch(self, at.version, req));
         };

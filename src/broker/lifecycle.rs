@@ -13,6 +13,7 @@ use tokio::sync::watch;
 
 use super::controller_channel::{is_not_controller, ControllerChannel};
 use crate::controller::quorum_controller::METADATA_VERSION_LEVEL;
+use crate::metadata::image::MetadataImage;
 use crate::metadata::records::PLAINTEXT;
 use crate::protocol::errors;
 use crate::storage::KafkaUuid;
@@ -53,11 +54,10 @@ pub struct Lifecycle {
     epoch: AtomicI64,
     state: watch::Sender<LifecycleState>,
     caught_up: watch::Sender<bool>,
-    /// The offset of the last metadata record the broker has applied.
-    applied: Arc<dyn Fn() -> i64 + Send + Sync>,
-    /// Whether the broker's own image shows it unfenced (the controller's answer can arrive
-    /// before the broker has applied the change; it serves only once it has).
-    unfenced_locally: Arc<dyn Fn() -> bool + Send + Sync>,
+    /// The images the broker has applied: the offset of the last metadata record in them goes
+    /// with every heartbeat, and the broker serves only once its own image shows it unfenced
+    /// (the controller's answer can arrive before the broker has applied the change).
+    published: watch::Receiver<Arc<MetadataImage>>,
     /// Why the broker must stop, when the controller will not have it.
     fatal: watch::Sender<Option<String>>,
 }
@@ -68,8 +68,7 @@ impl Lifecycle {
     pub fn new(
         reg: Registration,
         channel: Arc<ControllerChannel>,
-        applied: Arc<dyn Fn() -> i64 + Send + Sync>,
-        unfenced_locally: Arc<dyn Fn() -> bool + Send + Sync>,
+        published: watch::Receiver<Arc<MetadataImage>>,
     ) -> Arc<Lifecycle> {
         Arc::new(Lifecycle {
             reg,
@@ -78,10 +77,17 @@ impl Lifecycle {
             epoch: AtomicI64::new(-1),
             state: watch::channel(LifecycleState::Starting).0,
             caught_up: watch::channel(false).0,
-            applied,
-            unfenced_locally,
+            published,
             fatal: watch::channel(None).0,
         })
+    }
+
+    /// Whether the image the broker has applied shows it unfenced.
+    fn unfenced_locally(&self) -> bool {
+        self.published
+            .borrow()
+            .broker(self.reg.node_id)
+            .is_some_and(|b| !b.fenced)
     }
 
     /// This broker's registration epoch, or -1 before it registered.
@@ -242,7 +248,7 @@ impl Lifecycle {
                 let req = BrokerHeartbeatRequest::default()
                     .with_broker_id(BrokerId(self.reg.node_id))
                     .with_broker_epoch(epoch)
-                    .with_current_metadata_offset((self.applied)())
+                    .with_current_metadata_offset(self.published.borrow().last_offset)
                     .with_want_fence(false)
                     .with_want_shut_down(state == LifecycleState::PendingControlledShutdown);
                 let resp = self
@@ -266,7 +272,7 @@ impl Lifecycle {
                             self.set_state(LifecycleState::ShuttingDown);
                             return;
                         }
-                        let serving = !r.is_fenced && (self.unfenced_locally)();
+                        let serving = !r.is_fenced && self.unfenced_locally();
                         if state < LifecycleState::PendingControlledShutdown {
                             self.set_state(match (r.is_caught_up, serving) {
                                 (false, _) => LifecycleState::Starting,

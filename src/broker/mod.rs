@@ -81,10 +81,10 @@ pub struct Broker {
     pub fetchers: replication::ReplicaFetcherManager,
     /// Incremental fetch sessions (KIP-227).
     pub fetch_sessions: fetch_session::FetchSessionCache,
-    /// Where consumer fetches are read and encoded, once the server has started its fetch pool.
-    fetch_pool: std::sync::OnceLock<tokio::runtime::Handle>,
-    /// Advertised listeners, ports filled in once bound.
-    listeners: parking_lot::RwLock<Vec<crate::config::broker::Listener>>,
+    /// Where consumer fetches are read and encoded (the server's fetch runtime).
+    fetch_pool: Option<tokio::runtime::Handle>,
+    /// Advertised listeners, with the ports the server bound.
+    listeners: Vec<crate::config::broker::Listener>,
     pub metrics: Arc<crate::metrics::BrokerMetrics>,
     /// The classic group coordinator, for the groups whose `__consumer_offsets` partition
     /// this broker leads.
@@ -98,10 +98,33 @@ pub struct Broker {
     /// Admin requests and producer-id blocks go to the active controller through this.
     pub controller: Arc<ControllerChannel>,
     /// Registration and heartbeats.
-    lifecycle: std::sync::OnceLock<Arc<lifecycle::Lifecycle>>,
+    lifecycle: Arc<lifecycle::Lifecycle>,
     /// `__consumer_offsets` partitions whose groups are loaded here.
     coordinated: parking_lot::Mutex<std::collections::HashSet<i32>>,
     strays_deleted: std::sync::atomic::AtomicBool,
+    /// The broker's background tasks (see `start_background`), stopped by `shutdown`.
+    tasks: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+/// What a broker is started from: its config and logs, the channels to the controller, the
+/// metadata it follows, and what the server bound for it.
+pub struct BrokerParts {
+    pub config: BrokerConfig,
+    pub cluster_id: String,
+    pub logs: Arc<LogManager>,
+    /// Admin requests and producer-id blocks go to the active controller through this.
+    pub controller: Arc<ControllerChannel>,
+    /// Registration and heartbeats go through this one, so that a busy admin path never
+    /// delays a heartbeat.
+    pub heartbeats: Arc<ControllerChannel>,
+    /// The active controller, as the quorum names it.
+    pub controller_id: watch::Receiver<Option<i32>>,
+    /// The committed metadata images, as the quorum or the observer replays them.
+    pub images: watch::Receiver<Arc<MetadataImage>>,
+    /// The advertised listeners, with the ports the server bound.
+    pub advertised: Vec<crate::config::broker::Listener>,
+    /// Where consumer fetches are read and encoded; `None`: on the request handlers.
+    pub fetch_pool: Option<tokio::runtime::Handle>,
 }
 
 /// Writes `meta.properties` into an empty log directory (Kafka's `kafka-storage format`).
@@ -160,15 +183,21 @@ pub fn open_log_dir(
 const SEE_OWN_CHANGE: Duration = Duration::from_secs(5);
 
 impl Broker {
-    /// A broker over opened logs, following the controller `controller_id` names.
-    pub fn open(
-        config: BrokerConfig,
-        cluster_id: String,
-        logs: Arc<LogManager>,
-        controller: Arc<ControllerChannel>,
-        controller_id: watch::Receiver<Option<i32>>,
-    ) -> Result<Arc<Broker>, BrokerError> {
+    /// Builds the broker whole and starts its background work (see `start_background`).
+    pub fn start(parts: BrokerParts) -> Result<Arc<Broker>, BrokerError> {
+        let BrokerParts {
+            config,
+            cluster_id,
+            logs,
+            controller,
+            heartbeats,
+            controller_id,
+            images,
+            advertised,
+            fetch_pool,
+        } = parts;
         let metrics = Arc::new(crate::metrics::BrokerMetrics::new());
+        let (isr_changes, isr_change_requests) = tokio::sync::mpsc::unbounded_channel();
         let replicas = Arc::new(ReplicaManager::new(
             config.node_id,
             logs.clone(),
@@ -177,60 +206,81 @@ impl Broker {
                 expands: metrics.isr_expands.clone(),
             },
             config.replication.rack_aware_selector,
+            isr_changes,
         ));
-        let fetchers = replication::ReplicaFetcherManager::new(config.replication.clone());
-        let groups = group::coordinator::Coordinator::new(group::coordinator::GroupConfig {
-            initial_rebalance_delay: Duration::from_millis(config.group_initial_rebalance_delay_ms),
-            min_session_timeout_ms: config.group_min_session_timeout_ms,
-            max_session_timeout_ms: config.group_max_session_timeout_ms,
-            max_size: config.group_max_size,
-            offset_metadata_max_bytes: config.offset_metadata_max_bytes,
-            offsets_retention: Duration::from_secs(
-                config.offsets_retention_minutes.saturating_mul(60),
-            ),
-        });
+        let (published, _) = watch::channel(Arc::new(MetadataImage::empty()));
+        let lifecycle = lifecycle::Lifecycle::new(
+            registration(&config, &cluster_id, &advertised),
+            heartbeats,
+            published.subscribe(),
+        );
+        let epoch_source = lifecycle.clone();
+        let fetchers = replication::ReplicaFetcherManager::new(
+            config.replication.clone(),
+            replicas.clone(),
+            config.node_id,
+            Arc::new(move || epoch_source.epoch()),
+            metrics.clone(),
+        );
         let fetch_sessions = fetch_session::FetchSessionCache::new(
             config.max_incremental_fetch_session_cache_slots,
             metrics.fetch_session_evictions.clone(),
         );
-        let (published, _) = watch::channel(Arc::new(MetadataImage::empty()));
-        Ok(Arc::new(Broker {
+        let broker = Arc::new(Broker {
             cluster_id,
             fetch_sessions,
-            fetch_pool: std::sync::OnceLock::new(),
-            listeners: parking_lot::RwLock::new(config.advertised_listeners.clone()),
+            fetch_pool,
+            listeners: advertised,
+            groups: group::coordinator::Coordinator::new(group_config(&config)),
             config,
             logs,
             replicas,
             fetchers,
             metrics,
-            groups,
             producer_ids: tokio::sync::Mutex::new(0..0),
             published,
             controller_id,
             controller,
-            lifecycle: std::sync::OnceLock::new(),
+            lifecycle,
             coordinated: parking_lot::Mutex::new(Default::default()),
             strays_deleted: std::sync::atomic::AtomicBool::new(false),
-        }))
+            tasks: parking_lot::Mutex::new(Vec::new()),
+        });
+        broker.start_background(images, isr_change_requests);
+        Ok(broker)
     }
 
-    /// Hands consumer fetches to `pool` from now on (set once, by the server).
-    pub fn set_fetch_pool(&self, pool: tokio::runtime::Handle) {
-        let _ = self.fetch_pool.set(pool);
+    /// The broker's background work, each task from the module it serves: the metadata
+    /// publisher, registration and heartbeats, the AlterPartition sender, ReplicaManager's
+    /// ISR expiry and purgatory purge, and the group coordinator's clock.
+    fn start_background(
+        self: &Arc<Self>,
+        images: watch::Receiver<Arc<MetadataImage>>,
+        isr_change_requests: tokio::sync::mpsc::UnboundedReceiver<
+            replica_manager::IsrChangeRequest,
+        >,
+    ) {
+        let mut tasks = vec![
+            tokio::spawn(publisher(self.clone(), images)),
+            tokio::spawn(self.lifecycle.clone().run()),
+            tokio::spawn(alter_partition::run(self.clone(), isr_change_requests)),
+            tokio::spawn(group::metadata_manager::run_clock(self.clone())),
+        ];
+        tasks.extend(
+            self.replicas
+                .start_background(self.config.replication.lag_time_max_ms),
+        );
+        *self.tasks.lock() = tasks;
     }
 
-    pub fn set_lifecycle(&self, l: Arc<lifecycle::Lifecycle>) {
-        let _ = self.lifecycle.set(l);
-    }
-
-    pub fn lifecycle(&self) -> Option<&Arc<lifecycle::Lifecycle>> {
-        self.lifecycle.get()
+    /// Registration and heartbeats.
+    pub fn lifecycle(&self) -> &Arc<lifecycle::Lifecycle> {
+        &self.lifecycle
     }
 
     /// The epoch the controller gave this broker's registration; -1 before it registered.
     pub fn broker_epoch(&self) -> i64 {
-        self.lifecycle().map_or(-1, |l| l.epoch())
+        self.lifecycle.epoch()
     }
 
     pub fn node_id(&self) -> i32 {
@@ -259,8 +309,7 @@ impl Broker {
 
     /// The advertised endpoint of the first client listener.
     pub fn endpoint(&self) -> Endpoint {
-        let l = self.listeners.read();
-        let first = &l[0];
+        let first = &self.listeners[0];
         Endpoint {
             host: if first.host.is_empty() {
                 "localhost".into()
@@ -273,17 +322,7 @@ impl Broker {
 
     /// The advertised listeners, ports filled in.
     pub fn advertised_listeners(&self) -> Vec<crate::config::broker::Listener> {
-        self.listeners.read().clone()
-    }
-
-    /// Sets the advertised port of listener `i` once it is bound (for port 0).
-    pub fn set_advertised_port(&self, i: usize, port: u16) {
-        let mut l = self.listeners.write();
-        if let Some(l) = l.get_mut(i) {
-            if l.port == 0 {
-                l.port = port;
-            }
-        }
+        self.listeners.clone()
     }
 
     /// The next producer id, asking the controller for a new block of 1,000 when needed.
@@ -334,16 +373,11 @@ impl Broker {
     /// partitions follow the image only from then on, as Kafka's brokers start publishing only
     /// once registered and caught up.
     fn registered_in(&self, image: &MetadataImage) -> bool {
-        match self.lifecycle() {
-            None => true,
-            Some(l) => {
-                let epoch = l.epoch();
-                epoch >= 0
-                    && image
-                        .broker(self.node_id())
-                        .is_some_and(|b| b.epoch == epoch)
-            }
-        }
+        let epoch = self.lifecycle.epoch();
+        epoch >= 0
+            && image
+                .broker(self.node_id())
+                .is_some_and(|b| b.epoch == epoch)
     }
 
     /// Partitions, group coordinators and fetchers follow `image`.
@@ -353,7 +387,7 @@ impl Broker {
             .apply_image(image, &self.config.log)
             .inspect_err(|_| self.metrics.metadata_apply_errors.inc())?;
         group::metadata_manager::on_partition_changes(self, &changes);
-        let caught_up = self.lifecycle().is_some_and(|l| l.is_caught_up());
+        let caught_up = self.lifecycle.is_caught_up();
         if caught_up
             && !self
                 .strays_deleted
@@ -363,11 +397,6 @@ impl Broker {
         }
         self.follow_leaders(image);
         Ok(())
-    }
-
-    /// Points the fetchers at the leaders the published image names (once they can run).
-    pub fn follow_now(&self, image: &MetadataImage) {
-        self.follow_leaders(image);
     }
 
     /// Points the fetchers at the leaders of the partitions this broker follows, and takes the
@@ -426,8 +455,70 @@ impl Broker {
     /// rebuild it). The logs stay open: the node closes them last, after the metadata quorum,
     /// which writes to the same LogManager.
     pub fn shutdown(&self) {
+        for t in self.tasks.lock().drain(..) {
+            t.abort();
+        }
         self.fetchers.shutdown();
         self.replicas.snapshot_producer_state();
+    }
+}
+
+/// What the broker registers with: its advertised listeners (an empty host as `localhost`),
+/// rack and timings.
+fn registration(
+    config: &BrokerConfig,
+    cluster_id: &str,
+    advertised: &[crate::config::broker::Listener],
+) -> lifecycle::Registration {
+    let c = &config.cluster;
+    lifecycle::Registration {
+        node_id: config.node_id,
+        cluster_id: cluster_id.to_string(),
+        listeners: advertised
+            .iter()
+            .map(|l| {
+                let host = if l.host.is_empty() {
+                    "localhost".to_string()
+                } else {
+                    l.host.clone()
+                };
+                (l.name.clone(), host, l.port)
+            })
+            .collect(),
+        rack: c.rack.clone(),
+        heartbeat_interval: Duration::from_millis(c.broker_heartbeat_interval_ms),
+        registration_timeout: Duration::from_millis(c.registration_timeout_ms),
+    }
+}
+
+/// The classic group coordinator's settings (`group.*`, `offsets.*`).
+fn group_config(config: &BrokerConfig) -> group::coordinator::GroupConfig {
+    group::coordinator::GroupConfig {
+        initial_rebalance_delay: Duration::from_millis(config.group_initial_rebalance_delay_ms),
+        min_session_timeout_ms: config.group_min_session_timeout_ms,
+        max_session_timeout_ms: config.group_max_session_timeout_ms,
+        max_size: config.group_max_size,
+        offset_metadata_max_bytes: config.offset_metadata_max_bytes,
+        offsets_retention: Duration::from_secs(config.offsets_retention_minutes.saturating_mul(60)),
+    }
+}
+
+/// The metadata publisher: applies each new image to the broker, one at a time, off the
+/// runtime's worker threads (creating logs fsyncs).
+async fn publisher(broker: Arc<Broker>, mut images: watch::Receiver<Arc<MetadataImage>>) {
+    loop {
+        let img = images.borrow_and_update().clone();
+        let b = broker.clone();
+        match tokio::task::spawn_blocking(move || b.publish(img)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "cannot apply a metadata change to the local logs")
+            }
+            Err(e) => tracing::error!(error = %e, "the metadata publisher failed"),
+        }
+        if images.changed().await.is_err() {
+            return;
+        }
     }
 }
 

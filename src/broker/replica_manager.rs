@@ -90,7 +90,7 @@ pub struct ReplicaManager {
     /// moves.
     produce_purgatory: Purgatory,
     /// Where ISR changes go to be sent to the controller (AlterPartition).
-    isr_changes: Mutex<Option<mpsc::UnboundedSender<IsrChangeRequest>>>,
+    isr_changes: mpsc::UnboundedSender<IsrChangeRequest>,
     counters: IsrCounters,
     /// Bytes per second this broker may send to followers of throttled replicas
     /// (`leader.replication.throttled.rate`).
@@ -115,11 +115,14 @@ fn isr_eligible(image: &MetadataImage, id: i32) -> bool {
 }
 
 impl ReplicaManager {
+    /// The replicas of `node_id` over `logs`; ISR changes its partitions propose go to
+    /// `isr_changes` (the AlterPartition sender).
     pub fn new(
         node_id: i32,
         logs: Arc<LogManager>,
         counters: IsrCounters,
         rack_aware_selector: bool,
+        isr_changes: mpsc::UnboundedSender<IsrChangeRequest>,
     ) -> Self {
         ReplicaManager {
             node_id,
@@ -130,16 +133,35 @@ impl ReplicaManager {
             fetch_purgatory: Purgatory::default(),
             follower_fetch_purgatory: Purgatory::default(),
             produce_purgatory: Purgatory::default(),
-            isr_changes: Mutex::new(None),
+            isr_changes,
             counters,
             leader_throttle: Throttle::default(),
             rack_aware_selector,
         }
     }
 
-    /// From now on ISR changes go to `tx` (the AlterPartition sender).
-    pub fn set_isr_change_sender(&self, tx: mpsc::UnboundedSender<IsrChangeRequest>) {
-        *self.isr_changes.lock() = Some(tx);
+    /// Starts ReplicaManager's own background work: every half of `lag_ms`
+    /// (`replica.lag.time.max.ms`) the leaders drop followers that fell behind (Kafka's
+    /// isr-expiration task), and every second the purgatories drop what completed or timed out.
+    pub fn start_background(self: &Arc<Self>, lag_ms: i64) -> Vec<tokio::task::JoinHandle<()>> {
+        let rm = self.clone();
+        let expiry = tokio::spawn(async move {
+            let every = Duration::from_millis((lag_ms / 2).max(10) as u64);
+            let mut interval = tokio::time::interval(every);
+            loop {
+                interval.tick().await;
+                rm.maybe_shrink_isrs(lag_ms);
+            }
+        });
+        let rm = self.clone();
+        let purge = tokio::spawn(async move {
+            let mut interval = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                interval.tick().await;
+                rm.purge_purgatories();
+            }
+        });
+        vec![expiry, purge]
     }
 
     fn get(&self, tp: &TopicPartition) -> Option<Arc<Partition>> {
@@ -497,7 +519,7 @@ impl ReplicaManager {
 
     /// Drops the watch entries of operations that completed or timed out: on a quiet
     /// partition nothing else visits them (Kafka's purgatories purge the same way).
-    pub fn purge_purgatories(&self) {
+    fn purge_purgatories(&self) {
         self.fetch_purgatory.purge();
         self.follower_fetch_purgatory.purge();
         self.produce_purgatory.purge();
@@ -601,12 +623,7 @@ impl ReplicaManager {
             proposal,
         };
         let epoch = req.proposal.leader_epoch;
-        let sent = self
-            .isr_changes
-            .lock()
-            .as_ref()
-            .is_some_and(|tx| tx.send(req).is_ok());
-        if !sent {
+        if self.isr_changes.send(req).is_err() {
             if let Some(hw) = p.on_isr_change_answer(epoch, None) {
                 self.on_high_watermark(p, hw);
             }
@@ -629,7 +646,7 @@ impl ReplicaManager {
 
     /// Proposes smaller ISRs where followers fell behind for `lag_ms` (Kafka's isr-expiration
     /// task).
-    pub fn maybe_shrink_isrs(&self, lag_ms: i64) {
+    fn maybe_shrink_isrs(&self, lag_ms: i64) {
         let now = now_ms();
         for p in self.partitions() {
             if let Some(proposal) = p.maybe_shrink_isr(now, lag_ms) {

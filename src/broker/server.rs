@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
 use super::{Broker, Reply};
-use crate::config::broker::BrokerConfig;
+use crate::config::broker::{BrokerConfig, Listener};
 use crate::metrics::RequestTimes;
 use crate::protocol::listener::{
     serve, CloseReason, Connection, ConnectionQuotas, Handler, ListenerSettings, DEFAULT_DRAIN,
@@ -75,28 +75,30 @@ fn fetch_threads(io_threads: usize) -> usize {
         .max(1)
 }
 
-impl Server {
-    /// Binds every listener and the metrics endpoint and starts serving. Port 0 binds an
-    /// ephemeral port, which is then advertised.
-    pub async fn start(broker: Arc<Broker>) -> Result<Server, super::BrokerError> {
-        let bind_err = |addr: String| move |source| super::BrokerError::Bind { addr, source };
-        let network = BackgroundRuntime(Some(
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(broker.config.num_network_threads)
-                .thread_name("evenkeel-network")
-                .enable_all()
-                .build()
-                .map_err(bind_err("network runtime".into()))?,
-        ));
-        let fetch = BackgroundRuntime(Some(
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(fetch_threads(broker.config.num_io_threads))
-                .thread_name("evenkeel-fetch")
-                .enable_all()
-                .build()
-                .map_err(bind_err("fetch runtime".into()))?,
-        ));
-        broker.set_fetch_pool(fetch.handle().clone());
+/// A broker's listeners bound and its runtimes started, before the broker exists: the broker
+/// is built with the ports bound here (advertised, and registered with the controller) and the
+/// fetch runtime, then `serve` starts answering.
+pub struct BoundServer {
+    listeners: Vec<(String, std::net::TcpListener, SocketAddr)>,
+    advertised: Vec<Listener>,
+    quotas: Arc<ConnectionQuotas>,
+    network: BackgroundRuntime,
+    fetch: BackgroundRuntime,
+}
+
+impl BoundServer {
+    /// The advertised listeners, a port 0 replaced by the port bound.
+    pub fn advertised_listeners(&self) -> Vec<Listener> {
+        self.advertised.clone()
+    }
+
+    /// Where consumer fetches are read and encoded.
+    pub fn fetch_pool(&self) -> tokio::runtime::Handle {
+        self.fetch.handle().clone()
+    }
+
+    /// Starts the request handlers, the accept loops and the metrics endpoint for `broker`.
+    pub async fn serve(self, broker: Arc<Broker>) -> Result<Server, super::BrokerError> {
         let (shutdown, stop) = watch::channel(false);
         let (tx, rx) = async_channel::bounded::<Job>(broker.config.queued_max_requests);
         let mut tasks = Vec::new();
@@ -105,32 +107,66 @@ impl Server {
             let broker = broker.clone();
             tasks.push(tokio::spawn(async move { handler(i, broker, rx).await }));
         }
-        let (addrs, listeners) = bind_listeners(&broker, network.handle(), &tx, &stop).await?;
-        let refresh = refresh_hook(broker.clone(), tx.clone(), network.handle().clone());
+        let mut addrs = Vec::new();
+        let mut listeners = Vec::new();
+        for (name, std_listener, local) in self.listeners {
+            addrs.push(local);
+            let settings = listener_settings(&broker.config, &name);
+            let (quotas, stop) = (self.quotas.clone(), stop.clone());
+            let handler = connection_handler(broker.clone(), tx.clone());
+            listeners.push(self.network.handle().spawn(async move {
+                match TcpListener::from_std(std_listener) {
+                    Ok(listener) => serve(listener, settings, quotas, handler, stop).await,
+                    Err(e) => tracing::error!(error = %e, "cannot register the listener"),
+                }
+            }));
+        }
+        let refresh = refresh_hook(broker.clone(), tx.clone(), self.network.handle().clone());
         let (metrics_addr, metrics_task) = serve_metrics(&broker, refresh).await?;
         tracing::info!(address = %metrics_addr, "metrics on /metrics, /healthz, /readyz");
         tasks.push(metrics_task);
-        // Group sessions, rebalance timeouts and offset retention.
-        let ticker = broker.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut interval = tokio::time::interval(Duration::from_millis(100));
-            let mut last_expiry = Instant::now();
-            loop {
-                interval.tick().await;
-                ticker.groups.tick(Instant::now());
-                if last_expiry.elapsed() >= Duration::from_secs(60) {
-                    last_expiry = Instant::now();
-                    crate::broker::group::metadata_manager::expire_offsets(&ticker);
-                }
-            }
-        }));
-        tasks.extend(start_replication(&broker));
         Ok(Server {
             addrs,
             metrics_addr,
             shutdown,
             listeners,
             tasks,
+            network: self.network,
+            fetch: self.fetch,
+        })
+    }
+}
+
+impl Server {
+    /// Starts the network and fetch runtimes and binds every client listener (all of them
+    /// share one `ConnectionQuotas`: `max.connections` is broker-wide, as in Kafka). Port 0
+    /// binds an ephemeral port, which is then advertised.
+    pub async fn bind(config: &BrokerConfig) -> Result<BoundServer, super::BrokerError> {
+        let network = runtime("evenkeel-network", config.num_network_threads)?;
+        let fetch = runtime("evenkeel-fetch", fetch_threads(config.num_io_threads))?;
+        let c = &config.connections;
+        let overrides = ConnectionQuotas::resolve(&c.max_connections_per_ip_overrides).await?;
+        let quotas = ConnectionQuotas::new(c.max_connections, c.max_connections_per_ip, overrides);
+        let mut advertised = config.advertised_listeners.clone();
+        let mut listeners = Vec::new();
+        for (i, l) in config.listeners.iter().enumerate() {
+            let (std_listener, local) = bind_one(l)?;
+            let shown = advertised
+                .iter()
+                .position(|a| a.name == l.name)
+                .or((i == 0).then_some(0));
+            if let Some(a) = shown.and_then(|j| advertised.get_mut(j)) {
+                if a.port == 0 {
+                    a.port = local.port();
+                }
+            }
+            tracing::info!(listener = %l.name, address = %local, "listening");
+            listeners.push((l.name.clone(), std_listener, local));
+        }
+        Ok(BoundServer {
+            listeners,
+            advertised,
+            quotas,
             network,
             fetch,
         })
@@ -155,53 +191,36 @@ impl Server {
     }
 }
 
-/// Binds every client listener and starts its accept loop on the network runtime; all of
-/// them share one `ConnectionQuotas` (`max.connections` is broker-wide, as in Kafka).
-async fn bind_listeners(
-    broker: &Arc<Broker>,
-    network: &tokio::runtime::Handle,
-    queue: &async_channel::Sender<Job>,
-    stop: &watch::Receiver<bool>,
-) -> Result<(Vec<SocketAddr>, Vec<tokio::task::JoinHandle<()>>), super::BrokerError> {
-    let bind_err = |addr: String| move |source| super::BrokerError::Bind { addr, source };
-    let c = &broker.config.connections;
-    let overrides = ConnectionQuotas::resolve(&c.max_connections_per_ip_overrides).await?;
-    let quotas = ConnectionQuotas::new(c.max_connections, c.max_connections_per_ip, overrides);
-    let (mut addrs, mut tasks) = (Vec::new(), Vec::new());
-    for (i, l) in broker.config.listeners.iter().enumerate() {
-        let host = if l.host.is_empty() {
-            "0.0.0.0"
-        } else {
-            &l.host
-        };
-        let addr = format!("{host}:{}", l.port);
-        let std_listener = std::net::TcpListener::bind(&addr).map_err(bind_err(addr.clone()))?;
-        std_listener
-            .set_nonblocking(true)
-            .map_err(bind_err(addr.clone()))?;
-        let local = std_listener.local_addr().map_err(bind_err(addr.clone()))?;
-        if let Some(j) = broker
-            .config
-            .advertised_listeners
-            .iter()
-            .position(|a| a.name == l.name)
-            .or((i == 0).then_some(0))
-        {
-            broker.set_advertised_port(j, local.port());
-        }
-        addrs.push(local);
-        tracing::info!(listener = %l.name, address = %local, "listening");
-        let settings = listener_settings(&broker.config, &l.name);
-        let (quotas, stop) = (quotas.clone(), stop.clone());
-        let handler = connection_handler(broker.clone(), queue.clone());
-        tasks.push(network.spawn(async move {
-            match TcpListener::from_std(std_listener) {
-                Ok(listener) => serve(listener, settings, quotas, handler, stop).await,
-                Err(e) => tracing::error!(error = %e, "cannot register the listener"),
-            }
-        }));
-    }
-    Ok((addrs, tasks))
+/// A multi-threaded runtime of the server's own.
+fn runtime(name: &str, threads: usize) -> Result<BackgroundRuntime, super::BrokerError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name(name)
+        .enable_all()
+        .build()
+        .map_err(|source| super::BrokerError::Bind {
+            addr: format!("{name} runtime"),
+            source,
+        })?;
+    Ok(BackgroundRuntime(Some(rt)))
+}
+
+/// Binds one client listener (not yet accepting): the socket and the address it got.
+fn bind_one(l: &Listener) -> Result<(std::net::TcpListener, SocketAddr), super::BrokerError> {
+    let host = if l.host.is_empty() {
+        "0.0.0.0"
+    } else {
+        &l.host
+    };
+    let addr = format!("{host}:{}", l.port);
+    let bind_err = |source| super::BrokerError::Bind {
+        addr: addr.clone(),
+        source,
+    };
+    let std_listener = std::net::TcpListener::bind(&addr).map_err(bind_err)?;
+    std_listener.set_nonblocking(true).map_err(bind_err)?;
+    let local = std_listener.local_addr().map_err(bind_err)?;
+    Ok((std_listener, local))
 }
 
 /// How the client listener `name` serves its connections. The inter-broker listener, when
@@ -220,45 +239,6 @@ fn listener_settings(config: &BrokerConfig, name: &str) -> ListenerSettings {
 /// Serves each accepted connection through the request queue.
 fn connection_handler(broker: Arc<Broker>, queue: async_channel::Sender<Job>) -> Handler {
     Arc::new(move |conn| Box::pin(connection(conn, broker.clone(), queue.clone())))
-}
-
-/// Replication's background work: the fetchers follow the broker's partitions, the
-/// AlterPartition sender carries ISR changes to the controller, every half of
-/// `replica.lag.time.max.ms` the leaders drop followers that fell behind (Kafka's
-/// isr-expiration task), and every second the purgatories drop what completed or timed out.
-fn start_replication(broker: &Arc<Broker>) -> Vec<tokio::task::JoinHandle<()>> {
-    let weak = Arc::downgrade(broker);
-    broker.fetchers.attach(
-        broker.replicas.clone(),
-        broker.node_id(),
-        Arc::new(move || weak.upgrade().map_or(-1, |b| b.broker_epoch())),
-        broker.metrics.clone(),
-    );
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    broker.replicas.set_isr_change_sender(tx);
-    let sender = tokio::spawn(crate::broker::alter_partition::run(broker.clone(), rx));
-    let lag = broker.config.replication.lag_time_max_ms;
-    let b = broker.clone();
-    let expiry = tokio::spawn(async move {
-        let mut interval = tokio::time::interval(Duration::from_millis((lag / 2).max(10) as u64));
-        loop {
-            interval.tick().await;
-            b.replicas.maybe_shrink_isrs(lag);
-        }
-    });
-    let b = broker.clone();
-    let purge = tokio::spawn(async move {
-        let mut interval = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            interval.tick().await;
-            b.replicas.purge_purgatories();
-        }
-    });
-    // What the image already asks to follow.
-    let b = broker.clone();
-    let image = b.image();
-    let first = tokio::spawn(async move { b.follow_now(&image) });
-    vec![sender, expiry, purge, first]
 }
 
 /// Refreshes the gauges that describe state, at scrape time.

@@ -329,8 +329,24 @@ fn group_metadata(g: &Group) -> GroupMetadataValue {
     }
 }
 
+/// The group coordinator's clock: member sessions and rebalance timeouts every 100 ms, offset
+/// retention every minute (Kafka's `offsets.retention.check.interval.ms` default, 10 minutes,
+/// is coarser; a minute keeps expiry close to `offsets.retention.minutes`).
+pub async fn run_clock(broker: Arc<Broker>) {
+    let mut interval = tokio::time::interval(std::time::Duration::from_millis(100));
+    let mut last_expiry = std::time::Instant::now();
+    loop {
+        interval.tick().await;
+        broker.groups.tick(std::time::Instant::now());
+        if last_expiry.elapsed() >= std::time::Duration::from_secs(60) {
+            last_expiry = std::time::Instant::now();
+            expire_offsets(&broker);
+        }
+    }
+}
+
 /// Expires offsets of empty groups past `offsets.retention.minutes` and writes tombstones.
-pub fn expire_offsets(broker: &Broker) {
+fn expire_offsets(broker: &Broker) {
     let expired = broker.groups.expire_offsets(crate::storage::log::now_ms());
     let mut by_group: BTreeMap<String, Vec<RecordKv>> = BTreeMap::new();
     for (group, (topic, partition)) in expired {

@@ -30,7 +30,15 @@ fn replica(node: i32, image: &Arc<MetadataImage>, min_isr: i32) -> Replica {
         shrinks: IntCounter::new("shrinks", "shrinks").unwrap(),
         expands: IntCounter::new("expands", "expands").unwrap(),
     };
-    let rm = Arc::new(ReplicaManager::new(node, logs, counters, false));
+    // No AlterPartition sender: an ISR change a leader proposes is answered as not sent.
+    let (isr_changes, _) = tokio::sync::mpsc::unbounded_channel();
+    let rm = Arc::new(ReplicaManager::new(
+        node,
+        logs,
+        counters,
+        false,
+        isr_changes,
+    ));
     rm.apply_image(image, &defaults).unwrap();
     Replica { rm, _dir: dir }
 }

@@ -94,7 +94,7 @@ fn clear_stall(ctx: &FetcherContext, tp: &TopicPartition, a: &Assigned) {
 /// The broker's fetchers, by `(source broker, fetcher index)`.
 pub struct ReplicaFetcherManager {
     config: ReplicationConfig,
-    context: Mutex<Option<FetcherContext>>,
+    context: FetcherContext,
     fetchers: Mutex<HashMap<(i32, usize), FetcherHandle>>,
     /// Bytes per second this broker may fetch for throttled partitions
     /// (`follower.replication.throttled.rate`).
@@ -109,38 +109,34 @@ fn fetcher_index(tp: &TopicPartition, n: usize) -> usize {
 }
 
 impl ReplicaFetcherManager {
-    pub fn new(config: ReplicationConfig) -> Self {
-        ReplicaFetcherManager {
-            config,
-            context: Mutex::new(None),
-            fetchers: Mutex::new(HashMap::new()),
-            follower_throttle: Arc::new(Throttle::default()),
-        }
-    }
-
-    /// What the fetchers append to and report with; no fetcher starts before this.
-    pub fn attach(
-        &self,
+    /// The fetchers of a broker: they append to `replicas` and fetch as `node_id` with the
+    /// registration epoch `broker_epoch` gives (KIP-903).
+    pub fn new(
+        config: ReplicationConfig,
         replicas: Arc<ReplicaManager>,
         node_id: i32,
         broker_epoch: Arc<dyn Fn() -> i64 + Send + Sync>,
         metrics: Arc<BrokerMetrics>,
-    ) {
-        *self.context.lock() = Some(FetcherContext {
-            replicas,
-            node_id,
-            broker_epoch,
-            metrics,
-            follower_throttle: self.follower_throttle.clone(),
-        });
+    ) -> Self {
+        let follower_throttle = Arc::new(Throttle::default());
+        ReplicaFetcherManager {
+            config,
+            context: FetcherContext {
+                replicas,
+                node_id,
+                broker_epoch,
+                metrics,
+                follower_throttle: follower_throttle.clone(),
+            },
+            fetchers: Mutex::new(HashMap::new()),
+            follower_throttle,
+        }
     }
 
     /// Makes the fetchers follow exactly `targets`: new partitions start fetching, partitions
     /// with a new leader or epoch move, the rest stop. Fetchers left without partitions end.
     pub fn sync(&self, targets: &[FollowTarget]) {
-        let Some(ctx) = self.context.lock().clone() else {
-            return;
-        };
+        let ctx = &self.context;
         let mut fetchers = self.fetchers.lock();
         let mut wanted: HashMap<(i32, usize), Vec<&FollowTarget>> = HashMap::new();
         for t in targets {
@@ -152,7 +148,7 @@ impl ReplicaFetcherManager {
             if !keep {
                 let mut parts = h.shared.partitions.lock();
                 for (tp, a) in parts.iter() {
-                    clear_stall(&ctx, tp, a);
+                    clear_stall(ctx, tp, a);
                 }
                 parts.clear();
             }
@@ -176,7 +172,7 @@ impl ReplicaFetcherManager {
             parts.retain(|tp, a| {
                 let keep = ts.iter().any(|t| &t.tp == tp);
                 if !keep {
-                    clear_stall(&ctx, tp, a);
+                    clear_stall(ctx, tp, a);
                 }
                 keep
             });
@@ -187,7 +183,7 @@ impl ReplicaFetcherManager {
                     .is_none_or(|a| a.leader_epoch != t.leader_epoch);
                 if changed {
                     if let Some(a) = parts.get(&t.tp) {
-                        clear_stall(&ctx, &t.tp, a);
+                        clear_stall(ctx, &t.tp, a);
                     }
                     added = true;
                     parts.insert(
