@@ -275,7 +275,7 @@ fn print_ready(node: &evenkeel::node::Node, banner: bool) {
             .collect();
         print_banner(
             &bootstrap,
-            &[broker.config.log_dir.display().to_string()],
+            &[node.config.log_dir.display().to_string()],
             &metrics,
         );
     }

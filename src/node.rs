@@ -242,7 +242,7 @@ impl Node {
         // listener is up but that the controller has not yet registered and unfenced is not
         // ready (a Service must not send it clients, a roll must not move on from it).
         if waited.is_ok() {
-            broker.metrics.set_ready(true);
+            broker.set_ready();
         }
         self.broker = Some((broker, server));
         waited

@@ -73,22 +73,20 @@ pub struct Endpoint {
 
 /// One broker node: the shared state every request handler sees.
 pub struct Broker {
-    pub config: BrokerConfig,
-    pub cluster_id: String,
-    pub logs: Arc<LogManager>,
-    pub replicas: Arc<ReplicaManager>,
-    /// The fetchers that follow other brokers' partitions.
-    pub fetchers: replication::ReplicaFetcherManager,
+    config: BrokerConfig,
+    cluster_id: String,
+    logs: Arc<LogManager>,
+    replicas: Arc<ReplicaManager>,
     /// Incremental fetch sessions (KIP-227).
-    pub fetch_sessions: fetch_session::FetchSessionCache,
+    fetch_sessions: fetch_session::FetchSessionCache,
     /// Where consumer fetches are read and encoded (the server's fetch runtime).
     fetch_pool: Option<tokio::runtime::Handle>,
     /// Advertised listeners, with the ports the server bound.
     listeners: Vec<crate::config::broker::Listener>,
-    pub metrics: Arc<crate::metrics::BrokerMetrics>,
+    metrics: Arc<crate::metrics::BrokerMetrics>,
     /// The classic group coordinator, for the groups whose `__consumer_offsets` partition
     /// this broker leads.
-    pub groups: group::coordinator::Coordinator,
+    groups: group::coordinator::Coordinator,
     /// Producer ids this broker may hand out (a block from the controller).
     producer_ids: tokio::sync::Mutex<std::ops::Range<i64>>,
     /// The image the partitions and coordinators were last brought in line with.
@@ -96,7 +94,7 @@ pub struct Broker {
     /// The active controller, as the quorum names it.
     controller_id: watch::Receiver<Option<i32>>,
     /// Admin requests and producer-id blocks go to the active controller through this.
-    pub controller: Arc<ControllerChannel>,
+    controller: Arc<ControllerChannel>,
     /// Registration and heartbeats.
     lifecycle: Arc<lifecycle::Lifecycle>,
     /// `__consumer_offsets` partitions whose groups are loaded here.
@@ -197,17 +195,6 @@ impl Broker {
             fetch_pool,
         } = parts;
         let metrics = Arc::new(crate::metrics::BrokerMetrics::new());
-        let (isr_changes, isr_change_requests) = tokio::sync::mpsc::unbounded_channel();
-        let replicas = Arc::new(ReplicaManager::new(
-            config.node_id,
-            logs.clone(),
-            replica_manager::IsrCounters {
-                shrinks: metrics.isr_shrinks.clone(),
-                expands: metrics.isr_expands.clone(),
-            },
-            config.replication.rack_aware_selector,
-            isr_changes,
-        ));
         let (published, _) = watch::channel(Arc::new(MetadataImage::empty()));
         let lifecycle = lifecycle::Lifecycle::new(
             registration(&config, &cluster_id, &advertised),
@@ -215,13 +202,16 @@ impl Broker {
             published.subscribe(),
         );
         let epoch_source = lifecycle.clone();
-        let fetchers = replication::ReplicaFetcherManager::new(
-            config.replication.clone(),
-            replicas.clone(),
-            config.node_id,
-            Arc::new(move || epoch_source.epoch()),
-            metrics.clone(),
-        );
+        let (isr_changes, isr_change_requests) = tokio::sync::mpsc::unbounded_channel();
+        let replicas = ReplicaManager::new(replica_manager::ReplicaManagerParts {
+            node_id: config.node_id,
+            logs: logs.clone(),
+            config: config.replication.clone(),
+            inter_broker_listener: config.cluster.inter_broker_listener_name.clone(),
+            metrics: metrics.clone(),
+            broker_epoch: Arc::new(move || epoch_source.epoch()),
+            isr_changes,
+        });
         let fetch_sessions = fetch_session::FetchSessionCache::new(
             config.max_incremental_fetch_session_cache_slots,
             metrics.fetch_session_evictions.clone(),
@@ -235,7 +225,6 @@ impl Broker {
             config,
             logs,
             replicas,
-            fetchers,
             metrics,
             producer_ids: tokio::sync::Mutex::new(0..0),
             published,
@@ -271,6 +260,11 @@ impl Broker {
                 .start_background(self.config.replication.lag_time_max_ms),
         );
         *self.tasks.lock() = tasks;
+    }
+
+    /// Marks the broker ready to serve (`/readyz`), as Kafka's broker state RUNNING.
+    pub fn set_ready(&self) {
+        self.metrics.set_ready(true);
     }
 
     /// Registration and heartbeats.
@@ -395,27 +389,8 @@ impl Broker {
         {
             self.replicas.delete_strays(image)?;
         }
-        self.follow_leaders(image);
+        self.replicas.follow_leaders(image);
         Ok(())
-    }
-
-    /// Points the fetchers at the leaders of the partitions this broker follows, and takes the
-    /// replication throttles from the dynamic broker configs.
-    fn follow_leaders(&self, image: &MetadataImage) {
-        let listener = &self.config.cluster.inter_broker_listener_name;
-        self.fetchers
-            .sync(&self.replicas.follow_targets(image, listener));
-        let rate = |key: &str| {
-            image
-                .dynamic_broker_config(self.node_id(), key)
-                .and_then(|v| v.trim().parse::<i64>().ok())
-        };
-        self.replicas
-            .leader_throttle
-            .set_rate(rate("leader.replication.throttled.rate"));
-        self.fetchers
-            .follower_throttle
-            .set_rate(rate("follower.replication.throttled.rate"));
     }
 
     /// Waits (bounded) until the published image satisfies `ready`.
@@ -458,8 +433,7 @@ impl Broker {
         for t in self.tasks.lock().drain(..) {
             t.abort();
         }
-        self.fetchers.shutdown();
-        self.replicas.snapshot_producer_state();
+        self.replicas.shutdown();
     }
 }
 

@@ -10,16 +10,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
-use prometheus::IntCounter;
 use tokio::sync::mpsc;
 
 use super::partition::{Divergence, FetchIsolation, IsrProposal, Partition, ReadResult, Role};
 use super::purgatory::{DelayedOperation, Purgatory};
-use super::replication::{FollowTarget, Throttle};
+use super::replication::{FollowTarget, ReplicaFetcherManager, Throttle};
 use super::Outcome;
+use crate::config::replication::ReplicationConfig;
 use crate::config::LogConfig;
 use crate::metadata::image::{MetadataImage, TopicImage};
 use crate::metadata::is_hidden_topic;
+use crate::metrics::BrokerMetrics;
 use crate::protocol::errors;
 use crate::storage::log::{now_ms, AppendInfo};
 use crate::storage::{KafkaUuid, LogManager, StorageError, TopicPartition};
@@ -48,11 +49,20 @@ pub struct FollowerRead {
     pub divergence: Option<Divergence>,
 }
 
-/// ISR change counters (Kafka's IsrShrinksPerSec and IsrExpandsPerSec).
-#[derive(Clone)]
-pub struct IsrCounters {
-    pub shrinks: IntCounter,
-    pub expands: IntCounter,
+/// What a ReplicaManager is made of.
+pub struct ReplicaManagerParts {
+    pub node_id: i32,
+    pub logs: Arc<LogManager>,
+    /// `replica.*` settings, for the partitions and their fetchers.
+    pub config: ReplicationConfig,
+    /// The listener followers reach their leaders on (`inter.broker.listener.name`).
+    pub inter_broker_listener: String,
+    /// ISR changes and the fetchers' counters land here.
+    pub metrics: Arc<BrokerMetrics>,
+    /// This broker's registration epoch (KIP-903: followers fetch with it).
+    pub broker_epoch: Arc<dyn Fn() -> i64 + Send + Sync>,
+    /// Where ISR changes the leaders propose go (the AlterPartition sender).
+    pub isr_changes: mpsc::UnboundedSender<IsrChangeRequest>,
 }
 
 /// An acks=all append waiting for the ISR: the partition, the leader epoch it was appended
@@ -91,12 +101,16 @@ pub struct ReplicaManager {
     produce_purgatory: Purgatory,
     /// Where ISR changes go to be sent to the controller (AlterPartition).
     isr_changes: mpsc::UnboundedSender<IsrChangeRequest>,
-    counters: IsrCounters,
+    metrics: Arc<BrokerMetrics>,
     /// Bytes per second this broker may send to followers of throttled replicas
     /// (`leader.replication.throttled.rate`).
-    pub leader_throttle: Throttle,
+    leader_throttle: Throttle,
     /// `replica.selector.class` is Kafka's RackAwareReplicaSelector (KIP-392).
     rack_aware_selector: bool,
+    /// The fetchers that follow other brokers' partitions for this one (Kafka's
+    /// ReplicaFetcherManager); they hold this ReplicaManager weakly.
+    fetchers: ReplicaFetcherManager,
+    inter_broker_listener: String,
 }
 
 fn topic_config(image: &MetadataImage, t: &TopicImage, defaults: &LogConfig) -> LogConfig {
@@ -115,16 +129,28 @@ fn isr_eligible(image: &MetadataImage, id: i32) -> bool {
 }
 
 impl ReplicaManager {
-    /// The replicas of `node_id` over `logs`; ISR changes its partitions propose go to
-    /// `isr_changes` (the AlterPartition sender).
-    pub fn new(
-        node_id: i32,
-        logs: Arc<LogManager>,
-        counters: IsrCounters,
-        rack_aware_selector: bool,
-        isr_changes: mpsc::UnboundedSender<IsrChangeRequest>,
-    ) -> Self {
-        ReplicaManager {
+    /// The replicas of a broker, with their fetchers (which start once an image makes this
+    /// broker a follower).
+    pub fn new(parts: ReplicaManagerParts) -> Arc<Self> {
+        let ReplicaManagerParts {
+            node_id,
+            logs,
+            config,
+            inter_broker_listener,
+            metrics,
+            broker_epoch,
+            isr_changes,
+        } = parts;
+        Arc::new_cyclic(|me| ReplicaManager {
+            fetchers: ReplicaFetcherManager::new(
+                config.clone(),
+                me.clone(),
+                node_id,
+                broker_epoch,
+                metrics.clone(),
+            ),
+            inter_broker_listener,
+            rack_aware_selector: config.rack_aware_selector,
             node_id,
             logs,
             partitions: RwLock::new(HashMap::new()),
@@ -134,10 +160,9 @@ impl ReplicaManager {
             follower_fetch_purgatory: Purgatory::default(),
             produce_purgatory: Purgatory::default(),
             isr_changes,
-            counters,
+            metrics,
             leader_throttle: Throttle::default(),
-            rack_aware_selector,
-        }
+        })
     }
 
     /// Starts ReplicaManager's own background work: every half of `lag_ms`
@@ -607,7 +632,7 @@ impl ReplicaManager {
         }
         if let Some(proposal) = update.expand {
             tracing::info!(partition = %p.tp, replica, isr = ?proposal.new_isr, "expanding the ISR: the follower caught up");
-            self.counters.expands.inc();
+            self.metrics.isr_expands.inc();
             self.send_isr_change(p, proposal);
         }
         Ok(FollowerRead {
@@ -650,14 +675,14 @@ impl ReplicaManager {
         let now = now_ms();
         for p in self.partitions() {
             if let Some(proposal) = p.maybe_shrink_isr(now, lag_ms) {
-                self.counters.shrinks.inc();
+                self.metrics.isr_shrinks.inc();
                 self.send_isr_change(&p, proposal);
             }
         }
     }
 
     /// The partitions this broker follows, with their leaders' addresses on `listener`.
-    pub fn follow_targets(&self, image: &MetadataImage, listener: &str) -> Vec<FollowTarget> {
+    fn follow_targets(&self, image: &MetadataImage, listener: &str) -> Vec<FollowTarget> {
         let mut out = Vec::new();
         for p in self.partitions() {
             let st = p.state();
@@ -750,8 +775,32 @@ impl ReplicaManager {
         Ok(())
     }
 
-    /// Writes a producer snapshot at each partition's log end (clean shutdown).
-    pub fn snapshot_producer_state(&self) {
+    /// Points the fetchers at the leaders of the partitions this broker follows in `image`,
+    /// and takes the replication throttles from its dynamic broker configs.
+    pub fn follow_leaders(&self, image: &MetadataImage) {
+        self.fetchers
+            .sync(&self.follow_targets(image, &self.inter_broker_listener));
+        let rate = |key: &str| {
+            image
+                .dynamic_broker_config(self.node_id, key)
+                .and_then(|v| v.trim().parse::<i64>().ok())
+        };
+        self.leader_throttle
+            .set_rate(rate("leader.replication.throttled.rate"));
+        self.fetchers
+            .follower_throttle
+            .set_rate(rate("follower.replication.throttled.rate"));
+    }
+
+    /// Stops the fetchers and writes every partition's producer state at its log end (a clean
+    /// shutdown; a restart need not rebuild it).
+    pub fn shutdown(&self) {
+        self.fetchers.shutdown();
+        self.snapshot_producer_state();
+    }
+
+    /// Writes a producer snapshot at each partition's log end.
+    fn snapshot_producer_state(&self) {
         for p in self.partitions() {
             p.snapshot_producer_state();
         }

@@ -4,8 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus::IntCounter;
-
 use super::*;
 use crate::metadata::records::MetadataRecord;
 use crate::storage::batch::build_batch;
@@ -26,19 +24,17 @@ fn replica(node: i32, image: &Arc<MetadataImage>, min_isr: i32) -> Replica {
         ..LogConfig::default()
     };
     let logs = LogManager::open(LogManagerConfig::new(dir.path(), defaults.clone())).unwrap();
-    let counters = IsrCounters {
-        shrinks: IntCounter::new("shrinks", "shrinks").unwrap(),
-        expands: IntCounter::new("expands", "expands").unwrap(),
-    };
     // No AlterPartition sender: an ISR change a leader proposes is answered as not sent.
     let (isr_changes, _) = tokio::sync::mpsc::unbounded_channel();
-    let rm = Arc::new(ReplicaManager::new(
-        node,
+    let rm = ReplicaManager::new(ReplicaManagerParts {
+        node_id: node,
         logs,
-        counters,
-        false,
+        config: ReplicationConfig::default(),
+        inter_broker_listener: "PLAINTEXT".into(),
+        metrics: Arc::new(BrokerMetrics::new()),
+        broker_epoch: Arc::new(|| -1),
         isr_changes,
-    ));
+    });
     rm.apply_image(image, &defaults).unwrap();
     Replica { rm, _dir: dir }
 }

@@ -122,6 +122,9 @@ pub(super) async fn run(
 fn ready_partitions(ctx: &FetcherContext, shared: &FetcherShared) -> Vec<Asked> {
     let now = Instant::now();
     let throttle_full = ctx.follower_throttle.is_exceeded();
+    let Some(rm) = ctx.replicas() else {
+        return Vec::new();
+    };
     let parts: Vec<(TopicPartition, Assigned)> = shared
         .partitions
         .lock()
@@ -131,12 +134,11 @@ fn ready_partitions(ctx: &FetcherContext, shared: &FetcherShared) -> Vec<Asked> 
         .collect();
     let mut out = Vec::with_capacity(parts.len());
     for (tp, a) in parts {
-        let throttled = ctx.replicas.follower_throttled(&tp);
+        let throttled = rm.follower_throttled(&tp);
         if throttled && throttle_full {
             continue;
         }
-        let Some((fetch_offset, last_fetched_epoch, log_start_offset)) =
-            ctx.replicas.fetch_position(&tp)
+        let Some((fetch_offset, last_fetched_epoch, log_start_offset)) = rm.fetch_position(&tp)
         else {
             continue;
         };
@@ -326,7 +328,10 @@ fn handle_response(
 }
 
 fn handle_partition(ctx: &FetcherContext, a: &Asked, p: PartitionData) -> Result<Progress, String> {
-    let rm = &ctx.replicas;
+    let Some(rm) = ctx.replicas() else {
+        return Err("the broker is shutting down".into());
+    };
+    let rm = &rm;
     match p.error_code {
         errors::NONE => {}
         errors::OFFSET_OUT_OF_RANGE => {
@@ -394,7 +399,7 @@ fn watch_stall(
     let seen = Observation {
         moved,
         // Only a partition that did not move needs the ISR looked up.
-        in_isr: !moved && ctx.replicas.in_isr(&a.tp),
+        in_isr: !moved && ctx.replicas().is_some_and(|rm| rm.in_isr(&a.tp)),
         leader_has_nothing_newer: leader_hw <= a.fetch_offset,
     };
     let lag = Duration::from_millis(cfg.lag_time_max_ms.max(0) as u64);

@@ -9,7 +9,7 @@ mod throttle;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -25,11 +25,19 @@ pub use throttle::Throttle;
 /// (its id, and its registration epoch for KIP-903), its metrics, and the follower throttle.
 #[derive(Clone)]
 pub struct FetcherContext {
-    pub replicas: Arc<ReplicaManager>,
+    /// Weak: the ReplicaManager owns the fetchers.
+    replicas: Weak<ReplicaManager>,
     pub node_id: i32,
     pub broker_epoch: Arc<dyn Fn() -> i64 + Send + Sync>,
     pub metrics: Arc<BrokerMetrics>,
     follower_throttle: Arc<Throttle>,
+}
+
+impl FetcherContext {
+    /// The ReplicaManager, while the broker lives.
+    fn replicas(&self) -> Option<Arc<ReplicaManager>> {
+        self.replicas.upgrade()
+    }
 }
 
 /// One partition this broker should follow, as the metadata says.
@@ -113,7 +121,7 @@ impl ReplicaFetcherManager {
     /// registration epoch `broker_epoch` gives (KIP-903).
     pub fn new(
         config: ReplicationConfig,
-        replicas: Arc<ReplicaManager>,
+        replicas: Weak<ReplicaManager>,
         node_id: i32,
         broker_epoch: Arc<dyn Fn() -> i64 + Send + Sync>,
         metrics: Arc<BrokerMetrics>,
