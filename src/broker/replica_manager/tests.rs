@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::metadata::records::MetadataRecord;
+use crate::metadata::records::{BrokerRegistration, MetadataRecord, PartitionChange};
 use crate::storage::batch::build_batch;
 use crate::storage::LogManagerConfig;
 
@@ -18,14 +18,24 @@ struct Replica {
 }
 
 fn replica(node: i32, image: &Arc<MetadataImage>, min_isr: i32) -> Replica {
+    // No AlterPartition sender: an ISR change a leader proposes is answered as not sent.
+    replica_proposing(node, image, min_isr).0
+}
+
+/// A replica whose ISR proposals come out of the returned receiver (the AlterPartition
+/// sender's end).
+fn replica_proposing(
+    node: i32,
+    image: &Arc<MetadataImage>,
+    min_isr: i32,
+) -> (Replica, mpsc::UnboundedReceiver<IsrChangeRequest>) {
     let dir = tempfile::tempdir().unwrap();
     let defaults = LogConfig {
         min_insync_replicas: min_isr,
         ..LogConfig::default()
     };
     let logs = LogManager::open(LogManagerConfig::new(dir.path(), defaults.clone())).unwrap();
-    // No AlterPartition sender: an ISR change a leader proposes is answered as not sent.
-    let (isr_changes, _) = tokio::sync::mpsc::unbounded_channel();
+    let (isr_changes, proposals) = mpsc::unbounded_channel();
     let rm = ReplicaManager::new(ReplicaManagerParts {
         node_id: node,
         logs,
@@ -36,7 +46,7 @@ fn replica(node: i32, image: &Arc<MetadataImage>, min_isr: i32) -> Replica {
         isr_changes,
     });
     rm.apply_image(image, &defaults).unwrap();
-    Replica { rm, _dir: dir }
+    (Replica { rm, _dir: dir }, proposals)
 }
 
 /// Topic `t` with one partition on brokers 1 (leader) and 2, both in the ISR.
@@ -47,6 +57,22 @@ fn image() -> Arc<MetadataImage> {
 /// Topics of one partition each, on the given replicas (the first leads), all in the ISR.
 fn image_of(topics: &[(&str, &[i32])]) -> Arc<MetadataImage> {
     let mut img = MetadataImage::empty();
+    // Brokers 1 and 2, registered and unfenced: each may join an ISR.
+    for id in [LEADER, FOLLOWER] {
+        img.apply(
+            &MetadataRecord::RegisterBroker(BrokerRegistration {
+                broker_id: id,
+                incarnation_id: KafkaUuid::random(),
+                broker_epoch: 1,
+                endpoints: Vec::new(),
+                features: Vec::new(),
+                rack: None,
+                fenced: false,
+                in_controlled_shutdown: false,
+            }),
+            -1,
+        );
+    }
     for (i, (name, replicas)) in topics.iter().enumerate() {
         let id = KafkaUuid::random();
         img.apply(
@@ -86,15 +112,32 @@ fn records(n: usize) -> Vec<u8> {
 
 /// One fetch by the follower from the leader, and its append: what the fetcher does.
 fn replicate_once(leader: &ReplicaManager, follower: &ReplicaManager) {
+    let read = fetch_once(leader, follower, FOLLOWER, 1 << 20);
+    assert!(read.divergence.is_none());
+    append_read(follower, 0, &read);
+}
+
+/// What follower `id` reads from `leader` at its own position, up to `max_bytes` (one batch
+/// at least).
+fn fetch_once(
+    leader: &ReplicaManager,
+    follower: &ReplicaManager,
+    id: i32,
+    max_bytes: usize,
+) -> FollowerRead {
     let (offset, epoch, _) = follower.fetch_position(&tp()).unwrap();
     let p = leader.get(&tp()).unwrap();
-    let read = leader
-        .read_for_follower(&p, FOLLOWER, -1, offset, epoch, 1 << 20, true)
-        .unwrap();
+    leader
+        .read_for_follower(&p, id, -1, offset, epoch, max_bytes, true)
+        .unwrap()
+}
+
+/// The follower appends what it read from a leader of `leader_epoch`.
+fn append_read(follower: &ReplicaManager, leader_epoch: i32, read: &FollowerRead) {
     follower
         .append_fetched(
             &tp(),
-            0,
+            leader_epoch,
             &read.read.records,
             read.read.high_watermark,
             read.read.log_start_offset,
@@ -235,4 +278,91 @@ async fn completed_fetches_are_purged_from_the_purgatory() {
     );
     leader.rm.purge_purgatories();
     assert_eq!(leader.rm.purgatory_sizes(), (0, 0));
+}
+
+#[tokio::test]
+async fn a_lagging_follower_is_proposed_out_of_the_isr_and_back_in_once_caught_up() {
+    let img = image();
+    let (leader, mut proposals) = replica_proposing(LEADER, &img, 1);
+    let follower = replica(FOLLOWER, &img, 1);
+    leader.rm.append_records(&tp(), &mut records(2), 1).unwrap();
+    // The follower does not fetch: once `lag_ms` (0 here) has passed, the leader proposes an
+    // ISR without it.
+    let shrink = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            leader.rm.maybe_shrink_isrs(0);
+            if let Ok(req) = proposals.try_recv() {
+                return req;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("a shrink is proposed");
+    let ids = |req: &IsrChangeRequest| -> Vec<i32> {
+        req.proposal.new_isr.iter().map(|(id, _)| *id).collect()
+    };
+    assert_eq!(
+        (ids(&shrink), shrink.proposal.leader_epoch),
+        (vec![LEADER], 0)
+    );
+    assert_eq!(leader.rm.metrics.isr_shrinks.get(), 1);
+    // The controller commits it (partition epoch 1); the leader alone now moves the HW.
+    leader
+        .rm
+        .on_isr_change_answer(&tp(), 0, Some((1, vec![LEADER])));
+    assert_eq!(leader.rm.get(&tp()).unwrap().high_watermark(), 2);
+    // The follower catches up: its fetch at the leader's log end proposes it back in.
+    replicate_once(&leader.rm, &follower.rm);
+    assert!(
+        proposals.try_recv().is_err(),
+        "still behind after one fetch"
+    );
+    replicate_once(&leader.rm, &follower.rm);
+    let expand = proposals.try_recv().expect("an expand is proposed");
+    assert_eq!(ids(&expand), vec![LEADER, FOLLOWER]);
+    assert_eq!(expand.proposal.partition_epoch, 1);
+    assert_eq!(leader.rm.metrics.isr_expands.get(), 1);
+}
+
+#[tokio::test]
+async fn a_follower_truncates_where_its_log_diverges_from_the_new_leader() {
+    // Epoch 0: 1 leads and writes two batches; 2 copies only the first.
+    let img0 = image();
+    let (a, b) = (replica(LEADER, &img0, 1), replica(FOLLOWER, &img0, 1));
+    a.rm.append_records(&tp(), &mut records(1), 1).unwrap();
+    a.rm.append_records(&tp(), &mut records(1), 1).unwrap();
+    let first = fetch_once(&a.rm, &b.rm, FOLLOWER, 1);
+    append_read(&b.rm, 0, &first);
+    assert_eq!(b.rm.fetch_position(&tp()).unwrap().0, 1);
+    // Epoch 1: 2 leads (unclean: 1's second batch was never replicated) and writes its own.
+    let mut next = (*img0).clone();
+    let topic_id = img0.topic("t").unwrap().id;
+    next.apply(
+        &MetadataRecord::PartitionChange(PartitionChange {
+            partition_id: 0,
+            topic_id,
+            leader: FOLLOWER,
+            isr: Some(vec![FOLLOWER, LEADER]),
+            ..PartitionChange::default()
+        }),
+        100,
+    );
+    let img1 = Arc::new(next);
+    assert_eq!(img1.partition("t", 0).unwrap().leader_epoch, 1);
+    for r in [&a, &b] {
+        r.rm.apply_image(&img1, &LogConfig::default()).unwrap();
+    }
+    b.rm.append_records(&tp(), &mut records(1), 1).unwrap();
+    // 1 fetches as a follower: its offset 1 is of epoch 0, which ended at 1 on the leader.
+    let read = fetch_once(&b.rm, &a.rm, LEADER, 1 << 20);
+    let d = read.divergence.expect("the leader reports the divergence");
+    assert_eq!((d.epoch, d.end_offset), (0, 1));
+    a.rm.truncate_to_divergence(&tp(), 1, d).unwrap();
+    assert_eq!(a.rm.fetch_position(&tp()).unwrap(), (1, 0, 0));
+    // Then it copies the new leader's batch: both logs end at 2 in epoch 1.
+    let read = fetch_once(&b.rm, &a.rm, LEADER, 1 << 20);
+    append_read(&a.rm, 1, &read);
+    assert_eq!(a.rm.fetch_position(&tp()).unwrap(), (2, 1, 0));
+    assert_eq!(b.rm.get(&tp()).unwrap().fetch_position(), (2, 1));
 }
