@@ -15,5 +15,6 @@ pub mod perf;
 pub mod protocol;
 pub mod proxy;
 pub mod rebalancer;
+pub mod security;
 pub mod storage;
 pub mod tools;
