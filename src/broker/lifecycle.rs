@@ -14,7 +14,6 @@ use tokio::sync::watch;
 use super::controller_channel::{is_not_controller, ControllerChannel};
 use crate::controller::quorum_controller::METADATA_VERSION_LEVEL;
 use crate::metadata::image::MetadataImage;
-use crate::metadata::records::PLAINTEXT;
 use crate::protocol::errors;
 use crate::storage::KafkaUuid;
 
@@ -38,8 +37,8 @@ pub enum LifecycleState {
 pub struct Registration {
     pub node_id: i32,
     pub cluster_id: String,
-    /// `(listener name, host, port)` as advertised.
-    pub listeners: Vec<(String, String, u16)>,
+    /// `(listener name, host, port, security protocol id)` as advertised.
+    pub listeners: Vec<(String, String, u16, i16)>,
     pub rack: Option<String>,
     pub heartbeat_interval: Duration,
     /// How long to keep trying to register before giving up (Kafka's
@@ -174,12 +173,12 @@ impl Lifecycle {
                 self.reg
                     .listeners
                     .iter()
-                    .map(|(name, host, port)| {
+                    .map(|(name, host, port, protocol)| {
                         Listener::default()
                             .with_name(sb(name.clone()))
                             .with_host(sb(host.clone()))
                             .with_port(*port)
-                            .with_security_protocol(PLAINTEXT)
+                            .with_security_protocol(*protocol)
                     })
                     .collect(),
             )

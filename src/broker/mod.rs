@@ -456,7 +456,8 @@ fn registration(
                 } else {
                     l.host.clone()
                 };
-                (l.name.clone(), host, l.port)
+                let protocol = c.security_protocols.protocol(&l.name).id();
+                (l.name.clone(), host, l.port, protocol)
             })
             .collect(),
         rack: c.rack.clone(),

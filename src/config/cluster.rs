@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::broker::{parse_listeners, Listener};
+use super::security::SecurityProtocolMap;
 use super::{invalid as bad, prop as number};
 use super::{parse_bool, ConfigError};
 
@@ -63,6 +64,8 @@ pub struct ClusterConfig {
     pub controller_listener_names: Vec<String>,
     /// `inter.broker.listener.name`: the listener other brokers reach this one on.
     pub inter_broker_listener_name: String,
+    /// `listener.security.protocol.map`.
+    pub security_protocols: SecurityProtocolMap,
     /// `broker.rack`.
     pub rack: Option<String>,
     pub broker_session_timeout_ms: u64,
@@ -193,58 +196,6 @@ fn parse_roles(value: &str) -> Result<Roles, ConfigError> {
         ));
     }
     Ok(roles)
-}
-
-/// Only PLAINTEXT listeners exist in this version; anything else is refused by name.
-fn check_security_protocols(
-    props: &BTreeMap<String, String>,
-    listeners: &[Listener],
-    controller_names: &[String],
-) -> Result<(), ConfigError> {
-    let key = "listener.security.protocol.map";
-    let mut map: BTreeMap<String, String> = BTreeMap::new();
-    for (n, p) in [
-        ("PLAINTEXT", "PLAINTEXT"),
-        ("SSL", "SSL"),
-        ("SASL_PLAINTEXT", "SASL_PLAINTEXT"),
-        ("SASL_SSL", "SASL_SSL"),
-    ] {
-        map.insert(n.into(), p.into());
-    }
-    if let Some(v) = props.get(key) {
-        map.clear();
-        for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (n, p) = item
-                .split_once(':')
-                .ok_or_else(|| bad(key, v, format!("{item:?} is not NAME:PROTOCOL")))?;
-            map.insert(n.trim().to_string(), p.trim().to_string());
-        }
-    }
-    for l in listeners {
-        // Kafka maps an unmapped controller listener to PLAINTEXT.
-        let proto = match map.get(&l.name) {
-            Some(p) => p.as_str(),
-            None if controller_names.contains(&l.name) => "PLAINTEXT",
-            None => {
-                return Err(bad(
-                    key,
-                    props.get(key).map(String::as_str).unwrap_or(""),
-                    format!("no security protocol is defined for listener {}", l.name),
-                ))
-            }
-        };
-        if proto != "PLAINTEXT" {
-            return Err(bad(
-                key,
-                props.get(key).map(String::as_str).unwrap_or(proto),
-                format!(
-                    "listener {} uses {proto}; this version of evenkeel serves PLAINTEXT only",
-                    l.name
-                ),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Who this node is in the metadata quorum, from the KRaft keys.
@@ -414,7 +365,8 @@ impl ClusterConfig {
             controller_listeners,
             controller_listener_names,
         } = Quorum::from_props(props, node_id, all_listeners)?;
-        check_security_protocols(props, all_listeners, &controller_listener_names)?;
+        let security_protocols =
+            SecurityProtocolMap::from_props(props, all_listeners, &controller_listener_names)?;
         let inter_broker_listener_name = props
             .get("inter.broker.listener.name")
             .cloned()
@@ -433,6 +385,7 @@ impl ClusterConfig {
             controller_listeners,
             controller_listener_names,
             inter_broker_listener_name,
+            security_protocols,
             rack: props
                 .get("broker.rack")
                 .map(|r| r.trim().to_string())

@@ -146,6 +146,7 @@ pub mod cleaner;
 pub mod cluster;
 pub mod connections;
 pub mod replication;
+pub mod security;
 
 /// Topic config keys with the broker key that sets their default (Kafka's `TopicConfigSynonyms`).
 pub const TOPIC_CONFIG_SYNONYMS: &[(&str, &str)] = &[
