@@ -227,8 +227,8 @@ impl Node {
             controller_id: self.metadata.leader_changes(),
             images: self.metadata.images(),
             advertised: bound.advertised_listeners(),
-            fetch_pool: Some(bound.fetch_pool()),
-        })?;
+            fetch_pool: bound.fetch_pool(),
+        });
         let server = match bound.serve(broker.clone()).await {
             Ok(server) => server,
             Err(e) => {

@@ -157,15 +157,11 @@ impl Broker {
     /// A Fetch. Consumer fetches, wide ones included, are read and encoded on the fetch pool,
     /// so produce and follower fetches never queue behind them.
     fn fetch(self: &Arc<Self>, at: Request, req: FetchRequest) -> Result<Reply, FrameError> {
-        let pool = self
-            .fetch_pool
-            .as_ref()
-            .filter(|_| !fetch::is_follower(&req));
-        let Some(pool) = pool else {
+        if fetch::is_follower(&req) {
             return at.answer(fetch::fetch(self, at.version, req));
-        };
+        }
         let broker = self.clone();
-        let task = pool.spawn(async move {
+        let task = self.fetch_pool.spawn(async move {
             let r = fetch::fetch(&broker, at.version, req).resolve().await;
             at.frame(&r)
         });

@@ -80,7 +80,7 @@ pub struct Broker {
     /// Incremental fetch sessions (KIP-227).
     fetch_sessions: fetch_session::FetchSessionCache,
     /// Where consumer fetches are read and encoded (the server's fetch runtime).
-    fetch_pool: Option<tokio::runtime::Handle>,
+    fetch_pool: tokio::runtime::Handle,
     /// Advertised listeners, with the ports the server bound.
     listeners: Vec<crate::config::broker::Listener>,
     metrics: Arc<crate::metrics::BrokerMetrics>,
@@ -121,8 +121,8 @@ pub struct BrokerParts {
     pub images: watch::Receiver<Arc<MetadataImage>>,
     /// The advertised listeners, with the ports the server bound.
     pub advertised: Vec<crate::config::broker::Listener>,
-    /// Where consumer fetches are read and encoded; `None`: on the request handlers.
-    pub fetch_pool: Option<tokio::runtime::Handle>,
+    /// Where consumer fetches are read and encoded (the server's fetch runtime).
+    pub fetch_pool: tokio::runtime::Handle,
 }
 
 /// Writes `meta.properties` into an empty log directory (Kafka's `kafka-storage format`).
@@ -182,7 +182,7 @@ const SEE_OWN_CHANGE: Duration = Duration::from_secs(5);
 
 impl Broker {
     /// Builds the broker whole and starts its background work (see `start_background`).
-    pub fn start(parts: BrokerParts) -> Result<Arc<Broker>, BrokerError> {
+    pub fn start(parts: BrokerParts) -> Arc<Broker> {
         let BrokerParts {
             config,
             cluster_id,
@@ -236,7 +236,7 @@ impl Broker {
             tasks: parking_lot::Mutex::new(Vec::new()),
         });
         broker.start_background(images, isr_change_requests);
-        Ok(broker)
+        broker
     }
 
     /// The broker's background work, each task from the module it serves: the metadata
