@@ -8,11 +8,7 @@ use std::io::Read;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, FetchRequest, TopicName,
-};
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 
 use common::raw;
 
@@ -126,25 +122,6 @@ fn an_idle_connection_is_closed_after_connections_max_idle_ms_while_a_busy_one_i
     }
 }
 
-/// A fetch that waits up to a minute for records on a partition nobody writes to.
-fn parked_fetch(topic: &'static str) -> FetchRequest {
-    FetchRequest::default()
-        .with_replica_id((-1).into())
-        .with_max_wait_ms(60_000)
-        .with_min_bytes(1)
-        .with_max_bytes(1 << 20)
-        .with_session_epoch(-1)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(TopicName(StrBytes::from_static_str(topic)))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(0)
-                .with_fetch_offset(0)
-                .with_partition_max_bytes(1 << 20)
-                .with_current_leader_epoch(-1)
-                .with_last_fetched_epoch(-1)
-                .with_log_start_offset(-1)])])
-}
-
 #[tokio::test]
 async fn the_broker_stops_promptly_with_connections_open_and_a_fetch_parked() {
     const FETCH_PURGATORY: &str =
@@ -156,7 +133,13 @@ async fn the_broker_stops_promptly_with_connections_open_and_a_fetch_parked() {
     let mut idle = raw::connect(&b.bootstrap);
     assert!(api_versions_answer(&mut idle));
     let mut fetching = raw::connect(&b.bootstrap);
-    raw::send(&mut fetching, ApiKey::Fetch, 12, 1, &parked_fetch("quiet"));
+    raw::send(
+        &mut fetching,
+        ApiKey::Fetch,
+        12,
+        1,
+        &raw::waiting_fetch("quiet", 60_000),
+    );
     let parked = || common::metric_value(&common::http_get(port, "/metrics").1, FETCH_PURGATORY);
     let deadline = Instant::now() + Duration::from_secs(10);
     while parked() < 1.0 {

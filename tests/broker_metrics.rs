@@ -84,30 +84,14 @@ async fn metrics_health_and_readiness_are_served() {
 /// reads as load) would keep counting them.
 #[tokio::test]
 async fn timed_out_fetches_leave_the_purgatory_of_a_quiet_partition() {
-    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-    use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
-    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::messages::{ApiKey, FetchResponse};
     const FETCH_PURGATORY: &str =
         "kafka_server_delayedoperationpurgatory_purgatorysize{delayedOperation=\"Fetch\"}";
     let port = common::free_port();
     let addr = format!("evenkeel.metrics.address=127.0.0.1:{port}");
     let b = common::BrokerProcess::start(&[&addr]);
     common::create_topic(&b.bootstrap, "quiet", 1, &[]).await;
-    let fetch = FetchRequest::default()
-        .with_replica_id((-1).into())
-        .with_max_wait_ms(20)
-        .with_min_bytes(1)
-        .with_max_bytes(1 << 20)
-        .with_session_epoch(-1)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(TopicName(StrBytes::from_static_str("quiet")))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(0)
-                .with_fetch_offset(0)
-                .with_partition_max_bytes(1 << 20)
-                .with_current_leader_epoch(-1)
-                .with_last_fetched_epoch(-1)
-                .with_log_start_offset(-1)])]);
+    let fetch = common::raw::waiting_fetch("quiet", 20);
     let mut s = common::raw::connect(&b.bootstrap);
     let started = std::time::Instant::now();
     for _ in 0..50 {

@@ -295,7 +295,10 @@ pub mod raw {
     use std::time::Duration;
 
     use bytes::{Bytes, BytesMut};
-    use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{
+        ApiKey, FetchRequest, RequestHeader, ResponseHeader, TopicName,
+    };
     use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
     pub fn connect(bootstrap: &str) -> TcpStream {
@@ -356,6 +359,26 @@ pub mod raw {
     pub fn is_closed(s: &mut TcpStream) -> bool {
         let mut b = [0u8; 1];
         matches!(s.read(&mut b), Ok(0) | Err(_))
+    }
+
+    /// A consumer's Fetch of `topic`'s partition 0 from offset 0 that waits up to
+    /// `max_wait_ms` for a byte (it parks while the partition has none).
+    pub fn waiting_fetch(topic: &'static str, max_wait_ms: i32) -> FetchRequest {
+        FetchRequest::default()
+            .with_replica_id((-1).into())
+            .with_max_wait_ms(max_wait_ms)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_static_str(topic)))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(0)
+                    .with_fetch_offset(0)
+                    .with_partition_max_bytes(1 << 20)
+                    .with_current_leader_epoch(-1)
+                    .with_last_fetched_epoch(-1)
+                    .with_log_start_offset(-1)])])
     }
 }
 
