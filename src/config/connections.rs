@@ -139,12 +139,7 @@ pub fn parse_per_ip_overrides(value: &str) -> Result<Vec<(String, usize)>, Confi
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn props(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::config::props;
 
     #[test]
     fn kafka_defaults() {

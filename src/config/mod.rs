@@ -487,6 +487,14 @@ pub fn load_properties(path: &Path) -> Result<BTreeMap<String, String>, ConfigEr
     Ok(parse_properties(&text))
 }
 
+/// Properties from `(key, value)` pairs, as unit tests write a config.
+#[cfg(test)]
+pub(crate) fn props(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+    kv.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -430,12 +430,7 @@ impl Producer {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn props(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::config::props;
 
     #[test]
     fn defaults_are_javas() {
