@@ -262,6 +262,60 @@ async fn a_follower_append_wakes_a_consumer_fetch_parked_on_the_follower() {
     );
 }
 
+/// A consumer's fetch of `t` from offset 0 that waits up to `max_wait` for a byte.
+fn consumer_fetch(
+    rm: &Arc<ReplicaManager>,
+    max_wait: Duration,
+) -> Outcome<Vec<FetchPartitionData>> {
+    let params = FetchParams {
+        fetcher: Fetcher::Consumer {
+            from_followers: false,
+            rack: None,
+        },
+        max_wait,
+        min_bytes: 1,
+        max_bytes: 1 << 20,
+    };
+    let info = FetchInfo {
+        fetch_offset: 0,
+        max_bytes: 1 << 20,
+        current_leader_epoch: -1,
+        last_fetched_epoch: -1,
+        log_start_offset: -1,
+    };
+    rm.fetch_messages(params, vec![(tp(), info)])
+}
+
+#[tokio::test]
+async fn a_parked_fetch_returns_the_records_appended_while_it_waited() {
+    // The leader alone in the ISR: an append moves the high watermark at once.
+    let img = image_of(&[("t", &[LEADER])]);
+    let leader = replica(LEADER, &img, 1);
+    let max_wait = Duration::from_secs(60);
+    let outcome = consumer_fetch(&leader.rm, max_wait);
+    assert!(
+        matches!(outcome, Outcome::Later(_)),
+        "an empty partition has nothing for min_bytes = 1"
+    );
+    assert_eq!(leader.rm.purgatory_sizes(), (1, 0), "the fetch is parked");
+    leader.rm.append_records(&tp(), &mut records(3), 1).unwrap();
+    let parts = tokio::time::timeout(max_wait / 6, outcome.resolve())
+        .await
+        .expect("the append completed the fetch long before its max_wait");
+    let p = &parts[0];
+    assert_eq!((p.error, p.high_watermark), (errors::NONE, 3));
+    let offsets: Vec<i64> = crate::storage::batch::record_offsets_and_timestamps(&p.records)
+        .unwrap()
+        .into_iter()
+        .map(|(offset, _)| offset)
+        .collect();
+    assert_eq!(
+        offsets,
+        [0, 1, 2],
+        "the answer is read again after the append"
+    );
+}
+
 #[tokio::test]
 async fn completed_fetches_are_purged_from_the_purgatory() {
     let img = image();
