@@ -3,6 +3,7 @@
 
 pub mod plain;
 pub mod scram;
+pub mod scram_arg;
 pub mod scram_client;
 mod scram_messages;
 
@@ -11,6 +12,7 @@ use std::str::FromStr;
 
 pub use plain::PlainServer;
 pub use scram::{ScramCredential, ScramCredentialError, ScramMechanism, ScramServer};
+pub use scram_arg::{parse_add_scram, AddScram, AddScramError};
 pub use scram_client::{ScramClient, ScramClientError};
 
 /// Kafka's error code SASL_AUTHENTICATION_FAILED, for a refused exchange.
