@@ -98,6 +98,14 @@ enum Command {
         /// controller.quorum.bootstrap.servers naming this node's controller listener).
         #[arg(short = 's', long)]
         standalone: bool,
+        /// A SCRAM credential the new cluster starts with (KIP-900), as kafka-storage takes it:
+        /// 'SCRAM-SHA-512=[name=alice,password=alice-secret]'. Repeatable.
+        #[arg(
+            short = 'S',
+            long = "add-scram",
+            value_name = "MECHANISM=[name=...,password=...]"
+        )]
+        add_scram: Vec<String>,
         #[arg(long = "override", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
     },
@@ -522,13 +530,27 @@ fn dev_single(
     serve(config, true, proxy)
 }
 
-fn cmd_format(
-    config: PathBuf,
+/// `evenkeel format`'s flags besides the config.
+struct FormatOptions {
     cluster_id: Option<String>,
     ignore_formatted: bool,
     standalone: bool,
+    add_scram: Vec<String>,
+}
+
+fn cmd_format(
+    config: PathBuf,
+    options: FormatOptions,
     overrides: Vec<String>,
 ) -> anyhow::Result<()> {
+    let FormatOptions {
+        cluster_id,
+        ignore_formatted,
+        standalone,
+        add_scram,
+    } = options;
+    // Read before anything is written, so a bad argument leaves the directory untouched.
+    let bootstrap = scram_bootstrap(&add_scram)?;
     let props = load_props(Some(&config), &overrides)?;
     if standalone && props.contains_key("controller.quorum.voters") {
         anyhow::bail!("You cannot specify controller.quorum.voters and format the node with --standalone. If you want to use dynamic quorum, please remove controller.quorum.voters and specify controller.quorum.bootstrap.servers instead.");
@@ -558,12 +580,32 @@ fn cmd_format(
         anyhow::bail!("--cluster-id {id:?} is not a Kafka cluster id (22 characters of URL-safe base64, as kafka-storage random-uuid prints)");
     }
     evenkeel::broker::format_log_dir(&config.log_dir, &id, config.node_id)?;
+    if !bootstrap.is_empty() {
+        evenkeel::metadata::bootstrap::write(&config.log_dir, &bootstrap)?;
+    }
     println!(
         "Formatting {} with cluster.id {id} and node.id {}",
         config.log_dir.display(),
         config.node_id
     );
     Ok(())
+}
+
+/// The UserScramCredentialRecords of `--add-scram` arguments.
+fn scram_bootstrap(
+    arguments: &[String],
+) -> anyhow::Result<Vec<evenkeel::metadata::records::MetadataRecord>> {
+    use evenkeel::metadata::records::{MetadataRecord, ScramCredentialRecord};
+    arguments
+        .iter()
+        .map(|a| {
+            let s = evenkeel::security::sasl::parse_add_scram(a)
+                .map_err(|e| anyhow::anyhow!("--add-scram: {e}"))?;
+            Ok(MetadataRecord::UserScramCredential(
+                ScramCredentialRecord::new(&s.user, s.mechanism, s.credential),
+            ))
+        })
+        .collect()
 }
 
 fn cmd_crdgen(out: PathBuf, check: bool) -> anyhow::Result<()> {
@@ -642,8 +684,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             cluster_id,
             ignore_formatted,
             standalone,
+            add_scram,
             overrides,
-        } => cmd_format(config, cluster_id, ignore_formatted, standalone, overrides),
+        } => cmd_format(
+            config,
+            FormatOptions {
+                cluster_id,
+                ignore_formatted,
+                standalone,
+                add_scram,
+            },
+            overrides,
+        ),
         Command::Crdgen { out, check } => cmd_crdgen(out, check),
         Command::Operator(args) => evenkeel::operator::run(args),
         Command::Rebalancer(args) => evenkeel::rebalancer::cli::run(args),

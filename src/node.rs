@@ -161,6 +161,8 @@ impl Node {
                 num_partitions: cfg.num_partitions,
                 default_replication_factor: cfg.default_replication_factor,
             },
+            bootstrap: crate::metadata::bootstrap::read(&cfg.log_dir)
+                .map_err(|e| BrokerError::Fatal(e.to_string()))?,
         };
         let controller = QuorumController::start(quorum.clone(), settings);
         let node = Arc::new(ControllerNode {

@@ -17,7 +17,9 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::Request;
 
 use super::controller_channel::{is_not_controller, DEFAULT_RETRY_TIMEOUT};
+use super::auth::{Action, Session};
 use super::{msg, Broker, Outcome};
+use crate::security::acl::AclOperation;
 use crate::config::{topic_config_entries, SOURCE_STATIC_BROKER};
 use crate::metadata::image::MetadataImage;
 use crate::metadata::is_internal_topic;
@@ -30,7 +32,7 @@ use crate::protocol::str_bytes as s;
 /// Sends `req` to the active controller and answers with its response; `failed` builds the
 /// answer when no controller could be reached in time; `then` may wait for this broker to see
 /// the change before answering.
-fn forward<R, G, T, F>(
+pub(super) fn forward<R, G, T, F>(
     broker: &Arc<Broker>,
     version: i16,
     req: R,
@@ -67,6 +69,7 @@ async fn as_is<T>(_: Arc<Broker>, r: T) -> T {
 
 pub fn create_topics(
     broker: &Arc<Broker>,
+    session: &Session,
     version: i16,
     mut req: CreateTopicsRequest,
 ) -> Outcome<CreateTopicsResponse> {
@@ -74,7 +77,16 @@ pub fn create_topics(
     // Clients may not create internal topics; the broker creates `__consumer_offsets` itself.
     let mut refused = Vec::new();
     req.topics.retain(|t| {
-        if is_internal_topic(&t.name) {
+        if !super::metadata::may_create(broker, session, &t.name) {
+            refused.push(
+                CreatableTopicResult::default()
+                    .with_name(t.name.clone())
+                    .with_num_partitions(-1)
+                    .with_replication_factor(-1)
+                    .with_error_code(errors::TOPIC_AUTHORIZATION_FAILED),
+            );
+            false
+        } else if is_internal_topic(&t.name) {
             refused.push(
                 CreatableTopicResult::default()
                     .with_name(t.name.clone())
@@ -136,16 +148,22 @@ pub fn create_topics(
 
 pub fn delete_topics(
     broker: &Arc<Broker>,
+    session: &Session,
     version: i16,
-    req: DeleteTopicsRequest,
+    mut req: DeleteTopicsRequest,
 ) -> Outcome<DeleteTopicsResponse> {
+    let refused = refuse_undeletable(broker, session, &mut req);
+    if req.topic_names.is_empty() && req.topics.is_empty() {
+        return Outcome::Now(DeleteTopicsResponse::default().with_responses(refused));
+    }
     forward(
         broker,
         version,
         req,
         |r| r.responses.iter().any(|t| is_not_controller(t.error_code)),
         |_| DeleteTopicsResponse::default(),
-        |broker, resp| async move {
+        |broker, mut resp| async move {
+            resp.responses.extend(refused);
             let gone: Vec<uuid::Uuid> = resp
                 .responses
                 .iter()
@@ -161,6 +179,47 @@ pub fn delete_topics(
             resp
         },
     )
+}
+
+/// Takes out of a DeleteTopics request the topics `session` may not DELETE (by name, or by id
+/// as the image names it), answered TOPIC_AUTHORIZATION_FAILED.
+fn refuse_undeletable(
+    broker: &Broker,
+    session: &Session,
+    req: &mut DeleteTopicsRequest,
+) -> Vec<delete_topics_response::DeletableTopicResult> {
+    use delete_topics_response::DeletableTopicResult;
+    let img = broker.image();
+    let may = |name: &str| broker.authorize(session, Action::topic(AclOperation::Delete, name));
+    let denied = |name: &str, id: uuid::Uuid| {
+        DeletableTopicResult::default()
+            .with_name(Some(TopicName(s(name.to_string()))))
+            .with_topic_id(id)
+            .with_error_code(errors::TOPIC_AUTHORIZATION_FAILED)
+    };
+    let mut refused = Vec::new();
+    req.topic_names.retain(|n| {
+        let ok = may(n);
+        if !ok {
+            refused.push(denied(n, uuid::Uuid::nil()));
+        }
+        ok
+    });
+    req.topics.retain(|t| {
+        let name = match &t.name {
+            Some(n) => n.0.to_string(),
+            None => img
+                .topic_by_id(&t.topic_id.into())
+                .map(|t| t.name.clone())
+                .unwrap_or_default(),
+        };
+        let ok = may(&name);
+        if !ok {
+            refused.push(denied(&name, t.topic_id));
+        }
+        ok
+    });
+    refused
 }
 
 pub fn create_partitions(

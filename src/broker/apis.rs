@@ -2,14 +2,18 @@
 //! API family's handler (produce, fetch, metadata, admin, group) and frames the answer, now or
 //! when the handler's parked future completes.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use kafka_protocol::messages::{ApiKey, FetchRequest};
+use kafka_protocol::messages::{
+    ApiKey, FetchRequest, HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse,
+    OffsetCommitRequest, OffsetCommitResponse, SyncGroupResponse,
+};
 use kafka_protocol::protocol::{Encodable, HeaderVersion};
 
-use super::{admin, fetch, group, metadata, produce, Broker, Outcome};
+use super::auth::{Action, Session};
+use crate::security::acl::AclOperation;
+use super::{acls, admin, fetch, group, metadata, produce, sasl, scram_credentials, Broker, Outcome};
 use crate::protocol::{self, api_versions, errors, DecodedRequest, FrameError};
 
 /// A handled request: Kafka's request name for metrics, and the reply.
@@ -34,16 +38,16 @@ impl Broker {
     /// Handles one request frame. `Reply::Now(None)` means no response (acks=0); `Reply::Later`
     /// is a request parked in the purgatory. An error closes the connection, as Kafka does for
     /// unknown APIs, unsupported versions and malformed requests.
-    pub fn handle(self: &Arc<Self>, frame: Bytes, peer: Option<SocketAddr>) -> Handled {
+    pub fn handle(self: &Arc<Self>, frame: Bytes, session: &Arc<Session>) -> Handled {
         let mut label = "Unknown";
-        let reply = self.dispatch(frame, peer, &mut label);
+        let reply = self.dispatch(frame, session, &mut label);
         Handled { label, reply }
     }
 
     fn dispatch(
         self: &Arc<Self>,
         frame: Bytes,
-        peer: Option<SocketAddr>,
+        session: &Arc<Session>,
         label: &mut &'static str,
     ) -> Result<Reply, FrameError> {
         let raw = protocol::peek_header(&frame)?;
@@ -71,16 +75,22 @@ impl Broker {
             if fetch::is_follower(&req) {
                 *label = "FetchFollower";
             }
-            return self.fetch(at, req);
+            return self.fetch(at, req, session);
+        }
+        if let Some(refusal) = refuse_group_request(self, session, &request) {
+            return at.now_any(refusal);
         }
         if let DecodedRequest::JoinGroup(req) = request {
-            let host = peer.map(|p| format!("/{}", p.ip())).unwrap_or_default();
+            let host = session
+                .peer
+                .map(|p| format!("/{}", p.ip()))
+                .unwrap_or_default();
             let client = super::client_id(&header).to_string();
             return at.answer(group::api::join_group(
                 self, at.version, &client, &host, req,
             ));
         }
-        self.handle_request(at, request, header.request_api_key)
+        self.handle_request(at, request, header.request_api_key, session)
     }
 
     /// Every API but Fetch and JoinGroup (which need more than the request).
@@ -89,19 +99,33 @@ impl Broker {
         at: Request,
         request: DecodedRequest,
         key: i16,
+        session: &Arc<Session>,
     ) -> Result<Reply, FrameError> {
         let v = at.version;
         match request {
+            DecodedRequest::DescribeAcls(req) => at.now(&acls::describe_acls(self, session, req)),
+            DecodedRequest::CreateAcls(req) => at.answer(acls::create_acls(self, session, v, req)),
+            DecodedRequest::DeleteAcls(req) => at.answer(acls::delete_acls(self, session, v, req)),
+            DecodedRequest::DescribeUserScramCredentials(req) => {
+                at.now(&scram_credentials::describe(self, session, req))
+            }
+            DecodedRequest::AlterUserScramCredentials(req) => {
+                at.answer(scram_credentials::alter(self, session, v, req))
+            }
+            DecodedRequest::SaslHandshake(req) => at.now(&sasl::handshake_after_authentication(req)),
+            DecodedRequest::SaslAuthenticate(_) => at.now(&sasl::authenticate_after_authentication()),
             DecodedRequest::ApiVersions(_) => at.now(&api_versions::response(errors::NONE)),
-            DecodedRequest::Metadata(req) => at.answer(metadata::metadata(self, v, req)),
+            DecodedRequest::Metadata(req) => {
+                at.answer(metadata::metadata(self, session.clone(), v, req))
+            }
             DecodedRequest::DescribeCluster(req) => {
-                at.now(&metadata::describe_cluster(self, v, req))
+                at.now(&metadata::describe_cluster(self, session, v, req))
             }
             DecodedRequest::DescribeTopicPartitions(req) => {
-                at.now(&metadata::describe_topic_partitions(self, req))
+                at.now(&metadata::describe_topic_partitions(self, session, req))
             }
             // acks=0 answers nothing.
-            DecodedRequest::Produce(req) => reply(produce::produce(self, v, req), move |r| {
+            DecodedRequest::Produce(req) => reply(produce::produce(self, session, req), move |r| {
                 r.map_or(Ok(None), |r| at.frame(&r))
             }),
             DecodedRequest::ListOffsets(req) => at.now(&fetch::list_offsets(self, v, req)),
@@ -109,8 +133,12 @@ impl Broker {
                 at.now(&fetch::offset_for_leader_epoch(self, req))
             }
             DecodedRequest::InitProducerId(req) => at.answer(produce::init_producer_id(self, req)),
-            DecodedRequest::CreateTopics(req) => at.answer(admin::create_topics(self, v, req)),
-            DecodedRequest::DeleteTopics(req) => at.answer(admin::delete_topics(self, v, req)),
+            DecodedRequest::CreateTopics(req) => {
+                at.answer(admin::create_topics(self, session, v, req))
+            }
+            DecodedRequest::DeleteTopics(req) => {
+                at.answer(admin::delete_topics(self, session, v, req))
+            }
             DecodedRequest::CreatePartitions(req) => {
                 at.answer(admin::create_partitions(self, v, req))
             }
@@ -132,7 +160,7 @@ impl Broker {
                 at.answer(admin::unregister_broker(self, v, req))
             }
             DecodedRequest::FindCoordinator(req) => {
-                at.answer(group::api::find_coordinator(self, v, req))
+                at.answer(group::api::find_coordinator(self, session, v, req))
             }
             DecodedRequest::SyncGroup(req) => at.answer(group::api::sync_group(self, req)),
             DecodedRequest::Heartbeat(req) => at.now(&group::api::heartbeat(self, req)),
@@ -156,13 +184,21 @@ impl Broker {
 
     /// A Fetch. Consumer fetches, wide ones included, are read and encoded on the fetch pool,
     /// so produce and follower fetches never queue behind them.
-    fn fetch(self: &Arc<Self>, at: Request, req: FetchRequest) -> Result<Reply, FrameError> {
+    fn fetch(
+        self: &Arc<Self>,
+        at: Request,
+        req: FetchRequest,
+        session: &Arc<Session>,
+    ) -> Result<Reply, FrameError> {
         if fetch::is_follower(&req) {
-            return at.answer(fetch::fetch(self, at.version, req));
+            return at.answer(fetch::fetch(self, session, at.version, req));
         }
         let broker = self.clone();
+        let session = session.clone();
         let task = self.fetch_pool.spawn(async move {
-            let r = fetch::fetch(&broker, at.version, req).resolve().await;
+            let r = fetch::fetch(&broker, &session, at.version, req)
+                .resolve()
+                .await;
             at.frame(&r)
         });
         Ok(Reply::Later(Box::pin(async move {
@@ -170,6 +206,79 @@ impl Broker {
                 .unwrap_or_else(|e| Err(FrameError::Malformed(format!("fetch task failed: {e}"))))
         })))
     }
+}
+
+/// A group request answered GROUP_AUTHORIZATION_FAILED: the session may not READ the group it
+/// joins, syncs, heartbeats in, leaves or commits for.
+enum GroupRefusal {
+    Join(JoinGroupResponse),
+    Sync(SyncGroupResponse),
+    Heartbeat(HeartbeatResponse),
+    Leave(LeaveGroupResponse),
+    Commit(OffsetCommitResponse),
+}
+
+fn refuse_group_request(
+    broker: &Broker,
+    session: &Session,
+    request: &DecodedRequest,
+) -> Option<GroupRefusal> {
+    let group = match request {
+        DecodedRequest::JoinGroup(r) => &r.group_id,
+        DecodedRequest::SyncGroup(r) => &r.group_id,
+        DecodedRequest::Heartbeat(r) => &r.group_id,
+        DecodedRequest::LeaveGroup(r) => &r.group_id,
+        DecodedRequest::OffsetCommit(r) => &r.group_id,
+        _ => return None,
+    };
+    if broker.authorize(session, Action::group(AclOperation::Read, group.as_str())) {
+        return None;
+    }
+    let code = errors::GROUP_AUTHORIZATION_FAILED;
+    Some(match request {
+        DecodedRequest::JoinGroup(_) => GroupRefusal::Join(
+            JoinGroupResponse::default()
+                .with_error_code(code)
+                .with_generation_id(-1),
+        ),
+        DecodedRequest::SyncGroup(_) => {
+            GroupRefusal::Sync(SyncGroupResponse::default().with_error_code(code))
+        }
+        DecodedRequest::Heartbeat(_) => {
+            GroupRefusal::Heartbeat(HeartbeatResponse::default().with_error_code(code))
+        }
+        DecodedRequest::LeaveGroup(_) => {
+            GroupRefusal::Leave(LeaveGroupResponse::default().with_error_code(code))
+        }
+        DecodedRequest::OffsetCommit(r) => GroupRefusal::Commit(commit_refused(r, code)),
+        _ => return None,
+    })
+}
+
+/// Every partition of an OffsetCommit answered with `code`.
+fn commit_refused(r: &OffsetCommitRequest, code: i16) -> OffsetCommitResponse {
+    use kafka_protocol::messages::offset_commit_response::{
+        OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+    };
+    let topics = r
+        .topics
+        .iter()
+        .map(|t| {
+            OffsetCommitResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            OffsetCommitResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(code)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
 }
 
 /// The version and correlation id a response is framed with.
@@ -187,6 +296,17 @@ impl Request {
             self.correlation_id,
             body,
         ))
+    }
+
+    /// A group refusal, framed now.
+    fn now_any(self, refusal: GroupRefusal) -> Result<Reply, FrameError> {
+        match refusal {
+            GroupRefusal::Join(r) => self.now(&r),
+            GroupRefusal::Sync(r) => self.now(&r),
+            GroupRefusal::Heartbeat(r) => self.now(&r),
+            GroupRefusal::Leave(r) => self.now(&r),
+            GroupRefusal::Commit(r) => self.now(&r),
+        }
     }
 
     /// The reply, framed now.
@@ -254,6 +374,13 @@ fn request_name(key: ApiKey) -> &'static str {
         ApiKey::DescribeQuorum => "DescribeQuorum",
         ApiKey::UnregisterBroker => "UnregisterBroker",
         ApiKey::DescribeTopicPartitions => "DescribeTopicPartitions",
+        ApiKey::SaslHandshake => "SaslHandshake",
+        ApiKey::SaslAuthenticate => "SaslAuthenticate",
+        ApiKey::DescribeAcls => "DescribeAcls",
+        ApiKey::CreateAcls => "CreateAcls",
+        ApiKey::DeleteAcls => "DeleteAcls",
+        ApiKey::DescribeUserScramCredentials => "DescribeUserScramCredentials",
+        ApiKey::AlterUserScramCredentials => "AlterUserScramCredentials",
         _ => "Other",
     }
 }

@@ -1,6 +1,7 @@
 //! Fetch (incremental fetch sessions, `fetch.min.bytes` / `fetch.max.wait.ms` through
 //! DelayedFetch, per-partition and per-response byte limits), ListOffsets, OffsetForLeaderEpoch.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+use super::auth::{Action, Session};
+use crate::security::acl::AclOperation;
 use super::fetch_session::{self, FetchContext, FetchTarget, PartitionKey};
 use super::replica_manager::{FetchInfo, FetchParams, FetchPartitionData, Fetcher};
 use super::{Broker, Outcome};
@@ -131,6 +134,7 @@ fn group(read: Vec<(FetchTarget, PartitionData)>) -> Vec<FetchableTopicResponse>
 /// incremental one.
 fn respond(
     broker: &Broker,
+    session: &Session,
     ctx: FetchContext,
     targets: Vec<FetchTarget>,
     read: Vec<FetchPartitionData>,
@@ -144,7 +148,7 @@ fn respond(
             (t, data)
         })
         .collect();
-    let endpoints = super::produce::node_endpoints!(NodeEndpoint, broker, &leaders);
+    let endpoints = super::produce::node_endpoints!(NodeEndpoint, broker, session, &leaders);
     let (session_id, topics) = match ctx {
         FetchContext::Sessionless => (fetch_session::INVALID_SESSION_ID, group(read)),
         FetchContext::Full {
@@ -201,7 +205,12 @@ pub fn is_follower(req: &FetchRequest) -> bool {
 /// Resolves the request's fetch session (KIP-227) and has ReplicaManager read (parking the
 /// fetch there while it is short of `fetch.min.bytes`); the answer is assembled by the request
 /// itself once the read is done, never by the appending thread.
-pub fn fetch(broker: &Arc<Broker>, version: i16, req: FetchRequest) -> Outcome<FetchResponse> {
+pub fn fetch(
+    broker: &Arc<Broker>,
+    session: &Session,
+    version: i16,
+    req: FetchRequest,
+) -> Outcome<FetchResponse> {
     let follower = is_follower(&req);
     let params = FetchParams {
         fetcher: fetcher(version, &req),
@@ -227,18 +236,61 @@ pub fn fetch(broker: &Arc<Broker>, version: i16, req: FetchRequest) -> Outcome<F
         Ok(c) => c,
         Err(code) => return Outcome::Now(error_response(code, fetch_session::INVALID_SESSION_ID)),
     };
+    let denied = denied_targets(broker, session, follower, &targets);
     let infos = targets
         .iter()
-        .map(|t| {
+        .zip(&denied)
+        .filter(|(_, denied)| !**denied)
+        .map(|(t, _)| {
             let tp = TopicPartition::new(t.topic.clone(), t.key.partition);
             (tp, t.info.clone())
         })
         .collect();
     let b = broker.clone();
+    let session = session.clone();
     broker
         .replicas
         .fetch_messages(params, infos)
-        .map(move |read| respond(&b, ctx, targets, read))
+        .map(move |read| respond(&b, &session, ctx, targets, with_denied(read, &denied)))
+}
+
+/// Which targets the session may not read: all of a follower's without CLUSTER_ACTION, and a
+/// consumer's in topics it may not READ (asked once per topic).
+fn denied_targets(
+    broker: &Broker,
+    session: &Session,
+    follower: bool,
+    targets: &[FetchTarget],
+) -> Vec<bool> {
+    if follower {
+        let ok = broker.authorize(session, Action::cluster(AclOperation::ClusterAction));
+        return vec![!ok; targets.len()];
+    }
+    let mut by_topic: HashMap<&str, bool> = HashMap::new();
+    targets
+        .iter()
+        .map(|t| {
+            !*by_topic.entry(&t.topic).or_insert_with(|| {
+                broker.authorize(session, Action::topic(AclOperation::Read, &t.topic))
+            })
+        })
+        .collect()
+}
+
+/// The read results of the allowed targets, with TOPIC_AUTHORIZATION_FAILED in the places of
+/// the denied ones.
+fn with_denied(read: Vec<FetchPartitionData>, denied: &[bool]) -> Vec<FetchPartitionData> {
+    let mut read = read.into_iter();
+    denied
+        .iter()
+        .map(|d| match d {
+            true => FetchPartitionData {
+                error: errors::TOPIC_AUTHORIZATION_FAILED,
+                ..FetchPartitionData::default()
+            },
+            false => read.next().unwrap_or_default(),
+        })
+        .collect()
 }
 
 /// Who fetches: a consumer (from v11 it may read from a follower, KIP-392, and say its rack),

@@ -16,7 +16,9 @@ use kafka_protocol::messages::{
 };
 
 use super::controller_channel::{is_not_controller, DEFAULT_RETRY_TIMEOUT};
+use super::auth::{Action, Session};
 use super::{Broker, Outcome};
+use crate::security::acl::AclOperation;
 use crate::controller::validate_topic_name;
 use crate::metadata::image::{BrokerImage, MetadataImage, PartitionImage, TopicImage};
 use crate::metadata::{is_hidden_topic, is_internal_topic};
@@ -24,8 +26,13 @@ use crate::protocol::errors;
 
 use crate::protocol::str_bytes as s;
 
-/// The listener clients of this broker reach other brokers on: its first client listener.
-pub(crate) fn client_listener(broker: &Broker) -> String {
+/// The listener a client of this broker reaches other brokers on: the one its connection came
+/// in on (as Kafka answers), or this broker's first client listener for a request from no
+/// listener.
+pub(crate) fn client_listener(broker: &Broker, session: &Session) -> String {
+    if !session.listener.is_empty() {
+        return session.listener.clone();
+    }
     broker
         .config
         .advertised_listeners
@@ -58,8 +65,7 @@ fn live_brokers<'a>(
 /// send admin requests there and the broker forwards them, as Kafka's brokers do (Kafka names a
 /// random live broker); naming the active controller would leave clients waiting on it when it
 /// dies (librdkafka keeps asking a dead controller until its next metadata refresh).
-fn controller_id_in_metadata(broker: &Broker, img: &MetadataImage) -> i32 {
-    let listener = client_listener(broker);
+fn controller_id_in_metadata(broker: &Broker, img: &MetadataImage, listener: &str) -> i32 {
     let me = broker.node_id();
     if broker_endpoint(img, me, &listener).is_some() {
         return me;
@@ -70,14 +76,17 @@ fn controller_id_in_metadata(broker: &Broker, img: &MetadataImage) -> i32 {
 
 /// The controller id DescribeCluster gives: the active controller when it is a live broker (so
 /// `DescribeCluster` shows who leads the quorum), else as Metadata.
-pub(crate) fn controller_id_for_clients(broker: &Broker, img: &MetadataImage) -> i32 {
-    let listener = client_listener(broker);
+pub(crate) fn controller_id_for_clients(
+    broker: &Broker,
+    img: &MetadataImage,
+    listener: &str,
+) -> i32 {
     if let Some(c) = broker.active_controller() {
         if broker_endpoint(img, c, &listener).is_some() {
             return c;
         }
     }
-    controller_id_in_metadata(broker, img)
+    controller_id_in_metadata(broker, img, listener)
 }
 
 fn partition_entry(
@@ -129,12 +138,13 @@ fn error_entry(name: Option<&str>, id: uuid::Uuid, code: i16) -> MetadataRespons
 /// A Metadata answer from one image; `missing` are names to auto-create.
 fn answer(
     broker: &Broker,
+    session: &Session,
     img: &MetadataImage,
     version: i16,
     req: &MetadataRequest,
     allow_create: bool,
 ) -> (MetadataResponse, Vec<String>) {
-    let listener = client_listener(broker);
+    let listener = client_listener(broker, session);
     // v0 has no null: an empty list means every topic.
     let all = match &req.topics {
         None => true,
@@ -185,7 +195,7 @@ fn answer(
     let resp = MetadataResponse::default()
         .with_brokers(brokers)
         .with_cluster_id(Some(s(broker.cluster_id.clone())))
-        .with_controller_id(BrokerId(controller_id_in_metadata(broker, img)))
+        .with_controller_id(BrokerId(controller_id_in_metadata(broker, img, &listener)))
         .with_topics(topics);
     (resp, missing)
 }
@@ -253,6 +263,7 @@ pub(crate) async fn create_missing(
 
 pub fn metadata(
     broker: &Arc<Broker>,
+    session: Arc<Session>,
     version: i16,
     req: MetadataRequest,
 ) -> Outcome<MetadataResponse> {
@@ -260,9 +271,11 @@ pub fn metadata(
     let allow_create =
         (version < 4 || req.allow_auto_topic_creation) && broker.config.auto_create_topics_enable;
     let img = broker.image();
-    let (resp, missing) = answer(broker, &img, version, &req, allow_create);
+    let (resp, mut missing) = answer(broker, &session, &img, version, &req, allow_create);
+    let named = req.topics.is_some();
+    missing.retain(|t| may_create(broker, &session, t));
     if missing.is_empty() {
-        return Outcome::Now(resp);
+        return Outcome::Now(hide_undescribable(broker, &session, named, resp));
     }
     // Create, wait to see the topics, and answer with them (clients need not retry).
     tracing::debug!(topics = ?missing, "Metadata names unknown topics: creating them");
@@ -282,12 +295,49 @@ pub fn metadata(
                 .await;
             tracing::debug!(topics = ?created, seen, "created topics for Metadata");
         }
-        answer(&broker, &broker.image(), version, &req, false).0
+        let resp = answer(&broker, &session, &broker.image(), version, &req, false).0;
+        hide_undescribable(&broker, &session, named, resp)
     }))
+}
+
+/// Whether `session` may create topic `name`: CREATE on the cluster or on the topic.
+pub(crate) fn may_create(broker: &Broker, session: &Session, name: &str) -> bool {
+    broker.authorize(session, Action::cluster(AclOperation::Create))
+        || broker.authorize(session, Action::topic(AclOperation::Create, name))
+}
+
+/// Metadata never names a topic the session may not DESCRIBE: such a topic asked for by name
+/// is answered TOPIC_AUTHORIZATION_FAILED (whether it exists or not), and left out of an
+/// all-topics answer.
+fn hide_undescribable(
+    broker: &Broker,
+    session: &Session,
+    named: bool,
+    mut resp: MetadataResponse,
+) -> MetadataResponse {
+    if broker.authorizer.is_none() {
+        return resp;
+    }
+    resp.topics.retain_mut(|t| {
+        let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
+        if broker.authorize(session, Action::topic(AclOperation::Describe, &name)) {
+            return true;
+        }
+        if !named {
+            return false;
+        }
+        *t = MetadataResponseTopic::default()
+            .with_name(t.name.clone())
+            .with_error_code(errors::TOPIC_AUTHORIZATION_FAILED)
+            .with_is_internal(false);
+        true
+    });
+    resp
 }
 
 pub fn describe_cluster(
     broker: &Arc<Broker>,
+    session: &Session,
     version: i16,
     req: DescribeClusterRequest,
 ) -> DescribeClusterResponse {
@@ -304,7 +354,7 @@ pub fn describe_cluster(
             .with_controller_id(BrokerId(-1));
     }
     let img = broker.image();
-    let listener = client_listener(broker);
+    let listener = client_listener(broker, session);
     let brokers = img
         .brokers()
         .filter(|b| !b.fenced || (version >= 2 && req.include_fenced_brokers))
@@ -320,19 +370,20 @@ pub fn describe_cluster(
             )
         })
         .collect();
-    base.with_controller_id(BrokerId(controller_id_for_clients(broker, &img)))
+    base.with_controller_id(BrokerId(controller_id_for_clients(broker, &img, &listener)))
         .with_brokers(brokers)
 }
 
 pub fn describe_topic_partitions(
     broker: &Arc<Broker>,
+    session: &Session,
     req: DescribeTopicPartitionsRequest,
 ) -> DescribeTopicPartitionsResponse {
     use kafka_protocol::messages::describe_topic_partitions_response::{
         Cursor, DescribeTopicPartitionsResponsePartition, DescribeTopicPartitionsResponseTopic,
     };
     let img = broker.image();
-    let listener = client_listener(broker);
+    let listener = client_listener(broker, session);
     let limit = req.response_partition_limit.max(1) as usize;
     let cursor = req
         .cursor

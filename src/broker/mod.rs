@@ -2,8 +2,10 @@
 //! purgatory; the lifecycle with the controller and the metadata publisher. It joins storage,
 //! protocol and controller; nothing else reaches into it.
 
+mod acls;
 pub mod admin;
 pub mod alter_partition;
+pub mod auth;
 mod apis;
 pub mod controller_channel;
 pub mod fetch;
@@ -17,6 +19,8 @@ mod producer_state;
 mod purgatory;
 pub mod replica_manager;
 pub mod replication;
+mod sasl;
+mod scram_credentials;
 pub mod server;
 
 use std::sync::Arc;
@@ -100,6 +104,8 @@ pub struct Broker {
     /// `__consumer_offsets` partitions whose groups are loaded here.
     coordinated: parking_lot::Mutex<std::collections::HashSet<i32>>,
     strays_deleted: std::sync::atomic::AtomicBool,
+    /// `authorizer.class.name`: `None` allows every request.
+    authorizer: Option<auth::Authorizer>,
     /// The broker's background tasks (see `start_background`), stopped by `shutdown`.
     tasks: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
@@ -216,6 +222,7 @@ impl Broker {
             config.max_incremental_fetch_session_cache_slots,
             metrics.fetch_session_evictions.clone(),
         );
+        let authorizer = config.auth.authorizer.as_ref().map(auth::Authorizer::new);
         let broker = Arc::new(Broker {
             cluster_id,
             fetch_sessions,
@@ -233,6 +240,7 @@ impl Broker {
             lifecycle,
             coordinated: parking_lot::Mutex::new(Default::default()),
             strays_deleted: std::sync::atomic::AtomicBool::new(false),
+            authorizer,
             tasks: parking_lot::Mutex::new(Vec::new()),
         });
         broker.start_background(images, isr_change_requests);

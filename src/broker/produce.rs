@@ -15,6 +15,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+use super::auth::{Action, Session};
+use crate::security::acl::AclOperation;
 use super::replica_manager::{PartitionError, PendingAppend};
 use super::{msg, Broker, Outcome};
 use crate::protocol::errors;
@@ -51,8 +53,8 @@ fn refused(index: i32, e: PartitionError, leaders: &mut Vec<i32>) -> PartitionPr
 /// The `NodeEndpoint`s (of Produce or Fetch responses, KIP-951) of the leaders named in
 /// NOT_LEADER_OR_FOLLOWER answers.
 macro_rules! node_endpoints {
-    ($ty:ty, $broker:expr, $leaders:expr) => {
-        $crate::broker::produce::leader_endpoints($broker, $leaders)
+    ($ty:ty, $broker:expr, $session:expr, $leaders:expr) => {
+        $crate::broker::produce::leader_endpoints($broker, $session, $leaders)
             .into_iter()
             .map(|(id, host, port, rack)| {
                 <$ty>::default()
@@ -69,10 +71,11 @@ pub(crate) use node_endpoints;
 /// The endpoints of the leaders named in NOT_LEADER_OR_FOLLOWER answers.
 pub(crate) fn leader_endpoints(
     broker: &Broker,
+    session: &Session,
     leaders: &[i32],
 ) -> Vec<(i32, String, i32, Option<String>)> {
     let img = broker.image();
-    let listener = super::metadata::client_listener(broker);
+    let listener = super::metadata::client_listener(broker, session);
     leaders
         .iter()
         .filter_map(|id| {
@@ -95,7 +98,7 @@ fn partition_error(index: i32, code: i16, message: Option<String>) -> PartitionP
 
 pub fn produce(
     broker: &Arc<Broker>,
-    _version: i16,
+    session: &Session,
     req: ProduceRequest,
 ) -> Outcome<Option<ProduceResponse>> {
     let mut appends = Appends {
@@ -115,11 +118,15 @@ pub fn produce(
         } else {
             topic.name.0.to_string()
         };
+        let may_write = broker.authorize(session, Action::topic(AclOperation::Write, &name));
         let parts = topic
             .partition_data
             .into_iter()
             .enumerate()
-            .map(|(pi, pd)| appends.partition(&name, (ti, pi), pd))
+            .map(|(pi, pd)| match may_write {
+                true => appends.partition(&name, (ti, pi), pd),
+                false => partition_error(pd.index, errors::TOPIC_AUTHORIZATION_FAILED, None),
+            })
             .collect();
         responses.push(
             TopicProduceResponse::default()
@@ -133,7 +140,7 @@ pub fn produce(
     if appends.acks == 0 {
         return Outcome::Now(None);
     }
-    let endpoints = node_endpoints!(NodeEndpoint, broker, &appends.leaders);
+    let endpoints = node_endpoints!(NodeEndpoint, broker, session, &appends.leaders);
     let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
     respond_when_replicated(broker, responses, appends.waiting, endpoints, timeout)
 }

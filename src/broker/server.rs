@@ -13,6 +13,8 @@ use bytes::Bytes;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
+use super::auth::Session;
+use super::sasl::{SaslAuthenticator, Step as SaslStep};
 use super::{Broker, Reply};
 use crate::config::broker::{BrokerConfig, Listener};
 use crate::metrics::RequestTimes;
@@ -24,7 +26,7 @@ use crate::protocol::FrameError;
 /// One request on its way to a handler.
 struct Job {
     frame: Bytes,
-    peer: Option<SocketAddr>,
+    session: Arc<Session>,
     /// When the request's first bytes arrived (queue time counts from here, not from dequeue).
     arrived: Instant,
     respond: oneshot::Sender<Answer>,
@@ -113,7 +115,7 @@ impl BoundServer {
             addrs.push(local);
             let settings = listener_settings(&broker.config, &name);
             let (quotas, stop) = (self.quotas.clone(), stop.clone());
-            let handler = connection_handler(broker.clone(), tx.clone());
+            let handler = connection_handler(broker.clone(), tx.clone(), &name);
             listeners.push(self.network.handle().spawn(async move {
                 match TcpListener::from_std(std_listener) {
                     Ok(listener) => serve(listener, settings, quotas, handler, stop).await,
@@ -236,9 +238,28 @@ fn listener_settings(config: &BrokerConfig, name: &str) -> ListenerSettings {
     }
 }
 
-/// Serves each accepted connection through the request queue.
-fn connection_handler(broker: Arc<Broker>, queue: async_channel::Sender<Job>) -> Handler {
-    Arc::new(move |conn| Box::pin(connection(conn, broker.clone(), queue.clone())))
+/// Serves each accepted connection of listener `name` through the request queue, after SASL
+/// authentication where the listener's protocol asks for it.
+fn connection_handler(
+    broker: Arc<Broker>,
+    queue: async_channel::Sender<Job>,
+    name: &str,
+) -> Handler {
+    let sasl = broker.config.auth.sasl.get(name).cloned();
+    let reauth_ms = broker.config.auth.connections_max_reauth_ms;
+    let name = name.to_string();
+    Arc::new(move |conn| {
+        let authenticator = sasl
+            .clone()
+            .map(|s| SaslAuthenticator::new(&name, s, reauth_ms));
+        Box::pin(connection(
+            conn,
+            broker.clone(),
+            queue.clone(),
+            name.clone(),
+            authenticator,
+        ))
+    })
 }
 
 /// Refreshes the gauges that describe state, at scrape time.
@@ -326,7 +347,7 @@ async fn serve_metrics(
 async fn handler(id: usize, broker: Arc<Broker>, rx: async_channel::Receiver<Job>) {
     while let Ok(job) = rx.recv().await {
         let dequeued = Instant::now();
-        let handled = broker.handle(job.frame, job.peer);
+        let handled = broker.handle(job.frame, &job.session);
         let local = dequeued.elapsed();
         broker.metrics.handler_meter.add_busy(local);
         let mut times = RequestTimes {
@@ -373,12 +394,34 @@ async fn connection(
     mut conn: Connection,
     broker: Arc<Broker>,
     queue: async_channel::Sender<Job>,
+    listener: String,
+    mut sasl: Option<SaslAuthenticator>,
 ) -> Result<(), CloseReason> {
     let peer = conn.peer();
+    let mut session = Arc::new(Session::anonymous(Some(peer), &listener));
     loop {
         let Some(frame) = conn.next_request().await? else {
             return Ok(());
         };
+        if let Some(auth) = sasl.as_mut() {
+            match auth.on_request(&broker, &frame) {
+                SaslStep::Serve => {}
+                SaslStep::Answer(f) => {
+                    conn.write(&f).await?;
+                    continue;
+                }
+                SaslStep::Authenticated(f, principal) => {
+                    session = Arc::new(Session::new(principal, Some(peer), &listener));
+                    conn.write(&f).await?;
+                    continue;
+                }
+                SaslStep::AnswerAndClose(f, reason) => {
+                    conn.write(&f).await?;
+                    return Err(CloseReason::Handler(reason));
+                }
+                SaslStep::Close(reason) => return Err(CloseReason::Handler(reason)),
+            }
+        }
         let arrived = Instant::now();
         let raw = crate::protocol::peek_header(&frame).ok();
         let version = raw.map_or(-1, |h| h.api_version);
@@ -387,7 +430,7 @@ async fn connection(
         queue
             .send(Job {
                 frame,
-                peer: Some(peer),
+                session: session.clone(),
                 arrived,
                 respond: tx,
             })

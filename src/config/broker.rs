@@ -64,6 +64,8 @@ pub struct BrokerConfig {
     /// The limits on client connections (`max.connections`, `max.connections.per.ip`,
     /// `connections.max.idle.ms`).
     pub connections: super::connections::ConnectionConfig,
+    /// SASL mechanisms by listener, re-authentication and the authorizer.
+    pub auth: super::auth::AuthConfig,
     /// The properties as given, for DescribeConfigs.
     pub raw: BTreeMap<String, String>,
 }
@@ -159,6 +161,8 @@ impl BrokerConfig {
         let topics = TopicDefaults::from_props(props)?;
         let log_manager = LogManagerSettings::from_props(props)?;
         let groups = GroupSettings::from_props(props)?;
+        let names: Vec<String> = listeners.iter().map(|l| l.name.clone()).collect();
+        let auth = super::auth::AuthConfig::from_props(props, &names, &cluster.security_protocols)?;
         let c = BrokerConfig {
             node_id,
             listeners,
@@ -192,6 +196,7 @@ impl BrokerConfig {
             replication: super::replication::ReplicationConfig::from_props(props)?,
             cleaner: super::cleaner::CleanerConfig::from_props(props)?,
             connections: super::connections::ConnectionConfig::from_props(props)?,
+            auth,
             raw: props.clone(),
         };
         Ok((c, unknown_keys(props)))
@@ -213,6 +218,7 @@ fn unknown_keys(props: &BTreeMap<String, String>) -> Vec<String> {
                 && !super::replication::KEYS.contains(&k)
                 && !super::cleaner::KEYS.contains(&k)
                 && !super::connections::KEYS.contains(&k)
+                && !super::auth::is_auth_key(k)
                 && !topic_synonyms.contains(&k)
         })
         .cloned()

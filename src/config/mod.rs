@@ -141,6 +141,7 @@ impl Default for LogConfig {
     }
 }
 
+pub mod auth;
 pub mod broker;
 pub mod cleaner;
 pub mod cluster;

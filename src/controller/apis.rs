@@ -39,7 +39,7 @@ pub struct ControllerNode {
 
 use crate::protocol::str_bytes as s;
 
-fn msg(m: impl Into<String>) -> Option<StrBytes> {
+pub(super) fn msg(m: impl Into<String>) -> Option<StrBytes> {
     Some(s(m))
 }
 
@@ -111,6 +111,11 @@ impl ControllerNode {
             DecodedRequest::DescribeCluster(r) => frame(v, cid, &self.describe_cluster(v, r)),
             DecodedRequest::Fetch(r) => frame(v, cid, &self.fetch_metadata(r).await),
             DecodedRequest::FetchSnapshot(r) => frame(v, cid, &self.fetch_snapshot(r)),
+            DecodedRequest::CreateAcls(r) => frame(v, cid, &self.create_acls(r).await),
+            DecodedRequest::DeleteAcls(r) => frame(v, cid, &self.delete_acls(r).await),
+            DecodedRequest::AlterUserScramCredentials(r) => {
+                frame(v, cid, &self.alter_scram_credentials(r).await)
+            }
             other => Err(FrameError::Malformed(format!(
                 "{:?} is not served on the controller listener",
                 std::mem::discriminant(&other)

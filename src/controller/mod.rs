@@ -2,6 +2,7 @@
 //! the active controller's decisions about brokers, topics, partitions, leaders and ISRs, served
 //! to brokers on the controller listener. The records and their image live in `metadata`.
 
+mod acls;
 pub mod apis;
 pub mod cluster;
 pub mod listener;
@@ -10,6 +11,8 @@ pub mod placement;
 pub mod quorum_controller;
 pub mod raft;
 pub mod replication;
+pub mod scram;
+mod security_apis;
 
 use std::collections::BTreeMap;
 

@@ -15,10 +15,11 @@ use super::raft::{Applied, Quorum, QuorumStatus, WriteError};
 use super::replication::{
     self, CreatedTopic, ElectionOutcome, IsrChange, ReassignmentSpec, TopicDefaults, TopicSpec,
 };
-use super::{validate_topic_configs, ControllerError};
+use super::{acls, scram, validate_topic_configs, ControllerError};
 use crate::metadata::image::{MetadataImage, PartitionImage};
 use crate::metadata::records::{MetadataRecord, RESOURCE_BROKER, RESOURCE_TOPIC};
 use crate::protocol::errors;
+use crate::security::acl::{AclBinding, AclBindingFilter};
 
 /// The `metadata.version` a new cluster starts at (Kafka 4.1's latest production level).
 pub const METADATA_VERSION_LEVEL: i16 = 27;
@@ -34,6 +35,8 @@ pub struct ControllerSettings {
     pub auto_leader_rebalance: bool,
     pub leader_imbalance_check_interval: Duration,
     pub topics: TopicDefaults,
+    /// What a new cluster starts with besides `metadata.version` (`format --add-scram`).
+    pub bootstrap: Vec<MetadataRecord>,
 }
 
 /// A config change asked for (AlterConfigs and IncrementalAlterConfigs).
@@ -104,7 +107,8 @@ impl QuorumController {
     }
 
     /// Takes over after winning an election: everything committed before is applied, brokers
-    /// get fresh sessions, and a new cluster gets its `metadata.version`.
+    /// get fresh sessions, and a new cluster gets its `metadata.version` and the records it was
+    /// formatted with, in one batch.
     async fn activate(&self) -> Result<(), ControllerError> {
         let term = self.quorum.epoch();
         self.quorum
@@ -115,13 +119,12 @@ impl QuorumController {
         let img = self.quorum.image();
         self.sessions.lock().activate(&img, Instant::now());
         if img.feature("metadata.version").is_none() {
-            self.quorum
-                .write(&[MetadataRecord::FeatureLevel {
-                    name: "metadata.version".into(),
-                    level: METADATA_VERSION_LEVEL,
-                }])
-                .await
-                .map_err(write_error)?;
+            let mut records = vec![MetadataRecord::FeatureLevel {
+                name: "metadata.version".into(),
+                level: METADATA_VERSION_LEVEL,
+            }];
+            records.extend(self.settings.bootstrap.iter().cloned());
+            self.quorum.write(&records).await.map_err(write_error)?;
         }
         *self.active_term.lock() = Some(term);
         tracing::info!(
@@ -328,6 +331,36 @@ impl QuorumController {
             .await?;
         tracing::info!(topic = name, "deleted topic");
         Ok(id)
+    }
+
+    /// CreateAcls: one result per binding, in order.
+    pub async fn create_acls(
+        &self,
+        bindings: Vec<AclBinding>,
+    ) -> Result<Vec<Result<(), ControllerError>>, ControllerError> {
+        self.commit(|img| Ok(acls::create_acls(img, &bindings)))
+            .await
+            .map(|(results, _)| results)
+    }
+
+    /// DeleteAcls: for each filter, the ACLs it removed.
+    pub async fn delete_acls(
+        &self,
+        filters: Vec<AclBindingFilter>,
+    ) -> Result<Vec<Result<Vec<AclBinding>, ControllerError>>, ControllerError> {
+        self.commit(|img| Ok(acls::delete_acls(img, &filters)))
+            .await
+            .map(|(results, _)| results)
+    }
+
+    /// AlterUserScramCredentials: each user's result.
+    pub async fn alter_scram_credentials(
+        &self,
+        changes: Vec<scram::ScramChange>,
+    ) -> Result<scram::UserResults, ControllerError> {
+        self.commit(|img| Ok(scram::alter_credentials(img, &changes)))
+            .await
+            .map(|(results, _)| results)
     }
 
     /// CreatePartitions.

@@ -1,5 +1,5 @@
 //! MetadataImage: the cluster as the metadata records build it — brokers, topics, partitions
-//! (replicas, ISR, leaders, epochs), configs, features and producer ids. Immutable once
+//! (replicas, ISR, leaders, epochs), configs, features, producer ids, ACLs and SCRAM credentials. Immutable once
 //! published: writers apply records to a copy, and topics are shared between copies, so telling
 //! two images apart costs one pointer comparison per unchanged topic.
 
@@ -10,6 +10,7 @@ use super::records::{
     BrokerEndpoint, BrokerRegistration, MetadataRecord, PartitionChange, NO_LEADER,
     NO_LEADER_CHANGE, RESOURCE_BROKER, RESOURCE_TOPIC,
 };
+use super::security_image::SecurityImage;
 use crate::storage::KafkaUuid;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,6 +112,8 @@ pub struct MetadataImage {
     pub last_timestamp: i64,
     /// The first producer id not yet handed out.
     pub next_producer_id: i64,
+    /// ACLs and SCRAM credentials.
+    security: SecurityImage,
 }
 
 /// Sets or (with `None`) removes one config of a resource; a resource left without configs
@@ -319,7 +322,15 @@ impl MetadataImage {
                 }
             }
             MetadataRecord::NoOp => {}
+            other => {
+                self.security.apply(other);
+            }
         }
+    }
+
+    /// The ACLs and SCRAM credentials.
+    pub fn security(&self) -> &SecurityImage {
+        &self.security
     }
 
     fn topic_mut(&mut self, id: &KafkaUuid) -> Option<&mut TopicImage> {
@@ -429,6 +440,7 @@ impl MetadataImage {
                 next_producer_id: self.next_producer_id,
             });
         }
+        self.security.to_records(&mut out);
         out
     }
 
@@ -475,6 +487,7 @@ impl MetadataImage {
                 })
             && self.features == other.features
             && self.next_producer_id == other.next_producer_id
+            && self.security == other.security
     }
 }
 

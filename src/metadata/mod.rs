@@ -2,8 +2,10 @@
 //! log, the image they build, and the internal topics' names and rules. Below broker and
 //! controller alike, so neither has to reach into the other for them.
 
+pub mod bootstrap;
 pub mod image;
 pub mod records;
+pub mod security_image;
 
 /// The metadata log's topic (Kafka's `__cluster_metadata`).
 pub const METADATA_TOPIC: &str = "__cluster_metadata";

@@ -2,6 +2,10 @@
 //! record type, record version) followed by the flexible-version message body; and the control
 //! records of the quorum (leader change, voters, snapshot header and footer).
 
+use crate::security::acl::{
+    AclBinding, AclOperation, PatternType, PermissionType, ResourcePattern, ResourceType,
+};
+use crate::security::sasl::{ScramCredential, ScramMechanism};
 use crate::storage::KafkaUuid;
 
 /// Kafka's `MetadataRecordType` ids for the records evenkeel writes.
@@ -18,6 +22,10 @@ pub const FEATURE_LEVEL_RECORD: u32 = 12;
 pub const PRODUCER_IDS_RECORD: u32 = 15;
 pub const BROKER_REGISTRATION_CHANGE_RECORD: u32 = 17;
 pub const NO_OP_RECORD: u32 = 20;
+pub const USER_SCRAM_CREDENTIAL_RECORD: u32 = 11;
+pub const ACCESS_CONTROL_ENTRY_RECORD: u32 = 18;
+pub const REMOVE_ACCESS_CONTROL_ENTRY_RECORD: u32 = 19;
+pub const REMOVE_USER_SCRAM_CREDENTIAL_RECORD: u32 = 22;
 /// `ConfigResource.Type` ids.
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;
@@ -130,6 +138,56 @@ pub enum MetadataRecord {
         in_controlled_shutdown: i8,
     },
     NoOp,
+    /// One ACL, under the id DeleteAcls removes it by.
+    AccessControlEntry {
+        id: KafkaUuid,
+        acl: AclBinding,
+    },
+    RemoveAccessControlEntry {
+        id: KafkaUuid,
+    },
+    UserScramCredential(ScramCredentialRecord),
+    /// `mechanism` is Kafka's ScramMechanism type (1 SCRAM-SHA-256, 2 SCRAM-SHA-512).
+    RemoveUserScramCredential {
+        name: String,
+        mechanism: i8,
+    },
+}
+
+/// A user's SCRAM credential for one mechanism, as the metadata log holds it (never the
+/// password).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScramCredentialRecord {
+    pub name: String,
+    /// Kafka's ScramMechanism type: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512.
+    pub mechanism: i8,
+    pub salt: Vec<u8>,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
+    pub iterations: i32,
+}
+
+impl ScramCredentialRecord {
+    pub fn new(name: &str, mechanism: ScramMechanism, c: ScramCredential) -> Self {
+        ScramCredentialRecord {
+            name: name.to_string(),
+            mechanism: mechanism.type_code(),
+            salt: c.salt,
+            stored_key: c.stored_key,
+            server_key: c.server_key,
+            iterations: c.iterations,
+        }
+    }
+
+    /// The credential a SCRAM exchange checks a client against.
+    pub fn credential(&self) -> ScramCredential {
+        ScramCredential {
+            salt: self.salt.clone(),
+            stored_key: self.stored_key.clone(),
+            server_key: self.server_key.clone(),
+            iterations: self.iterations,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -186,6 +244,11 @@ impl Writer {
                 self
             }
         }
+    }
+    fn bytes(&mut self, b: &[u8]) -> &mut Self {
+        self.uvarint(b.len() as u64 + 1);
+        self.0.extend_from_slice(b);
+        self
     }
     fn i32s(&mut self, v: Option<&[i32]>) -> &mut Self {
         match v {
@@ -289,6 +352,13 @@ impl<'a> Reader<'a> {
             .map(Some)
             .map_err(|_| RecordDecodeError(format!("{what} is not UTF-8")))
     }
+    fn bytes(&mut self, what: &str) -> Result<Vec<u8>, RecordDecodeError> {
+        let n = self.uvarint(what)?;
+        if n == 0 {
+            return Err(RecordDecodeError(format!("null {what}")));
+        }
+        Ok(self.take((n - 1) as usize, what)?.to_vec())
+    }
     fn string(&mut self, what: &str) -> Result<String, RecordDecodeError> {
         self.str(what)?
             .ok_or_else(|| RecordDecodeError(format!("null {what}")))
@@ -356,6 +426,10 @@ impl MetadataRecord {
             MetadataRecord::ProducerIds { .. } => PRODUCER_IDS_RECORD,
             MetadataRecord::BrokerRegistrationChange { .. } => BROKER_REGISTRATION_CHANGE_RECORD,
             MetadataRecord::NoOp => NO_OP_RECORD,
+            MetadataRecord::AccessControlEntry { .. } => ACCESS_CONTROL_ENTRY_RECORD,
+            MetadataRecord::RemoveAccessControlEntry { .. } => REMOVE_ACCESS_CONTROL_ENTRY_RECORD,
+            MetadataRecord::UserScramCredential(_) => USER_SCRAM_CREDENTIAL_RECORD,
+            MetadataRecord::RemoveUserScramCredential { .. } => REMOVE_USER_SCRAM_CREDENTIAL_RECORD,
         }
     }
 
@@ -503,6 +577,32 @@ impl MetadataRecord {
             MetadataRecord::NoOp => {
                 w.no_tags();
             }
+            MetadataRecord::AccessControlEntry { id, acl } => {
+                w.uuid(id)
+                    .i8(acl.pattern.resource_type.code())
+                    .str(Some(&acl.pattern.name))
+                    .i8(acl.pattern.pattern_type.code())
+                    .str(Some(&acl.principal))
+                    .str(Some(&acl.host))
+                    .i8(acl.operation.code())
+                    .i8(acl.permission.code())
+                    .no_tags();
+            }
+            MetadataRecord::RemoveAccessControlEntry { id } => {
+                w.uuid(id).no_tags();
+            }
+            MetadataRecord::UserScramCredential(c) => {
+                w.str(Some(&c.name))
+                    .i8(c.mechanism)
+                    .bytes(&c.salt)
+                    .bytes(&c.stored_key)
+                    .bytes(&c.server_key)
+                    .i32(c.iterations)
+                    .no_tags();
+            }
+            MetadataRecord::RemoveUserScramCredential { name, mechanism } => {
+                w.str(Some(name)).i8(*mechanism).no_tags();
+            }
         }
         w.0
     }
@@ -602,6 +702,14 @@ impl MetadataRecord {
                 r.skip_tags()?;
                 MetadataRecord::NoOp
             }
+            ACCESS_CONTROL_ENTRY_RECORD
+            | REMOVE_ACCESS_CONTROL_ENTRY_RECORD
+            | USER_SCRAM_CREDENTIAL_RECORD
+            | REMOVE_USER_SCRAM_CREDENTIAL_RECORD => {
+                let rec = decode_security(&mut r, kind)?;
+                r.skip_tags()?;
+                rec
+            }
             _ => return Ok(None),
         };
         if !r.0.is_empty() {
@@ -612,6 +720,49 @@ impl MetadataRecord {
         }
         Ok(Some(rec))
     }
+}
+
+/// The ACL and SCRAM records (their tagged fields left to the caller).
+fn decode_security(r: &mut Reader<'_>, kind: u32) -> Result<MetadataRecord, RecordDecodeError> {
+    Ok(match kind {
+        ACCESS_CONTROL_ENTRY_RECORD => {
+            let id = r.uuid("acl id")?;
+            let resource_type = ResourceType::from_code(r.i8("resource type")?);
+            let name = r.string("resource name")?;
+            let pattern_type = PatternType::from_code(r.i8("pattern type")?);
+            MetadataRecord::AccessControlEntry {
+                id,
+                acl: AclBinding {
+                    pattern: ResourcePattern {
+                        resource_type,
+                        name,
+                        pattern_type,
+                    },
+                    principal: r.string("principal")?,
+                    host: r.string("host")?,
+                    operation: AclOperation::from_code(r.i8("operation")?),
+                    permission: PermissionType::from_code(r.i8("permission type")?),
+                },
+            }
+        }
+        REMOVE_ACCESS_CONTROL_ENTRY_RECORD => MetadataRecord::RemoveAccessControlEntry {
+            id: r.uuid("acl id")?,
+        },
+        USER_SCRAM_CREDENTIAL_RECORD => {
+            MetadataRecord::UserScramCredential(ScramCredentialRecord {
+                name: r.string("user name")?,
+                mechanism: r.i8("mechanism")?,
+                salt: r.bytes("salt")?,
+                stored_key: r.bytes("stored key")?,
+                server_key: r.bytes("server key")?,
+                iterations: r.i32("iterations")?,
+            })
+        }
+        _ => MetadataRecord::RemoveUserScramCredential {
+            name: r.string("user name")?,
+            mechanism: r.i8("mechanism")?,
+        },
+    })
 }
 
 fn decode_register_broker(
@@ -985,7 +1136,54 @@ mod tests {
                 in_controlled_shutdown: 1,
             },
             MetadataRecord::NoOp,
+            MetadataRecord::AccessControlEntry {
+                id,
+                acl: sample_acl(),
+            },
+            MetadataRecord::RemoveAccessControlEntry { id },
+            MetadataRecord::UserScramCredential(ScramCredentialRecord {
+                name: "alice".into(),
+                mechanism: 2,
+                salt: vec![1, 2, 3],
+                stored_key: vec![4; 64],
+                server_key: vec![5; 64],
+                iterations: 8192,
+            }),
+            MetadataRecord::RemoveUserScramCredential {
+                name: "alice".into(),
+                mechanism: 2,
+            },
         ]
+    }
+
+    fn sample_acl() -> AclBinding {
+        AclBinding {
+            pattern: ResourcePattern {
+                resource_type: ResourceType::Topic,
+                name: "t".into(),
+                pattern_type: PatternType::Literal,
+            },
+            principal: "User:a".into(),
+            host: "*".into(),
+            operation: AclOperation::Write,
+            permission: PermissionType::Allow,
+        }
+    }
+
+    #[test]
+    fn an_acl_record_is_encoded_as_kafka_writes_it() {
+        let id = KafkaUuid([0xab; 16]);
+        let bytes = MetadataRecord::AccessControlEntry {
+            id,
+            acl: sample_acl(),
+        }
+        .encode();
+        // frame 1, type 18, version 0, id, Topic, "t", LITERAL, "User:a", "*", WRITE, ALLOW, no tags
+        let want = hex(&format!(
+            "01 12 00 {} 02 0274 03 07557365723a61 022a 04 03 00",
+            "ab".repeat(16)
+        ));
+        assert_eq!(bytes, want);
     }
 
     #[test]

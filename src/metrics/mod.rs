@@ -188,6 +188,33 @@ broker_metrics! {
         "kafka_server_replicamanager_atminisrpartitioncount",
         "Led partitions whose ISR is exactly min.insync.replicas",
     ),
+    authorization_allowed: IntCounter = int_counter(
+        &r,
+        "kafka_server_authorizer_metrics_authorization_allowed_total",
+        "Authorization decisions that allowed the operation",
+    ),
+    authorization_denied: IntCounter = int_counter(
+        &r,
+        "kafka_server_authorizer_metrics_authorization_denied_total",
+        "Authorization decisions that denied the operation",
+    ),
+    acls_total: IntGauge = int_gauge(
+        &r,
+        "kafka_server_authorizer_metrics_acls_total_count",
+        "ACLs in the metadata image this broker published",
+    ),
+    sasl_authentications: IntCounterVec = counter(
+        &r,
+        "kafka_server_socket_server_metrics_successful_authentication_total",
+        "Successful SASL authentications, by listener",
+        &["listener"],
+    ),
+    sasl_authentication_failures: IntCounterVec = counter(
+        &r,
+        "kafka_server_socket_server_metrics_failed_authentication_total",
+        "Failed SASL authentications, by listener",
+        &["listener"],
+    ),
     isr_shrinks: IntCounter = int_counter(
         &r,
         "kafka_server_replicamanager_isrshrinks_total",

@@ -40,6 +40,13 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeQuorum, 0, 2),
     (ApiKey::UnregisterBroker, 0, 0),
     (ApiKey::DescribeTopicPartitions, 0, 0),
+    (ApiKey::SaslHandshake, 1, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 /// What the controller listener answers: the quorum's own traffic aside (a private key), the
@@ -63,6 +70,9 @@ pub const CONTROLLER_SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::BrokerHeartbeat, 0, 1),
     (ApiKey::UnregisterBroker, 0, 0),
     (ApiKey::AllocateProducerIds, 0, 0),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 /// One listener's API table.

@@ -172,6 +172,13 @@ decoded_requests! {
     BrokerRegistration => BrokerRegistrationRequest,
     BrokerHeartbeat => BrokerHeartbeatRequest,
     AllocateProducerIds => AllocateProducerIdsRequest,
+    SaslHandshake => SaslHandshakeRequest,
+    SaslAuthenticate => SaslAuthenticateRequest,
+    DescribeAcls => DescribeAclsRequest,
+    CreateAcls => CreateAclsRequest,
+    DeleteAcls => DeleteAclsRequest,
+    DescribeUserScramCredentials => DescribeUserScramCredentialsRequest,
+    AlterUserScramCredentials => AlterUserScramCredentialsRequest,
 }
 
 /// Decodes a whole request frame (without its 4-byte size prefix) with the checks the broker

@@ -188,6 +188,9 @@ impl AclBinding {
     }
 }
 
+/// Kafka's words for a filter with an UNKNOWN element.
+pub const UNKNOWN_FILTER: &str = "The AclBindingFilter must not contain UNKNOWN elements.";
+
 /// The one name of the cluster resource.
 pub const CLUSTER_NAME: &str = "kafka-cluster";
 
@@ -217,6 +220,15 @@ impl AclBindingFilter {
             operation: AclOperation::Any,
             permission: PermissionType::Any,
         }
+    }
+
+    /// Whether the filter names an UNKNOWN element (Kafka refuses it with INVALID_REQUEST and
+    /// `UNKNOWN_FILTER`).
+    pub fn is_unknown(&self) -> bool {
+        self.resource_type == ResourceType::Unknown
+            || self.pattern_type == PatternType::Unknown
+            || self.operation == AclOperation::Unknown
+            || self.permission == PermissionType::Unknown
     }
 
     pub fn matches(&self, b: &AclBinding) -> bool {

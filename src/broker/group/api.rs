@@ -27,17 +27,19 @@ use crate::protocol::str_bytes as s;
 
 pub fn find_coordinator(
     broker: &Arc<Broker>,
+    session: &crate::broker::auth::Session,
     version: i16,
     req: FindCoordinatorRequest,
 ) -> Outcome<FindCoordinatorResponse> {
+    let listener = crate::broker::metadata::client_listener(broker, session);
     if req.key_type == 0 && broker.image().topic(OFFSETS_TOPIC).is_none() {
         let broker = broker.clone();
         return Outcome::Later(Box::pin(async move {
             create_offsets_topic(&broker).await;
-            coordinator_answer(&broker, version, &req)
+            coordinator_answer(&broker, version, &req, &listener)
         }));
     }
-    Outcome::Now(coordinator_answer(broker, version, &req))
+    Outcome::Now(coordinator_answer(broker, version, &req, &listener))
 }
 
 /// The coordinator of each key: the leader of its `__consumer_offsets` partition.
@@ -45,10 +47,10 @@ fn coordinator_answer(
     broker: &Broker,
     version: i16,
     req: &FindCoordinatorRequest,
+    listener: &str,
 ) -> FindCoordinatorResponse {
     use kafka_protocol::messages::find_coordinator_response::Coordinator;
     let img = broker.image();
-    let listener = crate::broker::metadata::client_listener(broker);
     let answer = |key: &str| -> Coordinator {
         let base = Coordinator::default()
             .with_key(s(key))

@@ -8,17 +8,14 @@ pub mod scram_client;
 mod scram_messages;
 
 use std::fmt;
+
+use crate::protocol::errors::{ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED};
 use std::str::FromStr;
 
 pub use plain::PlainServer;
 pub use scram::{ScramCredential, ScramCredentialError, ScramMechanism, ScramServer};
 pub use scram_arg::{parse_add_scram, AddScram, AddScramError};
 pub use scram_client::{ScramClient, ScramClientError};
-
-/// Kafka's error code SASL_AUTHENTICATION_FAILED, for a refused exchange.
-pub const SASL_AUTHENTICATION_FAILED: i16 = 58;
-/// Kafka's error code ILLEGAL_SASL_STATE, for a message the exchange cannot take any more.
-pub const ILLEGAL_SASL_STATE: i16 = 34;
 
 /// A SASL mechanism this broker serves, named as Kafka names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -72,11 +69,6 @@ impl fmt::Display for Mechanism {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("Unsupported SASL mechanism {0}")]
 pub struct UnsupportedMechanism(pub String);
-
-impl UnsupportedMechanism {
-    /// Kafka's error code UNSUPPORTED_SASL_MECHANISM.
-    pub const ERROR_CODE: i16 = 33;
-}
 
 impl FromStr for Mechanism {
     type Err = UnsupportedMechanism;
