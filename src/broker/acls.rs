@@ -11,10 +11,10 @@ use kafka_protocol::messages::*;
 use super::auth::{Action, Session};
 use super::controller_channel::is_not_controller;
 use super::{msg, Broker, Outcome};
-use kafka_protocol::protocol::StrBytes;
 use crate::protocol::errors;
 use crate::security::acl::{AclBinding, AclOperation, UNKNOWN_FILTER};
 use crate::security::wire;
+use kafka_protocol::protocol::StrBytes;
 
 /// Kafka's answer when no authorizer is configured.
 const NO_AUTHORIZER: &str = "No Authorizer is configured on the broker";
@@ -45,9 +45,8 @@ pub fn describe_acls(
     if filter.is_unknown() {
         return refused(errors::INVALID_REQUEST, UNKNOWN_FILTER);
     }
-    DescribeAclsResponse::default().with_resources(wire::describe_resources(
-        &decisions.acls(&filter),
-    ))
+    DescribeAclsResponse::default()
+        .with_resources(wire::describe_resources(&decisions.acls(&filter)))
 }
 
 /// CreateAcls, forwarded; answered once this broker's image holds the new ACLs.

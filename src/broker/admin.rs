@@ -16,15 +16,15 @@ use kafka_protocol::messages::describe_configs_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::Request;
 
-use super::controller_channel::{is_not_controller, DEFAULT_RETRY_TIMEOUT};
 use super::auth::{Action, Session};
+use super::controller_channel::{is_not_controller, DEFAULT_RETRY_TIMEOUT};
 use super::{msg, Broker, Outcome};
-use crate::security::acl::AclOperation;
 use crate::config::{topic_config_entries, SOURCE_STATIC_BROKER};
 use crate::metadata::image::MetadataImage;
 use crate::metadata::is_internal_topic;
 use crate::metadata::records::{RESOURCE_BROKER, RESOURCE_TOPIC};
 use crate::protocol::errors;
+use crate::security::acl::AclOperation;
 use crate::storage::TopicPartition;
 
 use crate::protocol::str_bytes as s;

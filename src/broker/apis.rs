@@ -12,9 +12,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Encodable, HeaderVersion};
 
 use super::auth::{Action, Session};
-use crate::security::acl::AclOperation;
-use super::{acls, admin, fetch, group, metadata, produce, sasl, scram_credentials, Broker, Outcome};
+use super::{
+    acls, admin, fetch, group, metadata, produce, sasl, scram_credentials, Broker, Outcome,
+};
 use crate::protocol::{self, api_versions, errors, DecodedRequest, FrameError};
+use crate::security::acl::AclOperation;
 
 /// A handled request: Kafka's request name for metrics, and the reply.
 pub struct Handled {
@@ -112,8 +114,12 @@ impl Broker {
             DecodedRequest::AlterUserScramCredentials(req) => {
                 at.answer(scram_credentials::alter(self, session, v, req))
             }
-            DecodedRequest::SaslHandshake(req) => at.now(&sasl::handshake_after_authentication(req)),
-            DecodedRequest::SaslAuthenticate(_) => at.now(&sasl::authenticate_after_authentication()),
+            DecodedRequest::SaslHandshake(req) => {
+                at.now(&sasl::handshake_after_authentication(req))
+            }
+            DecodedRequest::SaslAuthenticate(_) => {
+                at.now(&sasl::authenticate_after_authentication())
+            }
             DecodedRequest::ApiVersions(_) => at.now(&api_versions::response(errors::NONE)),
             DecodedRequest::Metadata(req) => {
                 at.answer(metadata::metadata(self, session.clone(), v, req))

@@ -205,7 +205,10 @@ mod tests {
         grant(&mut img, "User:alice", AclOperation::Write, "orders");
         assert!(allowed(Some(&a.over(&img)), &alice, write()));
         assert!(!Arc::ptr_eq(&before, &a.over(&img)), "rebuilt for new ACLs");
-        assert!(Arc::ptr_eq(&a.over(&img), &a.over(&img)), "kept while they stay");
+        assert!(
+            Arc::ptr_eq(&a.over(&img), &a.over(&img)),
+            "kept while they stay"
+        );
         let admin = Session::new("User:admin", None, "SASL");
         assert!(allowed(
             Some(&a.over(&img)),

@@ -17,11 +17,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::auth::{Action, Session};
-use crate::security::acl::AclOperation;
 use super::fetch_session::{self, FetchContext, FetchTarget, PartitionKey};
 use super::replica_manager::{FetchInfo, FetchParams, FetchPartitionData, Fetcher};
 use super::{Broker, Outcome};
 use crate::protocol::errors;
+use crate::security::acl::AclOperation;
 use crate::storage::TopicPartition;
 
 fn topic_name(broker: &Broker, name: &TopicName, id: &uuid::Uuid) -> String {

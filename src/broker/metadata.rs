@@ -15,14 +15,14 @@ use kafka_protocol::messages::{
     MetadataResponse, TopicName,
 };
 
-use super::controller_channel::{is_not_controller, DEFAULT_RETRY_TIMEOUT};
 use super::auth::{Action, Session};
+use super::controller_channel::{is_not_controller, DEFAULT_RETRY_TIMEOUT};
 use super::{Broker, Outcome};
-use crate::security::acl::AclOperation;
 use crate::controller::validate_topic_name;
 use crate::metadata::image::{BrokerImage, MetadataImage, PartitionImage, TopicImage};
 use crate::metadata::{is_hidden_topic, is_internal_topic};
 use crate::protocol::errors;
+use crate::security::acl::AclOperation;
 
 use crate::protocol::str_bytes as s;
 
@@ -67,10 +67,10 @@ fn live_brokers<'a>(
 /// dies (librdkafka keeps asking a dead controller until its next metadata refresh).
 fn controller_id_in_metadata(broker: &Broker, img: &MetadataImage, listener: &str) -> i32 {
     let me = broker.node_id();
-    if broker_endpoint(img, me, &listener).is_some() {
+    if broker_endpoint(img, me, listener).is_some() {
         return me;
     }
-    let first = live_brokers(img, &listener).next().map_or(-1, |b| b.id);
+    let first = live_brokers(img, listener).next().map_or(-1, |b| b.id);
     first
 }
 
@@ -82,7 +82,7 @@ pub(crate) fn controller_id_for_clients(
     listener: &str,
 ) -> i32 {
     if let Some(c) = broker.active_controller() {
-        if broker_endpoint(img, c, &listener).is_some() {
+        if broker_endpoint(img, c, listener).is_some() {
             return c;
         }
     }

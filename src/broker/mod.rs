@@ -5,8 +5,8 @@
 mod acls;
 pub mod admin;
 pub mod alter_partition;
-pub mod auth;
 mod apis;
+pub mod auth;
 pub mod controller_channel;
 pub mod fetch;
 pub mod fetch_session;

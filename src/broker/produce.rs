@@ -16,10 +16,10 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::auth::{Action, Session};
-use crate::security::acl::AclOperation;
 use super::replica_manager::{PartitionError, PendingAppend};
 use super::{msg, Broker, Outcome};
 use crate::protocol::errors;
+use crate::security::acl::AclOperation;
 use crate::storage::TopicPartition;
 
 /// A refused partition: its code and message, the refused records of an INVALID_RECORD batch,

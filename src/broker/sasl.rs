@@ -16,9 +16,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::Broker;
 use crate::config::auth::ListenerSasl;
 use crate::protocol::{self, api_versions, errors, DecodedRequest, FrameError};
-use crate::security::sasl::{
-    Credentials, Mechanism, SaslServer, SaslStep, ScramMechanism,
-};
+use crate::security::sasl::{Credentials, Mechanism, SaslServer, SaslStep, ScramMechanism};
 
 /// What the connection does with a request on a SASL listener.
 pub enum Step {
@@ -175,9 +173,8 @@ impl SaslAuthenticator {
                     .with_label_values(&[&self.listener])
                     .inc();
                 let principal = format!("User:{authorization_id}");
-                frame_of(&header, &body).map_or_else(Step::Close, |f| {
-                    Step::Authenticated(f, principal)
-                })
+                frame_of(&header, &body)
+                    .map_or_else(Step::Close, |f| Step::Authenticated(f, principal))
             }
             Err(e) => {
                 broker

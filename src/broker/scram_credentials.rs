@@ -58,7 +58,9 @@ fn describe_user(img: &MetadataImage, user: &str) -> DescribeUserScramCredential
     if infos.is_empty() {
         return base
             .with_error_code(errors::RESOURCE_NOT_FOUND)
-            .with_error_message(msg(format!("Attempt to describe a user credential that does not exist: {user}")));
+            .with_error_message(msg(format!(
+                "Attempt to describe a user credential that does not exist: {user}"
+            )));
     }
     base.with_credential_infos(infos)
 }

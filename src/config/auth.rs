@@ -60,7 +60,9 @@ pub fn is_auth_key(key: &str) -> bool {
         || key
             .strip_prefix("listener.name.")
             .and_then(|rest| rest.split_once('.'))
-            .is_some_and(|(_, k)| k == "sasl.enabled.mechanisms" || k.ends_with(".sasl.jaas.config"))
+            .is_some_and(|(_, k)| {
+                k == "sasl.enabled.mechanisms" || k.ends_with(".sasl.jaas.config")
+            })
 }
 
 impl AuthConfig {
@@ -158,11 +160,17 @@ fn listener_sasl(props: &BTreeMap<String, String>, l: &str) -> Result<ListenerSa
     if mechanisms.is_empty() {
         return Err(bad(key, value, "names no mechanism"));
     }
-    if let Some(m) = mechanisms.iter().find(|m| !MECHANISMS.contains(&m.as_str())) {
+    if let Some(m) = mechanisms
+        .iter()
+        .find(|m| !MECHANISMS.contains(&m.as_str()))
+    {
         return Err(bad(
             key,
             value,
-            format!("{m} is not served by evenkeel (it serves {})", MECHANISMS.join(", ")),
+            format!(
+                "{m} is not served by evenkeel (it serves {})",
+                MECHANISMS.join(", ")
+            ),
         ));
     }
     let mut plain_users = BTreeMap::new();
@@ -287,8 +295,12 @@ mod tests {
 
     #[test]
     fn the_per_listener_keys_are_known() {
-        assert!(is_auth_key("listener.name.external.sasl.enabled.mechanisms"));
-        assert!(is_auth_key("listener.name.external.scram-sha-512.sasl.jaas.config"));
+        assert!(is_auth_key(
+            "listener.name.external.sasl.enabled.mechanisms"
+        ));
+        assert!(is_auth_key(
+            "listener.name.external.scram-sha-512.sasl.jaas.config"
+        ));
         assert!(!is_auth_key("listener.name.external.ssl.keystore.location"));
     }
 }

@@ -64,7 +64,7 @@ fn coordinator_answer(
         let p = partition_for_group(key, broker.config.offsets_topic_num_partitions);
         let leader = img.partition(OFFSETS_TOPIC, p).map(|p| p.leader);
         match leader.and_then(|l| {
-            crate::broker::metadata::broker_endpoint(&img, l, &listener).map(|e| (l, e))
+            crate::broker::metadata::broker_endpoint(&img, l, listener).map(|e| (l, e))
         }) {
             Some((id, (host, port))) => base
                 .with_node_id(BrokerId(id))
