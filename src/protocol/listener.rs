@@ -19,7 +19,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-use super::wire::read_request;
+use super::wire::{read_request, RequestReadError};
 
 /// The pause after a failed accept (out of file descriptors, say) before the next one.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
@@ -206,24 +206,20 @@ impl Connection {
     }
 
     /// The next request frame; `None` once the peer closed the connection or the server
-    /// stops. The idle timer runs until the request's first bytes arrive (a peek: the
-    /// socket's readiness alone can be left over from the last read).
+    /// stops. The idle timer (`connections.max.idle.ms`) runs until the request's first byte
+    /// arrives.
     pub async fn next_request(&mut self) -> Result<Option<Bytes>, CloseReason> {
-        if let Some(idle) = self.idle {
-            let (stream, stop) = (&self.stream, &mut self.stop);
-            let mut first = [0u8; 1];
-            tokio::select! {
-                _ = stop.changed() => return Ok(None),
-                peeked = tokio::time::timeout(idle, stream.peek(&mut first)) => {
-                    if peeked.is_err() {
-                        return Err(CloseReason::Idle(idle.as_millis()));
-                    }
-                }
-            }
-        }
-        read_request(&mut self.stream, &mut self.stop, self.max_request_bytes)
-            .await
-            .map_err(CloseReason::Read)
+        read_request(
+            &mut self.stream,
+            &mut self.stop,
+            self.max_request_bytes,
+            self.idle,
+        )
+        .await
+        .map_err(|e| match e {
+            RequestReadError::Idle(idle) => CloseReason::Idle(idle.as_millis()),
+            other => CloseReason::Read(other.to_string()),
+        })
     }
 
     pub async fn write(&mut self, bytes: &[u8]) -> Result<(), CloseReason> {
