@@ -157,6 +157,19 @@ impl Server {
         let c = &config.connections;
         let overrides = ConnectionQuotas::resolve(&c.max_connections_per_ip_overrides).await?;
         let quotas = ConnectionQuotas::new(c.max_connections, c.max_connections_per_ip, overrides);
+        let inter_broker = &config.cluster.inter_broker_listener_name;
+        if config
+            .cluster
+            .security_protocols
+            .protocol(inter_broker)
+            .is_tls()
+        {
+            tracing::warn!(
+                listener = %inter_broker,
+                "inter.broker.listener.name is a TLS listener, but this version's replica \
+                 fetchers connect without TLS: with several brokers, use a PLAINTEXT listener"
+            );
+        }
         let mut advertised = config.advertised_listeners.clone();
         let mut listeners = Vec::new();
         for (i, l) in config.listeners.iter().enumerate() {
