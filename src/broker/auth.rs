@@ -14,9 +14,6 @@ use crate::security::acl::{AclBinding, AclOperation, ResourceType, CLUSTER_NAME}
 use crate::security::authorizer::{AuthorizerConfig, Decision, StandardAuthorizer};
 use crate::storage::KafkaUuid;
 
-/// Kafka's principal of a client that did not authenticate.
-pub const ANONYMOUS: &str = "User:ANONYMOUS";
-
 /// One connection's identity, as every request on it is authorized.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Session {
@@ -41,9 +38,6 @@ impl Session {
         }
     }
 
-    pub fn anonymous(peer: Option<SocketAddr>, listener: &str) -> Session {
-        Session::new(ANONYMOUS, peer, listener)
-    }
 }
 
 type AclTable = Arc<BTreeMap<KafkaUuid, AclBinding>>;

@@ -63,6 +63,13 @@ pub enum BrokerError {
     Quorum(String),
     #[error(transparent)]
     UnknownHost(#[from] crate::protocol::listener::UnknownHost),
+    /// A TLS listener's key, certificates or truststore cannot be used.
+    #[error("listener {listener}: {source}")]
+    Tls {
+        listener: String,
+        #[source]
+        source: crate::security::tls::TlsError,
+    },
     /// The node cannot go on (another cluster, a refused registration): the reason.
     #[error("{0}")]
     Fatal(String),

@@ -22,6 +22,7 @@ use crate::protocol::listener::{
     serve, CloseReason, Connection, ConnectionQuotas, Handler, ListenerSettings, DEFAULT_DRAIN,
 };
 use crate::protocol::FrameError;
+use crate::security::tls::TlsServer;
 
 /// One request on its way to a handler.
 struct Job {
@@ -77,11 +78,19 @@ fn fetch_threads(io_threads: usize) -> usize {
         .max(1)
 }
 
+/// One client listener, bound; with its TLS side when it is an SSL or SASL_SSL listener.
+struct BoundListener {
+    name: String,
+    socket: std::net::TcpListener,
+    local: SocketAddr,
+    tls: Option<Arc<TlsServer>>,
+}
+
 /// A broker's listeners bound and its runtimes started, before the broker exists: the broker
 /// is built with the ports bound here (advertised, and registered with the controller) and the
 /// fetch runtime, then `serve` starts answering.
 pub struct BoundServer {
-    listeners: Vec<(String, std::net::TcpListener, SocketAddr)>,
+    listeners: Vec<BoundListener>,
     advertised: Vec<Listener>,
     quotas: Arc<ConnectionQuotas>,
     network: BackgroundRuntime,
@@ -111,13 +120,14 @@ impl BoundServer {
         }
         let mut addrs = Vec::new();
         let mut listeners = Vec::new();
-        for (name, std_listener, local) in self.listeners {
-            addrs.push(local);
-            let settings = listener_settings(&broker.config, &name);
+        for l in self.listeners {
+            addrs.push(l.local);
+            let settings = listener_settings(&broker.config, &l.name, l.tls);
             let (quotas, stop) = (self.quotas.clone(), stop.clone());
-            let handler = connection_handler(broker.clone(), tx.clone(), &name);
+            let handler = connection_handler(broker.clone(), tx.clone(), &l.name);
+            let socket = l.socket;
             listeners.push(self.network.handle().spawn(async move {
-                match TcpListener::from_std(std_listener) {
+                match TcpListener::from_std(socket) {
                     Ok(listener) => serve(listener, settings, quotas, handler, stop).await,
                     Err(e) => tracing::error!(error = %e, "cannot register the listener"),
                 }
@@ -149,6 +159,19 @@ impl Server {
         let c = &config.connections;
         let overrides = ConnectionQuotas::resolve(&c.max_connections_per_ip_overrides).await?;
         let quotas = ConnectionQuotas::new(c.max_connections, c.max_connections_per_ip, overrides);
+        let inter_broker = &config.cluster.inter_broker_listener_name;
+        if config
+            .cluster
+            .security_protocols
+            .protocol(inter_broker)
+            .is_tls()
+        {
+            tracing::warn!(
+                listener = %inter_broker,
+                "inter.broker.listener.name is a TLS listener, but this version's replica \
+                 fetchers connect without TLS: with several brokers, use a PLAINTEXT listener"
+            );
+        }
         let mut advertised = config.advertised_listeners.clone();
         let mut listeners = Vec::new();
         for (i, l) in config.listeners.iter().enumerate() {
@@ -162,8 +185,15 @@ impl Server {
                     a.port = local.port();
                 }
             }
-            tracing::info!(listener = %l.name, address = %local, "listening");
-            listeners.push((l.name.clone(), std_listener, local));
+            let tls = tls_server(config, &l.name)?;
+            let protocol = config.cluster.security_protocols.protocol(&l.name);
+            tracing::info!(listener = %l.name, address = %local, %protocol, "listening");
+            listeners.push(BoundListener {
+                name: l.name.clone(),
+                socket: std_listener,
+                local,
+                tls,
+            });
         }
         Ok(BoundServer {
             listeners,
@@ -225,12 +255,35 @@ fn bind_one(l: &Listener) -> Result<(std::net::TcpListener, SocketAddr), super::
     Ok((std_listener, local))
 }
 
+/// The TLS side of listener `name` when it is an SSL or SASL_SSL listener: its key and
+/// certificates read now, so that a bad one stops the start.
+fn tls_server(
+    config: &BrokerConfig,
+    name: &str,
+) -> Result<Option<Arc<TlsServer>>, super::BrokerError> {
+    let Some(ssl) = config.ssl.get(name) else {
+        return Ok(None);
+    };
+    let tls = TlsServer::new(ssl.clone()).map_err(|source| super::BrokerError::Tls {
+        listener: name.to_string(),
+        source,
+    })?;
+    Ok(Some(Arc::new(tls)))
+}
+
 /// How the client listener `name` serves its connections. The inter-broker listener, when
 /// there are several, is not held back by `max.connections`, so that replication goes on
-/// when clients fill the broker (Kafka's protected listener).
-fn listener_settings(config: &BrokerConfig, name: &str) -> ListenerSettings {
+/// when clients fill the broker (Kafka's protected listener). A SASL_* listener's
+/// connections are told their protocol (`Connection::protocol().is_sasl()`).
+fn listener_settings(
+    config: &BrokerConfig,
+    name: &str,
+    tls: Option<Arc<TlsServer>>,
+) -> ListenerSettings {
     ListenerSettings {
         name: name.to_string(),
+        protocol: config.cluster.security_protocols.protocol(name),
+        tls,
         max_request_bytes: config.socket_request_max_bytes,
         idle: config.connections.idle_timeout(),
         protected: config.listeners.len() > 1 && config.cluster.inter_broker_listener_name == name,
@@ -398,7 +451,7 @@ async fn connection(
     mut sasl: Option<SaslAuthenticator>,
 ) -> Result<(), CloseReason> {
     let peer = conn.peer();
-    let mut session = Arc::new(Session::anonymous(Some(peer), &listener));
+    let mut session = Arc::new(Session::new(conn.principal(), Some(peer), &listener));
     loop {
         let Some(frame) = conn.next_request().await? else {
             return Ok(());

@@ -66,6 +66,8 @@ pub struct BrokerConfig {
     pub connections: super::connections::ConnectionConfig,
     /// SASL mechanisms by listener, re-authentication and the authorizer.
     pub auth: super::auth::AuthConfig,
+    /// The `ssl.*` settings of every TLS listener (SSL, SASL_SSL), by listener name.
+    pub ssl: BTreeMap<String, super::ssl::SslConfig>,
     /// The properties as given, for DescribeConfigs.
     pub raw: BTreeMap<String, String>,
 }
@@ -154,6 +156,7 @@ impl BrokerConfig {
         // Listeners named in controller.listener.names belong to the quorum, not to clients.
         let all_listeners = cluster::all_listeners(props)?;
         let cluster = ClusterConfig::from_props(props, node_id, &all_listeners)?;
+        let ssl = tls_listeners(props, &cluster, &all_listeners)?;
         let (listeners, advertised_listeners) = client_listeners(props, &cluster, all_listeners)?;
         let log_dir = log_dir(props)?;
         let (metrics_address, metrics_address_set) = metrics_address(props)?;
@@ -197,10 +200,29 @@ impl BrokerConfig {
             cleaner: super::cleaner::CleanerConfig::from_props(props)?,
             connections: super::connections::ConnectionConfig::from_props(props)?,
             auth,
+            ssl,
             raw: props.clone(),
         };
         Ok((c, unknown_keys(props)))
     }
+}
+
+/// The `ssl.*` settings of each listener that `listener.security.protocol.map` makes TLS.
+fn tls_listeners(
+    props: &BTreeMap<String, String>,
+    cluster: &ClusterConfig,
+    listeners: &[Listener],
+) -> Result<BTreeMap<String, super::ssl::SslConfig>, ConfigError> {
+    listeners
+        .iter()
+        .filter(|l| cluster.security_protocols.protocol(&l.name).is_tls())
+        .map(|l| {
+            Ok((
+                l.name.clone(),
+                super::ssl::SslConfig::from_props(props, &l.name)?,
+            ))
+        })
+        .collect()
 }
 
 /// The keys no part of the config reads, for a warning.
@@ -219,6 +241,7 @@ fn unknown_keys(props: &BTreeMap<String, String>) -> Vec<String> {
                 && !super::cleaner::KEYS.contains(&k)
                 && !super::connections::KEYS.contains(&k)
                 && !super::auth::is_auth_key(k)
+                && !super::ssl::is_known(k)
                 && !topic_synonyms.contains(&k)
         })
         .cloned()
@@ -508,6 +531,28 @@ mod tests {
         let (c, _) = BrokerConfig::from_props(&p).unwrap();
         assert_eq!(c.listeners.len(), 1);
         assert_eq!(c.listeners[0].name, "PLAINTEXT");
+    }
+
+    #[test]
+    fn ssl_listeners_get_their_ssl_settings_and_ssl_keys_are_known() {
+        let p = parse_properties(
+            "node.id=1\nlisteners=PLAINTEXT://:9092,SSL://:9093\n\
+             inter.broker.listener.name=PLAINTEXT\n\
+             ssl.keystore.type=PEM\nssl.keystore.location=/tls/server.pem\n\
+             listener.name.ssl.ssl.client.auth=requested\n\
+             ssl.truststore.type=PEM\nssl.truststore.location=/tls/ca.pem\n",
+        );
+        let (c, unknown) = BrokerConfig::from_props(&p).unwrap();
+        assert!(unknown.is_empty(), "{unknown:?}");
+        assert_eq!(c.ssl.keys().collect::<Vec<_>>(), vec!["SSL"]);
+        assert_eq!(
+            c.ssl["SSL"].client_auth,
+            crate::config::ssl::ClientAuth::Requested
+        );
+        let mut bad = p.clone();
+        bad.insert("ssl.keystore.type".into(), "JKS".into());
+        let e = BrokerConfig::from_props(&bad).unwrap_err().to_string();
+        assert!(e.contains("configuration ssl.keystore.type"), "{e}");
     }
 
     #[test]

@@ -576,7 +576,9 @@ mod tests {
                 "controller.listener.names",
             ),
             (
-                "node.id=1\nlisteners=SSL://:9093\n",
+                "node.id=1\nprocess.roles=broker,controller\ncontroller.quorum.voters=1@a:9093\n\
+                 listeners=PLAINTEXT://:9092,CONTROLLER://:9093\ncontroller.listener.names=CONTROLLER\n\
+                 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:SSL\n",
                 "listener.security.protocol.map",
             ),
             (

@@ -148,6 +148,7 @@ pub mod cluster;
 pub mod connections;
 pub mod replication;
 pub mod security;
+pub mod ssl;
 
 /// Topic config keys with the broker key that sets their default (Kafka's `TopicConfigSynonyms`).
 pub const TOPIC_CONFIG_SYNONYMS: &[(&str, &str)] = &[

@@ -58,14 +58,6 @@ impl SecurityProtocol {
             SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
         )
     }
-
-    /// Whether this version serves listeners of this protocol.
-    fn served(self) -> bool {
-        matches!(
-            self,
-            SecurityProtocol::Plaintext | SecurityProtocol::SaslPlaintext
-        )
-    }
 }
 
 impl std::fmt::Display for SecurityProtocol {
@@ -107,7 +99,8 @@ pub const PROTOCOL_MAP_KEY: &str = "listener.security.protocol.map";
 
 impl SecurityProtocolMap {
     /// Reads the map and checks that every listener has a protocol this version serves. A
-    /// controller listener left out of the map is PLAINTEXT, as in Kafka.
+    /// controller listener left out of the map is PLAINTEXT, as in Kafka; a controller
+    /// listener cannot be TLS yet (the quorum's own connections do not speak it).
     pub fn from_props(
         props: &BTreeMap<String, String>,
         listeners: &[Listener],
@@ -140,12 +133,13 @@ impl SecurityProtocolMap {
                     format!("no security protocol is defined for listener {}", l.name),
                 ));
             };
-            if !p.served() {
+            if p.is_tls() && controller_names.contains(&l.name) {
                 return Err(bad(
                     key,
                     &shown(),
                     format!(
-                        "listener {} uses {p}; this version of evenkeel does not serve it yet",
+                        "controller listener {} uses {p}; this version of evenkeel serves TLS \
+                         on broker listeners only",
                         l.name
                     ),
                 ));
@@ -191,14 +185,16 @@ mod tests {
     #[test]
     fn the_protocol_of_each_listener_is_read_from_the_map() {
         let m = map(
-            Some("EXTERNAL:SASL_PLAINTEXT, INTERNAL:PLAINTEXT"),
-            &["EXTERNAL", "INTERNAL", "CONTROLLER"],
+            Some("EXTERNAL:SASL_PLAINTEXT, INTERNAL:PLAINTEXT, SECURE:SSL, BOTH:SASL_SSL"),
+            &["EXTERNAL", "INTERNAL", "SECURE", "BOTH", "CONTROLLER"],
             &["CONTROLLER"],
         )
         .unwrap();
         assert_eq!(m.protocol("EXTERNAL"), SecurityProtocol::SaslPlaintext);
         assert_eq!(m.protocol("INTERNAL"), SecurityProtocol::Plaintext);
         assert_eq!(m.protocol("CONTROLLER"), SecurityProtocol::Plaintext);
+        assert_eq!(m.protocol("SECURE"), SecurityProtocol::Ssl);
+        assert_eq!(m.protocol("BOTH"), SecurityProtocol::SaslSsl);
         let d = map(None, &["SASL_PLAINTEXT"], &[]).unwrap();
         assert_eq!(
             d.protocol("SASL_PLAINTEXT"),
@@ -217,6 +213,8 @@ mod tests {
         );
         let e = map(Some("A:TLS"), &["A"], &[]).unwrap_err().to_string();
         assert!(e.contains("is not a security protocol"), "{e}");
+        let e = map(Some("C:SSL"), &["C"], &["C"]).unwrap_err().to_string();
+        assert!(e.contains("controller listener C uses SSL"), "{e}");
     }
 
     #[test]

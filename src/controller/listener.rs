@@ -39,13 +39,8 @@ impl ControllerListener {
         let listener = TcpListener::bind((host, port)).await?;
         let addr = listener.local_addr()?;
         let (stop, rx) = watch::channel(false);
-        let settings = ListenerSettings {
-            name: name.to_string(),
-            max_request_bytes,
-            idle: None,
-            protected: false,
-            drain: DEFAULT_DRAIN,
-        };
+        // PLAINTEXT only: the config refuses a TLS controller listener.
+        let settings = ListenerSettings::plaintext(name, max_request_bytes);
         let handler: Handler = Arc::new(move |conn| Box::pin(connection(conn, node.clone())));
         let task = tokio::spawn(serve(
             listener,

@@ -2,24 +2,30 @@
 //! mini-redis's server: it owns how many connections are open (`max.connections` across the
 //! listeners that share one `ConnectionQuotas`, `max.connections.per.ip` and its overrides),
 //! how long a connection may go without a request (`connections.max.idle.ms`), TCP_NODELAY, the
-//! pause after a failed accept, the log line of every close, and the drain on stop: no more
-//! accepts, then a bounded wait for open connections to finish the request in hand. What a
-//! connection does with its requests is the caller's handler.
+//! pause after a failed accept, the TLS handshake of a TLS listener (in the connection's own
+//! task, bounded), the log line of every close, and the drain on stop: no more accepts, then a
+//! bounded wait for open connections to finish the request in hand. What a connection does
+//! with its requests is the caller's handler.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-use super::wire::read_request;
+use super::wire::{read_request, RequestReadError};
+use crate::config::security::SecurityProtocol;
+use crate::security::ssl_principal::ANONYMOUS;
+use crate::security::tls::TlsServer;
 
 /// The pause after a failed accept (out of file descriptors, say) before the next one.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
@@ -40,6 +46,10 @@ pub enum CloseReason {
     /// The handler's own reason: a request it cannot serve, a server shutting down.
     #[error("{0}")]
     Handler(String),
+    /// The TLS handshake failed or timed out, or the client's certificate maps to no
+    /// principal.
+    #[error("{0}")]
+    Handshake(#[from] crate::security::tls::HandshakeError),
 }
 
 /// A connection refused for its address (Kafka's `TooManyConnectionsException`), in Kafka's
@@ -180,6 +190,10 @@ impl ConnectionQuotas {
 pub struct ListenerSettings {
     /// The listener's name, for the log.
     pub name: String,
+    /// Its `listener.security.protocol.map` entry, which handlers read (`is_sasl()`).
+    pub protocol: SecurityProtocol,
+    /// The TLS side of an SSL or SASL_SSL listener; `None`: connections are plain TCP.
+    pub tls: Option<Arc<TlsServer>>,
     /// `socket.request.max.bytes`.
     pub max_request_bytes: usize,
     /// `connections.max.idle.ms`; `None`: a connection may wait for its next request forever.
@@ -191,10 +205,75 @@ pub struct ListenerSettings {
     pub drain: Duration,
 }
 
+impl ListenerSettings {
+    /// A plain-TCP PLAINTEXT listener named `name`, with no idle timeout.
+    pub fn plaintext(name: &str, max_request_bytes: usize) -> ListenerSettings {
+        ListenerSettings {
+            name: name.to_string(),
+            protocol: SecurityProtocol::Plaintext,
+            tls: None,
+            max_request_bytes,
+            idle: None,
+            protected: false,
+            drain: DEFAULT_DRAIN,
+        }
+    }
+}
+
+/// A connection's byte stream: plain TCP, or TLS over TCP once the handshake is done.
+pub enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
 /// One accepted connection, as the handler sees it.
 pub struct Connection {
-    stream: TcpStream,
+    stream: Stream,
     peer: SocketAddr,
+    protocol: SecurityProtocol,
+    /// Kafka's principal of the connection: the mapped client certificate, or
+    /// `User:ANONYMOUS`; SASL replaces it once the client authenticates.
+    principal: String,
     stop: watch::Receiver<bool>,
     max_request_bytes: usize,
     idle: Option<Duration>,
@@ -205,32 +284,67 @@ impl Connection {
         self.peer
     }
 
+    /// The listener's security protocol: a SASL_* listener's handler authenticates first.
+    pub fn protocol(&self) -> SecurityProtocol {
+        self.protocol
+    }
+
+    /// Whether the connection is TLS (SSL, SASL_SSL).
+    pub fn is_tls(&self) -> bool {
+        matches!(self.stream, Stream::Tls(_))
+    }
+
+    /// The principal, Kafka's way: `User:<mapped certificate subject>` for a TLS client with
+    /// a certificate (`ssl.principal.mapping.rules`), else `User:ANONYMOUS`.
+    pub fn principal(&self) -> &str {
+        &self.principal
+    }
+
+    /// The principal a SASL exchange authenticated (`User:alice`).
+    pub fn set_principal(&mut self, principal: String) {
+        self.principal = principal;
+    }
+
     /// The next request frame; `None` once the peer closed the connection or the server
-    /// stops. The idle timer runs until the request's first bytes arrive (a peek: the
-    /// socket's readiness alone can be left over from the last read).
+    /// stops. The idle timer (`connections.max.idle.ms`) runs until the request's first byte
+    /// arrives.
     pub async fn next_request(&mut self) -> Result<Option<Bytes>, CloseReason> {
-        if let Some(idle) = self.idle {
-            let (stream, stop) = (&self.stream, &mut self.stop);
-            let mut first = [0u8; 1];
-            tokio::select! {
-                _ = stop.changed() => return Ok(None),
-                peeked = tokio::time::timeout(idle, stream.peek(&mut first)) => {
-                    if peeked.is_err() {
-                        return Err(CloseReason::Idle(idle.as_millis()));
-                    }
-                }
-            }
-        }
-        read_request(&mut self.stream, &mut self.stop, self.max_request_bytes)
-            .await
-            .map_err(CloseReason::Read)
+        read_request(
+            &mut self.stream,
+            &mut self.stop,
+            self.max_request_bytes,
+            self.idle,
+        )
+        .await
+        .map_err(|e| match e {
+            RequestReadError::Idle(idle) => CloseReason::Idle(idle.as_millis()),
+            other => CloseReason::Read(other.to_string()),
+        })
+    }
+
+    /// Runs the TLS handshake of a TLS listener (the connection's task does, not the accept
+    /// loop); a stop during it ends the connection.
+    async fn handshake(mut self, tls: &TlsServer) -> Result<Option<Connection>, CloseReason> {
+        let Stream::Plain(tcp) = self.stream else {
+            return Ok(Some(self));
+        };
+        let accepted = tokio::select! {
+            _ = self.stop.changed() => return Ok(None),
+            accepted = tls.accept(tcp) => accepted?,
+        };
+        let (stream, principal) = accepted;
+        self.stream = Stream::Tls(Box::new(stream));
+        self.principal = principal;
+        Ok(Some(self))
     }
 
     pub async fn write(&mut self, bytes: &[u8]) -> Result<(), CloseReason> {
         self.stream
             .write_all(bytes)
             .await
-            .map_err(CloseReason::Write)
+            .map_err(CloseReason::Write)?;
+        // TLS buffers what it encrypts; a plain socket's flush does nothing.
+        self.stream.flush().await.map_err(CloseReason::Write)
     }
 }
 
@@ -249,6 +363,11 @@ pub async fn serve(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut open = JoinSet::new();
+    let _reloads = settings
+        .tls
+        .as_ref()
+        .and_then(|t| t.watch_files())
+        .map(AbortOnDrop);
     loop {
         let next = async {
             let permit = quotas.slot(settings.protected).await;
@@ -264,13 +383,15 @@ pub async fn serve(
             (permit, accepted) = next => match accepted {
                 Ok((stream, peer)) => {
                     let conn = Connection {
-                        stream,
+                        stream: Stream::Plain(stream),
                         peer,
+                        protocol: settings.protocol,
+                        principal: ANONYMOUS.to_string(),
                         stop: stop.clone(),
                         max_request_bytes: settings.max_request_bytes,
                         idle: settings.idle,
                     };
-                    admit(&mut open, conn, permit, &quotas, &settings.name, &handler);
+                    admit(&mut open, conn, permit, &quotas, &settings, &handler);
                 }
                 Err(e) => {
                     tracing::warn!(listener = %settings.name, error = %e, "accept failed");
@@ -284,16 +405,26 @@ pub async fn serve(
     drain(open, settings.drain, &settings.name).await;
 }
 
-/// Counts the connection against its address and starts serving it, or closes it at once
-/// when the address is at its limit.
+/// Stops a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Counts the connection against its address and starts serving it (after its TLS handshake
+/// on a TLS listener), or closes it at once when the address is at its limit.
 fn admit(
     open: &mut JoinSet<()>,
     conn: Connection,
     permit: Option<OwnedSemaphorePermit>,
     quotas: &ConnectionQuotas,
-    listener: &str,
+    settings: &ListenerSettings,
     handler: &Handler,
 ) {
+    let listener = settings.name.clone();
     let slot = match quotas.claim(conn.peer.ip()) {
         Ok(slot) => slot,
         Err(refused) => {
@@ -301,12 +432,22 @@ fn admit(
             return;
         }
     };
-    let _ = conn.stream.set_nodelay(true);
-    let (peer, listener) = (conn.peer, listener.to_string());
-    let serving = handler(conn);
+    if let Stream::Plain(tcp) = &conn.stream {
+        let _ = tcp.set_nodelay(true);
+    }
+    let peer = conn.peer;
+    let (tls, handler) = (settings.tls.clone(), handler.clone());
     open.spawn(async move {
         let _held = (permit, slot);
-        match serving.await {
+        let served = match tls {
+            Some(tls) => match conn.handshake(&tls).await {
+                Ok(Some(conn)) => handler(conn).await,
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            },
+            None => handler(conn).await,
+        };
+        match served {
             Ok(()) => tracing::debug!(%listener, %peer, "connection closed"),
             Err(reason @ CloseReason::Idle(_)) => {
                 tracing::debug!(%listener, %peer, %reason, "closing connection")
@@ -348,11 +489,8 @@ mod tests {
 
     fn settings() -> ListenerSettings {
         ListenerSettings {
-            name: "test".into(),
-            max_request_bytes: 1024,
-            idle: None,
-            protected: false,
             drain: WAIT,
+            ..ListenerSettings::plaintext("test", 1024)
         }
     }
 
@@ -608,5 +746,101 @@ mod tests {
         let _held = quotas.claim(mapped).unwrap();
         assert_eq!(quotas.count(IpAddr::from([10, 0, 0, 1])), 1);
         assert!(quotas.claim(IpAddr::from([10, 0, 0, 1])).is_err());
+    }
+
+    /// A TLS listener's server side: a self-signed certificate for localhost, no client auth.
+    fn tls_server(
+        handshake: Duration,
+    ) -> (Arc<TlsServer>, rustls::pki_types::CertificateDer<'static>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let props = std::collections::BTreeMap::from([
+            ("ssl.keystore.type".to_string(), "PEM".to_string()),
+            ("ssl.keystore.certificate.chain".to_string(), cert.pem()),
+            ("ssl.keystore.key".to_string(), key.serialize_pem()),
+        ]);
+        let ssl = crate::config::ssl::SslConfig::from_props(&props, "SSL").unwrap();
+        let tls = TlsServer::new(ssl).unwrap().with_timings(handshake, WAIT);
+        (Arc::new(tls), cert.der().clone())
+    }
+
+    fn tls_settings(tls: Arc<TlsServer>) -> ListenerSettings {
+        ListenerSettings {
+            protocol: SecurityProtocol::Ssl,
+            tls: Some(tls),
+            ..settings()
+        }
+    }
+
+    async fn tls_client(
+        addr: SocketAddr,
+        ca: &rustls::pki_types::CertificateDer<'static>,
+    ) -> tokio_rustls::client::TlsStream<TcpStream> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.clone()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        connector.connect(name, tcp).await.unwrap()
+    }
+
+    /// Answers every request with the connection's principal and protocol.
+    fn whoami() -> Handler {
+        Arc::new(|mut conn: Connection| {
+            Box::pin(async move {
+                while conn.next_request().await?.is_some() {
+                    let me = format!("{} {} {}", conn.principal(), conn.protocol(), conn.is_tls());
+                    conn.write(&framed(me.as_bytes())).await?;
+                }
+                Ok(())
+            })
+        })
+    }
+
+    #[tokio::test]
+    async fn a_tls_listener_serves_requests_after_the_handshake_with_the_principal() {
+        let (tls, ca) = tls_server(WAIT);
+        let r = start(tls_settings(tls), ConnectionQuotas::unlimited(), whoami()).await;
+        let mut s = tls_client(r.addr, &ca).await;
+        s.write_all(&framed(b"who")).await.unwrap();
+        let answer = tokio::time::timeout(WAIT, read_frame(&mut s, 0, 1024))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&answer[..], b"User:ANONYMOUS SSL true");
+    }
+
+    /// Whether the server closed `s` within `WAIT`, after whatever it sent (a TLS alert).
+    async fn ends(s: &mut TcpStream) -> bool {
+        let mut rest = Vec::new();
+        match tokio::time::timeout(WAIT, s.read_to_end(&mut rest)).await {
+            Ok(Ok(_)) => true,
+            Ok(Err(e)) => e.kind() == std::io::ErrorKind::ConnectionReset,
+            Err(_) => false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_or_slow_handshake_closes_only_that_connection() {
+        let (tls, ca) = tls_server(Duration::from_millis(300));
+        let r = start(tls_settings(tls), ConnectionQuotas::unlimited(), whoami()).await;
+        // A plaintext Kafka client on the TLS port.
+        let mut plain = TcpStream::connect(r.addr).await.unwrap();
+        plain.write_all(&framed(b"\x00\x12\x00\x03")).await.unwrap();
+        assert!(ends(&mut plain).await, "a plaintext client is closed");
+        // A client that never starts its handshake.
+        let mut silent = TcpStream::connect(r.addr).await.unwrap();
+        assert!(closed(&mut silent).await, "the handshake timeout closes it");
+        let mut s = tls_client(r.addr, &ca).await;
+        s.write_all(&framed(b"who")).await.unwrap();
+        let answer = tokio::time::timeout(WAIT, read_frame(&mut s, 0, 1024)).await;
+        assert!(matches!(answer, Ok(Ok(_))), "the listener still serves");
     }
 }

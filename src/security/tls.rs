@@ -1,0 +1,377 @@
+//! TLS for a listener: the rustls server config built from its `ssl.*` settings (PEM key,
+//! chain and truststore, client auth, versions), the handshake, and reloads on file changes.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig, SupportedProtocolVersion};
+use sha2::{Digest, Sha256};
+use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
+
+use super::ssl_principal::{PrincipalError, PrincipalMapper, ANONYMOUS};
+use crate::config::ssl::{ClientAuth, Keystore, PemSource, SslConfig, TlsVersion};
+
+/// How long a client has to finish its handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often the key and certificate files are checked for changes.
+pub const RELOAD_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Why a listener's TLS settings cannot be used; each names the key at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{key}: cannot read {}: {source}", path.display())]
+    Read {
+        key: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{key}: {reason}")]
+    Pem { key: String, reason: String },
+    #[error(
+        "{key}: the private key is encrypted (ssl.key.password), which evenkeel cannot read; \
+         store it unencrypted (openssl pkcs8 -topk8 -nocrypt) and unset ssl.key.password"
+    )]
+    EncryptedKey { key: String },
+    #[error("{key}: {reason}")]
+    Invalid { key: String, reason: String },
+    #[error("ssl.principal.mapping.rules: {0}")]
+    Rules(#[from] PrincipalError),
+}
+
+/// Why one connection's handshake failed (the connection is closed, nothing else).
+#[derive(Debug, thiserror::Error)]
+pub enum HandshakeError {
+    #[error("TLS handshake failed: {0}")]
+    Tls(#[source] std::io::Error),
+    #[error("TLS handshake not finished within {} ms", .0.as_millis())]
+    Timeout(Duration),
+    #[error("client certificate refused: {0}")]
+    Principal(#[from] PrincipalError),
+}
+
+/// One TLS listener: the config new handshakes use (swapped when the files change), and the
+/// mapping of client certificates to principals.
+pub struct TlsServer {
+    ssl: SslConfig,
+    mapper: PrincipalMapper,
+    current: RwLock<Arc<ServerConfig>>,
+    /// The digest of the files last read, whether or not they made a config.
+    seen: Mutex<[u8; 32]>,
+    handshake_timeout: Duration,
+    reload_interval: Duration,
+}
+
+impl std::fmt::Debug for TlsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsServer")
+            .field("listener", &self.ssl.listener)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TlsServer {
+    /// Reads the key, certificates and truststore of `ssl` and builds the server config.
+    pub fn new(ssl: SslConfig) -> Result<TlsServer, TlsError> {
+        let mapper = PrincipalMapper::parse(&ssl.principal_mapping_rules)?;
+        let seen = files_digest(&ssl);
+        let config = server_config(&ssl)?;
+        Ok(TlsServer {
+            ssl,
+            mapper,
+            current: RwLock::new(config),
+            seen: Mutex::new(seen),
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+            reload_interval: RELOAD_INTERVAL,
+        })
+    }
+
+    /// The same server with other timings (tests).
+    pub fn with_timings(mut self, handshake: Duration, reload_interval: Duration) -> TlsServer {
+        self.handshake_timeout = handshake;
+        self.reload_interval = reload_interval;
+        self
+    }
+
+    pub fn listener(&self) -> &str {
+        &self.ssl.listener
+    }
+
+    /// The config the next handshake uses.
+    pub fn config(&self) -> Arc<ServerConfig> {
+        self.current.read().clone()
+    }
+
+    /// Runs the server side of the handshake on `tcp`, bounded by the handshake timeout;
+    /// returns the stream and the client's principal (`User:ANONYMOUS` without a certificate).
+    pub async fn accept(
+        &self,
+        tcp: TcpStream,
+    ) -> Result<(TlsStream<TcpStream>, String), HandshakeError> {
+        let acceptor = tokio_rustls::TlsAcceptor::from(self.config());
+        let stream = tokio::time::timeout(self.handshake_timeout, acceptor.accept(tcp))
+            .await
+            .map_err(|_| HandshakeError::Timeout(self.handshake_timeout))?
+            .map_err(HandshakeError::Tls)?;
+        let principal = self.principal(stream.get_ref().1.peer_certificates())?;
+        Ok((stream, principal))
+    }
+
+    /// The principal of a client presenting `certificates` (its own first).
+    pub fn principal(
+        &self,
+        certificates: Option<&[CertificateDer<'_>]>,
+    ) -> Result<String, PrincipalError> {
+        match certificates.and_then(|c| c.first()) {
+            Some(cert) => self.mapper.principal(cert),
+            None => Ok(ANONYMOUS.to_string()),
+        }
+    }
+
+    /// Re-reads the files when their contents changed and swaps the config: `Ok(true)` when
+    /// swapped; an error keeps the old config (and the same contents are not tried again).
+    pub fn reload(&self) -> Result<bool, TlsError> {
+        let digest = files_digest(&self.ssl);
+        {
+            let mut seen = self.seen.lock();
+            if *seen == digest {
+                return Ok(false);
+            }
+            *seen = digest;
+        }
+        let config = server_config(&self.ssl)?;
+        *self.current.write() = config;
+        Ok(true)
+    }
+
+    /// Checks the files every reload interval until the returned task is aborted; a listener
+    /// without files gets no task.
+    pub fn watch_files(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<()>> {
+        if source_files(&self.ssl).is_empty() {
+            return None;
+        }
+        let me = Arc::downgrade(self);
+        let every = self.reload_interval;
+        Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(me) = me.upgrade() else { return };
+                match me.reload() {
+                    Ok(true) => {
+                        tracing::info!(listener = %me.ssl.listener, "TLS key and certificates reloaded")
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(listener = %me.ssl.listener, error = %e, "TLS reload failed; new connections keep the previous certificates")
+                    }
+                }
+            }
+        }))
+    }
+}
+
+/// The files of `ssl`, in a fixed order.
+fn source_files(ssl: &SslConfig) -> Vec<&Path> {
+    let mut sources: Vec<&PemSource> = Vec::new();
+    match &ssl.keystore {
+        Some(Keystore::File(s)) => sources.push(s),
+        Some(Keystore::Inline { chain, key }) => sources.extend([chain, key]),
+        None => {}
+    }
+    sources.extend(&ssl.truststore);
+    sources
+        .into_iter()
+        .filter_map(|s| match s {
+            PemSource::File { path, .. } => Some(path.as_path()),
+            PemSource::Inline { .. } => None,
+        })
+        .collect()
+}
+
+/// A digest of the files' contents (a missing file counts as empty).
+fn files_digest(ssl: &SslConfig) -> [u8; 32] {
+    let mut h = Sha256::new();
+    for path in source_files(ssl) {
+        let bytes = std::fs::read(path).unwrap_or_default();
+        h.update((bytes.len() as u64).to_be_bytes());
+        h.update(&bytes);
+    }
+    h.finalize().into()
+}
+
+/// The rustls server config of `ssl`.
+pub fn server_config(ssl: &SslConfig) -> Result<Arc<ServerConfig>, TlsError> {
+    let (chain, key, key_name) = match &ssl.keystore {
+        Some(Keystore::File(source)) => {
+            let pem = read_pem(source)?;
+            (
+                certificates(source, &pem)?,
+                private_key(source, &pem)?,
+                source.key(),
+            )
+        }
+        Some(Keystore::Inline { chain, key }) => (
+            certificates(chain, &read_pem(chain)?)?,
+            private_key(key, &read_pem(key)?)?,
+            key.key(),
+        ),
+        None => {
+            return Err(TlsError::Invalid {
+                key: "ssl.keystore.location".into(),
+                reason: format!("listener {} has no keystore", ssl.listener),
+            })
+        }
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let versions: Vec<&'static SupportedProtocolVersion> = ssl
+        .enabled_protocols
+        .iter()
+        .map(|v| match v {
+            TlsVersion::Tls12 => &rustls::version::TLS12,
+            TlsVersion::Tls13 => &rustls::version::TLS13,
+        })
+        .collect();
+    let invalid = |key: &str| {
+        let key = key.to_string();
+        move |e: rustls::Error| TlsError::Invalid {
+            key,
+            reason: e.to_string(),
+        }
+    };
+    let verifier = client_verifier(ssl, provider.clone())?;
+    let config = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&versions)
+        .map_err(invalid("ssl.enabled.protocols"))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .map_err(invalid(key_name))?;
+    Ok(Arc::new(config))
+}
+
+/// `ssl.client.auth` over the truststore's CAs.
+fn client_verifier(
+    ssl: &SslConfig,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, TlsError> {
+    let Some(store) = &ssl.truststore else {
+        if ssl.client_auth == ClientAuth::None {
+            return Ok(WebPkiClientVerifier::no_client_auth());
+        }
+        return Err(TlsError::Invalid {
+            key: "ssl.truststore.location".into(),
+            reason: "ssl.client.auth needs a truststore".into(),
+        });
+    };
+    if ssl.client_auth == ClientAuth::None {
+        return Ok(WebPkiClientVerifier::no_client_auth());
+    }
+    let mut roots = RootCertStore::empty();
+    for cert in certificates(store, &read_pem(store)?)? {
+        roots.add(cert).map_err(|e| TlsError::Invalid {
+            key: store.key().to_string(),
+            reason: format!("not a usable CA certificate: {e}"),
+        })?;
+    }
+    let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+    let builder = match ssl.client_auth {
+        ClientAuth::Requested => builder.allow_unauthenticated(),
+        _ => builder,
+    };
+    builder.build().map_err(|e| TlsError::Invalid {
+        key: store.key().to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// The PEM text of `source`, its blocks re-wrapped (a properties file's `\` continuations
+/// join a PEM value into one line, which Kafka reads).
+fn read_pem(source: &PemSource) -> Result<String, TlsError> {
+    let text = match source {
+        PemSource::Inline { pem, .. } => pem.clone(),
+        PemSource::File { key, path } => {
+            std::fs::read_to_string(path).map_err(|e| TlsError::Read {
+                key: key.clone(),
+                path: path.clone(),
+                source: e,
+            })?
+        }
+    };
+    Ok(normalize_pem(&text))
+}
+
+/// Every `-----BEGIN X-----…-----END X-----` block of `text` with its base64 on lines of 64;
+/// headers (legacy encrypted keys) are kept as they are.
+fn normalize_pem(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("-----BEGIN ") {
+        let after = &rest[start + 11..];
+        let Some(label_end) = after.find("-----") else {
+            break;
+        };
+        let label = &after[..label_end];
+        let body_start = &after[label_end + 5..];
+        let end_marker = format!("-----END {label}-----");
+        let Some(body_end) = body_start.find(&end_marker) else {
+            break;
+        };
+        let body = &body_start[..body_end];
+        out.push_str(&format!("-----BEGIN {label}-----\n"));
+        if body.contains(':') {
+            out.push_str(body.trim());
+            out.push('\n');
+        } else {
+            let b64: String = body.chars().filter(|c| !c.is_whitespace()).collect();
+            for line in b64.as_bytes().chunks(64) {
+                out.push_str(&String::from_utf8_lossy(line));
+                out.push('\n');
+            }
+        }
+        out.push_str(&end_marker);
+        out.push('\n');
+        rest = &body_start[body_end + end_marker.len()..];
+    }
+    out
+}
+
+fn certificates(source: &PemSource, pem: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Pem {
+            key: source.key().to_string(),
+            reason: format!("bad PEM certificate: {e}"),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::Pem {
+            key: source.key().to_string(),
+            reason: "no certificate (-----BEGIN CERTIFICATE-----) found".into(),
+        });
+    }
+    Ok(certs)
+}
+
+fn private_key(source: &PemSource, pem: &str) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let key = source.key().to_string();
+    if pem.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----")
+        || pem.contains("Proc-Type: 4,ENCRYPTED")
+    {
+        return Err(TlsError::EncryptedKey { key });
+    }
+    PrivateKeyDer::from_pem_slice(pem.as_bytes()).map_err(|e| TlsError::Pem {
+        key,
+        reason: format!("no usable private key (PKCS#8, PKCS#1 or SEC1 PEM): {e}"),
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,300 @@
+//! Unit tests of `security::tls`: certificates made by rcgen, handshakes over loopback.
+
+use std::collections::BTreeMap;
+
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use super::*;
+
+/// A CA and the certificates it signs.
+struct Pki {
+    ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+}
+
+/// A certificate with its key, in PEM.
+struct Leaf {
+    cert: String,
+    key: String,
+    der: CertificateDer<'static>,
+}
+
+impl Pki {
+    fn new(name: &str) -> Pki {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.distinguished_name = dn(name);
+        let key = rcgen::KeyPair::generate().unwrap();
+        Pki {
+            ca: rcgen::CertifiedIssuer::self_signed(params, key).unwrap(),
+        }
+    }
+
+    fn leaf(&self, cn: &str) -> Leaf {
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        params.distinguished_name = dn(cn);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.ca).unwrap();
+        Leaf {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+            der: cert.der().clone(),
+        }
+    }
+
+    fn ca_pem(&self) -> String {
+        self.ca.pem()
+    }
+}
+
+fn dn(cn: &str) -> rcgen::DistinguishedName {
+    let mut dn = rcgen::DistinguishedName::new();
+    dn.push(rcgen::DnType::OrganizationName, "acme");
+    dn.push(rcgen::DnType::CommonName, cn);
+    dn
+}
+
+fn ssl(kv: &[(&str, &str)]) -> SslConfig {
+    let props: BTreeMap<String, String> = kv
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    SslConfig::from_props(&props, "SSL").unwrap()
+}
+
+/// A properties-file value continued over lines with `\`: the lines joined, without newlines.
+fn one_line(pem: &str) -> String {
+    pem.lines().collect::<Vec<_>>().join("")
+}
+
+/// Connects to `server` as a client trusting `ca`, with `client` as its certificate; returns
+/// the server's certificate and the principal the server gave the client.
+async fn handshake(
+    server: &TlsServer,
+    ca: &str,
+    client: Option<&Leaf>,
+) -> Result<(CertificateDer<'static>, String), String> {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut roots = RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let config = match client {
+        Some(leaf) => builder
+            .with_client_auth_cert(
+                vec![leaf.der.clone()],
+                PrivateKeyDer::from_pem_slice(leaf.key.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let client = async move {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let name = ServerName::try_from("localhost").unwrap();
+        let mut s = connector
+            .connect(name, tcp)
+            .await
+            .map_err(|e| e.to_string())?;
+        let seen = s.get_ref().1.peer_certificates().unwrap()[0].clone();
+        // TLS 1.3 reports a refused client certificate on the first read.
+        s.write_all(b"x").await.map_err(|e| e.to_string())?;
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).await.map_err(|e| e.to_string())?;
+        Ok::<_, String>(seen)
+    };
+    let serve = async {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let (mut s, principal) = server.accept(tcp).await.map_err(|e| e.to_string())?;
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).await.map_err(|e| e.to_string())?;
+        s.write_all(&b).await.map_err(|e| e.to_string())?;
+        s.flush().await.map_err(|e| e.to_string())?;
+        Ok::<_, String>(principal)
+    };
+    let (seen, principal) = tokio::join!(client, serve);
+    Ok((seen?, principal?))
+}
+
+#[tokio::test]
+async fn an_inline_pem_keystore_serves_tls_without_client_auth() {
+    let pki = Pki::new("ca");
+    let server = pki.leaf("broker");
+    let chain = one_line(&server.cert);
+    let key = one_line(&server.key);
+    let tls = TlsServer::new(ssl(&[
+        ("ssl.keystore.type", "PEM"),
+        ("ssl.keystore.certificate.chain", &chain),
+        ("ssl.keystore.key", &key),
+    ]))
+    .unwrap();
+    let (seen, principal) = handshake(&tls, &pki.ca_pem(), None).await.unwrap();
+    assert_eq!(seen, server.der);
+    assert_eq!(principal, "User:ANONYMOUS");
+}
+
+#[tokio::test]
+async fn a_pem_file_with_key_and_chain_and_a_required_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new("ca");
+    let server = pki.leaf("broker");
+    let keystore = dir.path().join("server.pem");
+    std::fs::write(&keystore, format!("{}{}", server.key, server.cert)).unwrap();
+    let truststore = dir.path().join("ca.pem");
+    std::fs::write(&truststore, pki.ca_pem()).unwrap();
+    let tls = TlsServer::new(ssl(&[
+        ("ssl.keystore.type", "PEM"),
+        ("ssl.keystore.location", keystore.to_str().unwrap()),
+        ("ssl.truststore.type", "PEM"),
+        ("ssl.truststore.location", truststore.to_str().unwrap()),
+        ("ssl.client.auth", "required"),
+        (
+            "ssl.principal.mapping.rules",
+            "RULE:^CN=(.*?),O=acme$/$1/U,DEFAULT",
+        ),
+    ]))
+    .unwrap();
+    let alice = pki.leaf("alice");
+    let (_, principal) = handshake(&tls, &pki.ca_pem(), Some(&alice)).await.unwrap();
+    assert_eq!(principal, "User:ALICE");
+    assert!(handshake(&tls, &pki.ca_pem(), None).await.is_err());
+    let stranger = Pki::new("other ca").leaf("mallory");
+    assert!(handshake(&tls, &pki.ca_pem(), Some(&stranger))
+        .await
+        .is_err());
+}
+
+#[tokio::test]
+async fn requested_client_auth_lets_clients_without_a_certificate_in_as_anonymous() {
+    let pki = Pki::new("ca");
+    let server = pki.leaf("broker");
+    let ca = pki.ca_pem();
+    let tls = TlsServer::new(ssl(&[
+        ("ssl.keystore.type", "PEM"),
+        ("ssl.keystore.certificate.chain", &server.cert),
+        ("ssl.keystore.key", &server.key),
+        ("ssl.truststore.type", "PEM"),
+        ("ssl.truststore.certificates", &ca),
+        ("ssl.client.auth", "requested"),
+    ]))
+    .unwrap();
+    let (_, anonymous) = handshake(&tls, &ca, None).await.unwrap();
+    assert_eq!(anonymous, "User:ANONYMOUS");
+    let (_, bob) = handshake(&tls, &ca, Some(&pki.leaf("bob"))).await.unwrap();
+    assert_eq!(bob, "User:CN=bob,O=acme");
+}
+
+#[test]
+fn bad_keys_are_refused_by_name() {
+    let pki = Pki::new("ca");
+    let server = pki.leaf("broker");
+    let encrypted =
+        "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIB\n-----END ENCRYPTED PRIVATE KEY-----\n";
+    for (key, chain, words) in [
+        (encrypted, server.cert.as_str(), "encrypted"),
+        ("not a key", server.cert.as_str(), "no usable private key"),
+        (server.key.as_str(), "no cert", "no certificate"),
+    ] {
+        let e = TlsServer::new(ssl(&[
+            ("ssl.keystore.type", "PEM"),
+            ("ssl.keystore.certificate.chain", chain),
+            ("ssl.keystore.key", key),
+            ("ssl.key.password", "secret"),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("ssl.keystore."), "{e}");
+        assert!(e.contains(words), "{e}");
+    }
+    let other = pki.leaf("other");
+    let e = TlsServer::new(ssl(&[
+        ("ssl.keystore.type", "PEM"),
+        ("ssl.keystore.certificate.chain", &server.cert),
+        ("ssl.keystore.key", &other.key),
+    ]))
+    .unwrap_err()
+    .to_string();
+    assert!(e.starts_with("ssl.keystore.key"), "{e}");
+    let e = TlsServer::new(ssl(&[
+        ("ssl.keystore.type", "PEM"),
+        ("ssl.keystore.location", "/no/such/file.pem"),
+    ]))
+    .unwrap_err()
+    .to_string();
+    assert!(e.starts_with("ssl.keystore.location: cannot read"), "{e}");
+}
+
+#[tokio::test]
+async fn a_replaced_keystore_file_is_served_after_a_reload_and_a_bad_one_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new("ca");
+    let first = pki.leaf("broker");
+    let keystore = dir.path().join("server.pem");
+    std::fs::write(&keystore, format!("{}{}", first.cert, first.key)).unwrap();
+    let tls = TlsServer::new(ssl(&[
+        ("ssl.keystore.type", "PEM"),
+        ("ssl.keystore.location", keystore.to_str().unwrap()),
+    ]))
+    .unwrap();
+    assert!(!tls.reload().unwrap(), "nothing changed");
+    let second = pki.leaf("broker");
+    std::fs::write(&keystore, format!("{}{}", second.cert, second.key)).unwrap();
+    assert!(tls.reload().unwrap());
+    let (seen, _) = handshake(&tls, &pki.ca_pem(), None).await.unwrap();
+    assert_eq!(seen, second.der);
+    std::fs::write(&keystore, "half written").unwrap();
+    assert!(tls.reload().is_err());
+    assert!(
+        !tls.reload().unwrap(),
+        "the same bad contents are not retried"
+    );
+    let (seen, _) = handshake(&tls, &pki.ca_pem(), None).await.unwrap();
+    assert_eq!(seen, second.der, "the previous certificate is kept");
+}
+
+#[tokio::test]
+async fn the_watcher_swaps_the_certificate_when_the_file_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new("ca");
+    let first = pki.leaf("broker");
+    let keystore = dir.path().join("server.pem");
+    std::fs::write(&keystore, format!("{}{}", first.cert, first.key)).unwrap();
+    let tls = Arc::new(
+        TlsServer::new(ssl(&[
+            ("ssl.keystore.type", "PEM"),
+            ("ssl.keystore.location", keystore.to_str().unwrap()),
+        ]))
+        .unwrap()
+        .with_timings(HANDSHAKE_TIMEOUT, Duration::from_millis(20)),
+    );
+    let watcher = tls.watch_files().unwrap();
+    let before = tls.config();
+    let second = pki.leaf("broker");
+    std::fs::write(&keystore, format!("{}{}", second.cert, second.key)).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while Arc::ptr_eq(&before, &tls.config()) {
+        assert!(std::time::Instant::now() < deadline, "not reloaded");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (seen, _) = handshake(&tls, &pki.ca_pem(), None).await.unwrap();
+    assert_eq!(seen, second.der);
+    watcher.abort();
+}
+
+#[test]
+fn pem_joined_into_one_line_is_rewrapped() {
+    let pki = Pki::new("ca");
+    let leaf = pki.leaf("x");
+    let joined = one_line(&leaf.cert);
+    assert!(!joined.contains('\n'));
+    let back = normalize_pem(&joined);
+    let der = CertificateDer::from_pem_slice(back.as_bytes()).unwrap();
+    assert_eq!(der, leaf.der);
+}

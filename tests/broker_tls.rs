@@ -1,0 +1,320 @@
+//! TLS listeners on a running broker, with Kafka's `ssl.*` keys: librdkafka produces and
+//! consumes over SSL with a required client certificate; plaintext clients on the TLS port, TLS
+//! clients on the plaintext port, untrusted and expired client certificates are refused while
+//! the broker goes on serving; a certificate replaced on disk is served to new connections.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Message, TopicPartitionList};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use common::BrokerProcess;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A CA that signs certificates into PEM files in `dir`.
+struct Pki {
+    ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    dir: PathBuf,
+}
+
+/// A certificate and its key, as files and as DER.
+struct Leaf {
+    cert: PathBuf,
+    key: PathBuf,
+    der: CertificateDer<'static>,
+    key_pem: String,
+    cert_pem: String,
+}
+
+impl Pki {
+    fn new(dir: &Path, name: &str) -> Pki {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.distinguished_name = dn(name);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let ca = rcgen::CertifiedIssuer::self_signed(params, key).unwrap();
+        std::fs::write(dir.join(format!("{name}.pem")), ca.pem()).unwrap();
+        Pki {
+            ca,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    fn ca_file(&self) -> PathBuf {
+        let path = self.dir.join(format!("ca-{}.pem", std::process::id()));
+        std::fs::write(&path, self.ca.pem()).unwrap();
+        path
+    }
+
+    /// A certificate for `name` (also valid for localhost and 127.0.0.1); `expired`: valid
+    /// only in 2001.
+    fn leaf(&self, name: &str, expired: bool) -> Leaf {
+        let sans = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+        let mut params = rcgen::CertificateParams::new(sans).unwrap();
+        params.distinguished_name = dn(name);
+        if expired {
+            params.not_before = rcgen::date_time_ymd(2001, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2001, 12, 31);
+        }
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.ca).unwrap();
+        let (cert_path, key_path) = (
+            self.dir.join(format!("{name}.crt")),
+            self.dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&cert_path, cert.pem()).unwrap();
+        std::fs::write(&key_path, key.serialize_pem()).unwrap();
+        Leaf {
+            cert: cert_path,
+            key: key_path,
+            der: cert.der().clone(),
+            key_pem: key.serialize_pem(),
+            cert_pem: cert.pem(),
+        }
+    }
+}
+
+fn dn(cn: &str) -> rcgen::DistinguishedName {
+    let mut dn = rcgen::DistinguishedName::new();
+    dn.push(rcgen::DnType::OrganizationName, "acme");
+    dn.push(rcgen::DnType::CommonName, cn);
+    dn
+}
+
+/// A broker with a PLAINTEXT listener and an SSL listener (advertised first, so Metadata
+/// answers with it) requiring client certificates from `pki`.
+struct TlsBroker {
+    _broker: BrokerProcess,
+    ssl: String,
+    plaintext: String,
+    keystore: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+fn start(pki: &Pki, dir: tempfile::TempDir, server: &Leaf) -> TlsBroker {
+    let keystore = dir.path().join("keystore.pem");
+    std::fs::write(&keystore, format!("{}{}", server.key_pem, server.cert_pem)).unwrap();
+    let (pp, sp) = (common::free_port(), common::free_port());
+    let overrides = [
+        format!("listeners=PLAINTEXT://127.0.0.1:{pp},SSL://127.0.0.1:{sp}"),
+        format!("advertised.listeners=SSL://127.0.0.1:{sp},PLAINTEXT://127.0.0.1:{pp}"),
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL".into(),
+        "inter.broker.listener.name=PLAINTEXT".into(),
+        "ssl.keystore.type=PEM".into(),
+        format!("ssl.keystore.location={}", keystore.display()),
+        "ssl.truststore.type=PEM".into(),
+        format!("ssl.truststore.location={}", pki.ca_file().display()),
+        "listener.name.ssl.ssl.client.auth=required".into(),
+        "ssl.principal.mapping.rules=RULE:^CN=(.*?),O=acme$/$1/,DEFAULT".into(),
+    ];
+    let overrides: Vec<&str> = overrides.iter().map(String::as_str).collect();
+    let broker = BrokerProcess::start(&overrides);
+    TlsBroker {
+        _broker: broker,
+        ssl: format!("127.0.0.1:{sp}"),
+        plaintext: format!("127.0.0.1:{pp}"),
+        keystore,
+        _dir: dir,
+    }
+}
+
+fn rdkafka_ssl(b: &TlsBroker, ca: &Path, client: &Leaf) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &b.ssl)
+        .set("security.protocol", "ssl")
+        .set("ssl.ca.location", ca.display().to_string())
+        .set(
+            "ssl.certificate.location",
+            client.cert.display().to_string(),
+        )
+        .set("ssl.key.location", client.key.display().to_string());
+    c
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn librdkafka_produces_and_consumes_over_ssl_with_a_required_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let server = pki.leaf("broker", false);
+    let alice = pki.leaf("alice", false);
+    let ca = pki.ca_file();
+    let b = start(&pki, dir, &server);
+    let producer: FutureProducer = rdkafka_ssl(&b, &ca, &alice)
+        .set("acks", "all")
+        .set("message.timeout.ms", "30000")
+        .create()
+        .unwrap();
+    for i in 0..10 {
+        let value = format!("secret-{i}");
+        producer
+            .send(
+                FutureRecord::<(), _>::to("tls-orders").payload(&value),
+                WAIT,
+            )
+            .await
+            .unwrap_or_else(|(e, _)| panic!("produce over SSL: {e}"));
+    }
+    let consumer: BaseConsumer = rdkafka_ssl(&b, &ca, &alice)
+        .set("group.id", "tls-readers")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset("tls-orders", 0, rdkafka::Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let mut got = Vec::new();
+    let deadline = Instant::now() + WAIT;
+    while got.len() < 10 {
+        assert!(Instant::now() < deadline, "consumed only {got:?}");
+        if let Some(m) = consumer.poll(Duration::from_millis(200)) {
+            let m = m.expect("consume over SSL");
+            got.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string());
+        }
+    }
+    assert_eq!(
+        got,
+        (0..10).map(|i| format!("secret-{i}")).collect::<Vec<_>>()
+    );
+}
+
+/// A rustls client trusting `ca`, presenting `client` when given.
+fn rustls_client(ca: &Pki, client: Option<&Leaf>) -> tokio_rustls::TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.ca.der().clone()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let config = match client {
+        Some(leaf) => builder
+            .with_client_auth_cert(
+                vec![leaf.der.clone()],
+                PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+/// ApiVersions v0 as a frame: api key 18, version 0, correlation id 7, no client id.
+const API_VERSIONS: [u8; 14] = [0, 0, 0, 10, 0, 18, 0, 0, 0, 0, 0, 7, 0xff, 0xff];
+
+/// Sends ApiVersions on `s`; whether an answer with its correlation id came back.
+async fn answers<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> bool {
+    let call = async {
+        s.write_all(&API_VERSIONS).await?;
+        s.flush().await?;
+        let size = s.read_i32().await?;
+        let correlation = s.read_i32().await?;
+        let mut rest = vec![0u8; (size as usize).saturating_sub(4)];
+        s.read_exact(&mut rest).await?;
+        Ok::<_, std::io::Error>(correlation == 7)
+    };
+    matches!(tokio::time::timeout(WAIT, call).await, Ok(Ok(true)))
+}
+
+/// A TLS connection to `addr` with `client`'s certificate, answered; the server's certificate.
+async fn tls_call(
+    addr: &str,
+    pki: &Pki,
+    client: Option<&Leaf>,
+) -> Result<CertificateDer<'static>, String> {
+    let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let name = ServerName::try_from("localhost").unwrap();
+    let mut s = rustls_client(pki, client)
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    let seen = s.get_ref().1.peer_certificates().unwrap()[0].clone();
+    if answers(&mut s).await {
+        Ok(seen)
+    } else {
+        Err("no answer".into())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wrong_clients_are_refused_and_the_broker_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let server = pki.leaf("broker", false);
+    let alice = pki.leaf("alice", false);
+    let expired = pki.leaf("old", true);
+    let strangers = Pki::new(dir.path(), "other-ca");
+    let mallory = strangers.leaf("mallory", false);
+    let b = start(&pki, dir, &server);
+    assert!(tls_call(&b.ssl, &pki, Some(&alice)).await.is_ok());
+
+    let mut plain = TcpStream::connect(&b.ssl).await.unwrap();
+    assert!(
+        !answers(&mut plain).await,
+        "a plaintext client on the TLS port"
+    );
+    assert!(
+        tls_call(&b.plaintext, &pki, Some(&alice)).await.is_err(),
+        "a TLS client on the plaintext port"
+    );
+    assert!(
+        tls_call(&b.ssl, &pki, None).await.is_err(),
+        "no client certificate under ssl.client.auth=required"
+    );
+    assert!(
+        tls_call(&b.ssl, &pki, Some(&mallory)).await.is_err(),
+        "a certificate from another CA"
+    );
+    assert!(
+        tls_call(&b.ssl, &pki, Some(&expired)).await.is_err(),
+        "an expired certificate"
+    );
+
+    assert!(tls_call(&b.ssl, &pki, Some(&alice)).await.is_ok());
+    let mut plain = TcpStream::connect(&b.plaintext).await.unwrap();
+    assert!(
+        answers(&mut plain).await,
+        "the plaintext listener still serves"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_certificate_replaced_on_disk_is_served_to_the_next_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let first = pki.leaf("broker", false);
+    let alice = pki.leaf("alice", false);
+    let b = start(&pki, dir, &first);
+    assert_eq!(
+        tls_call(&b.ssl, &pki, Some(&alice)).await.unwrap(),
+        first.der
+    );
+    let second = pki.leaf("broker-rotated", false);
+    // Written aside and renamed over, as a Kubernetes Secret volume swaps its files.
+    let staged = b.keystore.with_extension("new");
+    std::fs::write(&staged, format!("{}{}", second.key_pem, second.cert_pem)).unwrap();
+    std::fs::rename(&staged, &b.keystore).unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let seen = tls_call(&b.ssl, &pki, Some(&alice)).await.unwrap();
+        if seen == second.der {
+            break;
+        }
+        assert_eq!(seen, first.der);
+        assert!(
+            Instant::now() < deadline,
+            "the new certificate is not served"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
