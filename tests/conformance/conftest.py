@@ -8,6 +8,10 @@ import uuid
 
 import pytest
 
+# The security tier (SASL listeners, the authorizer) needs a node set up for it:
+# tests/conformance/security/run starts one and runs it on its own.
+collect_ignore = ["security"]
+
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TOOL = os.path.join(REPO_ROOT, "bench", "kafka", "tool")
 
