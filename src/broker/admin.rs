@@ -542,3 +542,37 @@ fn describe_broker(
     }
     out
 }
+
+/// DescribeClientQuotas. evenkeel enforces no client quotas and AlterClientQuotas is not
+/// served, so no quota is ever set: the answer is an empty list, after Kafka's checks (the
+/// cluster's DESCRIBE_CONFIGS, known entity types). `kafka-configs --describe --entity-type
+/// users` asks this before it describes SCRAM credentials.
+pub fn describe_client_quotas(
+    broker: &Arc<Broker>,
+    session: &Session,
+    req: DescribeClientQuotasRequest,
+) -> DescribeClientQuotasResponse {
+    let refused = |code, text: Option<String>| {
+        DescribeClientQuotasResponse::default()
+            .with_error_code(code)
+            .with_error_message(text.and_then(msg))
+            .with_entries(None)
+    };
+    if !broker.authorize(session, Action::cluster(AclOperation::DescribeConfigs)) {
+        return refused(errors::CLUSTER_AUTHORIZATION_FAILED, None);
+    }
+    const ENTITY_TYPES: [&str; 3] = ["user", "client-id", "ip"];
+    if let Some(c) = req
+        .components
+        .iter()
+        .find(|c| !ENTITY_TYPES.contains(&c.entity_type.as_str()))
+    {
+        return refused(
+            errors::INVALID_REQUEST,
+            Some(format!("Custom entity type '{}' not supported", c.entity_type.as_str())),
+        );
+    }
+    DescribeClientQuotasResponse::default()
+        .with_error_message(None)
+        .with_entries(Some(Vec::new()))
+}

@@ -108,6 +108,9 @@ impl Broker {
             DecodedRequest::DescribeAcls(req) => at.now(&acls::describe_acls(self, session, req)),
             DecodedRequest::CreateAcls(req) => at.answer(acls::create_acls(self, session, v, req)),
             DecodedRequest::DeleteAcls(req) => at.answer(acls::delete_acls(self, session, v, req)),
+            DecodedRequest::DescribeClientQuotas(req) => {
+                at.now(&admin::describe_client_quotas(self, session, req))
+            }
             DecodedRequest::DescribeUserScramCredentials(req) => {
                 at.now(&scram_credentials::describe(self, session, req))
             }
@@ -380,6 +383,7 @@ fn request_name(key: ApiKey) -> &'static str {
         ApiKey::DescribeQuorum => "DescribeQuorum",
         ApiKey::UnregisterBroker => "UnregisterBroker",
         ApiKey::DescribeTopicPartitions => "DescribeTopicPartitions",
+        ApiKey::DescribeClientQuotas => "DescribeClientQuotas",
         ApiKey::SaslHandshake => "SaslHandshake",
         ApiKey::SaslAuthenticate => "SaslAuthenticate",
         ApiKey::DescribeAcls => "DescribeAcls",

@@ -178,6 +178,7 @@ decoded_requests! {
     CreateAcls => CreateAclsRequest,
     DeleteAcls => DeleteAclsRequest,
     DescribeUserScramCredentials => DescribeUserScramCredentialsRequest,
+    DescribeClientQuotas => DescribeClientQuotasRequest,
     AlterUserScramCredentials => AlterUserScramCredentialsRequest,
 }
 

@@ -2,7 +2,7 @@
 import pytest
 
 import sasl_wire as wire
-from conftest import ADMIN, ALICE, eventually, ok, sasl_config, xfail_on_evenkeel
+from conftest import ADMIN, ALICE, eventually, ok, sasl_config
 from helpers import admin_client
 
 
@@ -36,10 +36,7 @@ def test_add_scram_user_and_authenticate(alice_created, admin, alice):
         assert infos == [("SCRAM_SHA_512", 4096)], described
 
 
-def test_describe_users_with_kafka_configs(request, alice, admin_tool):
-    xfail_on_evenkeel(request, "kafka-configs --describe --entity-type users also sends "
-                      "DescribeClientQuotas: UnsupportedVersionException: The node does not "
-                      "support DESCRIBE_CLIENT_QUOTAS")
+def test_describe_users_with_kafka_configs(alice, admin_tool):
     out = ok(admin_tool.configs("--describe", "--entity-type", "users"),
              "kafka-configs --describe --entity-type users")
     lines = out.splitlines()
