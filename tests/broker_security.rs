@@ -451,3 +451,216 @@ async fn acls_and_credentials_survive_kill_9_of_every_node() {
         .await;
     }
 }
+
+/// The error of each request alice (authenticated, no ACL at all) sends, by the API's name.
+fn refusals(c: &mut TcpStream) -> Vec<(&'static str, i16, i16)> {
+    use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    let topic = || TopicName(s("orders"));
+    let group = || GroupId(s("payments"));
+    let topic_auth = errors::TOPIC_AUTHORIZATION_FAILED;
+    let cluster_auth = errors::CLUSTER_AUTHORIZATION_FAILED;
+    let group_auth = errors::GROUP_AUTHORIZATION_FAILED;
+    let mut out = Vec::new();
+    let r: CreateTopicsResponse = raw::call(
+        c,
+        ApiKey::CreateTopics,
+        7,
+        &CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
+            .with_name(TopicName(s("new-one")))
+            .with_num_partitions(1)
+            .with_replication_factor(1)]),
+    );
+    out.push(("CreateTopics", r.topics[0].error_code, topic_auth));
+    let r: DeleteTopicsResponse = raw::call(
+        c,
+        ApiKey::DeleteTopics,
+        5,
+        &DeleteTopicsRequest::default().with_topic_names(vec![topic()]),
+    );
+    out.push(("DeleteTopics", r.responses[0].error_code, topic_auth));
+    let r: CreatePartitionsResponse = raw::call(
+        c,
+        ApiKey::CreatePartitions,
+        3,
+        &CreatePartitionsRequest::default().with_topics(vec![CreatePartitionsTopic::default()
+            .with_name(topic())
+            .with_count(5)
+            .with_assignments(None)]),
+    );
+    out.push(("CreatePartitions", r.results[0].error_code, topic_auth));
+    let r: DeleteRecordsResponse = raw::call(
+        c,
+        ApiKey::DeleteRecords,
+        2,
+        &DeleteRecordsRequest::default().with_topics(vec![DeleteRecordsTopic::default()
+            .with_name(topic())
+            .with_partitions(vec![DeleteRecordsPartition::default().with_offset(1)])]),
+    );
+    out.push((
+        "DeleteRecords",
+        r.topics[0].partitions[0].error_code,
+        topic_auth,
+    ));
+    let r: ListOffsetsResponse = raw::call(
+        c,
+        ApiKey::ListOffsets,
+        7,
+        &ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(topic())
+                .with_partitions(vec![
+                    ListOffsetsPartition::default().with_timestamp(-1)
+                ])]),
+    );
+    out.push((
+        "ListOffsets",
+        r.topics[0].partitions[0].error_code,
+        topic_auth,
+    ));
+    let r: DescribeConfigsResponse = raw::call(
+        c,
+        ApiKey::DescribeConfigs,
+        4,
+        &DescribeConfigsRequest::default().with_resources(vec![
+            DescribeConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(s("orders"))
+                .with_configuration_keys(None),
+            DescribeConfigsResource::default()
+                .with_resource_type(4)
+                .with_resource_name(s("1"))
+                .with_configuration_keys(None),
+        ]),
+    );
+    out.push(("DescribeConfigs topic", r.results[0].error_code, topic_auth));
+    out.push((
+        "DescribeConfigs broker",
+        r.results[1].error_code,
+        cluster_auth,
+    ));
+    let r: ElectLeadersResponse = raw::call(
+        c,
+        ApiKey::ElectLeaders,
+        2,
+        &ElectLeadersRequest::default().with_topic_partitions(None),
+    );
+    out.push(("ElectLeaders", r.error_code, cluster_auth));
+    let r: CreateAclsResponse = raw::call(
+        c,
+        ApiKey::CreateAcls,
+        3,
+        &CreateAclsRequest::default().with_creations(vec![acl("User:alice", WRITE, "orders")]),
+    );
+    out.push(("CreateAcls", r.results[0].error_code, cluster_auth));
+    let r: DescribeAclsResponse = raw::call(
+        c,
+        ApiKey::DescribeAcls,
+        3,
+        &DescribeAclsRequest::default()
+            .with_resource_type_filter(1)
+            .with_pattern_type_filter(1)
+            .with_operation(1)
+            .with_permission_type(1)
+            .with_resource_name_filter(None)
+            .with_principal_filter(None)
+            .with_host_filter(None),
+    );
+    out.push(("DescribeAcls", r.error_code, cluster_auth));
+    let r: AlterUserScramCredentialsResponse = raw::call(c, ApiKey::AlterUserScramCredentials, 0, &AlterUserScramCredentialsRequest::default()
+        .with_deletions(vec![kafka_protocol::messages::alter_user_scram_credentials_request::ScramCredentialDeletion::default().with_name(s("admin")).with_mechanism(2)]));
+    out.push((
+        "AlterUserScramCredentials",
+        r.results[0].error_code,
+        cluster_auth,
+    ));
+    let r: InitProducerIdResponse = raw::call(
+        c,
+        ApiKey::InitProducerId,
+        4,
+        &InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1),
+    );
+    out.push(("InitProducerId", r.error_code, cluster_auth));
+    let r: FindCoordinatorResponse = raw::call(
+        c,
+        ApiKey::FindCoordinator,
+        4,
+        &FindCoordinatorRequest::default().with_coordinator_keys(vec![s("payments")]),
+    );
+    out.push(("FindCoordinator", r.coordinators[0].error_code, group_auth));
+    let r: JoinGroupResponse = raw::call(
+        c,
+        ApiKey::JoinGroup,
+        9,
+        &JoinGroupRequest::default()
+            .with_group_id(group())
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(10_000)
+            .with_protocol_type(s("consumer")),
+    );
+    out.push(("JoinGroup", r.error_code, group_auth));
+    let r: OffsetFetchResponse = raw::call(
+        c,
+        ApiKey::OffsetFetch,
+        7,
+        &OffsetFetchRequest::default()
+            .with_group_id(group())
+            .with_topics(None),
+    );
+    out.push(("OffsetFetch", r.error_code, group_auth));
+    let r: DescribeGroupsResponse = raw::call(
+        c,
+        ApiKey::DescribeGroups,
+        5,
+        &DescribeGroupsRequest::default().with_groups(vec![group()]),
+    );
+    out.push(("DescribeGroups", r.groups[0].error_code, group_auth));
+    let r: DeleteGroupsResponse = raw::call(
+        c,
+        ApiKey::DeleteGroups,
+        2,
+        &DeleteGroupsRequest::default().with_groups_names(vec![group()]),
+    );
+    out.push(("DeleteGroups", r.results[0].error_code, group_auth));
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_api_refuses_a_principal_without_the_right() {
+    let sec = start();
+    let plain = sec.cluster.addr(1);
+    admin(&plain)
+        .await
+        .create_topic("orders", 1, 3, &Default::default())
+        .await
+        .unwrap();
+    let (mut c, _) = plain_login(&sec.sasl[0], "alice", "alice-secret");
+    let wrong: Vec<String> = refusals(&mut c)
+        .into_iter()
+        .filter(|(_, got, want)| got != want)
+        .map(|(api, got, want)| {
+            format!(
+                "{api}: {} instead of {}",
+                errors::error_name(got),
+                errors::error_name(want)
+            )
+        })
+        .collect();
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    // Nothing changed: the topic is there with its one partition and no ACL was stored.
+    let t = common::cluster::partition(&plain, "orders", 0).await;
+    assert!(t.is_some());
+    assert!(common::cluster::partition(&plain, "orders", 1)
+        .await
+        .is_none());
+    assert_eq!(acl_count(&plain), Some(0));
+}

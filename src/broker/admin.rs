@@ -224,9 +224,27 @@ fn refuse_undeletable(
 
 pub fn create_partitions(
     broker: &Arc<Broker>,
+    session: &Session,
     version: i16,
-    req: CreatePartitionsRequest,
+    mut req: CreatePartitionsRequest,
 ) -> Outcome<CreatePartitionsResponse> {
+    use create_partitions_response::CreatePartitionsTopicResult;
+    let mut refused = Vec::new();
+    req.topics.retain(|t| {
+        let ok = broker.authorize(session, Action::topic(AclOperation::Alter, &t.name));
+        if !ok {
+            refused.push(
+                CreatePartitionsTopicResult::default()
+                    .with_name(t.name.clone())
+                    .with_error_code(errors::TOPIC_AUTHORIZATION_FAILED)
+                    .with_error_message(None),
+            );
+        }
+        ok
+    });
+    if req.topics.is_empty() {
+        return Outcome::Now(CreatePartitionsResponse::default().with_results(refused));
+    }
     let wanted: Vec<(String, i32)> = if req.validate_only {
         Vec::new()
     } else {
@@ -241,7 +259,7 @@ pub fn create_partitions(
         req,
         |r| r.results.iter().any(|t| is_not_controller(t.error_code)),
         |_| CreatePartitionsResponse::default(),
-        move |broker, resp| async move {
+        move |broker, mut resp| async move {
             let ok: Vec<(String, i32)> = wanted
                 .into_iter()
                 .filter(|(n, _)| {
@@ -258,6 +276,7 @@ pub fn create_partitions(
                     })
                 })
                 .await;
+            resp.results.extend(refused);
             resp
         },
     )
@@ -265,32 +284,98 @@ pub fn create_partitions(
 
 pub fn alter_configs(
     broker: &Arc<Broker>,
+    session: &Session,
     version: i16,
-    req: AlterConfigsRequest,
+    mut req: AlterConfigsRequest,
 ) -> Outcome<AlterConfigsResponse> {
+    use alter_configs_response::AlterConfigsResourceResponse as Refused;
+    let mut refused = Vec::new();
+    req.resources.retain(|r| {
+        let code = config_denied(broker, session, r.resource_type, &r.resource_name, true);
+        if let Some(code) = code {
+            refused.push(
+                Refused::default()
+                    .with_resource_type(r.resource_type)
+                    .with_resource_name(r.resource_name.clone())
+                    .with_error_code(code)
+                    .with_error_message(None),
+            );
+        }
+        code.is_none()
+    });
+    if req.resources.is_empty() {
+        return Outcome::Now(AlterConfigsResponse::default().with_responses(refused));
+    }
     forward(
         broker,
         version,
         req,
         |r| r.responses.iter().any(|t| is_not_controller(t.error_code)),
         |_| AlterConfigsResponse::default(),
-        as_is,
+        move |_, mut resp| async move {
+            resp.responses.extend(refused);
+            resp
+        },
     )
 }
 
 pub fn incremental_alter_configs(
     broker: &Arc<Broker>,
+    session: &Session,
     version: i16,
-    req: IncrementalAlterConfigsRequest,
+    mut req: IncrementalAlterConfigsRequest,
 ) -> Outcome<IncrementalAlterConfigsResponse> {
+    use incremental_alter_configs_response::AlterConfigsResourceResponse as Refused;
+    let mut refused = Vec::new();
+    req.resources.retain(|r| {
+        let code = config_denied(broker, session, r.resource_type, &r.resource_name, true);
+        if let Some(code) = code {
+            refused.push(
+                Refused::default()
+                    .with_resource_type(r.resource_type)
+                    .with_resource_name(r.resource_name.clone())
+                    .with_error_code(code)
+                    .with_error_message(None),
+            );
+        }
+        code.is_none()
+    });
+    if req.resources.is_empty() {
+        return Outcome::Now(IncrementalAlterConfigsResponse::default().with_responses(refused));
+    }
     forward(
         broker,
         version,
         req,
         |r| r.responses.iter().any(|t| is_not_controller(t.error_code)),
         |_| IncrementalAlterConfigsResponse::default(),
-        as_is,
+        move |_, mut resp| async move {
+            resp.responses.extend(refused);
+            resp
+        },
     )
+}
+
+/// Why `session` may not describe (`alter`: alter) the configs of a resource: a topic's need
+/// DESCRIBE_CONFIGS (ALTER_CONFIGS) on the topic, a broker's on the cluster.
+fn config_denied(
+    broker: &Broker,
+    session: &Session,
+    resource_type: i8,
+    name: &str,
+    alter: bool,
+) -> Option<i16> {
+    let op = match alter {
+        true => AclOperation::AlterConfigs,
+        false => AclOperation::DescribeConfigs,
+    };
+    match resource_type {
+        RESOURCE_TOPIC => (!broker.authorize(session, Action::topic(op, name)))
+            .then_some(errors::TOPIC_AUTHORIZATION_FAILED),
+        RESOURCE_BROKER => (!broker.authorize(session, Action::cluster(op)))
+            .then_some(errors::CLUSTER_AUTHORIZATION_FAILED),
+        _ => None,
+    }
 }
 
 pub fn elect_leaders(
@@ -374,17 +459,26 @@ pub fn unregister_broker(
     )
 }
 
-pub fn delete_records(broker: &Arc<Broker>, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
+pub fn delete_records(
+    broker: &Arc<Broker>,
+    session: &Session,
+    req: DeleteRecordsRequest,
+) -> DeleteRecordsResponse {
     let mut topics = Vec::new();
     for t in req.topics {
         let name = t.name.0.to_string();
+        let may = broker.authorize(session, Action::topic(AclOperation::Delete, &name));
         let mut parts = Vec::new();
         for p in t.partitions {
             let base = DeleteRecordsPartitionResult::default()
                 .with_partition_index(p.partition_index)
                 .with_low_watermark(-1);
             let tp = TopicPartition::new(name.clone(), p.partition_index);
-            parts.push(match broker.replicas.delete_records(&tp, p.offset) {
+            let deleted = match may {
+                true => broker.replicas.delete_records(&tp, p.offset),
+                false => Err(errors::TOPIC_AUTHORIZATION_FAILED),
+            };
+            parts.push(match deleted {
                 Ok(low) => base.with_low_watermark(low),
                 Err(code) => base.with_error_code(code),
             });
@@ -439,6 +533,7 @@ fn describe_topic(
 
 pub fn describe_configs(
     broker: &Arc<Broker>,
+    session: &Session,
     version: i16,
     req: DescribeConfigsRequest,
 ) -> DescribeConfigsResponse {
@@ -446,6 +541,16 @@ pub fn describe_configs(
     let img = broker.image();
     for r in req.resources {
         let name = r.resource_name.to_string();
+        if let Some(code) = config_denied(broker, session, r.resource_type, &name, false) {
+            results.push(
+                DescribeConfigsResult::default()
+                    .with_resource_type(r.resource_type)
+                    .with_resource_name(r.resource_name.clone())
+                    .with_error_code(code)
+                    .with_error_message(None),
+            );
+            continue;
+        }
         let keys = r.configuration_keys.clone();
         let wanted = move |k: &str| {
             keys.as_ref()
@@ -569,7 +674,10 @@ pub fn describe_client_quotas(
     {
         return refused(
             errors::INVALID_REQUEST,
-            Some(format!("Custom entity type '{}' not supported", c.entity_type.as_str())),
+            Some(format!(
+                "Custom entity type '{}' not supported",
+                c.entity_type.as_str()
+            )),
         );
     }
     DescribeClientQuotasResponse::default()

@@ -5,18 +5,15 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use kafka_protocol::messages::{
-    ApiKey, FetchRequest, HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse,
-    OffsetCommitRequest, OffsetCommitResponse, SyncGroupResponse,
-};
+use kafka_protocol::messages::{ApiKey, FetchRequest};
 use kafka_protocol::protocol::{Encodable, HeaderVersion};
 
-use super::auth::{Action, Session};
+use super::auth::Session;
+use super::refusals::{refuse_cluster_request, refuse_group_request, Refusal};
 use super::{
     acls, admin, fetch, group, metadata, produce, sasl, scram_credentials, Broker, Outcome,
 };
 use crate::protocol::{self, api_versions, errors, DecodedRequest, FrameError};
-use crate::security::acl::AclOperation;
 
 /// A handled request: Kafka's request name for metrics, and the reply.
 pub struct Handled {
@@ -79,7 +76,9 @@ impl Broker {
             }
             return self.fetch(at, req, session);
         }
-        if let Some(refusal) = refuse_group_request(self, session, &request) {
+        let refusal = refuse_group_request(self, session, &request)
+            .or_else(|| refuse_cluster_request(self, session, &request));
+        if let Some(refusal) = refusal {
             return at.now_any(refusal);
         }
         if let DecodedRequest::JoinGroup(req) = request {
@@ -137,11 +136,13 @@ impl Broker {
             DecodedRequest::Produce(req) => reply(produce::produce(self, session, req), move |r| {
                 r.map_or(Ok(None), |r| at.frame(&r))
             }),
-            DecodedRequest::ListOffsets(req) => at.now(&fetch::list_offsets(self, v, req)),
+            DecodedRequest::ListOffsets(req) => at.now(&fetch::list_offsets(self, session, v, req)),
             DecodedRequest::OffsetForLeaderEpoch(req) => {
-                at.now(&fetch::offset_for_leader_epoch(self, req))
+                at.now(&fetch::offset_for_leader_epoch(self, session, req))
             }
-            DecodedRequest::InitProducerId(req) => at.answer(produce::init_producer_id(self, req)),
+            DecodedRequest::InitProducerId(req) => {
+                at.answer(produce::init_producer_id(self, session, req))
+            }
             DecodedRequest::CreateTopics(req) => {
                 at.answer(admin::create_topics(self, session, v, req))
             }
@@ -149,13 +150,19 @@ impl Broker {
                 at.answer(admin::delete_topics(self, session, v, req))
             }
             DecodedRequest::CreatePartitions(req) => {
-                at.answer(admin::create_partitions(self, v, req))
+                at.answer(admin::create_partitions(self, session, v, req))
             }
-            DecodedRequest::DeleteRecords(req) => at.now(&admin::delete_records(self, req)),
-            DecodedRequest::DescribeConfigs(req) => at.now(&admin::describe_configs(self, v, req)),
-            DecodedRequest::AlterConfigs(req) => at.answer(admin::alter_configs(self, v, req)),
+            DecodedRequest::DeleteRecords(req) => {
+                at.now(&admin::delete_records(self, session, req))
+            }
+            DecodedRequest::DescribeConfigs(req) => {
+                at.now(&admin::describe_configs(self, session, v, req))
+            }
+            DecodedRequest::AlterConfigs(req) => {
+                at.answer(admin::alter_configs(self, session, v, req))
+            }
             DecodedRequest::IncrementalAlterConfigs(req) => {
-                at.answer(admin::incremental_alter_configs(self, v, req))
+                at.answer(admin::incremental_alter_configs(self, session, v, req))
             }
             DecodedRequest::ElectLeaders(req) => at.answer(admin::elect_leaders(self, v, req)),
             DecodedRequest::AlterPartitionReassignments(req) => {
@@ -174,14 +181,24 @@ impl Broker {
             DecodedRequest::SyncGroup(req) => at.answer(group::api::sync_group(self, req)),
             DecodedRequest::Heartbeat(req) => at.now(&group::api::heartbeat(self, req)),
             DecodedRequest::LeaveGroup(req) => at.now(&group::api::leave_group(self, v, req)),
-            DecodedRequest::OffsetCommit(req) => at.answer(group::api::offset_commit(self, req)),
-            DecodedRequest::OffsetFetch(req) => at.now(&group::api::offset_fetch(self, v, req)),
-            DecodedRequest::ListGroups(req) => at.now(&group::api::list_groups(self, v, req)),
-            DecodedRequest::DescribeGroups(req) => {
-                at.now(&group::api::describe_groups(self, v, req))
+            DecodedRequest::OffsetCommit(req) => {
+                at.answer(group::api::offset_commit(self, session, req))
             }
-            DecodedRequest::DeleteGroups(req) => at.now(&group::api::delete_groups(self, req)),
-            DecodedRequest::OffsetDelete(req) => at.now(&group::api::offset_delete(self, req)),
+            DecodedRequest::OffsetFetch(req) => {
+                at.now(&group::api::offset_fetch(self, session, v, req))
+            }
+            DecodedRequest::ListGroups(req) => {
+                at.now(&group::api::list_groups(self, session, v, req))
+            }
+            DecodedRequest::DescribeGroups(req) => {
+                at.now(&group::api::describe_groups(self, session, v, req))
+            }
+            DecodedRequest::DeleteGroups(req) => {
+                at.now(&group::api::delete_groups(self, session, req))
+            }
+            DecodedRequest::OffsetDelete(req) => {
+                at.now(&group::api::offset_delete(self, session, req))
+            }
             // Fetch and JoinGroup are handled before; controller APIs are not served here
             // (decoding refuses them first).
             _ => Err(FrameError::UnsupportedVersion {
@@ -217,79 +234,6 @@ impl Broker {
     }
 }
 
-/// A group request answered GROUP_AUTHORIZATION_FAILED: the session may not READ the group it
-/// joins, syncs, heartbeats in, leaves or commits for.
-enum GroupRefusal {
-    Join(JoinGroupResponse),
-    Sync(SyncGroupResponse),
-    Heartbeat(HeartbeatResponse),
-    Leave(LeaveGroupResponse),
-    Commit(OffsetCommitResponse),
-}
-
-fn refuse_group_request(
-    broker: &Broker,
-    session: &Session,
-    request: &DecodedRequest,
-) -> Option<GroupRefusal> {
-    let group = match request {
-        DecodedRequest::JoinGroup(r) => &r.group_id,
-        DecodedRequest::SyncGroup(r) => &r.group_id,
-        DecodedRequest::Heartbeat(r) => &r.group_id,
-        DecodedRequest::LeaveGroup(r) => &r.group_id,
-        DecodedRequest::OffsetCommit(r) => &r.group_id,
-        _ => return None,
-    };
-    if broker.authorize(session, Action::group(AclOperation::Read, group.as_str())) {
-        return None;
-    }
-    let code = errors::GROUP_AUTHORIZATION_FAILED;
-    Some(match request {
-        DecodedRequest::JoinGroup(_) => GroupRefusal::Join(
-            JoinGroupResponse::default()
-                .with_error_code(code)
-                .with_generation_id(-1),
-        ),
-        DecodedRequest::SyncGroup(_) => {
-            GroupRefusal::Sync(SyncGroupResponse::default().with_error_code(code))
-        }
-        DecodedRequest::Heartbeat(_) => {
-            GroupRefusal::Heartbeat(HeartbeatResponse::default().with_error_code(code))
-        }
-        DecodedRequest::LeaveGroup(_) => {
-            GroupRefusal::Leave(LeaveGroupResponse::default().with_error_code(code))
-        }
-        DecodedRequest::OffsetCommit(r) => GroupRefusal::Commit(commit_refused(r, code)),
-        _ => return None,
-    })
-}
-
-/// Every partition of an OffsetCommit answered with `code`.
-fn commit_refused(r: &OffsetCommitRequest, code: i16) -> OffsetCommitResponse {
-    use kafka_protocol::messages::offset_commit_response::{
-        OffsetCommitResponsePartition, OffsetCommitResponseTopic,
-    };
-    let topics = r
-        .topics
-        .iter()
-        .map(|t| {
-            OffsetCommitResponseTopic::default()
-                .with_name(t.name.clone())
-                .with_partitions(
-                    t.partitions
-                        .iter()
-                        .map(|p| {
-                            OffsetCommitResponsePartition::default()
-                                .with_partition_index(p.partition_index)
-                                .with_error_code(code)
-                        })
-                        .collect(),
-                )
-        })
-        .collect();
-    OffsetCommitResponse::default().with_topics(topics)
-}
-
 /// The version and correlation id a response is framed with.
 #[derive(Clone, Copy)]
 struct Request {
@@ -307,14 +251,19 @@ impl Request {
         ))
     }
 
-    /// A group refusal, framed now.
-    fn now_any(self, refusal: GroupRefusal) -> Result<Reply, FrameError> {
+    /// A refusal, framed now.
+    fn now_any(self, refusal: Refusal) -> Result<Reply, FrameError> {
         match refusal {
-            GroupRefusal::Join(r) => self.now(&r),
-            GroupRefusal::Sync(r) => self.now(&r),
-            GroupRefusal::Heartbeat(r) => self.now(&r),
-            GroupRefusal::Leave(r) => self.now(&r),
-            GroupRefusal::Commit(r) => self.now(&r),
+            Refusal::Join(r) => self.now(&r),
+            Refusal::Sync(r) => self.now(&r),
+            Refusal::Heartbeat(r) => self.now(&r),
+            Refusal::Leave(r) => self.now(&r),
+            Refusal::Commit(r) => self.now(&r),
+            Refusal::Elect(r) => self.now(&r),
+            Refusal::Reassign(r) => self.now(&r),
+            Refusal::ListReassignments(r) => self.now(&r),
+            Refusal::Quorum(r) => self.now(&r),
+            Refusal::Unregister(r) => self.now(&r),
         }
     }
 

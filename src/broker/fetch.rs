@@ -317,6 +317,7 @@ fn fetcher(version: i16, req: &FetchRequest) -> Fetcher {
 
 pub fn list_offsets(
     broker: &Arc<Broker>,
+    session: &Session,
     version: i16,
     req: ListOffsetsRequest,
 ) -> ListOffsetsResponse {
@@ -325,6 +326,7 @@ pub fn list_offsets(
     let mut topics = Vec::new();
     for t in req.topics {
         let name = t.name.0.to_string();
+        let may = broker.authorize(session, Action::topic(AclOperation::Describe, &name));
         let mut parts = Vec::new();
         for lp in t.partitions {
             let tp = TopicPartition::new(name.clone(), lp.partition_index);
@@ -333,11 +335,14 @@ pub fn list_offsets(
                 .with_timestamp(-1)
                 .with_offset(-1)
                 .with_leader_epoch(-1);
-            let found = broker.replicas.fetch_offset_for_timestamp(
-                &tp,
-                lp.current_leader_epoch,
-                lp.timestamp,
-            );
+            let found = match may {
+                true => broker.replicas.fetch_offset_for_timestamp(
+                    &tp,
+                    lp.current_leader_epoch,
+                    lp.timestamp,
+                ),
+                false => Err(errors::TOPIC_AUTHORIZATION_FAILED),
+            };
             parts.push(match found {
                 // leader_epoch is on the wire from v4: older versions cannot carry it.
                 Ok(Some(f)) => base
@@ -365,14 +370,24 @@ pub fn list_offsets(
 /// after checking the caller's view of the current leader epoch.
 pub fn offset_for_leader_epoch(
     broker: &Arc<Broker>,
+    session: &Session,
     req: kafka_protocol::messages::OffsetForLeaderEpochRequest,
 ) -> kafka_protocol::messages::OffsetForLeaderEpochResponse {
+    // A follower asks as a broker (CLUSTER_ACTION); a consumer needs DESCRIBE on the topic.
+    let follower = req.replica_id.0 >= 0;
+    let cluster_ok =
+        follower && broker.authorize(session, Action::cluster(AclOperation::ClusterAction));
     use kafka_protocol::messages::offset_for_leader_epoch_response::{
         EpochEndOffset, OffsetForLeaderTopicResult,
     };
     let mut topics = Vec::new();
     for t in req.topics {
         let name = t.topic.0.to_string();
+        let denied = match follower {
+            true => (!cluster_ok).then_some(errors::CLUSTER_AUTHORIZATION_FAILED),
+            false => (!broker.authorize(session, Action::topic(AclOperation::Describe, &name)))
+                .then_some(errors::TOPIC_AUTHORIZATION_FAILED),
+        };
         let mut parts = Vec::new();
         for p in t.partitions {
             let base = EpochEndOffset::default()
@@ -380,16 +395,18 @@ pub fn offset_for_leader_epoch(
                 .with_leader_epoch(-1)
                 .with_end_offset(-1);
             let tp = TopicPartition::new(name.clone(), p.partition);
-            parts.push(
-                match broker.replicas.last_offset_for_leader_epoch(
+            let found = match denied {
+                Some(code) => Err(code),
+                None => broker.replicas.last_offset_for_leader_epoch(
                     &tp,
                     p.current_leader_epoch,
                     p.leader_epoch,
-                ) {
-                    Ok((epoch, end)) => base.with_leader_epoch(epoch).with_end_offset(end),
-                    Err(code) => base.with_error_code(code),
-                },
-            );
+                ),
+            };
+            parts.push(match found {
+                Ok((epoch, end)) => base.with_leader_epoch(epoch).with_end_offset(end),
+                Err(code) => base.with_error_code(code),
+            });
         }
         topics.push(
             OffsetForLeaderTopicResult::default()

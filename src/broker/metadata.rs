@@ -392,9 +392,11 @@ pub fn describe_topic_partitions(
     if cursor.as_ref().is_some_and(|(_, p)| *p < 0) {
         return DescribeTopicPartitionsResponse::default();
     }
+    let may_describe =
+        |n: &str| broker.authorize(session, Action::topic(AclOperation::Describe, n));
     let mut names: Vec<String> = if req.topics.is_empty() {
         img.topics()
-            .filter(|t| !is_hidden_topic(&t.name))
+            .filter(|t| !is_hidden_topic(&t.name) && may_describe(&t.name))
             .map(|t| t.name.clone())
             .collect()
     } else {
@@ -417,13 +419,20 @@ pub fn describe_topic_partitions(
             );
             break;
         }
-        let Some(t) = img.topic(&name) else {
-            topics.push(
-                DescribeTopicPartitionsResponseTopic::default()
-                    .with_name(Some(TopicName(s(name))))
-                    .with_error_code(errors::UNKNOWN_TOPIC_OR_PARTITION),
-            );
-            continue;
+        let found = match may_describe(&name) {
+            true => img.topic(&name).ok_or(errors::UNKNOWN_TOPIC_OR_PARTITION),
+            false => Err(errors::TOPIC_AUTHORIZATION_FAILED),
+        };
+        let t = match found {
+            Ok(t) => t,
+            Err(code) => {
+                topics.push(
+                    DescribeTopicPartitionsResponseTopic::default()
+                        .with_name(Some(TopicName(s(name))))
+                        .with_error_code(code),
+                );
+                continue;
+            }
         };
         let start = match &cursor {
             Some((c, p)) if *c == name => *p,

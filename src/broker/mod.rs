@@ -17,6 +17,7 @@ mod partition;
 pub mod produce;
 mod producer_state;
 mod purgatory;
+mod refusals;
 pub mod replica_manager;
 pub mod replication;
 mod sasl;

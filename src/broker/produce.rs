@@ -250,6 +250,7 @@ fn respond_when_replicated(
 /// ids are refused until transactions are implemented.
 pub fn init_producer_id(
     broker: &Arc<Broker>,
+    session: &Session,
     req: InitProducerIdRequest,
 ) -> Outcome<InitProducerIdResponse> {
     let resp = InitProducerIdResponse::default()
@@ -257,6 +258,9 @@ pub fn init_producer_id(
         .with_producer_epoch(-1);
     if req.transactional_id.is_some() {
         return Outcome::Now(resp.with_error_code(errors::INVALID_REQUEST));
+    }
+    if !may_write_idempotently(broker, session) {
+        return Outcome::Now(resp.with_error_code(errors::CLUSTER_AUTHORIZATION_FAILED));
     }
     // A known producer with an epoch left to bump keeps its id; otherwise a new id, as Kafka does.
     if req.producer_id.0 >= 0 && (0..i16::MAX - 1).contains(&req.producer_epoch) {
@@ -279,6 +283,25 @@ pub fn init_producer_id(
             }
         }
     }))
+}
+
+/// An idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on any topic (Kafka
+/// 3.0's rule).
+fn may_write_idempotently(broker: &Broker, session: &Session) -> bool {
+    let Some(decisions) = broker.acl_decisions() else {
+        return true;
+    };
+    if broker.authorize(session, Action::cluster(AclOperation::IdempotentWrite)) {
+        return true;
+    }
+    let any_topic = decisions.authorize_any(
+        &session.principal,
+        &session.client_host,
+        AclOperation::Write,
+        crate::security::acl::ResourceType::Topic,
+    ) == crate::security::authorizer::Decision::Allowed;
+    broker.count_decision(any_topic);
+    any_topic
 }
 
 /// What a client is told when no producer id could be had from the controller: retriable

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::acl::{
-    AclBinding, AclBindingFilter, AclOperation, PatternType, PermissionType, ResourceType,
-    WILDCARD, WILDCARD_PRINCIPAL,
+    AclBinding, AclBindingFilter, AclOperation, PatternType, PermissionType, ResourcePattern,
+    ResourceType, WILDCARD, WILDCARD_PRINCIPAL,
 };
 
 /// `authorizer.class.name` for Kafka's KRaft authorizer, the one evenkeel implements.
@@ -155,6 +155,48 @@ impl StandardAuthorizer {
         decision
     }
 
+    /// May `principal` do `op` on some resource of type `rt` (Kafka's authorizeByResourceType,
+    /// KIP-679: an idempotent producer needs WRITE on any topic)? Yes for a super user, or when
+    /// an ALLOW applies whose pattern no DENY covers (a DENY on the literal wildcard covers
+    /// everything; a prefixed DENY covers the names it prefixes).
+    pub fn authorize_any(
+        &self,
+        principal: &str,
+        host: &str,
+        op: AclOperation,
+        rt: ResourceType,
+    ) -> Decision {
+        if self.config.super_users.contains(principal) {
+            return Decision::Allowed;
+        }
+        let Some(t) = self.acls.get(&rt) else {
+            return match self.config.allow_everyone_if_no_acl_found {
+                true => Decision::Allowed,
+                false => Decision::Denied,
+            };
+        };
+        let all = t.literal.values().chain(t.prefixed.values()).flatten();
+        let (mut allows, mut denies) = (Vec::new(), Vec::new());
+        for b in all {
+            match matches(b, principal, host, op) {
+                Some(PermissionType::Deny) => denies.push(&b.pattern),
+                Some(_) => allows.push(&b.pattern),
+                None => {}
+            }
+        }
+        let covered = |a: &ResourcePattern| {
+            denies.iter().any(|d| {
+                (d.pattern_type == PatternType::Literal && d.name == WILDCARD)
+                    || (d.pattern_type == PatternType::Prefixed && a.name.starts_with(&d.name))
+                    || (d.pattern_type == a.pattern_type && d.name == a.name)
+            })
+        };
+        match allows.into_iter().any(|a| !covered(a)) {
+            true => Decision::Allowed,
+            false => Decision::Denied,
+        }
+    }
+
     /// Decisions so far: `(allowed, denied)`.
     pub fn counts(&self) -> (u64, u64) {
         (
@@ -260,7 +302,6 @@ fn matches(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::security::acl::ResourcePattern;
     use AclOperation as Op;
 
     const ALICE: &str = "User:alice";
@@ -431,5 +472,28 @@ mod tests {
         assert!(!a.remove(&grant));
         assert_eq!(topic(&a, ALICE, Op::Read, "t1"), Decision::Denied);
         assert_eq!(a.counts(), (1, 1));
+    }
+
+    #[test]
+    fn write_on_any_topic_is_an_allow_no_deny_covers() {
+        use PatternType::{Literal, Prefixed};
+        let any = |a: &StandardAuthorizer, who| {
+            a.authorize_any(who, HOST, Op::Write, ResourceType::Topic)
+        };
+        let a = authorizer(vec![allow("orders", Literal, ALICE, Op::Write)]);
+        assert_eq!(any(&a, ALICE), Decision::Allowed);
+        assert_eq!(any(&a, BOB), Decision::Denied);
+        let covered = authorizer(vec![
+            allow("orders-eu", Literal, ALICE, Op::Write),
+            deny("orders", Prefixed, ALICE, Op::Write),
+        ]);
+        assert_eq!(any(&covered, ALICE), Decision::Denied);
+        let wildcard = authorizer(vec![
+            allow("orders", Prefixed, ALICE, Op::Write),
+            deny(WILDCARD, Literal, ALICE, Op::All),
+        ]);
+        assert_eq!(any(&wildcard, ALICE), Decision::Denied);
+        let read_only = authorizer(vec![allow("orders", Literal, ALICE, Op::Read)]);
+        assert_eq!(any(&read_only, ALICE), Decision::Denied);
     }
 }

@@ -11,8 +11,10 @@ use kafka_protocol::messages::*;
 
 use super::coordinator::{codes, CommitCheck, CommittedOffset, JoinRequest, Pending};
 use super::records::{GroupRecordKey, OffsetCommitValue};
+use crate::broker::auth::{Action, Session};
 use crate::broker::{msg, Broker, Outcome};
 use crate::protocol::errors;
+use crate::security::acl::AclOperation;
 
 use super::metadata_manager::{
     append_records, coordinator_partition, create_offsets_topic, partition_for_group, store_group,
@@ -27,24 +29,28 @@ use crate::protocol::str_bytes as s;
 
 pub fn find_coordinator(
     broker: &Arc<Broker>,
-    session: &crate::broker::auth::Session,
+    session: &Session,
     version: i16,
     req: FindCoordinatorRequest,
 ) -> Outcome<FindCoordinatorResponse> {
     let listener = crate::broker::metadata::client_listener(broker, session);
     if req.key_type == 0 && broker.image().topic(OFFSETS_TOPIC).is_none() {
         let broker = broker.clone();
+        let session = session.clone();
         return Outcome::Later(Box::pin(async move {
             create_offsets_topic(&broker).await;
-            coordinator_answer(&broker, version, &req, &listener)
+            coordinator_answer(&broker, &session, version, &req, &listener)
         }));
     }
-    Outcome::Now(coordinator_answer(broker, version, &req, &listener))
+    Outcome::Now(coordinator_answer(
+        broker, session, version, &req, &listener,
+    ))
 }
 
 /// The coordinator of each key: the leader of its `__consumer_offsets` partition.
 fn coordinator_answer(
     broker: &Broker,
+    session: &Session,
     version: i16,
     req: &FindCoordinatorRequest,
     listener: &str,
@@ -60,6 +66,9 @@ fn coordinator_answer(
             return base
                 .with_error_code(codes::COORDINATOR_NOT_AVAILABLE)
                 .with_error_message(msg("Transaction coordinators are not supported yet."));
+        }
+        if !broker.authorize(session, Action::group(AclOperation::Describe, key)) {
+            return base.with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
         }
         let p = partition_for_group(key, broker.config.offsets_topic_num_partitions);
         let leader = img.partition(OFFSETS_TOPIC, p).map(|p| p.leader);
@@ -299,6 +308,7 @@ pub fn leave_group(
 
 pub fn offset_commit(
     broker: &Arc<Broker>,
+    session: &Session,
     req: OffsetCommitRequest,
 ) -> Outcome<OffsetCommitResponse> {
     use offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
@@ -318,6 +328,7 @@ pub fn offset_commit(
     let mut topics = Vec::new();
     for t in &req.topics {
         let name = t.name.0.to_string();
+        let may_read = broker.authorize(session, Action::topic(AclOperation::Read, &name));
         let mut parts = Vec::new();
         for p in &t.partitions {
             let metadata = p
@@ -327,6 +338,7 @@ pub fn offset_commit(
                 .unwrap_or_default();
             let code = match check {
                 CommitCheck::Error(code) => code,
+                CommitCheck::Ok if !may_read => errors::TOPIC_AUTHORIZATION_FAILED,
                 CommitCheck::Ok
                     if metadata.len() > broker.groups.config.offset_metadata_max_bytes =>
                 {
@@ -399,13 +411,27 @@ pub fn offset_commit(
 
 pub fn offset_fetch(
     broker: &Arc<Broker>,
+    session: &Session,
     version: i16,
     req: OffsetFetchRequest,
 ) -> OffsetFetchResponse {
     use offset_fetch_response::*;
-    // Which (topic, partitions) of which group; None = every committed offset.
+    // Which (topic, partitions) of which group; None = every committed offset the session may
+    // DESCRIBE the topic of (a topic named without DESCRIBE is answered
+    // TOPIC_AUTHORIZATION_FAILED, below).
+    let may_describe =
+        |t: &str| broker.authorize(session, Action::topic(AclOperation::Describe, t));
+    let denied_group = |g: &str| {
+        (!broker.authorize(session, Action::group(AclOperation::Describe, g)))
+            .then_some(errors::GROUP_AUTHORIZATION_FAILED)
+    };
+    let topic_code = |t: &str| match may_describe(t) {
+        true => errors::NONE,
+        false => errors::TOPIC_AUTHORIZATION_FAILED,
+    };
     let lookup = |group: &str, wanted: Option<Vec<(String, Vec<i32>)>>| -> OffsetsByTopic {
-        let committed = broker.groups.fetch_offsets(group);
+        let mut committed = broker.groups.fetch_offsets(group);
+        committed.retain(|(t, _), _| may_describe(t));
         match wanted {
             Some(w) => w
                 .into_iter()
@@ -436,7 +462,11 @@ pub fn offset_fetch(
             .groups
             .into_iter()
             .map(|g| {
-                if let Err(code) = coordinator_partition(broker, &g.group_id.0) {
+                let refused = denied_group(&g.group_id.0).map_or_else(
+                    || coordinator_partition(broker, &g.group_id.0).map(|_| ()),
+                    Err,
+                );
+                if let Err(code) = refused {
                     return OffsetFetchResponseGroup::default()
                         .with_group_id(g.group_id)
                         .with_error_code(code);
@@ -449,6 +479,7 @@ pub fn offset_fetch(
                 let topics = lookup(g.group_id.0.as_str(), wanted)
                     .into_iter()
                     .map(|(t, parts)| {
+                        let code = topic_code(&t);
                         OffsetFetchResponseTopics::default()
                             .with_name(TopicName(s(t)))
                             .with_partitions(
@@ -457,6 +488,7 @@ pub fn offset_fetch(
                                     .map(|(p, o)| {
                                         let (off, epoch, md) = fill(o);
                                         OffsetFetchResponsePartitions::default()
+                                            .with_error_code(code)
                                             .with_partition_index(*p)
                                             .with_committed_offset(off)
                                             .with_committed_leader_epoch(epoch)
@@ -473,7 +505,11 @@ pub fn offset_fetch(
             .collect();
         return OffsetFetchResponse::default().with_groups(groups);
     }
-    if let Err(code) = coordinator_partition(broker, &req.group_id.0) {
+    let refused = denied_group(&req.group_id.0).map_or_else(
+        || coordinator_partition(broker, &req.group_id.0).map(|_| ()),
+        Err,
+    );
+    if let Err(code) = refused {
         return OffsetFetchResponse::default().with_error_code(code);
     }
     let wanted = req.topics.map(|ts| {
@@ -484,6 +520,7 @@ pub fn offset_fetch(
     let topics = lookup(req.group_id.0.as_str(), wanted)
         .into_iter()
         .map(|(t, parts)| {
+            let code = topic_code(&t);
             OffsetFetchResponseTopic::default()
                 .with_name(TopicName(s(t)))
                 .with_partitions(
@@ -492,6 +529,7 @@ pub fn offset_fetch(
                         .map(|(p, o)| {
                             let (off, epoch, md) = fill(o);
                             let mut r = OffsetFetchResponsePartition::default()
+                                .with_error_code(code)
                                 .with_partition_index(*p)
                                 .with_committed_offset(off)
                                 .with_metadata(Some(s(md)));
@@ -509,13 +547,19 @@ pub fn offset_fetch(
 
 pub fn list_groups(
     broker: &Arc<Broker>,
+    session: &Session,
     version: i16,
     req: ListGroupsRequest,
 ) -> ListGroupsResponse {
+    // DESCRIBE on the cluster lists every group; otherwise the groups the session may DESCRIBE.
+    let all = broker.authorize(session, Action::cluster(AclOperation::Describe));
     let states: Vec<String> = req.states_filter.iter().map(|s| s.to_lowercase()).collect();
     let types: Vec<String> = req.types_filter.iter().map(|s| s.to_lowercase()).collect();
     let mut groups = Vec::new();
     for id in broker.groups.group_ids() {
+        if !all && !broker.authorize(session, Action::group(AclOperation::Describe, &id)) {
+            continue;
+        }
         let Some((state, protocol_type)) = broker.groups.with_group(&id, |g| {
             (g.state.name(), g.protocol_type.clone().unwrap_or_default())
         }) else {
@@ -543,6 +587,7 @@ pub fn list_groups(
 
 pub fn describe_groups(
     broker: &Arc<Broker>,
+    session: &Session,
     version: i16,
     req: DescribeGroupsRequest,
 ) -> DescribeGroupsResponse {
@@ -551,6 +596,11 @@ pub fn describe_groups(
         .groups
         .into_iter()
         .map(|gid| {
+            if !broker.authorize(session, Action::group(AclOperation::Describe, &gid.0)) {
+                return DescribedGroup::default()
+                    .with_group_id(gid)
+                    .with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
+            }
             if let Err(code) = coordinator_partition(broker, &gid.0) {
                 return DescribedGroup::default()
                     .with_group_id(gid)
@@ -606,13 +656,21 @@ pub fn describe_groups(
     DescribeGroupsResponse::default().with_groups(groups)
 }
 
-pub fn delete_groups(broker: &Arc<Broker>, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
+pub fn delete_groups(
+    broker: &Arc<Broker>,
+    session: &Session,
+    req: DeleteGroupsRequest,
+) -> DeleteGroupsResponse {
     let results = req
         .groups_names
         .into_iter()
         .map(|gid| {
             let group = gid.0.to_string();
-            let code = match coordinator_partition(broker, &group)
+            let may = broker.authorize(session, Action::group(AclOperation::Delete, &group));
+            let code = match may
+                .then_some(())
+                .ok_or(errors::GROUP_AUTHORIZATION_FAILED)
+                .and_then(|_| coordinator_partition(broker, &group))
                 .and_then(|_| broker.groups.delete_group(&group))
             {
                 Ok(offsets) => {
@@ -648,9 +706,16 @@ pub fn delete_groups(broker: &Arc<Broker>, req: DeleteGroupsRequest) -> DeleteGr
     DeleteGroupsResponse::default().with_results(results)
 }
 
-pub fn offset_delete(broker: &Arc<Broker>, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
+pub fn offset_delete(
+    broker: &Arc<Broker>,
+    session: &Session,
+    req: OffsetDeleteRequest,
+) -> OffsetDeleteResponse {
     use offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
     let group = req.group_id.0.to_string();
+    if !broker.authorize(session, Action::group(AclOperation::Delete, &group)) {
+        return OffsetDeleteResponse::default().with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
+    }
     if let Err(code) = coordinator_partition(broker, &group) {
         return OffsetDeleteResponse::default().with_error_code(code);
     }
@@ -662,7 +727,10 @@ pub fn offset_delete(broker: &Arc<Broker>, req: OffsetDeleteRequest) -> OffsetDe
     let mut tombstones = Vec::new();
     for t in req.topics {
         let name = t.name.0.to_string();
-        let check = broker.groups.check_offset_delete(&group, &name);
+        let check = match broker.authorize(session, Action::topic(AclOperation::Read, &name)) {
+            true => broker.groups.check_offset_delete(&group, &name),
+            false => Err(errors::TOPIC_AUTHORIZATION_FAILED),
+        };
         let parts = t
             .partitions
             .iter()
