@@ -664,3 +664,69 @@ async fn every_api_refuses_a_principal_without_the_right() {
         .is_none());
     assert_eq!(acl_count(&plain), Some(0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sasl_session_ends_unless_the_client_logs_in_again() {
+    let jaas = format!("listener.name.sasl.plain.sasl.jaas.config={JAAS}");
+    let sasl_port = common::free_port();
+    let overrides = [
+        "listener.name.sasl.sasl.enabled.mechanisms=PLAIN",
+        jaas.as_str(),
+        "connections.max.reauth.ms=1500",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+    ];
+    let _cluster = Cluster::start_with(1, &overrides, |_, ports| {
+        let (client, ctrl) = (ports.client, ports.controller);
+        vec![
+            (
+                "listeners".into(),
+                format!(
+                    "PLAINTEXT://127.0.0.1:{client},SASL://127.0.0.1:{sasl_port},CONTROLLER://127.0.0.1:{ctrl}"
+                ),
+            ),
+            (
+                "advertised.listeners".into(),
+                format!("PLAINTEXT://127.0.0.1:{client},SASL://127.0.0.1:{sasl_port}"),
+            ),
+        ]
+    });
+    let addr = format!("127.0.0.1:{sasl_port}");
+    let start = std::time::Instant::now();
+    let (mut lapsed, ok) = plain_login(&addr, "alice", "alice-secret");
+    assert_eq!(ok.session_lifetime_ms, 1500);
+    let (mut renewed, _) = plain_login(&addr, "alice", "alice-secret");
+    // One client logs in again before its session ends; the other does not. Both keep asking.
+    let mut renewed_at = std::time::Instant::now();
+    let closed_after = loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the session never ended"
+        );
+        raw::send(
+            &mut lapsed,
+            ApiKey::Metadata,
+            12,
+            1,
+            &MetadataRequest::default(),
+        );
+        if raw::read_frame(&mut lapsed).is_none() {
+            break start.elapsed();
+        }
+        if renewed_at.elapsed() > Duration::from_millis(700) {
+            assert_eq!(handshake(&mut renewed, "PLAIN").error_code, errors::NONE);
+            let again = authenticate(&mut renewed, b"\0alice\0alice-secret".to_vec());
+            assert_eq!(again.error_code, errors::NONE);
+            renewed_at = std::time::Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        closed_after >= Duration::from_millis(1500),
+        "{closed_after:?}"
+    );
+    let md = metadata(&mut renewed, None);
+    assert!(
+        !md.brokers.is_empty(),
+        "the client that logged in again is still served"
+    );
+}

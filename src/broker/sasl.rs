@@ -48,6 +48,8 @@ pub struct SaslAuthenticator {
     reauth: Option<Duration>,
     state: State,
     reauthenticating: bool,
+    /// Who the first login made the client: a re-authentication may not change it.
+    principal: Option<String>,
 }
 
 impl SaslAuthenticator {
@@ -58,6 +60,7 @@ impl SaslAuthenticator {
             reauth: (reauth_ms > 0).then(|| Duration::from_millis(reauth_ms)),
             state: State::Handshake,
             reauthenticating: false,
+            principal: None,
         }
     }
 
@@ -163,6 +166,18 @@ impl SaslAuthenticator {
                 authorization_id,
                 final_bytes,
             }) => {
+                let principal = format!("User:{authorization_id}");
+                if let Some(first) = self.principal.as_ref().filter(|p| **p != principal) {
+                    let text = format!(
+                        "Cannot change principals during re-authentication from {first}: {principal}"
+                    );
+                    let body = body
+                        .with_error_code(errors::SASL_AUTHENTICATION_FAILED)
+                        .with_error_message(Some(StrBytes::from_string(text.clone())));
+                    return frame_of(&header, &body)
+                        .map_or_else(Step::Close, |f| Step::AnswerAndClose(f, text));
+                }
+                self.principal = Some(principal.clone());
                 self.state = State::Done(lifetime.map(|d| Instant::now() + d));
                 let body = body
                     .with_auth_bytes(final_bytes.into())
@@ -172,7 +187,6 @@ impl SaslAuthenticator {
                     .sasl_authentications
                     .with_label_values(&[&self.listener])
                     .inc();
-                let principal = format!("User:{authorization_id}");
                 frame_of(&header, &body)
                     .map_or_else(Step::Close, |f| Step::Authenticated(f, principal))
             }
