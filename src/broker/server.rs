@@ -18,6 +18,7 @@ use super::sasl::{SaslAuthenticator, Step as SaslStep};
 use super::{Broker, Reply};
 use crate::config::broker::{BrokerConfig, Listener};
 use crate::metrics::RequestTimes;
+use crate::protocol::creation_rate::CreationRate;
 use crate::protocol::listener::{
     serve, CloseReason, Connection, ConnectionQuotas, Handler, ListenerSettings, DEFAULT_DRAIN,
 };
@@ -158,7 +159,12 @@ impl Server {
         let fetch = runtime("evenkeel-fetch", fetch_threads(config.num_io_threads))?;
         let c = &config.connections;
         let overrides = ConnectionQuotas::resolve(&c.max_connections_per_ip_overrides).await?;
-        let quotas = ConnectionQuotas::new(c.max_connections, c.max_connections_per_ip, overrides);
+        let quotas = ConnectionQuotas::with_creation_rate(
+            c.max_connections,
+            c.max_connections_per_ip,
+            overrides,
+            CreationRate::new(c.max_connection_creation_rate),
+        );
         let inter_broker = &config.cluster.inter_broker_listener_name;
         if config
             .cluster
@@ -288,6 +294,11 @@ fn listener_settings(
         idle: config.connections.idle_timeout(),
         protected: config.listeners.len() > 1 && config.cluster.inter_broker_listener_name == name,
         drain: DEFAULT_DRAIN,
+        creation_rate: config
+            .connections
+            .listener_creation_rate(name)
+            .and_then(CreationRate::new)
+            .map(Arc::new),
     }
 }
 

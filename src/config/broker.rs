@@ -240,6 +240,7 @@ fn unknown_keys(props: &BTreeMap<String, String>) -> Vec<String> {
                 && !super::replication::KEYS.contains(&k)
                 && !super::cleaner::KEYS.contains(&k)
                 && !super::connections::KEYS.contains(&k)
+                && !super::connections::is_listener_key(k)
                 && !super::auth::is_auth_key(k)
                 && !super::ssl::is_known(k)
                 && !topic_synonyms.contains(&k)

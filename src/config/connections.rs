@@ -22,6 +22,11 @@ pub struct ConnectionConfig {
     /// `connections.max.idle.ms` (600000): a connection that sends no request for this long
     /// is closed; negative: never.
     pub connections_max_idle_ms: i64,
+    /// `max.connection.creation.rate` (Int.MaxValue): new connections a second across the
+    /// listeners but the inter-broker one (KIP-612); over it a listener waits to accept.
+    pub max_connection_creation_rate: u32,
+    /// `listener.name.<l>.max.connection.creation.rate`, by listener name in lower case.
+    pub listener_creation_rates: BTreeMap<String, u32>,
 }
 
 impl Default for ConnectionConfig {
@@ -31,6 +36,8 @@ impl Default for ConnectionConfig {
             max_connections_per_ip: i32::MAX as usize,
             max_connections_per_ip_overrides: Vec::new(),
             connections_max_idle_ms: 600_000,
+            max_connection_creation_rate: i32::MAX as u32,
+            listener_creation_rates: BTreeMap::new(),
         }
     }
 }
@@ -41,7 +48,20 @@ pub const KEYS: &[&str] = &[
     "max.connections.per.ip",
     "max.connections.per.ip.overrides",
     "connections.max.idle.ms",
+    "max.connection.creation.rate",
 ];
+
+/// Whether `key` is a listener's own `max.connection.creation.rate`.
+pub fn is_listener_key(key: &str) -> bool {
+    listener_of(key).is_some()
+}
+
+/// The listener of `listener.name.<l>.max.connection.creation.rate`.
+fn listener_of(key: &str) -> Option<&str> {
+    key.strip_prefix("listener.name.")?
+        .strip_suffix(".max.connection.creation.rate")
+        .filter(|l| !l.is_empty() && !l.contains('.'))
+}
 
 /// Kafka's `connection.failed.authentication.delay.ms` default, which
 /// `connections.max.idle.ms` must exceed (evenkeel has no authentication to delay, but keeps
@@ -60,6 +80,8 @@ impl ConnectionConfig {
             max_connections_per_ip: number(props, KEYS[1], i32::MAX, 0)? as usize,
             max_connections_per_ip_overrides: overrides,
             connections_max_idle_ms: prop(props, KEYS[3], d.connections_max_idle_ms)?,
+            max_connection_creation_rate: number(props, KEYS[4], i32::MAX, 0)? as u32,
+            listener_creation_rates: listener_creation_rates(props)?,
         };
         c.validate()?;
         Ok(c)
@@ -89,12 +111,33 @@ impl ConnectionConfig {
         Ok(())
     }
 
+    /// The creation rate of listener `name` (its own key), if it has one.
+    pub fn listener_creation_rate(&self, name: &str) -> Option<u32> {
+        self.listener_creation_rates
+            .get(&name.to_lowercase())
+            .copied()
+    }
+
     /// How long a connection may go without a request; `None` when it may forever.
     pub fn idle_timeout(&self) -> Option<Duration> {
         u64::try_from(self.connections_max_idle_ms)
             .ok()
             .map(Duration::from_millis)
     }
+}
+
+/// Every `listener.name.<l>.max.connection.creation.rate`, at least 0 each.
+fn listener_creation_rates(
+    props: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, u32>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for (key, _) in props.iter().filter(|(k, _)| is_listener_key(k)) {
+        let rate = number(props, key, i32::MAX, 0)? as u32;
+        if let Some(l) = listener_of(key) {
+            out.insert(l.to_lowercase(), rate);
+        }
+    }
+    Ok(out)
 }
 
 /// Whether Kafka takes `host` as an address (`Utils.validHostPattern`: letters, digits and
@@ -148,6 +191,25 @@ mod tests {
         assert_eq!(c.max_connections, 2_147_483_647);
         assert_eq!(c.max_connections_per_ip, 2_147_483_647);
         assert_eq!(c.idle_timeout(), Some(Duration::from_secs(600)));
+    }
+
+    #[test]
+    fn creation_rates_are_read_broker_wide_and_per_listener() {
+        let c = ConnectionConfig::from_props(&props(&[
+            ("max.connection.creation.rate", "10"),
+            ("listener.name.external.max.connection.creation.rate", "3"),
+        ]))
+        .unwrap();
+        assert_eq!(c.max_connection_creation_rate, 10);
+        assert_eq!(c.listener_creation_rate("EXTERNAL"), Some(3));
+        assert_eq!(c.listener_creation_rate("INTERNAL"), None);
+        assert!(is_listener_key("listener.name.external.max.connection.creation.rate"));
+        assert!(!is_listener_key("listener.name..max.connection.creation.rate"));
+        let key = "listener.name.external.max.connection.creation.rate";
+        let e = ConnectionConfig::from_props(&props(&[(key, "-1")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(key), "{e}");
     }
 
     #[test]

@@ -22,6 +22,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
+use super::creation_rate::CreationRate;
 use super::wire::{read_request, RequestReadError};
 use crate::config::security::SecurityProtocol;
 use crate::security::ssl_principal::ANONYMOUS;
@@ -83,6 +84,9 @@ pub struct ConnectionQuotas {
     per_ip: usize,
     overrides: HashMap<IpAddr, usize>,
     counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    /// `max.connection.creation.rate`: new connections a second on every listener but the
+    /// protected (inter-broker) one.
+    creation_rate: Option<CreationRate>,
 }
 
 /// One connection's place in its address's count, given back when dropped.
@@ -109,6 +113,16 @@ impl ConnectionQuotas {
         per_ip: usize,
         overrides: HashMap<IpAddr, usize>,
     ) -> Arc<ConnectionQuotas> {
+        Self::with_creation_rate(max_connections, per_ip, overrides, None)
+    }
+
+    /// As `new`, with `max.connection.creation.rate`.
+    pub fn with_creation_rate(
+        max_connections: usize,
+        per_ip: usize,
+        overrides: HashMap<IpAddr, usize>,
+        creation_rate: Option<CreationRate>,
+    ) -> Arc<ConnectionQuotas> {
         Arc::new(ConnectionQuotas {
             total: Arc::new(Semaphore::new(max_connections.min(Semaphore::MAX_PERMITS))),
             per_ip,
@@ -117,6 +131,7 @@ impl ConnectionQuotas {
                 .map(|(ip, n)| (canonical(ip), n))
                 .collect(),
             counts: Arc::default(),
+            creation_rate,
         })
     }
 
@@ -161,6 +176,9 @@ impl ConnectionQuotas {
         if protected {
             return self.total.clone().try_acquire_owned().ok();
         }
+        if let Some(rate) = &self.creation_rate {
+            rate.acquire().await;
+        }
         // The semaphore is never closed, so this only ends with a permit.
         self.total.clone().acquire_owned().await.ok()
     }
@@ -203,6 +221,8 @@ pub struct ListenerSettings {
     pub protected: bool,
     /// How long a stop waits for open connections to finish the request in hand.
     pub drain: Duration,
+    /// `listener.name.<l>.max.connection.creation.rate`: this listener's own limit.
+    pub creation_rate: Option<Arc<CreationRate>>,
 }
 
 impl ListenerSettings {
@@ -216,6 +236,7 @@ impl ListenerSettings {
             idle: None,
             protected: false,
             drain: DEFAULT_DRAIN,
+            creation_rate: None,
         }
     }
 }
@@ -368,35 +389,39 @@ pub async fn serve(
         .as_ref()
         .and_then(|t| t.watch_files())
         .map(AbortOnDrop);
-    loop {
-        let next = async {
-            let permit = quotas.slot(settings.protected).await;
-            (permit, listener.accept().await)
-        };
-        tokio::select! {
-            _ = stop.changed() => break,
-            Some(done) = open.join_next() => {
-                if let Err(e) = done {
-                    tracing::error!(listener = %settings.name, error = %e, "a connection failed");
+    {
+        // The next accept lives across the loop's turns, so a connection that closes meanwhile
+        // does not cost it its place under `max.connections` or its creation-rate token.
+        let mut next = std::pin::pin!(accept_next(&listener, &settings, &quotas));
+        loop {
+            tokio::select! {
+                _ = stop.changed() => break,
+                Some(done) = open.join_next() => {
+                    if let Err(e) = done {
+                        tracing::error!(listener = %settings.name, error = %e, "a connection failed");
+                    }
                 }
-            }
-            (permit, accepted) = next => match accepted {
-                Ok((stream, peer)) => {
-                    let conn = Connection {
-                        stream: Stream::Plain(stream),
-                        peer,
-                        protocol: settings.protocol,
-                        principal: ANONYMOUS.to_string(),
-                        stop: stop.clone(),
-                        max_request_bytes: settings.max_request_bytes,
-                        idle: settings.idle,
-                    };
-                    admit(&mut open, conn, permit, &quotas, &settings, &handler);
-                }
-                Err(e) => {
-                    tracing::warn!(listener = %settings.name, error = %e, "accept failed");
-                    drop(permit);
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                (permit, accepted) = &mut next => {
+                    match accepted {
+                        Ok((stream, peer)) => {
+                            let conn = Connection {
+                                stream: Stream::Plain(stream),
+                                peer,
+                                protocol: settings.protocol,
+                                principal: ANONYMOUS.to_string(),
+                                stop: stop.clone(),
+                                max_request_bytes: settings.max_request_bytes,
+                                idle: settings.idle,
+                            };
+                            admit(&mut open, conn, permit, &quotas, &settings, &handler);
+                        }
+                        Err(e) => {
+                            tracing::warn!(listener = %settings.name, error = %e, "accept failed");
+                            drop(permit);
+                            tokio::time::sleep(ACCEPT_BACKOFF).await;
+                        }
+                    }
+                    next.set(accept_next(&listener, &settings, &quotas));
                 }
             }
         }
@@ -412,6 +437,23 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// Waits for room under the listener's and the broker's creation rates and `max.connections`,
+/// then accepts the next connection.
+async fn accept_next(
+    listener: &TcpListener,
+    settings: &ListenerSettings,
+    quotas: &ConnectionQuotas,
+) -> (
+    Option<OwnedSemaphorePermit>,
+    std::io::Result<(TcpStream, SocketAddr)>,
+) {
+    if let Some(rate) = &settings.creation_rate {
+        rate.acquire().await;
+    }
+    let permit = quotas.slot(settings.protected).await;
+    (permit, listener.accept().await)
 }
 
 /// Counts the connection against its address and starts serving it (after its TLS handshake
@@ -559,6 +601,69 @@ mod tests {
             assert!(Instant::now() < deadline, "timed out waiting until {what}");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// Opens `n` connections at once, each sending one request; how long after the start each
+    /// was answered (every one must be).
+    async fn answered_after(addr: SocketAddr, n: usize) -> Vec<Duration> {
+        let start = Instant::now();
+        let clients: Vec<_> = (0..n)
+            .map(|i| {
+                tokio::spawn(async move {
+                    let mut s = TcpStream::connect(addr).await.unwrap();
+                    let body = [i as u8];
+                    let answer = call(&mut s, &body, Duration::from_secs(20)).await;
+                    assert_eq!(
+                        answer.as_deref(),
+                        Some(&body[..]),
+                        "connection {i} answered"
+                    );
+                    start.elapsed()
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for c in clients {
+            out.push(c.await.unwrap());
+        }
+        out.sort();
+        out
+    }
+
+    #[tokio::test]
+    async fn connections_over_the_creation_rate_wait_and_are_then_served() {
+        // 12 connections at 5 a second: 5 at once, then one every 200 ms, so the last is
+        // accepted 1.4 s in. On the listener's own key and broker-wide alike.
+        for (listener_rate, broker_rate) in [(Some(5), None), (None, Some(5))] {
+            let settings = ListenerSettings {
+                creation_rate: listener_rate.and_then(CreationRate::new).map(Arc::new),
+                ..settings()
+            };
+            let quotas = ConnectionQuotas::with_creation_rate(
+                usize::MAX,
+                usize::MAX,
+                HashMap::new(),
+                broker_rate.and_then(CreationRate::new),
+            );
+            let r = start(settings, quotas, echo()).await;
+            let times = answered_after(r.addr, 12).await;
+            assert!(times[11] >= Duration::from_millis(1300), "{times:?}");
+        }
+        // The protected (inter-broker) listener is not held back by the broker-wide rate (at 1
+        // a second, the sixth connection would wait 5 s).
+        let protected = ListenerSettings {
+            protected: true,
+            ..settings()
+        };
+        let quotas = ConnectionQuotas::with_creation_rate(
+            usize::MAX,
+            usize::MAX,
+            HashMap::new(),
+            CreationRate::new(1),
+        );
+        let r = start(protected, quotas, echo()).await;
+        let times = answered_after(r.addr, 6).await;
+        assert!(times[5] < Duration::from_millis(3000), "{times:?}");
     }
 
     #[tokio::test]
