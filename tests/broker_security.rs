@@ -286,6 +286,11 @@ async fn sasl_logins_are_checked_and_refusals_close_the_connection() {
     );
     assert!(raw::read_frame(&mut early).is_none());
 
+    // Before the login a frame may be at most sasl.server.max.receive.size (512 KiB).
+    let mut big = raw::connect(&addr);
+    std::io::Write::write_all(&mut big, &600_000i32.to_be_bytes()).unwrap();
+    assert!(raw::is_closed(&mut big));
+
     // SCRAM-SHA-512 against a credential set with AlterUserScramCredentials.
     let plain = sec.cluster.addr(1);
     let unknown = scram_login(&addr, "carol", "carol-secret").unwrap_err();

@@ -26,6 +26,8 @@ pub enum Step {
     Answer(Bytes),
     /// Answer with this frame, then close the connection for this reason.
     AnswerAndClose(Bytes, String),
+    /// A failed login: answer, then close after `connection.failed.authentication.delay.ms`.
+    Failed(Bytes, String),
     /// Close the connection without an answer, for this reason.
     Close(String),
     /// Authenticated as this principal: answer with this frame.
@@ -175,7 +177,7 @@ impl SaslAuthenticator {
                         .with_error_code(errors::SASL_AUTHENTICATION_FAILED)
                         .with_error_message(Some(StrBytes::from_string(text.clone())));
                     return frame_of(&header, &body)
-                        .map_or_else(Step::Close, |f| Step::AnswerAndClose(f, text));
+                        .map_or_else(Step::Close, |f| Step::Failed(f, text));
                 }
                 self.principal = Some(principal.clone());
                 self.state = State::Done(lifetime.map(|d| Instant::now() + d));
@@ -201,7 +203,7 @@ impl SaslAuthenticator {
                     .with_error_code(e.error_code())
                     .with_error_message(Some(StrBytes::from_string(text.clone())));
                 match frame_of(&header, &body) {
-                    Ok(f) => Step::AnswerAndClose(f, format!("{text} ({e})")),
+                    Ok(f) => Step::Failed(f, format!("{text} ({e})")),
                     Err(err) => Step::Close(err),
                 }
             }

@@ -463,6 +463,11 @@ async fn connection(
 ) -> Result<(), CloseReason> {
     let peer = conn.peer();
     let mut session = Arc::new(Session::new(conn.principal(), Some(peer), &listener));
+    // Until a SASL client has logged in it may send only small frames.
+    let max_request_bytes = broker.config.socket_request_max_bytes;
+    if sasl.is_some() {
+        conn.set_max_request_bytes(broker.config.auth.sasl_server_max_receive_size);
+    }
     loop {
         let Some(frame) = conn.next_request().await? else {
             return Ok(());
@@ -476,11 +481,18 @@ async fn connection(
                 }
                 SaslStep::Authenticated(f, principal) => {
                     session = Arc::new(Session::new(principal, Some(peer), &listener));
+                    conn.set_max_request_bytes(max_request_bytes);
                     conn.write(&f).await?;
                     continue;
                 }
                 SaslStep::AnswerAndClose(f, reason) => {
                     conn.write(&f).await?;
+                    return Err(CloseReason::Handler(reason));
+                }
+                SaslStep::Failed(f, reason) => {
+                    conn.write(&f).await?;
+                    let delay = broker.config.connections.failed_authentication_delay();
+                    tokio::time::sleep(delay).await;
                     return Err(CloseReason::Handler(reason));
                 }
                 SaslStep::Close(reason) => return Err(CloseReason::Handler(reason)),

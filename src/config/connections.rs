@@ -27,6 +27,10 @@ pub struct ConnectionConfig {
     pub max_connection_creation_rate: u32,
     /// `listener.name.<l>.max.connection.creation.rate`, by listener name in lower case.
     pub listener_creation_rates: BTreeMap<String, u32>,
+    /// `connection.failed.authentication.delay.ms` (100): how long a connection whose login
+    /// failed is kept, answered, before it is closed (it slows password guessing). It must be
+    /// less than `connections.max.idle.ms`.
+    pub failed_authentication_delay_ms: i64,
 }
 
 impl Default for ConnectionConfig {
@@ -38,6 +42,7 @@ impl Default for ConnectionConfig {
             connections_max_idle_ms: 600_000,
             max_connection_creation_rate: i32::MAX as u32,
             listener_creation_rates: BTreeMap::new(),
+            failed_authentication_delay_ms: FAILED_AUTHENTICATION_DELAY_MS,
         }
     }
 }
@@ -49,6 +54,7 @@ pub const KEYS: &[&str] = &[
     "max.connections.per.ip.overrides",
     "connections.max.idle.ms",
     "max.connection.creation.rate",
+    "connection.failed.authentication.delay.ms",
 ];
 
 /// Whether `key` is a listener's own `max.connection.creation.rate`.
@@ -63,9 +69,7 @@ fn listener_of(key: &str) -> Option<&str> {
         .filter(|l| !l.is_empty() && !l.contains('.'))
 }
 
-/// Kafka's `connection.failed.authentication.delay.ms` default, which
-/// `connections.max.idle.ms` must exceed (evenkeel has no authentication to delay, but keeps
-/// Kafka's check so that a config one refuses the other refuses too).
+/// Kafka's `connection.failed.authentication.delay.ms` default.
 const FAILED_AUTHENTICATION_DELAY_MS: i64 = 100;
 
 impl ConnectionConfig {
@@ -82,6 +86,12 @@ impl ConnectionConfig {
             connections_max_idle_ms: prop(props, KEYS[3], d.connections_max_idle_ms)?,
             max_connection_creation_rate: number(props, KEYS[4], i32::MAX, 0)? as u32,
             listener_creation_rates: listener_creation_rates(props)?,
+            failed_authentication_delay_ms: number(
+                props,
+                KEYS[5],
+                FAILED_AUTHENTICATION_DELAY_MS,
+                0,
+            )?,
         };
         c.validate()?;
         Ok(c)
@@ -98,12 +108,13 @@ impl ConnectionConfig {
             ));
         }
         let idle = self.connections_max_idle_ms;
-        if (0..=FAILED_AUTHENTICATION_DELAY_MS).contains(&idle) {
+        let delay = self.failed_authentication_delay_ms;
+        if (0..=delay).contains(&idle) {
             return Err(bad(
                 KEYS[3],
                 &idle.to_string(),
                 format!(
-                    "connection.failed.authentication.delay.ms={FAILED_AUTHENTICATION_DELAY_MS} \
+                    "connection.failed.authentication.delay.ms={delay} \
                      should always be less than connections.max.idle.ms={idle}"
                 ),
             ));
@@ -116,6 +127,11 @@ impl ConnectionConfig {
         self.listener_creation_rates
             .get(&name.to_lowercase())
             .copied()
+    }
+
+    /// How long a connection whose login failed is kept before it is closed.
+    pub fn failed_authentication_delay(&self) -> Duration {
+        Duration::from_millis(self.failed_authentication_delay_ms.max(0) as u64)
     }
 
     /// How long a connection may go without a request; `None` when it may forever.
@@ -203,8 +219,12 @@ mod tests {
         assert_eq!(c.max_connection_creation_rate, 10);
         assert_eq!(c.listener_creation_rate("EXTERNAL"), Some(3));
         assert_eq!(c.listener_creation_rate("INTERNAL"), None);
-        assert!(is_listener_key("listener.name.external.max.connection.creation.rate"));
-        assert!(!is_listener_key("listener.name..max.connection.creation.rate"));
+        assert!(is_listener_key(
+            "listener.name.external.max.connection.creation.rate"
+        ));
+        assert!(!is_listener_key(
+            "listener.name..max.connection.creation.rate"
+        ));
         let key = "listener.name.external.max.connection.creation.rate";
         let e = ConnectionConfig::from_props(&props(&[(key, "-1")]))
             .unwrap_err()

@@ -315,6 +315,12 @@ impl Connection {
         matches!(self.stream, Stream::Tls(_))
     }
 
+    /// The largest request frame read from now on (a SASL listener reads small ones until the
+    /// client has logged in: `sasl.server.max.receive.size`).
+    pub fn set_max_request_bytes(&mut self, max: usize) {
+        self.max_request_bytes = max;
+    }
+
     /// The principal, Kafka's way: `User:<mapped certificate subject>` for a TLS client with
     /// a certificate (`ssl.principal.mapping.rules`), else `User:ANONYMOUS`.
     pub fn principal(&self) -> &str {
