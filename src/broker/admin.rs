@@ -569,7 +569,10 @@ pub fn describe_client_quotas(
     {
         return refused(
             errors::INVALID_REQUEST,
-            Some(format!("Custom entity type '{}' not supported", c.entity_type.as_str())),
+            Some(format!(
+                "Custom entity type '{}' not supported",
+                c.entity_type.as_str()
+            )),
         );
     }
     DescribeClientQuotasResponse::default()

@@ -37,7 +37,6 @@ impl Session {
             listener: listener.to_string(),
         }
     }
-
 }
 
 type AclTable = Arc<BTreeMap<KafkaUuid, AclBinding>>;
