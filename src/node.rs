@@ -214,6 +214,7 @@ impl Node {
             timeout,
             4,
         ));
+        let inter_broker = crate::broker::server::inter_broker_security(cfg)?;
         let bound = Server::bind(cfg).await?;
         let broker = Broker::start(BrokerParts {
             config: cfg.clone(),
@@ -230,6 +231,7 @@ impl Node {
             images: self.metadata.images(),
             advertised: bound.advertised_listeners(),
             fetch_pool: bound.fetch_pool(),
+            inter_broker,
         });
         let server = match bound.serve(broker.clone()).await {
             Ok(server) => server,

@@ -64,6 +64,13 @@ pub enum BrokerError {
     Quorum(String),
     #[error(transparent)]
     UnknownHost(#[from] crate::protocol::listener::UnknownHost),
+    /// The broker cannot connect to other brokers' inter-broker listener as configured.
+    #[error("inter-broker listener {listener}: {source}")]
+    InterBroker {
+        listener: String,
+        #[source]
+        source: crate::client::SecurityError,
+    },
     /// A TLS listener's key, certificates or truststore cannot be used.
     #[error("listener {listener}: {source}")]
     Tls {
@@ -137,6 +144,8 @@ pub struct BrokerParts {
     pub advertised: Vec<crate::config::broker::Listener>,
     /// Where consumer fetches are read and encoded (the server's fetch runtime).
     pub fetch_pool: tokio::runtime::Handle,
+    /// How this broker connects to other brokers' inter-broker listener (its fetchers).
+    pub inter_broker: crate::client::ClientSecurity,
 }
 
 /// Writes `meta.properties` into an empty log directory (Kafka's `kafka-storage format`).
@@ -207,6 +216,7 @@ impl Broker {
             images,
             advertised,
             fetch_pool,
+            inter_broker,
         } = parts;
         let metrics = Arc::new(crate::metrics::BrokerMetrics::new());
         let (published, _) = watch::channel(Arc::new(MetadataImage::empty()));
@@ -222,6 +232,7 @@ impl Broker {
             logs: logs.clone(),
             config: config.replication.clone(),
             inter_broker_listener: config.cluster.inter_broker_listener_name.clone(),
+            inter_broker_security: inter_broker,
             metrics: metrics.clone(),
             broker_epoch: Arc::new(move || epoch_source.epoch()),
             isr_changes,

@@ -57,6 +57,8 @@ pub struct ReplicaManagerParts {
     pub config: ReplicationConfig,
     /// The listener followers reach their leaders on (`inter.broker.listener.name`).
     pub inter_broker_listener: String,
+    /// How followers connect to that listener (its security protocol, TLS and SASL login).
+    pub inter_broker_security: crate::client::ClientSecurity,
     /// ISR changes and the fetchers' counters land here.
     pub metrics: Arc<BrokerMetrics>,
     /// This broker's registration epoch (KIP-903: followers fetch with it).
@@ -137,6 +139,7 @@ impl ReplicaManager {
             logs,
             config,
             inter_broker_listener,
+            inter_broker_security,
             metrics,
             broker_epoch,
             isr_changes,
@@ -148,6 +151,7 @@ impl ReplicaManager {
                 node_id,
                 broker_epoch,
                 metrics.clone(),
+                inter_broker_security,
             ),
             inter_broker_listener,
             rack_aware_selector: config.rack_aware_selector,

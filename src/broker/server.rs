@@ -165,19 +165,6 @@ impl Server {
             overrides,
             CreationRate::new(c.max_connection_creation_rate),
         );
-        let inter_broker = &config.cluster.inter_broker_listener_name;
-        if config
-            .cluster
-            .security_protocols
-            .protocol(inter_broker)
-            .is_tls()
-        {
-            tracing::warn!(
-                listener = %inter_broker,
-                "inter.broker.listener.name is a TLS listener, but this version's replica \
-                 fetchers connect without TLS: with several brokers, use a PLAINTEXT listener"
-            );
-        }
         let mut advertised = config.advertised_listeners.clone();
         let mut listeners = Vec::new();
         for (i, l) in config.listeners.iter().enumerate() {
@@ -259,6 +246,24 @@ fn bind_one(l: &Listener) -> Result<(std::net::TcpListener, SocketAddr), super::
     std_listener.set_nonblocking(true).map_err(bind_err)?;
     let local = std_listener.local_addr().map_err(bind_err)?;
     Ok((std_listener, local))
+}
+
+/// How this broker connects to other brokers' inter-broker listener: that listener's
+/// security protocol, its `ssl.*` settings (client side, read now so that a bad one stops the
+/// start) and the broker's inter-broker SASL login.
+pub fn inter_broker_security(
+    config: &BrokerConfig,
+) -> Result<crate::client::ClientSecurity, super::BrokerError> {
+    let listener = &config.cluster.inter_broker_listener_name;
+    crate::client::ClientSecurity::for_listener(
+        config.cluster.security_protocols.protocol(listener),
+        config.ssl.get(listener),
+        config.auth.inter_broker.as_ref(),
+    )
+    .map_err(|source| super::BrokerError::InterBroker {
+        listener: listener.clone(),
+        source,
+    })
 }
 
 /// The TLS side of listener `name` when it is an SSL or SASL_SSL listener: its key and

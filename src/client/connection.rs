@@ -1,9 +1,9 @@
-//! One TCP connection to one broker: connect, ApiVersions negotiation, and request/response
-//! calls with correlation ids, a frame size limit and a per-call timeout (one call in flight).
+//! One connection to one broker: connect (with TLS and SASL as `ClientSecurity` says), ApiVersions
+//! negotiation, and calls with correlation ids, a frame size limit and a per-call timeout.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
@@ -11,12 +11,14 @@ use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
+use super::security::{self, ClientSecurity};
 use super::ClientError;
 use crate::protocol::errors;
+use crate::protocol::listener::Stream;
 use crate::protocol::wire::{read_frame, FrameReadError};
 
 /// The client id sent in every request header.
@@ -45,6 +47,9 @@ pub const CLIENT_VERSIONS: &[(ApiKey, i16, i16)] = &[
     // The producer: v3+ carries v2 record batches; v13 names topics by id, which we do not.
     (ApiKey::Produce, 3, 12),
     (ApiKey::InitProducerId, 0, 4),
+    // SASL logins (inter-broker): v1 handshakes carry the tokens in SaslAuthenticate.
+    (ApiKey::SaslHandshake, 1, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
 ];
 
 /// For each API in `CLIENT_VERSIONS`, the highest version both sides speak; APIs with no
@@ -72,11 +77,15 @@ pub struct Connection {
     versions: HashMap<ApiKey, i16>,
     io: Mutex<Io>,
     broken: AtomicBool,
+    /// When a SASL session the broker limited (KIP-368) should be given up: this client
+    /// does not re-authenticate, it connects again.
+    session_ends: Option<Instant>,
 }
 
-struct Io {
-    stream: TcpStream,
-    next_correlation_id: i32,
+/// A stream with the next correlation id to use on it.
+pub(super) struct Io<S = Stream> {
+    pub(super) stream: S,
+    pub(super) next_correlation_id: i32,
 }
 
 impl std::fmt::Debug for Connection {
@@ -92,16 +101,48 @@ impl Connection {
     /// Connects to `addr` ("host:port") and negotiates API versions, all within `timeout`;
     /// `timeout` is also the limit for each later call.
     pub async fn connect(addr: &str, timeout: Duration) -> Result<Connection, ClientError> {
-        let (stream, versions, next_correlation_id) = open(addr, timeout).await?;
+        Self::connect_with(addr, timeout, &ClientSecurity::plaintext()).await
+    }
+
+    /// As `connect`, secured as `security` says: the TLS handshake (the server's certificate
+    /// checked against `addr`'s host), ApiVersions, then the SASL login, each step within
+    /// `timeout`. A failed step is a `ClientError::Security` naming it.
+    pub async fn connect_with(
+        addr: &str,
+        timeout: Duration,
+        security: &ClientSecurity,
+    ) -> Result<Connection, ClientError> {
+        let tcp = tcp_connect(addr, timeout).await?;
+        let stream = match security.tls() {
+            Some(config) => {
+                within(
+                    timeout,
+                    "TLS handshake",
+                    security::tls_handshake(tcp, addr, config.clone()),
+                )
+                .await?
+            }
+            None => Stream::Plain(tcp),
+        };
+        let mut io = Io {
+            stream,
+            next_correlation_id: 1,
+        };
+        let versions = negotiate(&within(timeout, "ApiVersions", api_versions(&mut io)).await?);
+        let session = match security.sasl() {
+            Some(login) => {
+                let login = security::authenticate(&mut io, addr, &versions, login);
+                within(timeout, "SASL authentication", login).await?
+            }
+            None => None,
+        };
         Ok(Connection {
             addr: addr.to_string(),
             timeout,
             versions,
-            io: Mutex::new(Io {
-                stream,
-                next_correlation_id,
-            }),
+            io: Mutex::new(io),
             broken: AtomicBool::new(false),
+            session_ends: session.map(|lifetime| Instant::now() + lifetime.mul_f64(0.9)),
         })
     }
 
@@ -115,9 +156,11 @@ impl Connection {
         self.versions.get(&key).copied()
     }
 
-    /// True once an I/O error, timeout or framing error has left the stream unusable.
+    /// True once an I/O error, timeout or framing error has left the stream unusable, or its
+    /// SASL session is near the end the broker gave it.
     pub fn is_broken(&self) -> bool {
         self.broken.load(Ordering::Acquire)
+            || self.session_ends.is_some_and(|t| Instant::now() >= t)
     }
 
     /// Sends `req` at the negotiated version and decodes the response.
@@ -186,24 +229,51 @@ impl From<std::io::Error> for ExchangeError {
     }
 }
 
-/// Connects to `addr` and negotiates API versions within `timeout`: the stream, the versions
-/// and the next correlation id to use on it.
+/// Connects to `addr` (plaintext) and negotiates API versions within `timeout`: the stream,
+/// the versions and the next correlation id to use on it.
 pub(super) async fn open(
     addr: &str,
     timeout: Duration,
 ) -> Result<(TcpStream, HashMap<ApiKey, i16>, i32), ClientError> {
+    let mut io = Io {
+        stream: tcp_connect(addr, timeout).await?,
+        next_correlation_id: 1,
+    };
+    let broker = within(timeout, "ApiVersions", api_versions(&mut io)).await?;
+    Ok((io.stream, negotiate(&broker), io.next_correlation_id))
+}
+
+/// A TCP connection to `addr` with TCP_NODELAY, within `timeout`.
+async fn tcp_connect(addr: &str, timeout: Duration) -> Result<TcpStream, ClientError> {
     let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
         .await
         .map_err(|_| ClientError::Timeout(format!("connect to {addr}")))??;
     stream.set_nodelay(true)?;
-    let mut io = Io {
-        stream,
-        next_correlation_id: 1,
-    };
-    let broker = tokio::time::timeout(timeout, api_versions(&mut io))
+    Ok(stream)
+}
+
+/// `step` within `timeout`; else a timeout naming `what`.
+async fn within<T>(
+    timeout: Duration,
+    what: &str,
+    step: impl std::future::Future<Output = Result<T, ClientError>>,
+) -> Result<T, ClientError> {
+    tokio::time::timeout(timeout, step)
         .await
-        .map_err(|_| ClientError::Timeout("ApiVersions".into()))??;
-    Ok((io.stream, negotiate(&broker), io.next_correlation_id))
+        .map_err(|_| ClientError::Timeout(what.to_string()))?
+}
+
+/// Sends `req` at `version` on `io` and decodes the response (connection setup, before the
+/// stream goes into a `Connection`).
+pub(super) async fn request<R: Request, S: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut Io<S>,
+    req: &R,
+    version: i16,
+) -> Result<R::Response, ClientError> {
+    let key = api_key::<R>()?;
+    let mut body = exchange(io, key, version, req).await.map_err(|e| e.error)?;
+    R::Response::decode(&mut body, version)
+        .map_err(|e| ClientError::Protocol(format!("{key:?} v{version} response: {e:#}")))
 }
 
 /// Reads one size-prefixed response frame and checks its header against `correlation_id`;
@@ -233,8 +303,8 @@ pub(super) async fn read_response<R: tokio::io::AsyncRead + Unpin>(
 }
 
 /// Writes one request and reads its response; returns the body after the response header.
-async fn exchange<B: Encodable>(
-    io: &mut Io,
+async fn exchange<B: Encodable, S: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut Io<S>,
     key: ApiKey,
     version: i16,
     body: &B,
@@ -282,7 +352,9 @@ pub fn encode_request<B: Encodable>(
 
 /// The broker's ApiVersions list. Asks at our highest version; a broker that does not speak it
 /// answers UNSUPPORTED_VERSION in the v0 layout with its own range, and we ask again within it.
-async fn api_versions(io: &mut Io) -> Result<Vec<ApiVersion>, ClientError> {
+async fn api_versions<S: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut Io<S>,
+) -> Result<Vec<ApiVersion>, ClientError> {
     let ours = CLIENT_VERSIONS
         .iter()
         .find(|(k, _, _)| *k == ApiKey::ApiVersions)
@@ -308,7 +380,10 @@ async fn api_versions(io: &mut Io) -> Result<Vec<ApiVersion>, ClientError> {
     Err(ClientError::kafka("ApiVersions", first.error_code, None))
 }
 
-async fn api_versions_at(io: &mut Io, version: i16) -> Result<ApiVersionsResponse, ClientError> {
+async fn api_versions_at<S: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut Io<S>,
+    version: i16,
+) -> Result<ApiVersionsResponse, ClientError> {
     let mut req = ApiVersionsRequest::default();
     if version >= 3 {
         req = req
@@ -477,6 +552,70 @@ mod tests {
         assert_eq!(c.version(ApiKey::ApiVersions), Some(2));
         assert_eq!(c.version(ApiKey::Metadata), Some(9));
         assert_eq!(c.version(ApiKey::CreateTopics), None);
+    }
+
+    /// Answers the next request, which must be of `key`, with `resp`.
+    async fn answer<R: Encodable + kafka_protocol::protocol::HeaderVersion>(
+        s: &mut TcpStream,
+        key: ApiKey,
+        resp: &R,
+    ) {
+        let h = read_request(s).await;
+        assert_eq!(h.request_api_key, key as i16);
+        let frame = crate::protocol::encode_response(h.request_api_version, h.correlation_id, resp)
+            .unwrap();
+        s.write_all(&frame).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_refused_sasl_login_says_which_step_failed() {
+        use kafka_protocol::messages::{SaslAuthenticateResponse, SaslHandshakeResponse};
+        let addr = fake_broker(|mut s| async move {
+            handshake(&mut s).await;
+            let shake = SaslHandshakeResponse::default()
+                .with_mechanisms(vec![StrBytes::from_static_str("PLAIN")]);
+            answer(&mut s, ApiKey::SaslHandshake, &shake).await;
+            let no = SaslAuthenticateResponse::default()
+                .with_error_code(errors::SASL_AUTHENTICATION_FAILED)
+                .with_error_message(Some(StrBytes::from_static_str(
+                    "Authentication failed: Invalid username or password",
+                )));
+            answer(&mut s, ApiKey::SaslAuthenticate, &no).await;
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest).await;
+        })
+        .await;
+        let login = super::super::SaslLogin {
+            mechanism: crate::security::sasl::Mechanism::PLAIN,
+            username: "broker".into(),
+            password: "wrong".into(),
+        };
+        let security = ClientSecurity::new(
+            crate::config::security::SecurityProtocol::SaslPlaintext,
+            None,
+            Some(login),
+        )
+        .unwrap();
+        let e = Connection::connect_with(&addr, Duration::from_secs(5), &security)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ClientError::Security {
+                    source: super::super::SecurityError::AuthenticationFailed { .. },
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let shown = e.to_string();
+        assert!(
+            shown.contains("SaslAuthenticate as broker with PLAIN failed")
+                && shown.contains("Invalid username or password")
+                && !shown.contains("wrong"),
+            "{shown}"
+        );
     }
 
     #[tokio::test]

@@ -1,11 +1,12 @@
 //! Our async Kafka client over the kafka-protocol crate: connections with version negotiation,
 //! the admin operations the operator needs, and the producer's accumulator and partitioner.
-//! Depends only on `protocol`, never on the broker.
+//! Depends on `protocol`, `config` and `security` (TLS, SASL), never on the broker.
 
 pub mod admin;
 pub mod connection;
 pub mod pipeline;
 pub mod producer;
+pub mod security;
 
 pub use admin::{
     AdminClient, AlterConfigOp, AlterOpType, BrokerInfo, ClusterDescription, ConfigEntry,
@@ -13,6 +14,7 @@ pub use admin::{
     TopicDescription,
 };
 pub use connection::Connection;
+pub use security::{ClientSecurity, SaslLogin, SecurityError};
 
 use crate::protocol::errors::error_name;
 
@@ -35,6 +37,13 @@ pub enum ClientError {
         code: i16,
         name: &'static str,
         message: Option<String>,
+    },
+    /// The connection could not be secured: its TLS handshake or SASL login failed.
+    #[error("cannot secure the connection to {addr}: {source}")]
+    Security {
+        addr: String,
+        #[source]
+        source: SecurityError,
     },
     /// None of the bootstrap (or known) brokers could be reached.
     #[error("no broker reachable: {0}")]

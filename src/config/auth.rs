@@ -1,5 +1,6 @@
 //! Who may connect and what they may do, in Kafka's keys: the SASL mechanisms each listener
-//! enables (with PLAIN's users from its JAAS config), re-authentication, and the authorizer.
+//! enables (PLAIN's users and the broker's own inter-broker login from JAAS configs),
+//! re-authentication, and the authorizer.
 
 use std::collections::BTreeMap;
 
@@ -31,12 +32,34 @@ pub struct ListenerSasl {
     pub plain_users: BTreeMap<String, String>,
 }
 
+/// The broker's own SASL login to other brokers' inter-broker listener:
+/// `sasl.mechanism.inter.broker.protocol`, with the `username` and `password` options of
+/// `listener.name.<l>.<mechanism>.sasl.jaas.config` of that listener.
+#[derive(Clone, PartialEq, Eq)]
+pub struct InterBrokerLogin {
+    /// One of `MECHANISMS`, enabled on the inter-broker listener.
+    pub mechanism: String,
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for InterBrokerLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InterBrokerLogin")
+            .field("mechanism", &self.mechanism)
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AuthConfig {
     /// `None`: no authorizer, every request is allowed (Kafka's default).
     pub authorizer: Option<AuthorizerSettings>,
     /// SASL settings of each SASL listener, by listener name.
     pub sasl: BTreeMap<String, ListenerSasl>,
+    /// How this broker logs in to the others, when the inter-broker listener uses SASL.
+    pub inter_broker: Option<InterBrokerLogin>,
     /// `connections.max.reauth.ms` (0: a session never expires).
     pub connections_max_reauth_ms: u64,
     /// `sasl.server.max.receive.size` (524288): the largest SASL token accepted.
@@ -52,7 +75,14 @@ pub const KEYS: &[&str] = &[
     "sasl.jaas.config",
     "connections.max.reauth.ms",
     "sasl.server.max.receive.size",
+    INTER_BROKER_MECHANISM,
 ];
+
+/// Kafka's key of the mechanism brokers log in to each other with.
+pub const INTER_BROKER_MECHANISM: &str = "sasl.mechanism.inter.broker.protocol";
+
+/// A value that must not be printed (it holds passwords).
+const HIDDEN: &str = "(hidden)";
 
 /// Whether `key` is one of the per-listener SASL keys read here.
 pub fn is_auth_key(key: &str) -> bool {
@@ -66,10 +96,13 @@ pub fn is_auth_key(key: &str) -> bool {
 }
 
 impl AuthConfig {
+    /// The settings of the client `listeners`; `inter_broker` names the inter-broker listener
+    /// of a node with the broker role (`None` for a controller only).
     pub fn from_props(
         props: &BTreeMap<String, String>,
         listeners: &[String],
         protocols: &SecurityProtocolMap,
+        inter_broker: Option<&str>,
     ) -> Result<AuthConfig, ConfigError> {
         let mut sasl = BTreeMap::new();
         for l in listeners {
@@ -77,9 +110,17 @@ impl AuthConfig {
                 sasl.insert(l.clone(), listener_sasl(props, l)?);
             }
         }
+        let inter_broker = match inter_broker {
+            Some(l) => sasl
+                .get(l)
+                .map(|enabled| inter_broker_login(props, l, enabled))
+                .transpose()?,
+            None => None,
+        };
         Ok(AuthConfig {
             authorizer: authorizer(props)?,
             sasl,
+            inter_broker,
             connections_max_reauth_ms: number(props, "connections.max.reauth.ms", 0, 0)?,
             sasl_server_max_receive_size: number(
                 props,
@@ -184,7 +225,11 @@ fn listener_sasl(props: &BTreeMap<String, String>, l: &str) -> Result<ListenerSa
                  org.apache.kafka.common.security.plain.PlainLoginModule",
             ));
         };
-        plain_users = jaas_users(jaas).map_err(|reason| bad(&jaas_key, "(hidden)", reason))?;
+        plain_users = jaas_options(jaas, PLAIN_MODULE)
+            .map_err(|reason| bad(&jaas_key, HIDDEN, reason))?
+            .into_iter()
+            .filter_map(|(name, value)| Some((name.strip_prefix("user_")?.to_string(), value)))
+            .collect();
     }
     Ok(ListenerSasl {
         mechanisms,
@@ -192,18 +237,91 @@ fn listener_sasl(props: &BTreeMap<String, String>, l: &str) -> Result<ListenerSa
     })
 }
 
-/// The `user_<name>="<password>"` options of a JAAS login module line:
+/// The broker's own login on the inter-broker listener `l`, whose SASL settings are `enabled`:
+/// the mechanism must be set (Kafka's default, GSSAPI, is not served) and enabled there, and
+/// its JAAS config on `l` must give `username` and `password`.
+fn inter_broker_login(
+    props: &BTreeMap<String, String>,
+    l: &str,
+    enabled: &ListenerSasl,
+) -> Result<InterBrokerLogin, ConfigError> {
+    let key = INTER_BROKER_MECHANISM;
+    let Some(value) = props.get(key).map(|v| v.trim()).filter(|v| !v.is_empty()) else {
+        let reason = format!(
+            "the inter-broker listener {l} uses SASL: name the mechanism brokers log in to              each other with ({}); Kafka's default, GSSAPI, is not served by evenkeel",
+            MECHANISMS.join(", ")
+        );
+        return Err(bad(key, "", reason));
+    };
+    let mechanism = value.to_uppercase();
+    if !MECHANISMS.contains(&mechanism.as_str()) {
+        let reason = format!(
+            "not served by evenkeel (it serves {})",
+            MECHANISMS.join(", ")
+        );
+        return Err(bad(key, value, reason));
+    }
+    if !enabled.mechanisms.contains(&mechanism) {
+        let reason = format!(
+            "the inter-broker listener {l} does not enable it (its sasl.enabled.mechanisms: {})",
+            enabled.mechanisms.join(",")
+        );
+        return Err(bad(key, value, reason));
+    }
+    let jaas_key = format!(
+        "listener.name.{}.{}.sasl.jaas.config",
+        l.to_lowercase(),
+        mechanism.to_lowercase()
+    );
+    let module = if mechanism == "PLAIN" {
+        PLAIN_MODULE
+    } else {
+        SCRAM_MODULE
+    };
+    let Some(jaas) = props.get(&jaas_key) else {
+        let reason = format!(
+            "the broker logs in to other brokers with {mechanism}: give its username=\"…\"              and password=\"…\" as options of {module}"
+        );
+        return Err(bad(&jaas_key, "", reason));
+    };
+    let options = jaas_options(jaas, module).map_err(|reason| bad(&jaas_key, HIDDEN, reason))?;
+    let option = |name: &str| {
+        options
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    match (option("username"), option("password")) {
+        (Some(username), Some(password)) => Ok(InterBrokerLogin {
+            mechanism,
+            username,
+            password,
+        }),
+        _ => Err(bad(
+            &jaas_key,
+            HIDDEN,
+            "needs username=\"…\" and password=\"…\": the broker's own login to other brokers",
+        )),
+    }
+}
+
+/// Kafka's login modules, by class name.
+const PLAIN_MODULE: &str = "org.apache.kafka.common.security.plain.PlainLoginModule";
+const SCRAM_MODULE: &str = "org.apache.kafka.common.security.scram.ScramLoginModule";
+
+/// The `name="value"` options, in order, of a JAAS login module line for `module`:
 /// `org.apache.kafka.common.security.plain.PlainLoginModule required username="admin"
 /// password="admin-secret" user_admin="admin-secret";`.
-fn jaas_users(jaas: &str) -> Result<BTreeMap<String, String>, String> {
+fn jaas_options(jaas: &str, module: &str) -> Result<Vec<(String, String)>, String> {
     let body = jaas.trim().trim_end_matches(';');
     let mut words = body.splitn(3, char::is_whitespace);
-    let module = words.next().unwrap_or("");
-    if !module.ends_with("PlainLoginModule") {
-        return Err(format!("{module:?} is not Kafka's PlainLoginModule"));
+    let given = words.next().unwrap_or("");
+    let short = module.rsplit('.').next().unwrap_or(module);
+    if given != module && given != short {
+        return Err(format!("{given:?} is not Kafka's {module}"));
     }
     let mut rest = words.nth(1).unwrap_or("").trim();
-    let mut users = BTreeMap::new();
+    let mut options = Vec::new();
     while !rest.is_empty() {
         let (name, after) = rest
             .split_once('=')
@@ -215,12 +333,10 @@ fn jaas_users(jaas: &str) -> Result<BTreeMap<String, String>, String> {
         let end = value_and_rest
             .find('"')
             .ok_or_else(|| format!("the value of {} has no closing quote", name.trim()))?;
-        if let Some(user) = name.trim().strip_prefix("user_") {
-            users.insert(user.to_string(), value_and_rest[..end].to_string());
-        }
+        options.push((name.trim().to_string(), value_and_rest[..end].to_string()));
         rest = value_and_rest[end + 1..].trim_start();
     }
-    Ok(users)
+    Ok(options)
 }
 
 fn first_word(s: &str) -> &str {
@@ -241,7 +357,105 @@ mod tests {
     fn auth(text: &str) -> Result<AuthConfig, ConfigError> {
         let p = props(text);
         let map = SecurityProtocolMap::from_props(&p, &[], &[]).unwrap();
-        AuthConfig::from_props(&p, &["SASL_PLAINTEXT".into(), "PLAINTEXT".into()], &map)
+        AuthConfig::from_props(
+            &p,
+            &["SASL_PLAINTEXT".into(), "PLAINTEXT".into()],
+            &map,
+            None,
+        )
+    }
+
+    /// The config of a broker whose inter-broker listener is INTERNAL (SASL_SSL).
+    fn inter_broker(text: &str) -> Result<AuthConfig, ConfigError> {
+        let p = props(&format!(
+            "listener.security.protocol.map=INTERNAL:SASL_SSL,EXTERNAL:PLAINTEXT\n{text}"
+        ));
+        let map = SecurityProtocolMap::from_props(&p, &[], &[]).unwrap();
+        let names = ["INTERNAL".to_string(), "EXTERNAL".to_string()];
+        AuthConfig::from_props(&p, &names, &map, Some("INTERNAL"))
+    }
+
+    const SCRAM_JAAS: &str = "listener.name.internal.scram-sha-512.sasl.jaas.config=\
+        org.apache.kafka.common.security.scram.ScramLoginModule required \
+        username=\"admin\" password=\"admin-secret\";";
+
+    #[test]
+    fn the_inter_broker_login_comes_from_the_listeners_jaas_config_for_its_mechanism() {
+        let c = inter_broker(&format!(
+            "sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN\n\
+             listener.name.internal.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"broker\" password=\"p w\" user_broker=\"p w\";\n\
+             sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512\n{SCRAM_JAAS}"
+        ))
+        .unwrap();
+        let login = c.inter_broker.unwrap();
+        assert_eq!(login.mechanism, "SCRAM-SHA-512");
+        assert_eq!(login.username, "admin");
+        assert_eq!(login.password, "admin-secret");
+        assert!(
+            !format!("{login:?}").contains("admin-secret"),
+            "Debug hides it"
+        );
+        let c = inter_broker(
+            "sasl.enabled.mechanisms=PLAIN\n\
+             sasl.mechanism.inter.broker.protocol=PLAIN\n\
+             listener.name.internal.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"broker\" password=\"p w\" user_broker=\"p w\";",
+        )
+        .unwrap();
+        let login = c.inter_broker.unwrap();
+        assert_eq!(
+            (login.username.as_str(), login.password.as_str()),
+            ("broker", "p w")
+        );
+        assert_eq!(c.sasl["INTERNAL"].plain_users["broker"], "p w");
+    }
+
+    #[test]
+    fn a_plaintext_or_ssl_inter_broker_listener_needs_no_login() {
+        let p = props("listener.security.protocol.map=INTERNAL:SSL,EXTERNAL:SASL_PLAINTEXT\nsasl.enabled.mechanisms=SCRAM-SHA-256");
+        let map = SecurityProtocolMap::from_props(&p, &[], &[]).unwrap();
+        let names = ["INTERNAL".to_string(), "EXTERNAL".to_string()];
+        let c = AuthConfig::from_props(&p, &names, &map, Some("INTERNAL")).unwrap();
+        assert_eq!(c.inter_broker, None);
+    }
+
+    #[test]
+    fn inter_broker_logins_are_refused_by_key() {
+        let mech = "sasl.mechanism.inter.broker.protocol";
+        let jaas = "listener.name.internal.scram-sha-512.sasl.jaas.config";
+        for (text, key, words) in [
+            ("sasl.enabled.mechanisms=SCRAM-SHA-512", mech, "GSSAPI, is not served"),
+            (
+                "sasl.enabled.mechanisms=SCRAM-SHA-512\nsasl.mechanism.inter.broker.protocol=GSSAPI",
+                mech,
+                "not served",
+            ),
+            (
+                "sasl.enabled.mechanisms=SCRAM-SHA-256\nsasl.mechanism.inter.broker.protocol=SCRAM-SHA-512",
+                mech,
+                "does not enable it",
+            ),
+            (
+                "sasl.enabled.mechanisms=SCRAM-SHA-512\nsasl.mechanism.inter.broker.protocol=SCRAM-SHA-512",
+                jaas,
+                "ScramLoginModule",
+            ),
+            (
+                "sasl.enabled.mechanisms=SCRAM-SHA-512\nsasl.mechanism.inter.broker.protocol=SCRAM-SHA-512\n\
+                 listener.name.internal.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"a\" password=\"secret\";",
+                jaas,
+                "is not Kafka's org.apache.kafka.common.security.scram.ScramLoginModule",
+            ),
+            (
+                "sasl.enabled.mechanisms=SCRAM-SHA-512\nsasl.mechanism.inter.broker.protocol=SCRAM-SHA-512\n\
+                 listener.name.internal.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"admin\";",
+                jaas,
+                "needs username",
+            ),
+        ] {
+            let e = inter_broker(text).unwrap_err().to_string();
+            assert!(e.contains(&format!("configuration {key}:")) && e.contains(words), "{text}: {e}");
+            assert!(!e.contains("secret"), "{e}");
+        }
     }
 
     #[test]
@@ -295,6 +509,7 @@ mod tests {
 
     #[test]
     fn the_per_listener_keys_are_known() {
+        assert!(is_auth_key("sasl.mechanism.inter.broker.protocol"));
         assert!(is_auth_key(
             "listener.name.external.sasl.enabled.mechanisms"
         ));

@@ -165,7 +165,15 @@ impl BrokerConfig {
         let log_manager = LogManagerSettings::from_props(props)?;
         let groups = GroupSettings::from_props(props)?;
         let names: Vec<String> = listeners.iter().map(|l| l.name.clone()).collect();
-        let auth = super::auth::AuthConfig::from_props(props, &names, &cluster.security_protocols)?;
+        let inter_broker = cluster
+            .roles
+            .broker
+            .then_some(cluster.inter_broker_listener_name.as_str());
+        let protocols = &cluster.security_protocols;
+        let auth = super::auth::AuthConfig::from_props(props, &names, protocols, inter_broker)?;
+        if let Some(ssl) = inter_broker.and_then(|l| ssl.get(l)) {
+            inter_broker_truststore(ssl)?;
+        }
         let c = BrokerConfig {
             node_id,
             listeners,
@@ -223,6 +231,24 @@ fn tls_listeners(
             ))
         })
         .collect()
+}
+
+/// A TLS inter-broker listener's truststore: the CAs this broker checks other brokers'
+/// certificates against when it connects to them (evenkeel reads no system trust store).
+fn inter_broker_truststore(ssl: &super::ssl::SslConfig) -> Result<(), ConfigError> {
+    if ssl.truststore.is_some() {
+        return Ok(());
+    }
+    let key = format!(
+        "listener.name.{}.ssl.truststore.location",
+        ssl.listener.to_lowercase()
+    );
+    let reason = format!(
+        "the inter-broker listener {} uses TLS: brokers check each other's certificates against \
+         its truststore (ssl.truststore.location or ssl.truststore.certificates)",
+        ssl.listener
+    );
+    Err(bad(&key, "", reason))
 }
 
 /// The keys no part of the config reads, for a warning.
@@ -554,6 +580,39 @@ mod tests {
         bad.insert("ssl.keystore.type".into(), "JKS".into());
         let e = BrokerConfig::from_props(&bad).unwrap_err().to_string();
         assert!(e.contains("configuration ssl.keystore.type"), "{e}");
+    }
+
+    #[test]
+    fn a_sasl_ssl_inter_broker_listener_reads_the_brokers_login_and_needs_a_truststore() {
+        let p = parse_properties(
+            "node.id=1\nlisteners=INTERNAL://:9092,EXTERNAL://:9093\n\
+             listener.security.protocol.map=INTERNAL:SASL_SSL,EXTERNAL:PLAINTEXT\n\
+             inter.broker.listener.name=INTERNAL\n\
+             ssl.keystore.type=PEM\nssl.keystore.location=/tls/server.pem\n\
+             ssl.truststore.type=PEM\nssl.truststore.location=/tls/ca.pem\n\
+             listener.name.internal.ssl.endpoint.identification.algorithm=\n\
+             sasl.enabled.mechanisms=SCRAM-SHA-512\n\
+             sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512\n\
+             listener.name.internal.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"admin\" password=\"admin-secret\";\n",
+        );
+        let (c, unknown) = BrokerConfig::from_props(&p).unwrap();
+        assert!(unknown.is_empty(), "{unknown:?}");
+        assert_eq!(c.auth.inter_broker.unwrap().username, "admin");
+        assert!(!c.ssl["INTERNAL"].endpoint_identification);
+        let mut bad = p.clone();
+        bad.remove("ssl.truststore.location");
+        let e = BrokerConfig::from_props(&bad).unwrap_err().to_string();
+        assert!(
+            e.contains("configuration listener.name.internal.ssl.truststore.location:"),
+            "{e}"
+        );
+        let mut bad = p.clone();
+        bad.remove("sasl.mechanism.inter.broker.protocol");
+        let e = BrokerConfig::from_props(&bad).unwrap_err().to_string();
+        assert!(
+            e.contains("configuration sasl.mechanism.inter.broker.protocol:"),
+            "{e}"
+        );
     }
 
     #[test]

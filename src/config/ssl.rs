@@ -21,11 +21,10 @@ pub const KEYS: &[&str] = &[
     "ssl.client.auth",
     "ssl.enabled.protocols",
     "ssl.principal.mapping.rules",
-    // Accepted without effect: rustls chooses its suites and algorithms, and the client side
-    // (`ssl.endpoint.identification.algorithm`) belongs to inter-broker TLS.
+    "ssl.endpoint.identification.algorithm",
+    // Accepted without effect: rustls chooses its suites and algorithms.
     "ssl.protocol",
     "ssl.cipher.suites",
-    "ssl.endpoint.identification.algorithm",
     "ssl.keymanager.algorithm",
     "ssl.trustmanager.algorithm",
     "ssl.secure.random.implementation",
@@ -96,6 +95,10 @@ pub struct SslConfig {
     pub enabled_protocols: Vec<TlsVersion>,
     /// `ssl.principal.mapping.rules` as given (checked here, applied by the listener).
     pub principal_mapping_rules: String,
+    /// `ssl.endpoint.identification.algorithm` (https): whether the broker, connecting to
+    /// this listener of another broker, checks that the certificate names the host it
+    /// connected to (`https`) or not (an empty value). The chain is checked either way.
+    pub endpoint_identification: bool,
 }
 
 /// The keys of one listener: `listener.name.<name lowercased>.ssl.X` wins over `ssl.X`.
@@ -146,6 +149,7 @@ impl SslConfig {
             client_auth: client_auth(&keys)?,
             enabled_protocols: enabled_protocols(&keys)?,
             principal_mapping_rules: principal_mapping_rules(&keys)?,
+            endpoint_identification: endpoint_identification(&keys)?,
         };
         if c.keystore.is_none() {
             let reason = format!(
@@ -298,6 +302,22 @@ fn principal_mapping_rules(keys: &Keys) -> Result<String, ConfigError> {
     Ok(v.to_string())
 }
 
+/// `ssl.endpoint.identification.algorithm`: `https` (Kafka's default) or empty (none).
+fn endpoint_identification(keys: &Keys) -> Result<bool, ConfigError> {
+    let Some((k, v)) = keys.get("ssl.endpoint.identification.algorithm") else {
+        return Ok(true);
+    };
+    match v.trim() {
+        "" => Ok(false),
+        a if a.eq_ignore_ascii_case("https") => Ok(true),
+        _ => Err(bad(
+            &k,
+            v,
+            "must be https (the certificate must name the host) or empty (no hostname check)",
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,6 +358,34 @@ mod tests {
         );
         assert_eq!(c.principal_mapping_rules, "DEFAULT");
         assert_eq!(c.truststore, None);
+        assert!(c.endpoint_identification, "https by default");
+    }
+
+    #[test]
+    fn an_empty_endpoint_identification_algorithm_turns_the_hostname_check_off() {
+        let base = [
+            ("ssl.keystore.type", "PEM"),
+            ("ssl.keystore.location", "/k.pem"),
+        ];
+        let with = |kv: (&str, &str)| {
+            let mut p = props(&base);
+            p.insert(kv.0.into(), kv.1.into());
+            SslConfig::from_props(&p, "EXTERNAL")
+        };
+        let off = with((
+            "listener.name.external.ssl.endpoint.identification.algorithm",
+            "",
+        ));
+        assert!(!off.unwrap().endpoint_identification);
+        let on = with(("ssl.endpoint.identification.algorithm", "HTTPS"));
+        assert!(on.unwrap().endpoint_identification);
+        let e = with(("ssl.endpoint.identification.algorithm", "ldaps"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("configuration ssl.endpoint.identification.algorithm:"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -241,10 +241,11 @@ impl ListenerSettings {
     }
 }
 
-/// A connection's byte stream: plain TCP, or TLS over TCP once the handshake is done.
+/// A connection's byte stream: plain TCP, or TLS over TCP once the handshake is done (the
+/// server side of an accepted connection, the client side of one the broker opens).
 pub enum Stream {
     Plain(TcpStream),
-    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+    Tls(Box<tokio_rustls::TlsStream<TcpStream>>),
 }
 
 impl AsyncRead for Stream {
@@ -360,7 +361,7 @@ impl Connection {
             accepted = tls.accept(tcp) => accepted?,
         };
         let (stream, principal) = accepted;
-        self.stream = Stream::Tls(Box::new(stream));
+        self.stream = Stream::Tls(Box::new(stream.into()));
         self.principal = principal;
         Ok(Some(self))
     }

@@ -1,5 +1,6 @@
 //! TLS for a listener: the rustls server config built from its `ssl.*` settings (PEM key,
-//! chain and truststore, client auth, versions), the handshake, and reloads on file changes.
+//! chain and truststore, client auth, versions), the handshake, and reloads on file changes;
+//! `client` builds the broker's client side of the same settings.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -211,51 +212,76 @@ fn files_digest(ssl: &SslConfig) -> [u8; 32] {
 
 /// The rustls server config of `ssl`.
 pub fn server_config(ssl: &SslConfig) -> Result<Arc<ServerConfig>, TlsError> {
-    let (chain, key, key_name) = match &ssl.keystore {
-        Some(Keystore::File(source)) => {
-            let pem = read_pem(source)?;
-            (
-                certificates(source, &pem)?,
-                private_key(source, &pem)?,
-                source.key(),
-            )
-        }
-        Some(Keystore::Inline { chain, key }) => (
-            certificates(chain, &read_pem(chain)?)?,
-            private_key(key, &read_pem(key)?)?,
-            key.key(),
-        ),
-        None => {
-            return Err(TlsError::Invalid {
-                key: "ssl.keystore.location".into(),
-                reason: format!("listener {} has no keystore", ssl.listener),
-            })
-        }
+    let Some((chain, key, key_name)) = keystore(ssl)? else {
+        return Err(TlsError::Invalid {
+            key: "ssl.keystore.location".into(),
+            reason: format!("listener {} has no keystore", ssl.listener),
+        });
     };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let versions: Vec<&'static SupportedProtocolVersion> = ssl
-        .enabled_protocols
+    let verifier = client_verifier(ssl, provider.clone())?;
+    let config = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&protocol_versions(ssl))
+        .map_err(invalid("ssl.enabled.protocols"))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .map_err(invalid(&key_name))?;
+    Ok(Arc::new(config))
+}
+
+/// A rustls error as the fault of config key `key`.
+fn invalid(key: &str) -> impl Fn(rustls::Error) -> TlsError {
+    let key = key.to_string();
+    move |e: rustls::Error| TlsError::Invalid {
+        key: key.clone(),
+        reason: e.to_string(),
+    }
+}
+
+/// The certificate chain and private key of `ssl`'s keystore, with the key that names the
+/// private key (for messages); `None` without a keystore.
+type KeystoreParts = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>, String);
+
+fn keystore(ssl: &SslConfig) -> Result<Option<KeystoreParts>, TlsError> {
+    match &ssl.keystore {
+        Some(Keystore::File(source)) => {
+            let pem = read_pem(source)?;
+            Ok(Some((
+                certificates(source, &pem)?,
+                private_key(source, &pem)?,
+                source.key().to_string(),
+            )))
+        }
+        Some(Keystore::Inline { chain, key }) => Ok(Some((
+            certificates(chain, &read_pem(chain)?)?,
+            private_key(key, &read_pem(key)?)?,
+            key.key().to_string(),
+        ))),
+        None => Ok(None),
+    }
+}
+
+/// `ssl.enabled.protocols` as rustls versions.
+fn protocol_versions(ssl: &SslConfig) -> Vec<&'static SupportedProtocolVersion> {
+    ssl.enabled_protocols
         .iter()
         .map(|v| match v {
             TlsVersion::Tls12 => &rustls::version::TLS12,
             TlsVersion::Tls13 => &rustls::version::TLS13,
         })
-        .collect();
-    let invalid = |key: &str| {
-        let key = key.to_string();
-        move |e: rustls::Error| TlsError::Invalid {
-            key,
-            reason: e.to_string(),
-        }
-    };
-    let verifier = client_verifier(ssl, provider.clone())?;
-    let config = ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&versions)
-        .map_err(invalid("ssl.enabled.protocols"))?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(chain, key)
-        .map_err(invalid(key_name))?;
-    Ok(Arc::new(config))
+        .collect()
+}
+
+/// The CA certificates of a truststore.
+fn root_store(store: &PemSource) -> Result<RootCertStore, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for cert in certificates(store, &read_pem(store)?)? {
+        roots.add(cert).map_err(|e| TlsError::Invalid {
+            key: store.key().to_string(),
+            reason: format!("not a usable CA certificate: {e}"),
+        })?;
+    }
+    Ok(roots)
 }
 
 /// `ssl.client.auth` over the truststore's CAs.
@@ -275,13 +301,7 @@ fn client_verifier(
     if ssl.client_auth == ClientAuth::None {
         return Ok(WebPkiClientVerifier::no_client_auth());
     }
-    let mut roots = RootCertStore::empty();
-    for cert in certificates(store, &read_pem(store)?)? {
-        roots.add(cert).map_err(|e| TlsError::Invalid {
-            key: store.key().to_string(),
-            reason: format!("not a usable CA certificate: {e}"),
-        })?;
-    }
+    let roots = root_store(store)?;
     let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
     let builder = match ssl.client_auth {
         ClientAuth::Requested => builder.allow_unauthenticated(),
@@ -372,6 +392,8 @@ fn private_key(source: &PemSource, pem: &str) -> Result<PrivateKeyDer<'static>, 
         reason: format!("no usable private key (PKCS#8, PKCS#1 or SEC1 PEM): {e}"),
     })
 }
+
+pub mod client;
 
 #[cfg(test)]
 mod tests;

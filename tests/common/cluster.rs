@@ -95,6 +95,17 @@ impl Cluster {
         overrides: &[&str],
         per_node: impl Fn(usize, &NodePorts) -> Vec<(String, String)>,
     ) -> Cluster {
+        Self::start_prepared(n, overrides, per_node, |_| {})
+    }
+
+    /// As `start_with`, calling `prepare` on each node's log directory once it is formatted
+    /// and before the node starts (e.g. to write bootstrap records).
+    pub fn start_prepared(
+        n: usize,
+        overrides: &[&str],
+        per_node: impl Fn(usize, &NodePorts) -> Vec<(String, String)>,
+        prepare: impl Fn(&std::path::Path),
+    ) -> Cluster {
         let tmp = tempfile::tempdir().unwrap();
         let data = tmp.path().to_path_buf();
         let mut opts = DevOptions {
@@ -128,6 +139,7 @@ impl Cluster {
             }
             let dir = data.join(format!("broker-{id}"));
             evenkeel::broker::format_log_dir(&dir, &cluster_id, id as i32).unwrap();
+            prepare(&dir);
             let config = data.join(format!("broker-{id}.properties"));
             let text: String = props.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
             std::fs::write(&config, text).unwrap();

@@ -41,6 +41,7 @@ fn replica_proposing(
         logs,
         config: ReplicationConfig::default(),
         inter_broker_listener: "PLAINTEXT".into(),
+        inter_broker_security: crate::client::ClientSecurity::plaintext(),
         metrics: Arc::new(BrokerMetrics::new()),
         broker_epoch: Arc::new(|| -1),
         isr_changes,

@@ -89,10 +89,10 @@ pub(super) async fn run(
         if conn.as_ref().is_none_or(|c| c.is_broken()) {
             let addr = shared.address.lock().clone();
             let timeout = Duration::from_millis(cfg.socket_timeout_ms);
-            match Connection::connect(&addr, timeout).await {
+            match Connection::connect_with(&addr, timeout, &ctx.security).await {
                 Ok(c) => conn = Some(c),
                 Err(e) => {
-                    tracing::debug!(source, %addr, error = %e, "cannot reach the leader");
+                    connect_failed(source, &addr, &e);
                     tokio::time::sleep(backoff).await;
                     continue;
                 }
@@ -114,6 +114,18 @@ pub(super) async fn run(
                 tokio::time::sleep(backoff).await;
             }
         }
+    }
+}
+
+/// Logs a failed connection to the leader: a refused TLS handshake or SASL login as a WARN
+/// (a configuration to fix; the fetcher's backoff paces the retries), anything else, such
+/// as a leader that is down, at debug.
+fn connect_failed(source: i32, addr: &str, e: &crate::client::ClientError) {
+    match e {
+        crate::client::ClientError::Security { .. } => {
+            tracing::warn!(source, %addr, error = %e, "cannot connect to the leader's inter-broker listener")
+        }
+        _ => tracing::debug!(source, %addr, error = %e, "cannot reach the leader"),
     }
 }
 

@@ -22,7 +22,8 @@ use crate::storage::{KafkaUuid, TopicPartition};
 pub use throttle::Throttle;
 
 /// What the fetchers need of their broker: the replicas they append to, who this broker is
-/// (its id, and its registration epoch for KIP-903), its metrics, and the follower throttle.
+/// (its id, and its registration epoch for KIP-903), its metrics, the follower throttle, and
+/// how to connect to the leaders' inter-broker listener.
 #[derive(Clone)]
 pub struct FetcherContext {
     /// Weak: the ReplicaManager owns the fetchers.
@@ -31,6 +32,7 @@ pub struct FetcherContext {
     pub broker_epoch: Arc<dyn Fn() -> i64 + Send + Sync>,
     pub metrics: Arc<BrokerMetrics>,
     follower_throttle: Arc<Throttle>,
+    pub security: crate::client::ClientSecurity,
 }
 
 impl FetcherContext {
@@ -118,13 +120,14 @@ fn fetcher_index(tp: &TopicPartition, n: usize) -> usize {
 
 impl ReplicaFetcherManager {
     /// The fetchers of a broker: they append to `replicas` and fetch as `node_id` with the
-    /// registration epoch `broker_epoch` gives (KIP-903).
+    /// registration epoch `broker_epoch` gives (KIP-903), connecting as `security` says.
     pub fn new(
         config: ReplicationConfig,
         replicas: Weak<ReplicaManager>,
         node_id: i32,
         broker_epoch: Arc<dyn Fn() -> i64 + Send + Sync>,
         metrics: Arc<BrokerMetrics>,
+        security: crate::client::ClientSecurity,
     ) -> Self {
         let follower_throttle = Arc::new(Throttle::default());
         ReplicaFetcherManager {
@@ -135,6 +138,7 @@ impl ReplicaFetcherManager {
                 broker_epoch,
                 metrics,
                 follower_throttle: follower_throttle.clone(),
+                security,
             },
             fetchers: Mutex::new(HashMap::new()),
             follower_throttle,

@@ -298,3 +298,104 @@ fn pem_joined_into_one_line_is_rewrapped() {
     let der = CertificateDer::from_pem_slice(back.as_bytes()).unwrap();
     assert_eq!(der, leaf.der);
 }
+
+/// Connects to `server` with the broker's own client side of `client` (`client::client_config`)
+/// as host `host`; returns the principal the server gave this client.
+async fn client_handshake(
+    server: &TlsServer,
+    client: &SslConfig,
+    host: &str,
+) -> Result<String, String> {
+    let config = client::client_config(client).map_err(|e| e.to_string())?;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let connector = tokio_rustls::TlsConnector::from(config);
+    let name = ServerName::try_from(host.to_string()).unwrap();
+    let client = async move {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let mut s = connector
+            .connect(name, tcp)
+            .await
+            .map_err(|e| e.to_string())?;
+        s.write_all(b"x").await.map_err(|e| e.to_string())?;
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).await.map_err(|e| e.to_string())?;
+        Ok::<_, String>(())
+    };
+    let serve = async {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let (mut s, principal) = server.accept(tcp).await.map_err(|e| e.to_string())?;
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).await.map_err(|e| e.to_string())?;
+        s.write_all(&b).await.map_err(|e| e.to_string())?;
+        s.flush().await.map_err(|e| e.to_string())?;
+        Ok::<_, String>(principal)
+    };
+    let (connected, principal) = tokio::join!(client, serve);
+    connected?;
+    principal
+}
+
+/// One listener's settings, used as brokers use them on both sides: `leaf` as the keystore,
+/// `ca` as the truststore, client certificates required; `extra` added.
+fn listener_ssl(leaf: &Leaf, ca: &str, extra: &[(&str, &str)]) -> SslConfig {
+    let (chain, key, ca) = (one_line(&leaf.cert), one_line(&leaf.key), one_line(ca));
+    let mut kv = vec![
+        ("ssl.keystore.type", "PEM"),
+        ("ssl.keystore.certificate.chain", chain.as_str()),
+        ("ssl.keystore.key", key.as_str()),
+        ("ssl.truststore.type", "PEM"),
+        ("ssl.truststore.certificates", ca.as_str()),
+        ("ssl.client.auth", "required"),
+    ];
+    kv.extend_from_slice(extra);
+    ssl(&kv)
+}
+
+#[tokio::test]
+async fn the_client_side_presents_the_keystore_and_checks_the_servers_name() {
+    let pki = Pki::new("ca");
+    let c = listener_ssl(&pki.leaf("broker-1"), &pki.ca_pem(), &[]);
+    let server = TlsServer::new(c.clone()).unwrap();
+    let principal = client_handshake(&server, &c, "localhost").await.unwrap();
+    assert_eq!(principal, "User:CN=broker-1,O=acme");
+    let e = client_handshake(&server, &c, "elsewhere.example")
+        .await
+        .unwrap_err();
+    assert!(e.contains("not valid for name"), "{e}");
+}
+
+#[tokio::test]
+async fn without_endpoint_identification_any_name_passes_but_the_chain_is_still_checked() {
+    let pki = Pki::new("ca");
+    let off = [("ssl.endpoint.identification.algorithm", "")];
+    let c = listener_ssl(&pki.leaf("broker-1"), &pki.ca_pem(), &off);
+    let server = TlsServer::new(c.clone()).unwrap();
+    client_handshake(&server, &c, "elsewhere.example")
+        .await
+        .unwrap();
+    let other = Pki::new("other-ca");
+    let stranger = listener_ssl(&other.leaf("broker-2"), &other.ca_pem(), &[]);
+    let untrusted = TlsServer::new(stranger).unwrap();
+    let e = client_handshake(&untrusted, &c, "localhost")
+        .await
+        .unwrap_err();
+    assert!(e.contains("UnknownIssuer"), "{e}");
+}
+
+#[test]
+fn a_client_side_without_a_truststore_is_refused() {
+    let pki = Pki::new("ca");
+    let leaf = pki.leaf("broker-1");
+    let (chain, key) = (one_line(&leaf.cert), one_line(&leaf.key));
+    let c = ssl(&[
+        ("ssl.keystore.type", "PEM"),
+        ("ssl.keystore.certificate.chain", &chain),
+        ("ssl.keystore.key", &key),
+    ]);
+    let e = client::client_config(&c).unwrap_err().to_string();
+    assert!(
+        e.contains("ssl.truststore.location") && e.contains("no truststore"),
+        "{e}"
+    );
+}

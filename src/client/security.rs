@@ -1,0 +1,308 @@
+//! How a client secures a connection it opens (`ClientSecurity`: Kafka's security protocol, TLS
+//! client config, SASL login), and the TLS handshake and SASL exchange that run before use.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::messages::{
+    ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+};
+use kafka_protocol::protocol::StrBytes;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+
+use super::connection::{request, Io};
+use super::ClientError;
+use crate::config::auth::InterBrokerLogin;
+use crate::config::security::SecurityProtocol;
+use crate::config::ssl::SslConfig;
+use crate::protocol::errors;
+use crate::protocol::listener::Stream;
+use crate::security::sasl::{Mechanism, ScramClient, ScramClientError};
+use crate::security::tls::TlsError;
+
+/// A SASL login; the password is never printed.
+#[derive(Clone)]
+pub struct SaslLogin {
+    pub mechanism: Mechanism,
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for SaslLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SaslLogin")
+            .field("mechanism", &self.mechanism)
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How to connect: PLAINTEXT, or TLS (with this client config) and/or SASL (with this login).
+#[derive(Clone, Debug)]
+pub struct ClientSecurity {
+    protocol: SecurityProtocol,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    sasl: Option<SaslLogin>,
+}
+
+impl Default for ClientSecurity {
+    fn default() -> Self {
+        ClientSecurity::plaintext()
+    }
+}
+
+/// Why a connection could not be secured, by step.
+#[derive(Debug, thiserror::Error)]
+pub enum SecurityError {
+    #[error("{protocol} needs {what}")]
+    Incomplete {
+        protocol: SecurityProtocol,
+        what: &'static str,
+    },
+    #[error("{0}")]
+    TlsConfig(#[from] TlsError),
+    #[error("{0:?} is not a SASL mechanism evenkeel speaks")]
+    UnknownMechanism(String),
+    #[error("{host:?} is not a TLS server name")]
+    ServerName { host: String },
+    #[error("TLS handshake failed: {0}")]
+    Tls(#[source] std::io::Error),
+    #[error("SaslHandshake: the broker does not enable {mechanism} (it enables {enabled})")]
+    UnsupportedMechanism {
+        mechanism: Mechanism,
+        enabled: String,
+    },
+    #[error("SaslHandshake failed: {0}")]
+    Handshake(String),
+    #[error("SaslAuthenticate as {user} with {mechanism} failed: {message}")]
+    AuthenticationFailed {
+        user: String,
+        mechanism: Mechanism,
+        message: String,
+    },
+    #[error("SaslAuthenticate: {0}")]
+    Scram(#[from] ScramClientError),
+}
+
+impl ClientSecurity {
+    pub fn plaintext() -> Self {
+        ClientSecurity {
+            protocol: SecurityProtocol::Plaintext,
+            tls: None,
+            sasl: None,
+        }
+    }
+
+    /// `protocol` with what it needs: a TLS config for SSL and SASL_SSL, a login for
+    /// SASL_PLAINTEXT and SASL_SSL (anything else given is left unused).
+    pub fn new(
+        protocol: SecurityProtocol,
+        tls: Option<Arc<rustls::ClientConfig>>,
+        sasl: Option<SaslLogin>,
+    ) -> Result<Self, SecurityError> {
+        let incomplete = |what| SecurityError::Incomplete { protocol, what };
+        let tls = match (protocol.is_tls(), tls) {
+            (true, None) => return Err(incomplete("a TLS client config")),
+            (true, tls) => tls,
+            (false, _) => None,
+        };
+        let sasl = match (protocol.is_sasl(), sasl) {
+            (true, None) => return Err(incomplete("a SASL login")),
+            (true, sasl) => sasl,
+            (false, _) => None,
+        };
+        Ok(ClientSecurity {
+            protocol,
+            tls,
+            sasl,
+        })
+    }
+
+    /// How a broker connects to other brokers' listener of `protocol`: with that listener's
+    /// `ssl.*` settings (client side) and the broker's inter-broker login.
+    pub fn for_listener(
+        protocol: SecurityProtocol,
+        ssl: Option<&SslConfig>,
+        login: Option<&InterBrokerLogin>,
+    ) -> Result<Self, SecurityError> {
+        let tls = match ssl.filter(|_| protocol.is_tls()) {
+            Some(ssl) => Some(crate::security::tls::client::client_config(ssl)?),
+            None => None,
+        };
+        let sasl = match login.filter(|_| protocol.is_sasl()) {
+            Some(l) => Some(SaslLogin {
+                mechanism: Mechanism::from_name(&l.mechanism)
+                    .ok_or_else(|| SecurityError::UnknownMechanism(l.mechanism.clone()))?,
+                username: l.username.clone(),
+                password: l.password.clone(),
+            }),
+            None => None,
+        };
+        ClientSecurity::new(protocol, tls, sasl)
+    }
+
+    pub fn protocol(&self) -> SecurityProtocol {
+        self.protocol
+    }
+
+    pub(super) fn tls(&self) -> Option<&Arc<rustls::ClientConfig>> {
+        self.tls.as_ref()
+    }
+
+    pub(super) fn sasl(&self) -> Option<&SaslLogin> {
+        self.sasl.as_ref()
+    }
+}
+
+/// The host of `addr` ("host:port", "[v6]:port").
+fn host_of(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
+fn refused(addr: &str, source: SecurityError) -> ClientError {
+    ClientError::Security {
+        addr: addr.to_string(),
+        source,
+    }
+}
+
+/// The client side of the TLS handshake on `tcp`, the server checked as `addr`'s host.
+pub(super) async fn tls_handshake(
+    tcp: TcpStream,
+    addr: &str,
+    config: Arc<rustls::ClientConfig>,
+) -> Result<Stream, ClientError> {
+    let host = host_of(addr);
+    let name = ServerName::try_from(host.to_string()).map_err(|_| {
+        let host = host.to_string();
+        refused(addr, SecurityError::ServerName { host })
+    })?;
+    let stream = tokio_rustls::TlsConnector::from(config)
+        .connect(name, tcp)
+        .await
+        .map_err(|e| refused(addr, SecurityError::Tls(e)))?;
+    Ok(Stream::Tls(Box::new(stream.into())))
+}
+
+/// SaslHandshake v1 and SaslAuthenticate with `login`: the session's lifetime when the broker
+/// gives one (KIP-368).
+pub(super) async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut Io<S>,
+    addr: &str,
+    versions: &HashMap<ApiKey, i16>,
+    login: &SaslLogin,
+) -> Result<Option<Duration>, ClientError> {
+    let version = |key: ApiKey| {
+        versions.get(&key).copied().ok_or_else(|| {
+            ClientError::Protocol(format!("{key:?}: no version in common with {addr}"))
+        })
+    };
+    let name = StrBytes::from_static_str(login.mechanism.name());
+    let req = SaslHandshakeRequest::default().with_mechanism(name);
+    let shake = request(io, &req, version(ApiKey::SaslHandshake)?).await?;
+    match shake.error_code {
+        errors::NONE => {}
+        errors::UNSUPPORTED_SASL_MECHANISM => {
+            let enabled: Vec<&str> = shake.mechanisms.iter().map(|m| m.as_str()).collect();
+            let e = SecurityError::UnsupportedMechanism {
+                mechanism: login.mechanism,
+                enabled: enabled.join(","),
+            };
+            return Err(refused(addr, e));
+        }
+        code => {
+            let e = ClientError::kafka("SaslHandshake", code, None).to_string();
+            return Err(refused(addr, SecurityError::Handshake(e)));
+        }
+    }
+    let step = AuthStep {
+        addr,
+        version: version(ApiKey::SaslAuthenticate)?,
+        login,
+    };
+    let last = match login.mechanism.scram() {
+        None => {
+            let token = format!("\0{}\0{}", login.username, login.password);
+            step.send(io, token.into_bytes()).await?
+        }
+        Some(m) => {
+            let scram = |e| refused(addr, SecurityError::Scram(e));
+            let mut client = ScramClient::new(m, &login.username, &login.password);
+            let first = step.send(io, client.client_first().map_err(scram)?).await?;
+            let last = client.server_first(&first.auth_bytes).map_err(scram)?;
+            let last = step.send(io, last).await?;
+            client.server_final(&last.auth_bytes).map_err(scram)?;
+            last
+        }
+    };
+    let lifetime = u64::try_from(last.session_lifetime_ms).unwrap_or(0);
+    Ok((lifetime > 0).then(|| Duration::from_millis(lifetime)))
+}
+
+/// One SaslAuthenticate round trip.
+struct AuthStep<'a> {
+    addr: &'a str,
+    version: i16,
+    login: &'a SaslLogin,
+}
+
+impl AuthStep<'_> {
+    async fn send<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        io: &mut Io<S>,
+        token: Vec<u8>,
+    ) -> Result<SaslAuthenticateResponse, ClientError> {
+        let req = SaslAuthenticateRequest::default().with_auth_bytes(token.into());
+        let resp = request(io, &req, self.version).await?;
+        if resp.error_code == errors::NONE {
+            return Ok(resp);
+        }
+        let message = resp
+            .error_message
+            .as_deref()
+            .filter(|m| !m.is_empty())
+            .map(str::to_string)
+            .unwrap_or_else(|| errors::error_name(resp.error_code).to_string());
+        let e = SecurityError::AuthenticationFailed {
+            user: self.login.username.clone(),
+            mechanism: self.login.mechanism,
+            message,
+        };
+        Err(refused(self.addr, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_host_of_an_address_is_its_server_name() {
+        assert_eq!(host_of("broker-1.internal:9092"), "broker-1.internal");
+        assert_eq!(host_of("127.0.0.1:9092"), "127.0.0.1");
+        assert_eq!(host_of("[::1]:9092"), "::1");
+    }
+
+    #[test]
+    fn a_protocol_without_what_it_needs_is_refused() {
+        let e = ClientSecurity::new(SecurityProtocol::SaslSsl, None, None).unwrap_err();
+        assert!(
+            e.to_string().contains("SASL_SSL needs a TLS client config"),
+            "{e}"
+        );
+        let login = SaslLogin {
+            mechanism: Mechanism::PLAIN,
+            username: "a".into(),
+            password: "secret".into(),
+        };
+        let c = ClientSecurity::new(SecurityProtocol::SaslPlaintext, None, Some(login)).unwrap();
+        assert!(c.tls().is_none() && c.sasl().is_some());
+        assert!(!format!("{c:?}").contains("secret"));
+        let plain = ClientSecurity::for_listener(SecurityProtocol::Plaintext, None, None).unwrap();
+        assert!(plain.tls().is_none() && plain.sasl().is_none());
+    }
+}

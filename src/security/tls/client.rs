@@ -1,0 +1,103 @@
+//! The client side of a listener's TLS, for the broker's connections to other brokers: a rustls
+//! client config from its `ssl.*` settings (truststore as roots, keystore as client certificate).
+
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, SignatureScheme};
+
+use super::{invalid, keystore, protocol_versions, root_store, TlsError};
+use crate::config::ssl::SslConfig;
+
+/// The client config for connecting to listener `ssl.listener` of another broker: its
+/// certificate must chain to the truststore and, with `ssl.endpoint.identification.algorithm`
+/// `https` (Kafka's default), name the host connected to; the keystore, when there is one, is
+/// this broker's client certificate.
+pub fn client_config(ssl: &SslConfig) -> Result<Arc<ClientConfig>, TlsError> {
+    let Some(store) = &ssl.truststore else {
+        return Err(TlsError::Invalid {
+            key: "ssl.truststore.location".into(),
+            reason: format!(
+                "listener {} has no truststore to check other brokers' certificates against",
+                ssl.listener
+            ),
+        });
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let webpki =
+        WebPkiServerVerifier::builder_with_provider(Arc::new(root_store(store)?), provider.clone())
+            .build()
+            .map_err(|e| TlsError::Invalid {
+                key: store.key().to_string(),
+                reason: e.to_string(),
+            })?;
+    let verifier: Arc<dyn ServerCertVerifier> = if ssl.endpoint_identification {
+        webpki
+    } else {
+        Arc::new(AnyHostname(webpki))
+    };
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&protocol_versions(ssl))
+        .map_err(invalid("ssl.enabled.protocols"))?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier);
+    let config = match keystore(ssl)? {
+        Some((chain, key, key_name)) => builder
+            .with_client_auth_cert(chain, key)
+            .map_err(invalid(&key_name))?,
+        None => builder.with_no_client_auth(),
+    };
+    Ok(Arc::new(config))
+}
+
+/// `ssl.endpoint.identification.algorithm=` (empty): the chain is checked as always, and a
+/// certificate that does not name the host connected to is accepted.
+#[derive(Debug)]
+struct AnyHostname(Arc<WebPkiServerVerifier>);
+
+impl ServerCertVerifier for AnyHostname {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        // WebPkiServerVerifier checks the chain (trust anchor, validity, usage) first and the
+        // name last: a name error means everything else passed.
+        match self
+            .0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
