@@ -51,7 +51,7 @@ fuzz_target!(|data: &[u8]| {
             }
             Err(error) => {
                 let _ = error.client_message(mechanism, false);
-                let _ = error.error_code();
+                let _ = error.is_illegal_state();
             }
         }
     }

@@ -200,7 +200,10 @@ impl SaslAuthenticator {
                     .inc();
                 let text = e.client_message(mechanism, self.reauthenticating);
                 let body = body
-                    .with_error_code(e.error_code())
+                    .with_error_code(match e.is_illegal_state() {
+                        true => errors::ILLEGAL_SASL_STATE,
+                        false => errors::SASL_AUTHENTICATION_FAILED,
+                    })
                     .with_error_message(Some(StrBytes::from_string(text.clone())));
                 match frame_of(&header, &body) {
                     Ok(f) => Step::Failed(f, format!("{text} ({e})")),

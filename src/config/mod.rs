@@ -146,6 +146,7 @@ pub mod broker;
 pub mod cleaner;
 pub mod cluster;
 pub mod connections;
+pub mod principal_rules;
 pub mod replication;
 pub mod security;
 pub mod ssl;

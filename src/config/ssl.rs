@@ -297,8 +297,7 @@ fn principal_mapping_rules(keys: &Keys) -> Result<String, ConfigError> {
     let Some((k, v)) = keys.get("ssl.principal.mapping.rules") else {
         return Ok("DEFAULT".to_string());
     };
-    crate::security::ssl_principal::PrincipalMapper::parse(v)
-        .map_err(|e| bad(&k, v, e.to_string()))?;
+    super::principal_rules::PrincipalMapper::parse(v).map_err(|e| bad(&k, v, e.to_string()))?;
     Ok(v.to_string())
 }
 

@@ -15,7 +15,8 @@ use sha2::{Digest, Sha256};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
-use super::ssl_principal::{PrincipalError, PrincipalMapper, ANONYMOUS};
+use super::ssl_principal::ANONYMOUS;
+use crate::config::principal_rules::{PrincipalError, PrincipalMapper};
 use crate::config::ssl::{ClientAuth, Keystore, PemSource, SslConfig, TlsVersion};
 
 /// How long a client has to finish its handshake.
@@ -131,7 +132,7 @@ impl TlsServer {
         certificates: Option<&[CertificateDer<'_>]>,
     ) -> Result<String, PrincipalError> {
         match certificates.and_then(|c| c.first()) {
-            Some(cert) => self.mapper.principal(cert),
+            Some(cert) => super::ssl_principal::principal(&self.mapper, cert),
             None => Ok(ANONYMOUS.to_string()),
         }
     }

@@ -9,7 +9,6 @@ mod scram_messages;
 
 use std::fmt;
 
-use crate::protocol::errors::{ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED};
 use std::str::FromStr;
 
 pub use plain::PlainServer;
@@ -117,7 +116,7 @@ pub enum SaslStep {
 }
 
 /// Why an exchange failed. `Display` is the server-side text (for logs); what the client may be
-/// told is [`SaslError::client_message`], with [`SaslError::error_code`].
+/// told is [`SaslError::client_message`]; [`SaslError::is_illegal_state`] picks its error code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SaslError {
     // Kafka's SaslAuthenticationException: the message goes to the client as it is.
@@ -174,12 +173,11 @@ impl SaslError {
         )
     }
 
-    /// The SaslAuthenticate response's error code.
-    pub fn error_code(&self) -> i16 {
-        match self {
-            SaslError::IllegalState(_) => ILLEGAL_SASL_STATE,
-            _ => SASL_AUTHENTICATION_FAILED,
-        }
+    /// Whether the exchange was in no state to take the message (Kafka's
+    /// IllegalSaslStateException, ILLEGAL_SASL_STATE on the wire) rather than a failed login
+    /// (SASL_AUTHENTICATION_FAILED).
+    pub fn is_illegal_state(&self) -> bool {
+        matches!(self, SaslError::IllegalState(_))
     }
 
     /// The SaslAuthenticate response's error message, as Kafka's SaslServerAuthenticator words it.
@@ -282,7 +280,7 @@ mod tests {
             e.client_message(Mechanism::SCRAM_SHA_256, true),
             "Authentication failed during re-authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256"
         );
-        assert_eq!(e.error_code(), SASL_AUTHENTICATION_FAILED);
+        assert!(!e.is_illegal_state());
     }
 
     #[test]
@@ -293,7 +291,7 @@ mod tests {
             "Authentication failed: Invalid username or password"
         );
         let e = SaslError::IllegalState("COMPLETE");
-        assert_eq!(e.error_code(), ILLEGAL_SASL_STATE);
+        assert!(e.is_illegal_state());
         assert_eq!(
             e.client_message(Mechanism::PLAIN, false),
             "Unexpected challenge in Sasl server state COMPLETE"
