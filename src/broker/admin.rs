@@ -14,7 +14,7 @@ use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::Request;
+use kafka_protocol::protocol::{Request, StrBytes};
 
 use super::auth::{Action, Session};
 use super::controller_channel::{is_not_controller, DEFAULT_RETRY_TIMEOUT};
@@ -282,40 +282,54 @@ pub fn create_partitions(
     )
 }
 
+/// AlterConfigs and IncrementalAlterConfigs alike: the resources `session` may not alter are
+/// answered here, the rest forwarded to the active controller.
+macro_rules! forward_alteration {
+    ($broker:expr, $session:expr, $version:expr, $req:expr, $resp:ty, $refused:ty) => {{
+        let mut req = $req;
+        let refused = take_unalterable(
+            $broker,
+            $session,
+            &mut req.resources,
+            |r| (r.resource_type, &r.resource_name),
+            |r, code| {
+                <$refused>::default()
+                    .with_resource_type(r.resource_type)
+                    .with_resource_name(r.resource_name.clone())
+                    .with_error_code(code)
+                    .with_error_message(None)
+            },
+        );
+        if req.resources.is_empty() {
+            return Outcome::Now(<$resp>::default().with_responses(refused));
+        }
+        forward(
+            $broker,
+            $version,
+            req,
+            |r| r.responses.iter().any(|t| is_not_controller(t.error_code)),
+            |_| <$resp>::default(),
+            move |_, mut resp| async move {
+                resp.responses.extend(refused);
+                resp
+            },
+        )
+    }};
+}
+
 pub fn alter_configs(
     broker: &Arc<Broker>,
     session: &Session,
     version: i16,
-    mut req: AlterConfigsRequest,
+    req: AlterConfigsRequest,
 ) -> Outcome<AlterConfigsResponse> {
-    use alter_configs_response::AlterConfigsResourceResponse as Refused;
-    let mut refused = Vec::new();
-    req.resources.retain(|r| {
-        let code = config_denied(broker, session, r.resource_type, &r.resource_name, true);
-        if let Some(code) = code {
-            refused.push(
-                Refused::default()
-                    .with_resource_type(r.resource_type)
-                    .with_resource_name(r.resource_name.clone())
-                    .with_error_code(code)
-                    .with_error_message(None),
-            );
-        }
-        code.is_none()
-    });
-    if req.resources.is_empty() {
-        return Outcome::Now(AlterConfigsResponse::default().with_responses(refused));
-    }
-    forward(
+    forward_alteration!(
         broker,
+        session,
         version,
         req,
-        |r| r.responses.iter().any(|t| is_not_controller(t.error_code)),
-        |_| AlterConfigsResponse::default(),
-        move |_, mut resp| async move {
-            resp.responses.extend(refused);
-            resp
-        },
+        AlterConfigsResponse,
+        alter_configs_response::AlterConfigsResourceResponse
     )
 }
 
@@ -323,37 +337,38 @@ pub fn incremental_alter_configs(
     broker: &Arc<Broker>,
     session: &Session,
     version: i16,
-    mut req: IncrementalAlterConfigsRequest,
+    req: IncrementalAlterConfigsRequest,
 ) -> Outcome<IncrementalAlterConfigsResponse> {
-    use incremental_alter_configs_response::AlterConfigsResourceResponse as Refused;
-    let mut refused = Vec::new();
-    req.resources.retain(|r| {
-        let code = config_denied(broker, session, r.resource_type, &r.resource_name, true);
-        if let Some(code) = code {
-            refused.push(
-                Refused::default()
-                    .with_resource_type(r.resource_type)
-                    .with_resource_name(r.resource_name.clone())
-                    .with_error_code(code)
-                    .with_error_message(None),
-            );
-        }
-        code.is_none()
-    });
-    if req.resources.is_empty() {
-        return Outcome::Now(IncrementalAlterConfigsResponse::default().with_responses(refused));
-    }
-    forward(
+    forward_alteration!(
         broker,
+        session,
         version,
         req,
-        |r| r.responses.iter().any(|t| is_not_controller(t.error_code)),
-        |_| IncrementalAlterConfigsResponse::default(),
-        move |_, mut resp| async move {
-            resp.responses.extend(refused);
-            resp
-        },
+        IncrementalAlterConfigsResponse,
+        incremental_alter_configs_response::AlterConfigsResourceResponse
     )
+}
+
+/// Takes out of `resources` the ones `session` may not alter, answered by `refused`.
+fn take_unalterable<R, T>(
+    broker: &Broker,
+    session: &Session,
+    resources: &mut Vec<R>,
+    key: impl Fn(&R) -> (i8, &StrBytes),
+    refused: impl Fn(&R, i16) -> T,
+) -> Vec<T> {
+    let mut out = Vec::new();
+    resources.retain(|r| {
+        let (resource_type, name) = key(r);
+        match config_denied(broker, session, resource_type, name, true) {
+            Some(code) => {
+                out.push(refused(r, code));
+                false
+            }
+            None => true,
+        }
+    });
+    out
 }
 
 /// Why `session` may not describe (`alter`: alter) the configs of a resource: a topic's need

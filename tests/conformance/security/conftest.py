@@ -53,12 +53,6 @@ def target(request):
     return request.config.getoption("--target")
 
 
-def xfail_on_evenkeel(request, reason):
-    """Mark the running test xfail (non-strict) when the target is evenkeel; never on Kafka."""
-    if request.config.getoption("--target") == "evenkeel":
-        request.node.add_marker(pytest.mark.xfail(reason="evenkeel: " + reason, strict=False))
-
-
 @pytest.fixture
 def topic_name(request):
     """A topic name unique to this run and test."""

@@ -1,10 +1,18 @@
 """SASL on a raw socket (SaslHandshake v1, SaslAuthenticate v1), for what kafka-python hides:
 the error code and message of a refused login (kafka-python only times out bootstrapping) and
 the broker's answer to a mechanism no client library would ask for."""
+import os
 import socket
 import struct
+import sys
 
 from kafka.net.sasl.scram import ScramClient
+
+# The main suite's raw-protocol helpers (STRING encoding, the field reader).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import wire  # noqa: E402
+
+_string = wire.string
 
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
@@ -16,24 +24,11 @@ UNSUPPORTED_SASL_MECHANISM = 33
 ILLEGAL_SASL_STATE = 34
 
 
-def _string(s):
-    b = s.encode()
-    return struct.pack(">h", len(b)) + b
-
-
 def _bytes(b):
     return struct.pack(">i", len(b)) + b
 
 
-class _Reader:
-    def __init__(self, data):
-        self.data, self.pos = data, 0
-
-    def take(self, fmt):
-        vals = struct.unpack_from(fmt, self.data, self.pos)
-        self.pos += struct.calcsize(fmt)
-        return vals if len(vals) > 1 else vals[0]
-
+class _Reader(wire.Reader):
     def nullable_string(self):
         n = self.take(">h")
         if n < 0:
