@@ -668,6 +668,27 @@ async fn every_api_refuses_a_principal_without_the_right() {
         .await
         .is_none());
     assert_eq!(acl_count(&plain), Some(0));
+    // CREATE without DESCRIBE: Metadata does not auto-create a topic it would then hide.
+    const CREATE: i8 = 5;
+    create_acls(&plain, vec![acl("User:alice", CREATE, "made-by-alice")]);
+    until_every_node_holds(&sec.cluster, 1).await;
+    let asked: MetadataResponse = raw::call(
+        &mut c,
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default()
+            .with_topics(Some(vec![
+                MetadataRequestTopic::default().with_name(Some(TopicName(s("made-by-alice"))))
+            ]))
+            .with_allow_auto_topic_creation(true),
+    );
+    assert_eq!(
+        asked.topics[0].error_code,
+        errors::TOPIC_AUTHORIZATION_FAILED
+    );
+    assert!(common::cluster::partition(&plain, "made-by-alice", 0)
+        .await
+        .is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -273,7 +273,11 @@ pub fn metadata(
     let img = broker.image();
     let (resp, mut missing) = answer(broker, &session, &img, version, &req, allow_create);
     let named = req.topics.is_some();
-    missing.retain(|t| may_create(broker, &session, t));
+    // As Kafka: a topic the session may not DESCRIBE is not auto-created for it either.
+    missing.retain(|t| {
+        broker.authorize(&session, Action::topic(AclOperation::Describe, t))
+            && may_create(broker, &session, t)
+    });
     if missing.is_empty() {
         return Outcome::Now(hide_undescribable(broker, &session, named, resp));
     }
