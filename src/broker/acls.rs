@@ -24,6 +24,16 @@ fn message(text: &str) -> Option<StrBytes> {
     (!text.is_empty()).then(|| msg(text)).flatten()
 }
 
+/// Why `session` may not use the ACL APIs for `op` (DESCRIBE or ALTER on the cluster): no
+/// authorizer is configured (SECURITY_DISABLED), or it lacks the right.
+fn refusal(broker: &Broker, session: &Session, op: AclOperation) -> Option<(i16, &'static str)> {
+    if broker.authorizer.is_none() {
+        return Some((errors::SECURITY_DISABLED, NO_AUTHORIZER));
+    }
+    (!broker.authorize(session, Action::cluster(op)))
+        .then_some((errors::CLUSTER_AUTHORIZATION_FAILED, ""))
+}
+
 /// DescribeAcls: the ACLs the filter matches, for a principal that may DESCRIBE the cluster.
 pub fn describe_acls(
     broker: &Arc<Broker>,
@@ -35,12 +45,12 @@ pub fn describe_acls(
             .with_error_code(code)
             .with_error_message(message(text))
     };
+    if let Some((code, text)) = refusal(broker, session, AclOperation::Describe) {
+        return refused(code, text);
+    }
     let Some(decisions) = broker.acl_decisions() else {
         return refused(errors::SECURITY_DISABLED, NO_AUTHORIZER);
     };
-    if !broker.authorize(session, Action::cluster(AclOperation::Describe)) {
-        return refused(errors::CLUSTER_AUTHORIZATION_FAILED, "");
-    }
     let filter = wire::describe_filter(&req);
     if filter.is_unknown() {
         return refused(errors::INVALID_REQUEST, UNKNOWN_FILTER);
@@ -63,11 +73,8 @@ pub fn create_acls(
             .with_error_message(message(text));
         CreateAclsResponse::default().with_results(vec![r; n])
     };
-    if broker.authorizer.is_none() {
-        return Outcome::Now(all(errors::SECURITY_DISABLED, NO_AUTHORIZER));
-    }
-    if !broker.authorize(session, Action::cluster(AclOperation::Alter)) {
-        return Outcome::Now(all(errors::CLUSTER_AUTHORIZATION_FAILED, ""));
+    if let Some((code, text)) = refusal(broker, session, AclOperation::Alter) {
+        return Outcome::Now(all(code, text));
     }
     let wanted: Vec<AclBinding> = req.creations.iter().map(wire::binding_of).collect();
     super::admin::forward(
@@ -108,11 +115,8 @@ pub fn delete_acls(
             .with_error_message(message(text));
         DeleteAclsResponse::default().with_filter_results(vec![r; n])
     };
-    if broker.authorizer.is_none() {
-        return Outcome::Now(all(errors::SECURITY_DISABLED, NO_AUTHORIZER));
-    }
-    if !broker.authorize(session, Action::cluster(AclOperation::Alter)) {
-        return Outcome::Now(all(errors::CLUSTER_AUTHORIZATION_FAILED, ""));
+    if let Some((code, text)) = refusal(broker, session, AclOperation::Alter) {
+        return Outcome::Now(all(code, text));
     }
     super::admin::forward(
         broker,

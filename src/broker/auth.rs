@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 
 use crate::config::auth::AuthorizerSettings;
 use crate::metadata::image::MetadataImage;
@@ -41,34 +41,37 @@ impl Session {
 
 type AclTable = Arc<BTreeMap<KafkaUuid, AclBinding>>;
 
-/// The StandardAuthorizer over the published image's ACLs, rebuilt when they change.
+/// The StandardAuthorizer over the published image's ACLs: rebuilt when a published image
+/// brings other ACLs (the metadata publisher's work), read by every request.
 pub struct Authorizer {
     config: AuthorizerConfig,
-    current: Mutex<(AclTable, Arc<StandardAuthorizer>)>,
+    current: RwLock<(AclTable, Arc<StandardAuthorizer>)>,
 }
 
 impl Authorizer {
     pub fn new(settings: &AuthorizerSettings) -> Authorizer {
-        let config = AuthorizerConfig {
-            super_users: settings.super_users.iter().cloned().collect(),
-            allow_everyone_if_no_acl_found: settings.allow_everyone_if_no_acl_found,
-        };
+        let config = AuthorizerConfig::from(settings);
         let empty = Arc::new(StandardAuthorizer::new(config.clone(), []));
         Authorizer {
             config,
-            current: Mutex::new((AclTable::default(), empty)),
+            current: RwLock::new((AclTable::default(), empty)),
         }
     }
 
-    /// The decisions over `img`'s ACLs (the same ones as last time when they did not change).
-    pub fn over(&self, img: &MetadataImage) -> Arc<StandardAuthorizer> {
+    /// Follows `img`'s ACLs; nothing to do when they are the ones it holds. Returns how many
+    /// ACLs it now holds.
+    pub fn publish(&self, img: &MetadataImage) -> usize {
         let acls = img.security().acls();
-        let mut cur = self.current.lock();
-        if !Arc::ptr_eq(&cur.0, acls) {
+        if !Arc::ptr_eq(&self.current.read().0, acls) {
             let built = StandardAuthorizer::new(self.config.clone(), acls.values().cloned());
-            *cur = (acls.clone(), Arc::new(built));
+            *self.current.write() = (acls.clone(), Arc::new(built));
         }
-        cur.1.clone()
+        acls.len()
+    }
+
+    /// The decisions over the ACLs last published.
+    pub fn current(&self) -> Arc<StandardAuthorizer> {
+        self.current.read().1.clone()
     }
 }
 
@@ -105,16 +108,9 @@ impl<'a> Action<'a> {
     }
 }
 
-/// Asks `authorizer` (none: everything is allowed) whether `session` may do `action`.
-pub fn allowed(
-    authorizer: Option<&StandardAuthorizer>,
-    session: &Session,
-    action: Action<'_>,
-) -> bool {
-    let Some(a) = authorizer else {
-        return true;
-    };
-    a.authorize(
+/// Whether `decisions` let `session` do `action`.
+fn allowed(decisions: &StandardAuthorizer, session: &Session, action: Action<'_>) -> bool {
+    decisions.authorize(
         &session.principal,
         &session.client_host,
         action.op,
@@ -126,13 +122,14 @@ pub fn allowed(
 impl super::Broker {
     /// The decisions over the published image's ACLs; `None` without an authorizer.
     pub(crate) fn acl_decisions(&self) -> Option<Arc<StandardAuthorizer>> {
-        let a = self.authorizer.as_ref()?;
-        let img = self.published.borrow().clone();
-        let decisions = a.over(&img);
-        self.metrics
-            .acls_total
-            .set(img.security().acls().len() as i64);
-        Some(decisions)
+        self.authorizer.as_ref().map(Authorizer::current)
+    }
+
+    /// Brings the authorizer in line with an image about to be published.
+    pub(crate) fn publish_acls(&self, img: &MetadataImage) {
+        if let Some(a) = &self.authorizer {
+            self.metrics.acls_total.set(a.publish(img) as i64);
+        }
     }
 
     /// Whether `session` may do `action` (always, without an authorizer), counted in the
@@ -141,7 +138,7 @@ impl super::Broker {
         let Some(decisions) = self.acl_decisions() else {
             return true;
         };
-        let ok = allowed(Some(&decisions), session, action);
+        let ok = allowed(&decisions, session, action);
         self.count_decision(ok);
         ok
     }
@@ -185,7 +182,7 @@ mod tests {
     }
 
     #[test]
-    fn decisions_follow_the_acls_of_the_image_given() {
+    fn decisions_follow_the_acls_published() {
         let a = Authorizer::new(&AuthorizerSettings {
             super_users: vec!["User:admin".into()],
             allow_everyone_if_no_acl_found: false,
@@ -193,21 +190,25 @@ mod tests {
         let alice = Session::new("User:alice", "10.0.0.7:5000".parse().ok(), "SASL");
         let mut img = MetadataImage::empty();
         let write = || Action::topic(AclOperation::Write, "orders");
-        assert!(!allowed(Some(&a.over(&img)), &alice, write()));
-        let before = a.over(&img);
+        assert_eq!(a.publish(&img), 0);
+        assert!(!allowed(&a.current(), &alice, write()));
+        let before = a.current();
         grant(&mut img, "User:alice", AclOperation::Write, "orders");
-        assert!(allowed(Some(&a.over(&img)), &alice, write()));
-        assert!(!Arc::ptr_eq(&before, &a.over(&img)), "rebuilt for new ACLs");
         assert!(
-            Arc::ptr_eq(&a.over(&img), &a.over(&img)),
-            "kept while they stay"
+            !allowed(&a.current(), &alice, write()),
+            "not before it is published"
         );
+        assert_eq!(a.publish(&img), 1);
+        assert!(allowed(&a.current(), &alice, write()));
+        assert!(!Arc::ptr_eq(&before, &a.current()), "rebuilt for new ACLs");
+        let now = a.current();
+        a.publish(&img);
+        assert!(Arc::ptr_eq(&now, &a.current()), "kept while they stay");
         let admin = Session::new("User:admin", None, "SASL");
         assert!(allowed(
-            Some(&a.over(&img)),
+            &a.current(),
             &admin,
             Action::cluster(AclOperation::Alter)
         ));
-        assert!(allowed(None, &alice, Action::cluster(AclOperation::Alter)));
     }
 }

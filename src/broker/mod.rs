@@ -375,6 +375,9 @@ impl Broker {
     /// Applies a new image: partitions first (logs, leaders, followers), then the group
     /// coordinators of `__consumer_offsets` partitions gained or lost, then publishes it.
     pub fn publish(&self, image: Arc<MetadataImage>) -> Result<(), StorageError> {
+        // ACLs first: they do not wait on the logs, and a failed log change must not hold
+        // back a revoked permission.
+        self.publish_acls(&image);
         if self.registered_in(&image) {
             self.apply_roles(&image)?;
         }

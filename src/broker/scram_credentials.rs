@@ -17,6 +17,7 @@ use crate::metadata::image::MetadataImage;
 use crate::protocol::errors;
 use crate::protocol::str_bytes as s;
 use crate::security::acl::AclOperation;
+use crate::security::wire;
 
 /// DescribeUserScramCredentials: the users asked for (every user with a credential when none
 /// are named), each with its mechanisms and iterations, or RESOURCE_NOT_FOUND.
@@ -30,15 +31,12 @@ pub fn describe(
             .with_error_code(errors::CLUSTER_AUTHORIZATION_FAILED);
     }
     let img = broker.image();
-    let mut users: Vec<String> = match &req.users {
-        Some(named) if !named.is_empty() => named.iter().map(|u| u.name.to_string()).collect(),
-        _ => img
-            .security()
-            .scram_credentials()
-            .map(|c| c.name.clone())
-            .collect(),
+    let users = match &req.users {
+        Some(named) if !named.is_empty() => {
+            wire::unique_names(named.iter().map(|u| u.name.to_string()))
+        }
+        _ => wire::unique_names(img.security().scram_credentials().map(|c| c.name.clone())),
     };
-    users.dedup();
     let results = users.iter().map(|u| describe_user(&img, u)).collect();
     DescribeUserScramCredentialsResponse::default().with_results(results)
 }
@@ -72,13 +70,7 @@ pub fn alter(
     version: i16,
     req: AlterUserScramCredentialsRequest,
 ) -> Outcome<AlterUserScramCredentialsResponse> {
-    let mut users: Vec<String> = req
-        .deletions
-        .iter()
-        .map(|d| d.name.to_string())
-        .chain(req.upsertions.iter().map(|u| u.name.to_string()))
-        .collect();
-    users.dedup();
+    let users = wire::scram_users(&req);
     let all = move |code: i16| {
         let results = users
             .iter()

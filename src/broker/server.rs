@@ -458,6 +458,37 @@ async fn handler(id: usize, broker: Arc<Broker>, rx: async_channel::Receiver<Job
     tracing::debug!(handler = id, "request handler stopped");
 }
 
+/// A SASL listener's turn at a request: `Ok(true)` when the authenticator answered it (after a
+/// login, `session` names the principal and full-size frames are read again), `Ok(false)` when
+/// it is served as usual; an error closes the connection.
+async fn sasl_turn(
+    conn: &mut Connection,
+    auth: &mut SaslAuthenticator,
+    broker: &Arc<Broker>,
+    frame: &Bytes,
+    session: &mut Arc<Session>,
+) -> Result<bool, CloseReason> {
+    match auth.on_request(broker, frame) {
+        SaslStep::Serve => Ok(false),
+        SaslStep::Answer(f) => conn.write(&f).await.map(|_| true),
+        SaslStep::Authenticated(f, principal) => {
+            *session = Arc::new(Session::new(principal, session.peer, &session.listener));
+            conn.set_max_request_bytes(broker.config.socket_request_max_bytes);
+            conn.write(&f).await.map(|_| true)
+        }
+        SaslStep::AnswerAndClose(f, reason) => {
+            conn.write(&f).await?;
+            Err(CloseReason::Handler(reason))
+        }
+        SaslStep::Failed(f, reason) => {
+            conn.write(&f).await?;
+            tokio::time::sleep(broker.config.connections.failed_authentication_delay()).await;
+            Err(CloseReason::Handler(reason))
+        }
+        SaslStep::Close(reason) => Err(CloseReason::Handler(reason)),
+    }
+}
+
 /// Serves one connection until the peer closes it, a frame is bad, or the broker stops.
 async fn connection(
     mut conn: Connection,
@@ -469,7 +500,6 @@ async fn connection(
     let peer = conn.peer();
     let mut session = Arc::new(Session::new(conn.principal(), Some(peer), &listener));
     // Until a SASL client has logged in it may send only small frames.
-    let max_request_bytes = broker.config.socket_request_max_bytes;
     if sasl.is_some() {
         conn.set_max_request_bytes(broker.config.auth.sasl_server_max_receive_size);
     }
@@ -478,29 +508,8 @@ async fn connection(
             return Ok(());
         };
         if let Some(auth) = sasl.as_mut() {
-            match auth.on_request(&broker, &frame) {
-                SaslStep::Serve => {}
-                SaslStep::Answer(f) => {
-                    conn.write(&f).await?;
-                    continue;
-                }
-                SaslStep::Authenticated(f, principal) => {
-                    session = Arc::new(Session::new(principal, Some(peer), &listener));
-                    conn.set_max_request_bytes(max_request_bytes);
-                    conn.write(&f).await?;
-                    continue;
-                }
-                SaslStep::AnswerAndClose(f, reason) => {
-                    conn.write(&f).await?;
-                    return Err(CloseReason::Handler(reason));
-                }
-                SaslStep::Failed(f, reason) => {
-                    conn.write(&f).await?;
-                    let delay = broker.config.connections.failed_authentication_delay();
-                    tokio::time::sleep(delay).await;
-                    return Err(CloseReason::Handler(reason));
-                }
-                SaslStep::Close(reason) => return Err(CloseReason::Handler(reason)),
+            if sasl_turn(&mut conn, auth, &broker, &frame, &mut session).await? {
+                continue;
             }
         }
         let arrived = Instant::now();

@@ -82,12 +82,7 @@ impl ControllerNode {
             salt: u.salt.to_vec(),
             salted_password: u.salted_password.to_vec(),
         }));
-        let mut users: Vec<String> = Vec::new();
-        for c in &changes {
-            if !users.iter().any(|u| u == c.user()) {
-                users.push(c.user().to_string());
-            }
-        }
+        let users = wire::scram_users(&r);
         let result = |user: &str, e: Option<&ControllerError>| {
             AlterUserScramCredentialsResult::default()
                 .with_user(s(user.to_string()))

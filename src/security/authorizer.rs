@@ -4,7 +4,8 @@
 //! DESCRIBE_CONFIGS), and a resource no ACL names follows `allow.everyone.if.no.acl.found`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::config::auth::AuthorizerSettings;
 
 use super::acl::{
     AclBinding, AclBindingFilter, AclOperation, PatternType, PermissionType, ResourcePattern,
@@ -39,15 +40,12 @@ pub struct AuthorizerConfig {
     pub allow_everyone_if_no_acl_found: bool,
 }
 
-impl AuthorizerConfig {
-    /// `super.users` as Kafka writes it: principals separated by `;`.
-    pub fn parse_super_users(value: &str) -> HashSet<String> {
-        value
-            .split(';')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(String::from)
-            .collect()
+impl From<&AuthorizerSettings> for AuthorizerConfig {
+    fn from(s: &AuthorizerSettings) -> Self {
+        AuthorizerConfig {
+            super_users: s.super_users.iter().cloned().collect(),
+            allow_everyone_if_no_acl_found: s.allow_everyone_if_no_acl_found,
+        }
     }
 }
 
@@ -60,14 +58,12 @@ struct TypeAcls {
     prefixed: BTreeMap<String, Vec<AclBinding>>,
 }
 
-/// Decisions over a set of ACLs (the metadata log's), with the counts Kafka's
+/// Decisions over a set of ACLs (the metadata log's); the broker counts them for Kafka's
 /// authorizer-metrics report.
 #[derive(Debug, Default)]
 pub struct StandardAuthorizer {
     config: AuthorizerConfig,
     acls: HashMap<ResourceType, TypeAcls>,
-    allowed: AtomicU64,
-    denied: AtomicU64,
 }
 
 impl StandardAuthorizer {
@@ -83,7 +79,7 @@ impl StandardAuthorizer {
     }
 
     /// Adds one ACL (an AccessControlEntryRecord); a copy of one present is ignored.
-    pub fn add(&mut self, b: AclBinding) {
+    fn add(&mut self, b: AclBinding) {
         let t = self.acls.entry(b.pattern.resource_type).or_default();
         let list = match b.pattern.pattern_type {
             PatternType::Prefixed => t.prefixed.entry(b.pattern.name.clone()).or_default(),
@@ -92,23 +88,6 @@ impl StandardAuthorizer {
         if !list.contains(&b) {
             list.push(b);
         }
-    }
-
-    /// Removes one ACL (a RemoveAccessControlEntryRecord); whether it was there.
-    pub fn remove(&mut self, b: &AclBinding) -> bool {
-        let Some(t) = self.acls.get_mut(&b.pattern.resource_type) else {
-            return false;
-        };
-        let list = match b.pattern.pattern_type {
-            PatternType::Prefixed => t.prefixed.get_mut(&b.pattern.name),
-            _ => t.literal.get_mut(&b.pattern.name),
-        };
-        let Some(list) = list else {
-            return false;
-        };
-        let before = list.len();
-        list.retain(|x| x != b);
-        before != list.len()
     }
 
     /// Every ACL `filter` matches (DescribeAcls; DeleteAcls removes these).
@@ -126,7 +105,7 @@ impl StandardAuthorizer {
     }
 
     /// May `principal` (`User:alice`) from `host` do `op` on the resource `name` of type `rt`?
-    /// Counted, and logged at debug with the rule that decided.
+    /// Logged at debug with the rule that decided.
     pub fn authorize(
         &self,
         principal: &str,
@@ -143,11 +122,6 @@ impl StandardAuthorizer {
             Rule::MatchingAcl(b) if b.permission == PermissionType::Allow => Decision::Allowed,
             Rule::MatchingAcl(_) => Decision::Denied,
         };
-        let counter = match decision {
-            Decision::Allowed => &self.allowed,
-            Decision::Denied => &self.denied,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(
             principal, host, operation = %op, resource_type = %rt, resource = name,
             ?decision, ?rule, "authorization"
@@ -195,14 +169,6 @@ impl StandardAuthorizer {
             true => Decision::Allowed,
             false => Decision::Denied,
         }
-    }
-
-    /// Decisions so far: `(allowed, denied)`.
-    pub fn counts(&self) -> (u64, u64) {
-        (
-            self.allowed.load(Ordering::Relaxed),
-            self.denied.load(Ordering::Relaxed),
-        )
     }
 
     /// The rule that decides, as Kafka's StandardAuthorizerData finds it: a matching DENY,
@@ -422,7 +388,7 @@ mod tests {
     #[test]
     fn super_users_may_do_anything_and_hosts_narrow_an_acl() {
         let config = AuthorizerConfig {
-            super_users: AuthorizerConfig::parse_super_users("User:admin; User:operator"),
+            super_users: HashSet::from(["User:admin".into(), "User:operator".into()]),
             ..AuthorizerConfig::default()
         };
         let mut from_one_host = allow("t", PatternType::Literal, ALICE, Op::Read);
@@ -459,19 +425,11 @@ mod tests {
     }
 
     #[test]
-    fn removed_acls_stop_applying_and_decisions_are_counted() {
+    fn an_acl_given_twice_is_stored_once() {
         let grant = allow("t", PatternType::Prefixed, ALICE, Op::Read);
-        let mut a = authorizer(vec![grant.clone(), grant.clone()]);
-        assert_eq!(
-            a.acls(&AclBindingFilter::any()),
-            vec![grant.clone()],
-            "stored once"
-        );
+        let a = authorizer(vec![grant.clone(), grant.clone()]);
+        assert_eq!(a.acls(&AclBindingFilter::any()), vec![grant], "stored once");
         assert_eq!(topic(&a, ALICE, Op::Read, "t1"), Decision::Allowed);
-        assert!(a.remove(&grant));
-        assert!(!a.remove(&grant));
-        assert_eq!(topic(&a, ALICE, Op::Read, "t1"), Decision::Denied);
-        assert_eq!(a.counts(), (1, 1));
     }
 
     #[test]

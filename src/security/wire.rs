@@ -1,11 +1,12 @@
 //! ACL bindings and filters to and from Kafka's CreateAcls, DescribeAcls and DeleteAcls
-//! messages, so the broker and the controller read and answer them the same way.
+//! messages, and the users of AlterUserScramCredentials, so the broker and the controller read
+//! and answer them the same way.
 
 use kafka_protocol::messages::create_acls_request::AclCreation;
 use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
 use kafka_protocol::messages::delete_acls_response::DeleteAclsMatchingAcl;
 use kafka_protocol::messages::describe_acls_response::{AclDescription, DescribeAclsResource};
-use kafka_protocol::messages::DescribeAclsRequest;
+use kafka_protocol::messages::{AlterUserScramCredentialsRequest, DescribeAclsRequest};
 use kafka_protocol::protocol::StrBytes;
 
 use super::acl::{
@@ -97,6 +98,28 @@ pub fn binding_of_matching(m: &DeleteAclsMatchingAcl) -> AclBinding {
     }
 }
 
+/// Each name once, in the order of its first appearance.
+pub fn unique_names(names: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for n in names {
+        if !out.contains(&n) {
+            out.push(n);
+        }
+    }
+    out
+}
+
+/// The users an AlterUserScramCredentials request names, each once (deletions first), in the
+/// order its per-user results are answered.
+pub fn scram_users(req: &AlterUserScramCredentialsRequest) -> Vec<String> {
+    unique_names(
+        req.deletions
+            .iter()
+            .map(|d| d.name.to_string())
+            .chain(req.upsertions.iter().map(|u| u.name.to_string())),
+    )
+}
+
 /// DescribeAcls' answer: the bindings grouped by resource pattern (they come sorted, so each
 /// pattern's bindings are together).
 pub fn describe_resources(bindings: &[AclBinding]) -> Vec<DescribeAclsResource> {
@@ -146,6 +169,12 @@ mod tests {
         let b = binding("orders", AclOperation::Write);
         assert_eq!(binding_of(&creation_of(&b)), b);
         assert_eq!(binding_of_matching(&matching_acl(&b)), b);
+    }
+
+    #[test]
+    fn names_are_kept_once_in_their_first_order() {
+        let names = ["b", "a", "b", "c", "a"].map(String::from);
+        assert_eq!(unique_names(names), vec!["b", "a", "c"]);
     }
 
     #[test]
