@@ -239,9 +239,9 @@ pub fn fetch(
     let denied = denied_targets(broker, session, follower, &targets);
     let infos = targets
         .iter()
-        .zip(&denied)
-        .filter(|(_, denied)| !**denied)
-        .map(|(t, _)| {
+        .enumerate()
+        .filter(|(i, _)| denied.as_ref().is_none_or(|d| !d[*i]))
+        .map(|(_, t)| {
             let tp = TopicPartition::new(t.topic.clone(), t.key.partition);
             (tp, t.info.clone())
         })
@@ -251,30 +251,39 @@ pub fn fetch(
     broker
         .replicas
         .fetch_messages(params, infos)
-        .map(move |read| respond(&b, &session, ctx, targets, with_denied(read, &denied)))
+        .map(move |read| {
+            let read = match &denied {
+                Some(d) => with_denied(read, d),
+                None => read,
+            };
+            respond(&b, &session, ctx, targets, read)
+        })
 }
 
 /// Which targets the session may not read: all of a follower's without CLUSTER_ACTION, and a
-/// consumer's in topics it may not READ (asked once per topic).
+/// consumer's in topics it may not READ (asked once per topic). `None` without an authorizer,
+/// so an open broker's fetches pay nothing for it.
 fn denied_targets(
     broker: &Broker,
     session: &Session,
     follower: bool,
     targets: &[FetchTarget],
-) -> Vec<bool> {
+) -> Option<Vec<bool>> {
+    broker.acl_decisions()?;
     if follower {
         let ok = broker.authorize(session, Action::cluster(AclOperation::ClusterAction));
-        return vec![!ok; targets.len()];
+        return Some(vec![!ok; targets.len()]);
     }
     let mut by_topic: HashMap<&str, bool> = HashMap::new();
-    targets
+    let denied = targets
         .iter()
         .map(|t| {
             !*by_topic.entry(&t.topic).or_insert_with(|| {
                 broker.authorize(session, Action::topic(AclOperation::Read, &t.topic))
             })
         })
-        .collect()
+        .collect();
+    Some(denied)
 }
 
 /// The read results of the allowed targets, with TOPIC_AUTHORIZATION_FAILED in the places of

@@ -72,7 +72,6 @@ pub const KEYS: &[&str] = &[
     "super.users",
     "allow.everyone.if.no.acl.found",
     "sasl.enabled.mechanisms",
-    "sasl.jaas.config",
     "connections.max.reauth.ms",
     "sasl.server.max.receive.size",
     INTER_BROKER_MECHANISM,
