@@ -200,7 +200,7 @@ impl ScramCredential {
     }
 
     /// StoredKey and ServerKey of a salted password, the iterations unchecked.
-    pub(crate) fn derive(
+    fn derive(
         mechanism: ScramMechanism,
         salt: &[u8],
         salted_password: &[u8],
