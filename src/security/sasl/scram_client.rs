@@ -93,10 +93,6 @@ impl ScramClient {
         }
     }
 
-    pub fn is_complete(&self) -> bool {
-        matches!(self.state, State::Complete)
-    }
-
     /// The first message, `n,,n=<user>,r=<nonce>`.
     pub fn client_first(&mut self) -> Result<Vec<u8>, ScramClientError> {
         if let Some(error) = self.out_of_order(|s| matches!(s, State::SendClientFirst)) {
@@ -167,7 +163,7 @@ impl ScramClient {
     /// Kafka's iteration bounds, in the client's words.
     fn check_iterations(&self, iterations: i32) -> Result<(), ScramClientError> {
         let mechanism = self.mechanism;
-        check_iterations(mechanism, iterations).map_err(|e| match e {
+        check_iterations(iterations).map_err(|e| match e {
             ScramCredentialError::TooFewIterations { minimum, .. } => {
                 ScramClientError::IterationsBelowMinimum {
                     iterations,
