@@ -579,10 +579,11 @@ fn cmd_format(
     if evenkeel::storage::KafkaUuid::parse(&id).is_none() {
         anyhow::bail!("--cluster-id {id:?} is not a Kafka cluster id (22 characters of URL-safe base64, as kafka-storage random-uuid prints)");
     }
+    // The bootstrap records first (always, replacing any left by an interrupted format):
+    // meta.properties is the mark of a formatted directory, so it must come last.
+    std::fs::create_dir_all(&config.log_dir)?;
+    evenkeel::metadata::bootstrap::write(&config.log_dir, &bootstrap)?;
     evenkeel::broker::format_log_dir(&config.log_dir, &id, config.node_id)?;
-    if !bootstrap.is_empty() {
-        evenkeel::metadata::bootstrap::write(&config.log_dir, &bootstrap)?;
-    }
     println!(
         "Formatting {} with cluster.id {id} and node.id {}",
         config.log_dir.display(),

@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use super::records::MetadataRecord;
+use crate::storage::checkpoint::write_atomic;
+use crate::storage::StorageError;
 
 /// The file's name in the log directory.
 pub const FILE: &str = "evenkeel-bootstrap.records";
@@ -16,32 +18,22 @@ pub enum BootstrapError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("cannot write {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("cannot write the bootstrap records: {0}")]
+    Write(#[from] StorageError),
     #[error("{path} is damaged: {reason}")]
     Damaged { path: PathBuf, reason: String },
 }
 
 /// Writes `records` (each as its metadata record value, after a 4-byte length) into `dir`,
-/// through a temporary file so that a crash leaves the old file or the new one.
+/// through a synced temporary file so that a crash leaves the old file or the new one.
 pub fn write(dir: &Path, records: &[MetadataRecord]) -> Result<(), BootstrapError> {
-    let path = dir.join(FILE);
     let mut bytes = Vec::new();
     for r in records {
         let value = r.encode();
         bytes.extend_from_slice(&(value.len() as u32).to_be_bytes());
         bytes.extend_from_slice(&value);
     }
-    let tmp = dir.join(format!("{FILE}.tmp"));
-    let err = |source| BootstrapError::Write {
-        path: path.clone(),
-        source,
-    };
-    std::fs::write(&tmp, &bytes).map_err(err)?;
-    std::fs::rename(&tmp, &path).map_err(err)
+    Ok(write_atomic(&dir.join(FILE), &bytes)?)
 }
 
 /// The records in `dir`; none when there is no file.
@@ -92,6 +84,26 @@ mod tests {
         ];
         write(dir.path(), &recs).unwrap();
         assert_eq!(read(dir.path()).unwrap(), recs);
+    }
+
+    #[test]
+    fn scram_users_survive_the_file() {
+        use crate::metadata::records::ScramCredentialRecord;
+        use crate::security::sasl::{ScramCredential, ScramMechanism};
+        let dir = tempfile::tempdir().unwrap();
+        let recs: Vec<_> = ScramMechanism::ALL
+            .into_iter()
+            .map(|m| {
+                let credential =
+                    ScramCredential::from_password(m, "secret", b"salt", 8192).unwrap();
+                MetadataRecord::UserScramCredential(ScramCredentialRecord::new(
+                    "alice", m, credential,
+                ))
+            })
+            .collect();
+        write(dir.path(), &recs).unwrap();
+        assert_eq!(read(dir.path()).unwrap(), recs);
+        assert!(!dir.path().join(format!("{FILE}.tmp")).exists());
     }
 
     #[test]

@@ -2,19 +2,13 @@
 
 Uses kafka-python and Apache Kafka's Java tools (bench/kafka/tool). See docs/conformance.md.
 """
-import os
-import subprocess
-import uuid
-
 import pytest
+
+from common import ignore_kafka_python_warnings, name_fixtures, run_tool
 
 # The security tier (SASL listeners, the authorizer) needs a node set up for it:
 # tests/conformance/security/run starts one and runs it on its own.
 collect_ignore = ["security"]
-
-REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-TOOL = os.path.join(REPO_ROOT, "bench", "kafka", "tool")
-
 
 def pytest_addoption(parser):
     group = parser.getgroup("conformance")
@@ -52,31 +46,7 @@ def xfail_on_evenkeel(request, reason):
         request.node.add_marker(pytest.mark.xfail(reason="evenkeel: " + reason, strict=False))
 
 
-@pytest.fixture
-def topic_name(request):
-    """A topic name unique to this test run and test."""
-    base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40]
-    return "conf-%s-%s" % (base.strip("-"), uuid.uuid4().hex[:8])
-
-
-@pytest.fixture
-def group_name(request):
-    return "conf-group-%s" % uuid.uuid4().hex[:8]
-
-
-def run_tool(name, *args, timeout=120):
-    """Run `bench/kafka/tool <name> args...`; returns (exit code, stdout, stderr).
-
-    A timeout is reported as exit code -1 with a note on stderr (it does not raise)."""
-    try:
-        p = subprocess.run([TOOL, name, *[str(a) for a in args]], cwd=REPO_ROOT,
-                           stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                           timeout=timeout)
-        return p.returncode, p.stdout, p.stderr
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-        return -1, out, err + "\n[conformance] %s timed out after %ss" % (name, timeout)
+topic_name, group_name = name_fixtures("conf")
 
 
 @pytest.fixture(scope="session")
@@ -103,9 +73,7 @@ def make_topic(bootstrap):
 
 
 def pytest_configure(config):
-    # kafka-python 3.0 loads its protocol schemas with deprecated importlib.resources calls.
-    config.addinivalue_line("filterwarnings", "ignore::DeprecationWarning:kafka")
-    config.addinivalue_line("filterwarnings", "ignore::DeprecationWarning:importlib")
+    ignore_kafka_python_warnings(config)
     config.addinivalue_line("markers", "needs_brokers(n): the scenario needs a cluster of at "
                             "least n brokers; on a smaller target it is reported as NOT YET")
 

@@ -13,7 +13,7 @@ pub struct PlainServer {
 enum State {
     #[default]
     Initial,
-    Complete(String),
+    Complete,
     Failed,
 }
 
@@ -30,12 +30,12 @@ impl PlainServer {
     ) -> Result<SaslStep, SaslError> {
         match self.state {
             State::Initial => {}
-            State::Complete(_) => return Err(SaslError::IllegalState("COMPLETE")),
+            State::Complete => return Err(SaslError::IllegalState("COMPLETE")),
             State::Failed => return Err(SaslError::IllegalState("FAILED")),
         }
         match authenticate(response, check) {
             Ok(user) => {
-                self.state = State::Complete(user.clone());
+                self.state = State::Complete;
                 Ok(SaslStep::Complete {
                     authorization_id: user,
                     final_bytes: Vec::new(),
@@ -45,13 +45,6 @@ impl PlainServer {
                 self.state = State::Failed;
                 Err(e)
             }
-        }
-    }
-
-    pub fn authorization_id(&self) -> Option<&str> {
-        match &self.state {
-            State::Complete(user) => Some(user),
-            _ => None,
         }
     }
 }
@@ -173,15 +166,22 @@ mod tests {
     #[test]
     fn no_second_message() {
         let mut server = PlainServer::new();
-        assert!(server.evaluate(b"\0alice\0alice-secret", &alice).is_ok());
-        assert_eq!(server.authorization_id(), Some("alice"));
+        assert_eq!(
+            server.evaluate(b"\0alice\0alice-secret", &alice),
+            Ok(SaslStep::Complete {
+                authorization_id: "alice".into(),
+                final_bytes: Vec::new(),
+            })
+        );
         assert_eq!(
             server.evaluate(b"\0alice\0alice-secret", &alice),
             Err(SaslError::IllegalState("COMPLETE"))
         );
         let mut server = PlainServer::new();
-        assert!(server.evaluate(b"\0alice\0wrong", &alice).is_err());
-        assert_eq!(server.authorization_id(), None);
+        assert_eq!(
+            server.evaluate(b"\0alice\0wrong", &alice),
+            Err(SaslError::InvalidUsernameOrPassword)
+        );
         assert_eq!(
             server.evaluate(b"\0alice\0alice-secret", &alice),
             Err(SaslError::IllegalState("FAILED"))

@@ -60,14 +60,6 @@ impl ScramMechanism {
         Self::ALL.into_iter().find(|m| m.type_code() == code)
     }
 
-    pub fn min_iterations(self) -> i32 {
-        Self::MIN_ITERATIONS
-    }
-
-    pub fn max_iterations(self) -> i32 {
-        Self::MAX_ITERATIONS
-    }
-
     /// The hash's output length: the length of keys, signatures and proofs.
     pub fn hash_len(self) -> usize {
         match self {
@@ -174,18 +166,9 @@ impl ScramCredential {
         salt: &[u8],
         iterations: i32,
     ) -> Result<Self, ScramCredentialError> {
-        check_iterations(mechanism, iterations)?;
+        check_iterations(iterations)?;
         let salted = mechanism.salted_password(password, salt, iterations);
         Self::from_salted_password(mechanism, salt, &salted, iterations)
-    }
-
-    /// [`ScramCredential::from_password`] with a fresh random salt.
-    pub fn from_password_random_salt(
-        mechanism: ScramMechanism,
-        password: &str,
-        iterations: i32,
-    ) -> Result<Self, ScramCredentialError> {
-        Self::from_password(mechanism, password, random_nonce().as_bytes(), iterations)
     }
 
     /// The credential of an already salted password (`Hi(password, salt, iterations)`).
@@ -195,12 +178,12 @@ impl ScramCredential {
         salted_password: &[u8],
         iterations: i32,
     ) -> Result<Self, ScramCredentialError> {
-        check_iterations(mechanism, iterations)?;
+        check_iterations(iterations)?;
         Ok(Self::derive(mechanism, salt, salted_password, iterations))
     }
 
     /// StoredKey and ServerKey of a salted password, the iterations unchecked.
-    pub(crate) fn derive(
+    fn derive(
         mechanism: ScramMechanism,
         salt: &[u8],
         salted_password: &[u8],
@@ -216,20 +199,17 @@ impl ScramCredential {
 }
 
 /// Kafka's bounds: at least [`ScramMechanism::MIN_ITERATIONS`], at most [`ScramMechanism::MAX_ITERATIONS`].
-pub fn check_iterations(
-    mechanism: ScramMechanism,
-    iterations: i32,
-) -> Result<(), ScramCredentialError> {
-    if iterations < mechanism.min_iterations() {
+pub fn check_iterations(iterations: i32) -> Result<(), ScramCredentialError> {
+    if iterations < ScramMechanism::MIN_ITERATIONS {
         return Err(ScramCredentialError::TooFewIterations {
             iterations,
-            minimum: mechanism.min_iterations(),
+            minimum: ScramMechanism::MIN_ITERATIONS,
         });
     }
-    if iterations > mechanism.max_iterations() {
+    if iterations > ScramMechanism::MAX_ITERATIONS {
         return Err(ScramCredentialError::TooManyIterations {
             iterations,
-            maximum: mechanism.max_iterations(),
+            maximum: ScramMechanism::MAX_ITERATIONS,
         });
     }
     Ok(())
@@ -278,6 +258,8 @@ fn unknown_user_credential(mechanism: ScramMechanism, user: &str) -> ScramCreden
 #[derive(Debug)]
 pub struct ScramServer {
     mechanism: ScramMechanism,
+    /// The nonce part a test vector fixes; production always draws a random one.
+    #[cfg(test)]
     server_nonce: Option<String>,
     state: State,
 }
@@ -286,7 +268,7 @@ pub struct ScramServer {
 enum State {
     ReceiveClientFirst,
     ReceiveClientFinal(Box<Pending>),
-    Complete(String),
+    Complete,
     Failed,
 }
 
@@ -306,12 +288,14 @@ impl ScramServer {
     pub fn new(mechanism: ScramMechanism) -> Self {
         ScramServer {
             mechanism,
+            #[cfg(test)]
             server_nonce: None,
             state: State::ReceiveClientFirst,
         }
     }
 
-    /// A server whose nonce part is `server_nonce` instead of a random one: for test vectors only.
+    /// A server whose nonce part is `server_nonce` instead of a random one: for test vectors.
+    #[cfg(test)]
     pub fn with_server_nonce(mechanism: ScramMechanism, server_nonce: &str) -> Self {
         ScramServer {
             server_nonce: Some(server_nonce.to_string()),
@@ -321,13 +305,6 @@ impl ScramServer {
 
     pub fn mechanism(&self) -> ScramMechanism {
         self.mechanism
-    }
-
-    pub fn authorization_id(&self) -> Option<&str> {
-        match &self.state {
-            State::Complete(user) => Some(user),
-            _ => None,
-        }
     }
 
     /// Takes the client's next message; `lookup(user, mechanism)` gives the user's credential.
@@ -346,14 +323,14 @@ impl ScramServer {
             }
             State::ReceiveClientFinal(pending) => {
                 let final_bytes = self.client_final(response, &pending)?;
-                self.state = State::Complete(pending.user.clone());
+                self.state = State::Complete;
                 Ok(SaslStep::Complete {
                     authorization_id: pending.user,
                     final_bytes,
                 })
             }
-            State::Complete(user) => {
-                self.state = State::Complete(user);
+            State::Complete => {
+                self.state = State::Complete;
                 Err(SaslError::IllegalState("COMPLETE"))
             }
             State::Failed => Err(SaslError::IllegalState("FAILED")),
@@ -377,14 +354,14 @@ impl ScramServer {
             Some(credential) => (credential, true),
             None => (unknown_user_credential(self.mechanism, &first.user), false),
         };
-        if credential.iterations < self.mechanism.min_iterations() {
+        if credential.iterations < ScramMechanism::MIN_ITERATIONS {
             return Err(SaslError::IterationsBelowMinimum {
                 iterations: credential.iterations,
-                minimum: self.mechanism.min_iterations(),
+                minimum: ScramMechanism::MIN_ITERATIONS,
                 mechanism: self.mechanism,
             });
         }
-        let server_nonce = self.server_nonce.clone().unwrap_or_else(random_nonce);
+        let server_nonce = self.server_nonce();
         let nonce = format!("{}{server_nonce}", first.nonce);
         let server_first = msg::server_first(&nonce, &credential.salt, credential.iterations);
         Ok(Pending {
@@ -396,6 +373,16 @@ impl ScramServer {
             server_first,
             nonce,
         })
+    }
+
+    #[cfg(not(test))]
+    fn server_nonce(&self) -> String {
+        random_nonce()
+    }
+
+    #[cfg(test)]
+    fn server_nonce(&self) -> String {
+        self.server_nonce.clone().unwrap_or_else(random_nonce)
     }
 
     /// Checks the final message and returns the server-final message `v=<ServerSignature>`.

@@ -8,7 +8,7 @@ use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
 use base64::engine::DecodePaddingMode;
 use base64::Engine;
 
-use super::scram::{random_nonce, ScramCredential, ScramMechanism};
+use super::scram::{random_nonce, ScramCredential, ScramCredentialError, ScramMechanism};
 
 /// One `--add-scram` argument: the credential to write as a UserScramCredentialRecord.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,16 +92,20 @@ pub fn parse_add_scram(argument: &str) -> Result<AddScram, AddScramError> {
         let keys: Vec<&str> = components.keys().map(String::as_str).collect();
         return Err(AddScramError::UnknownConfigurations(keys.join(", ")));
     }
-    check_iterations(mechanism, iterations)?;
     let salt = salt.unwrap_or_else(|| random_nonce().into_bytes());
-    let salted = match secret {
-        Secret::Password(password) => mechanism.salted_password(&password, &salt, iterations),
-        Secret::Salted(salted) => salted,
-    };
+    let credential = match secret {
+        Secret::Password(password) => {
+            ScramCredential::from_password(mechanism, &password, &salt, iterations)
+        }
+        Secret::Salted(salted) => {
+            ScramCredential::from_salted_password(mechanism, &salt, &salted, iterations)
+        }
+    }
+    .map_err(|e| iterations_error(mechanism, e))?;
     Ok(AddScram {
         mechanism,
         user,
-        credential: ScramCredential::derive(mechanism, &salt, &salted, iterations),
+        credential,
     })
 }
 
@@ -167,20 +171,16 @@ fn password_or_salted(
     }
 }
 
-fn check_iterations(mechanism: ScramMechanism, iterations: i32) -> Result<(), AddScramError> {
-    if iterations < mechanism.min_iterations() {
-        return Err(AddScramError::TooFewIterations {
-            minimum: mechanism.min_iterations(),
-            mechanism,
-        });
+/// The credential's iteration refusal in `kafka-storage format`'s words.
+fn iterations_error(mechanism: ScramMechanism, error: ScramCredentialError) -> AddScramError {
+    match error {
+        ScramCredentialError::TooFewIterations { minimum, .. } => {
+            AddScramError::TooFewIterations { minimum, mechanism }
+        }
+        ScramCredentialError::TooManyIterations { maximum, .. } => {
+            AddScramError::TooManyIterations { maximum, mechanism }
+        }
     }
-    if iterations > mechanism.max_iterations() {
-        return Err(AddScramError::TooManyIterations {
-            maximum: mechanism.max_iterations(),
-            mechanism,
-        });
-    }
-    Ok(())
 }
 
 /// Java's `String.trim()`: strips characters up to and including the space.

@@ -3,7 +3,7 @@
 
 use subtle::ConstantTimeEq;
 
-use super::scram::{random_nonce, xor, ScramMechanism};
+use super::scram::{check_iterations, random_nonce, xor, ScramCredentialError, ScramMechanism};
 use super::scram_messages::{self as msg, ServerFinal};
 
 /// Why a client-side exchange failed, in the words of Kafka's ScramSaslClient.
@@ -93,10 +93,6 @@ impl ScramClient {
         }
     }
 
-    pub fn is_complete(&self) -> bool {
-        matches!(self.state, State::Complete)
-    }
-
     /// The first message, `n,,n=<user>,r=<nonce>`.
     pub fn client_first(&mut self) -> Result<Vec<u8>, ScramClientError> {
         if let Some(error) = self.out_of_order(|s| matches!(s, State::SendClientFirst)) {
@@ -164,23 +160,25 @@ impl ScramClient {
         Ok(())
     }
 
+    /// Kafka's iteration bounds, in the client's words.
     fn check_iterations(&self, iterations: i32) -> Result<(), ScramClientError> {
-        let m = self.mechanism;
-        if iterations < m.min_iterations() {
-            return Err(ScramClientError::IterationsBelowMinimum {
-                iterations,
-                minimum: m.min_iterations(),
-                mechanism: m,
-            });
-        }
-        if iterations > m.max_iterations() {
-            return Err(ScramClientError::IterationsAboveMaximum {
-                iterations,
-                maximum: m.max_iterations(),
-                mechanism: m,
-            });
-        }
-        Ok(())
+        let mechanism = self.mechanism;
+        check_iterations(iterations).map_err(|e| match e {
+            ScramCredentialError::TooFewIterations { minimum, .. } => {
+                ScramClientError::IterationsBelowMinimum {
+                    iterations,
+                    minimum,
+                    mechanism,
+                }
+            }
+            ScramCredentialError::TooManyIterations { maximum, .. } => {
+                ScramClientError::IterationsAboveMaximum {
+                    iterations,
+                    maximum,
+                    mechanism,
+                }
+            }
+        })
     }
 
     /// The error for a call the state does not expect; the exchange is failed afterwards.

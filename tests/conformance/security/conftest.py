@@ -8,14 +8,14 @@ User:admin and User:ANONYMOUS, allow.everyone.if.no.acl.found=false, SCRAM-SHA-5
 See docs/conformance.md, "Security tier".
 """
 import os
-import subprocess
+import sys
 import time
-import uuid
 
 import pytest
 
-REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-TOOL = os.path.join(REPO_ROOT, "bench", "kafka", "tool")
+# The main suite's shared helpers (tests/conformance/common.py), outside --confcutdir.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from common import ignore_kafka_python_warnings, name_fixtures, run_tool  # noqa: E402,F401
 
 ADMIN = ("admin", "admin-secret")
 ALICE = ("alice", "alice-secret")
@@ -28,14 +28,10 @@ def pytest_addoption(parser):
                     help="HOST:PORT of the PLAINTEXT listener (principal User:ANONYMOUS)")
     group.addoption("--sasl-bootstrap", action="store", required=True,
                     help="HOST:PORT of the SASL_PLAINTEXT listener")
-    group.addoption("--target", action="store", default="kafka", choices=("kafka", "evenkeel"),
-                    help="which broker runs (evenkeel enables the xfail marks of known evenkeel "
-                         "differences)")
 
 
 def pytest_configure(config):
-    config.addinivalue_line("filterwarnings", "ignore::DeprecationWarning:kafka")
-    config.addinivalue_line("filterwarnings", "ignore::DeprecationWarning:importlib")
+    ignore_kafka_python_warnings(config)
 
 
 @pytest.fixture(scope="session")
@@ -48,37 +44,10 @@ def sasl_bootstrap(request):
     return request.config.getoption("--sasl-bootstrap")
 
 
-@pytest.fixture(scope="session")
-def target(request):
-    return request.config.getoption("--target")
-
-
-@pytest.fixture
-def topic_name(request):
-    """A topic name unique to this run and test."""
-    base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:32]
-    return "sec-%s-%s" % (base.strip("-"), uuid.uuid4().hex[:8])
-
-
-@pytest.fixture
-def group_name():
-    return "sec-group-%s" % uuid.uuid4().hex[:8]
+topic_name, group_name = name_fixtures("sec")
 
 
 # --- Kafka's Java tools with a client.properties file --------------------------------------
-
-def run_tool(name, *args, timeout=120):
-    """Run `bench/kafka/tool <name> args...`; returns (exit code, stdout, stderr)."""
-    try:
-        p = subprocess.run([TOOL, name, *[str(a) for a in args]], cwd=REPO_ROOT,
-                           stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                           timeout=timeout)
-        return p.returncode, p.stdout, p.stderr
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-        return -1, out, err + "\n[conformance] %s timed out after %ss" % (name, timeout)
-
 
 def write_client_properties(path, user, password, mechanism="SCRAM-SHA-512"):
     """A client.properties as Kafka documents it for SASL/SCRAM (or PLAIN)."""
@@ -90,6 +59,12 @@ def write_client_properties(path, user, password, mechanism="SCRAM-SHA-512"):
         f.write('sasl.jaas.config=%s required username="%s" password="%s";\n'
                 % (module, user, password))
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def admin(sasl_bootstrap):
+    """kafka-python config for admin (SCRAM-SHA-512 from format --add-scram, a super user)."""
+    return sasl_config(sasl_bootstrap, *ADMIN)
 
 
 @pytest.fixture(scope="session")
@@ -108,16 +83,9 @@ class AdminTool:
     def __init__(self, bootstrap, props):
         self.bootstrap, self.props = bootstrap, props
 
-    def acls(self, *args, props=None):
-        return run_tool("kafka-acls", "--bootstrap-server", self.bootstrap,
-                        "--command-config", props or self.props, *args)
-
-    def configs(self, *args, props=None):
-        return run_tool("kafka-configs", "--bootstrap-server", self.bootstrap,
-                        "--command-config", props or self.props, *args)
-
-    def topics(self, *args, props=None):
-        return run_tool("kafka-topics", "--bootstrap-server", self.bootstrap,
+    def run(self, tool, *args, props=None):
+        """`tool --bootstrap-server <sasl> --command-config <props or admin's> args...`."""
+        return run_tool(tool, "--bootstrap-server", self.bootstrap,
                         "--command-config", props or self.props, *args)
 
 
@@ -158,8 +126,9 @@ def eventually(check, timeout=15.0, interval=0.3):
 def alice_created(admin_tool):
     """User alice with a SCRAM-SHA-512 credential, made with kafka-configs as admin; returns the
     tool's (rc, stdout, stderr)."""
-    return admin_tool.configs("--alter", "--add-config", "SCRAM-SHA-512=[password=alice-secret]",
-                              "--entity-type", "users", "--entity-name", "alice")
+    return admin_tool.run("kafka-configs", "--alter", "--add-config",
+                          "SCRAM-SHA-512=[password=alice-secret]",
+                          "--entity-type", "users", "--entity-name", "alice")
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ import uuid
 import pytest
 from kafka.errors import TopicAuthorizationFailedError
 
-from conftest import ADMIN, eventually, ok, sasl_config
+from conftest import eventually, ok
 from helpers import create_topic, produce
 
 
@@ -21,38 +21,39 @@ def acl_lines(out):
 
 
 def test_add_list_remove(admin_tool, topic_name):
-    out = ok(admin_tool.acls("--add", "--allow-principal", "User:alice", "--operation", "Write",
-                             "--operation", "Describe", "--topic", topic_name),
+    out = ok(admin_tool.run("kafka-acls", "--add", "--allow-principal", "User:alice",
+                            "--operation", "Write", "--operation", "Describe",
+                            "--topic", topic_name),
              "kafka-acls --add")
     assert "Adding ACLs for resource `%s`:" % resource_line(topic_name) in out, out
     assert acl_lines(out) == sorted([acl_line("User:alice", "WRITE"),
                                      acl_line("User:alice", "DESCRIBE")]), out
 
     def listed():
-        out = ok(admin_tool.acls("--list", "--topic", topic_name), "kafka-acls --list")
+        out = ok(admin_tool.run("kafka-acls", "--list", "--topic", topic_name), "kafka-acls --list")
         assert "Current ACLs for resource `%s`:" % resource_line(topic_name) in out, out
         assert acl_lines(out) == sorted([acl_line("User:alice", "WRITE"),
                                          acl_line("User:alice", "DESCRIBE")]), out
     eventually(listed, timeout=10, interval=0)
 
-    ok(admin_tool.acls("--remove", "--force", "--allow-principal", "User:alice", "--operation",
-                       "Write", "--operation", "Describe", "--topic", topic_name),
+    ok(admin_tool.run("kafka-acls", "--remove", "--force", "--allow-principal", "User:alice",
+                      "--operation", "Write", "--operation", "Describe", "--topic", topic_name),
        "kafka-acls --remove --force")
 
     def gone():
-        out = ok(admin_tool.acls("--list", "--topic", topic_name), "kafka-acls --list")
+        out = ok(admin_tool.run("kafka-acls", "--list", "--topic", topic_name), "kafka-acls --list")
         assert acl_lines(out) == [], out
     eventually(gone, timeout=10, interval=0)
 
 
-def test_prefixed_acl(admin_tool, alice, sasl_bootstrap):
-    admin = sasl_config(sasl_bootstrap, *ADMIN)
+def test_prefixed_acl(admin_tool, admin, alice):
     prefix = "sec-pfx-%s-" % uuid.uuid4().hex[:8]
     inside, outside = prefix + "orders", "sec-nopfx-%s" % uuid.uuid4().hex[:8]
     create_topic(admin, inside)
     create_topic(admin, outside)
-    out = ok(admin_tool.acls("--add", "--allow-principal", "User:alice", "--operation", "Write",
-                             "--topic", prefix, "--resource-pattern-type", "prefixed"),
+    out = ok(admin_tool.run("kafka-acls", "--add", "--allow-principal", "User:alice",
+                            "--operation", "Write", "--topic", prefix,
+                            "--resource-pattern-type", "prefixed"),
              "kafka-acls --add --resource-pattern-type prefixed")
     assert "Adding ACLs for resource `%s`:" % resource_line(prefix, "PREFIXED") in out, out
 
@@ -62,7 +63,8 @@ def test_prefixed_acl(admin_tool, alice, sasl_bootstrap):
         produce(alice, outside, [b"out"])
 
     # --list with pattern type `match` on the topic's own name finds the prefixed ACL
-    out = ok(admin_tool.acls("--list", "--topic", inside, "--resource-pattern-type", "match"),
+    out = ok(admin_tool.run("kafka-acls", "--list", "--topic", inside,
+                            "--resource-pattern-type", "match"),
              "kafka-acls --list --resource-pattern-type match")
     assert "Current ACLs for resource `%s`:" % resource_line(prefix, "PREFIXED") in out, out
     assert acl_lines(out) == [acl_line("User:alice", "WRITE")], out

@@ -9,8 +9,7 @@ from helpers import ACLOperation, ResourceType, admin_client, allow, create_topi
 ENABLED = {"SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"}
 
 
-def test_plain_user_from_jaas(sasl_bootstrap, topic_name):
-    admin = sasl_config(sasl_bootstrap, *ADMIN)
+def test_plain_user_from_jaas(admin, sasl_bootstrap, topic_name):
     bob = sasl_config(sasl_bootstrap, *BOB, mechanism="PLAIN")
     create_topic(admin, topic_name)
     allow(admin, "User:bob", [ACLOperation.DESCRIBE], ResourceType.TOPIC, topic_name)

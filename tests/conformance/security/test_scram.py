@@ -2,13 +2,8 @@
 import pytest
 
 import sasl_wire as wire
-from conftest import ADMIN, ALICE, eventually, ok, sasl_config
+from conftest import ALICE, eventually, ok, sasl_config
 from helpers import admin_client
-
-
-@pytest.fixture
-def admin(sasl_bootstrap):
-    return sasl_config(sasl_bootstrap, *ADMIN)
 
 
 SCRAM_FAILED = ("Authentication failed during authentication due to invalid credentials with "
@@ -37,7 +32,7 @@ def test_add_scram_user_and_authenticate(alice_created, admin, alice):
 
 
 def test_describe_users_with_kafka_configs(alice, admin_tool):
-    out = ok(admin_tool.configs("--describe", "--entity-type", "users"),
+    out = ok(admin_tool.run("kafka-configs", "--describe", "--entity-type", "users"),
              "kafka-configs --describe --entity-type users")
     lines = out.splitlines()
     assert ("SCRAM credential configs for user-principal 'alice' are SCRAM-SHA-512=iterations=4096"
@@ -66,9 +61,9 @@ def test_wrong_password_refused_then_next_client_served(alice, sasl_bootstrap):
 
 
 def test_scram_sha_256_user(admin_tool, sasl_bootstrap):
-    ok(admin_tool.configs("--alter", "--add-config",
-                          "SCRAM-SHA-256=[iterations=8192,password=carol-secret]",
-                          "--entity-type", "users", "--entity-name", "carol"),
+    ok(admin_tool.run("kafka-configs", "--alter", "--add-config",
+                      "SCRAM-SHA-256=[iterations=8192,password=carol-secret]",
+                      "--entity-type", "users", "--entity-name", "carol"),
        "kafka-configs --alter SCRAM-SHA-256 (carol)")
     cfg = sasl_config(sasl_bootstrap, "carol", "carol-secret", "SCRAM-SHA-256")
 
