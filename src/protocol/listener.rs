@@ -533,6 +533,7 @@ mod tests {
 
     use super::*;
     use crate::protocol::wire::read_frame;
+    use crate::security::tls::test_pki::{client_config, ssl_config, Leaf, Pki};
 
     const WAIT: Duration = Duration::from_secs(5);
 
@@ -860,21 +861,20 @@ mod tests {
         assert!(quotas.claim(IpAddr::from([10, 0, 0, 1])).is_err());
     }
 
-    /// A TLS listener's server side: a self-signed certificate for localhost, no client auth.
-    fn tls_server(
-        handshake: Duration,
-    ) -> (Arc<TlsServer>, rustls::pki_types::CertificateDer<'static>) {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-        let cert = params.self_signed(&key).unwrap();
-        let props = std::collections::BTreeMap::from([
-            ("ssl.keystore.type".to_string(), "PEM".to_string()),
-            ("ssl.keystore.certificate.chain".to_string(), cert.pem()),
-            ("ssl.keystore.key".to_string(), key.serialize_pem()),
-        ]);
-        let ssl = crate::config::ssl::SslConfig::from_props(&props, "SSL").unwrap();
-        let tls = TlsServer::new(ssl).unwrap().with_timings(handshake, WAIT);
-        (Arc::new(tls), cert.der().clone())
+    /// A TLS listener's server side: a certificate for localhost signed by `pki`'s CA, which
+    /// the truststore holds; `extra` settings added (client auth, mapping rules).
+    fn tls_server(handshake: Duration, pki: &Pki, extra: &[(&str, &str)]) -> Arc<TlsServer> {
+        let (server, ca) = (pki.leaf("broker"), pki.ca_pem());
+        let mut kv = vec![
+            ("ssl.keystore.type", "PEM"),
+            ("ssl.keystore.certificate.chain", server.cert.as_str()),
+            ("ssl.keystore.key", server.key.as_str()),
+            ("ssl.truststore.type", "PEM"),
+            ("ssl.truststore.certificates", ca.as_str()),
+        ];
+        kv.extend_from_slice(extra);
+        let tls = TlsServer::new(ssl_config(&kv)).unwrap();
+        Arc::new(tls.with_timings(handshake, WAIT))
     }
 
     fn tls_settings(tls: Arc<TlsServer>) -> ListenerSettings {
@@ -885,19 +885,13 @@ mod tests {
         }
     }
 
+    /// A client of the TLS listener at `addr` trusting `pki`'s CA, presenting `client`.
     async fn tls_client(
         addr: SocketAddr,
-        ca: &rustls::pki_types::CertificateDer<'static>,
+        pki: &Pki,
+        client: Option<&Leaf>,
     ) -> tokio_rustls::client::TlsStream<TcpStream> {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(ca.clone()).unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let connector = tokio_rustls::TlsConnector::from(client_config(&pki.ca_pem(), client));
         let tcp = TcpStream::connect(addr).await.unwrap();
         let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
         connector.connect(name, tcp).await.unwrap()
@@ -916,17 +910,44 @@ mod tests {
         })
     }
 
-    #[tokio::test]
-    async fn a_tls_listener_serves_requests_after_the_handshake_with_the_principal() {
-        let (tls, ca) = tls_server(WAIT);
-        let r = start(tls_settings(tls), ConnectionQuotas::unlimited(), whoami()).await;
-        let mut s = tls_client(r.addr, &ca).await;
+    /// The answer of the listener at `addr` to one request from a client presenting `client`.
+    async fn whoami_over_tls(addr: SocketAddr, pki: &Pki, client: Option<&Leaf>) -> Bytes {
+        let mut s = tls_client(addr, pki, client).await;
         s.write_all(&framed(b"who")).await.unwrap();
-        let answer = tokio::time::timeout(WAIT, read_frame(&mut s, 0, 1024))
+        tokio::time::timeout(WAIT, read_frame(&mut s, 0, 1024))
             .await
             .unwrap()
-            .unwrap();
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_tls_listener_serves_requests_after_the_handshake_with_the_principal() {
+        let pki = Pki::new("ca");
+        let requested = [("ssl.client.auth", "requested")];
+        let tls = tls_server(WAIT, &pki, &requested);
+        let r = start(tls_settings(tls), ConnectionQuotas::unlimited(), whoami()).await;
+        let alice = pki.leaf("alice");
+        let answer = whoami_over_tls(r.addr, &pki, Some(&alice)).await;
+        assert_eq!(&answer[..], b"User:CN=alice,O=acme SSL true");
+        let answer = whoami_over_tls(r.addr, &pki, None).await;
         assert_eq!(&answer[..], b"User:ANONYMOUS SSL true");
+    }
+
+    #[tokio::test]
+    async fn a_tls_listener_maps_the_client_certificate_by_the_mapping_rules() {
+        let pki = Pki::new("ca");
+        let required = [
+            ("ssl.client.auth", "required"),
+            (
+                "ssl.principal.mapping.rules",
+                "RULE:^CN=(.*?),O=acme$/$1/U,DEFAULT",
+            ),
+        ];
+        let tls = tls_server(WAIT, &pki, &required);
+        let r = start(tls_settings(tls), ConnectionQuotas::unlimited(), whoami()).await;
+        let bob = pki.leaf("bob");
+        let answer = whoami_over_tls(r.addr, &pki, Some(&bob)).await;
+        assert_eq!(&answer[..], b"User:BOB SSL true");
     }
 
     /// Whether the server closed `s` within `WAIT`, after whatever it sent (a TLS alert).
@@ -941,7 +962,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_or_slow_handshake_closes_only_that_connection() {
-        let (tls, ca) = tls_server(Duration::from_millis(300));
+        let pki = Pki::new("ca");
+        let tls = tls_server(Duration::from_millis(300), &pki, &[]);
         let r = start(tls_settings(tls), ConnectionQuotas::unlimited(), whoami()).await;
         // A plaintext Kafka client on the TLS port.
         let mut plain = TcpStream::connect(r.addr).await.unwrap();
@@ -950,9 +972,7 @@ mod tests {
         // A client that never starts its handshake.
         let mut silent = TcpStream::connect(r.addr).await.unwrap();
         assert!(closed(&mut silent).await, "the handshake timeout closes it");
-        let mut s = tls_client(r.addr, &ca).await;
-        s.write_all(&framed(b"who")).await.unwrap();
-        let answer = tokio::time::timeout(WAIT, read_frame(&mut s, 0, 1024)).await;
-        assert!(matches!(answer, Ok(Ok(_))), "the listener still serves");
+        let answer = whoami_over_tls(r.addr, &pki, None).await;
+        assert!(!answer.is_empty(), "the listener still serves");
     }
 }

@@ -397,4 +397,7 @@ fn private_key(source: &PemSource, pem: &str) -> Result<PrivateKeyDer<'static>, 
 pub mod client;
 
 #[cfg(test)]
+pub(crate) mod test_pki;
+
+#[cfg(test)]
 mod tests;
