@@ -284,8 +284,7 @@ fn tls_server(
 
 /// How the client listener `name` serves its connections. The inter-broker listener, when
 /// there are several, is not held back by `max.connections`, so that replication goes on
-/// when clients fill the broker (Kafka's protected listener). A SASL_* listener's
-/// connections are told their protocol (`Connection::protocol().is_sasl()`).
+/// when clients fill the broker (Kafka's protected listener).
 fn listener_settings(
     config: &BrokerConfig,
     name: &str,
@@ -293,7 +292,6 @@ fn listener_settings(
 ) -> ListenerSettings {
     ListenerSettings {
         name: name.to_string(),
-        protocol: config.cluster.security_protocols.protocol(name),
         tls,
         max_request_bytes: config.socket_request_max_bytes,
         idle: config.connections.idle_timeout(),

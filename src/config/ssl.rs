@@ -89,8 +89,6 @@ pub struct SslConfig {
     pub listener: String,
     pub keystore: Option<Keystore>,
     pub truststore: Option<PemSource>,
-    /// Whether `ssl.key.password` is set (the key is then expected to be encrypted).
-    pub key_password: bool,
     pub client_auth: ClientAuth,
     pub enabled_protocols: Vec<TlsVersion>,
     /// `ssl.principal.mapping.rules` as given (checked here, applied by the listener).
@@ -145,7 +143,6 @@ impl SslConfig {
             listener: listener.to_string(),
             keystore: keystore(&keys)?,
             truststore: truststore(&keys)?,
-            key_password: keys.non_empty("ssl.key.password").is_some(),
             client_auth: client_auth(&keys)?,
             enabled_protocols: enabled_protocols(&keys)?,
             principal_mapping_rules: principal_mapping_rules(&keys)?,

@@ -24,7 +24,6 @@ use tokio::task::JoinSet;
 
 use super::creation_rate::CreationRate;
 use super::wire::{read_request, RequestReadError};
-use crate::config::security::SecurityProtocol;
 use crate::security::ssl_principal::ANONYMOUS;
 use crate::security::tls::TlsServer;
 
@@ -208,8 +207,6 @@ impl ConnectionQuotas {
 pub struct ListenerSettings {
     /// The listener's name, for the log.
     pub name: String,
-    /// Its `listener.security.protocol.map` entry, which handlers read (`is_sasl()`).
-    pub protocol: SecurityProtocol,
     /// The TLS side of an SSL or SASL_SSL listener; `None`: connections are plain TCP.
     pub tls: Option<Arc<TlsServer>>,
     /// `socket.request.max.bytes`.
@@ -230,7 +227,6 @@ impl ListenerSettings {
     pub fn plaintext(name: &str, max_request_bytes: usize) -> ListenerSettings {
         ListenerSettings {
             name: name.to_string(),
-            protocol: SecurityProtocol::Plaintext,
             tls: None,
             max_request_bytes,
             idle: None,
@@ -292,9 +288,8 @@ impl AsyncWrite for Stream {
 pub struct Connection {
     stream: Stream,
     peer: SocketAddr,
-    protocol: SecurityProtocol,
     /// Kafka's principal of the connection: the mapped client certificate, or
-    /// `User:ANONYMOUS`; SASL replaces it once the client authenticates.
+    /// `User:ANONYMOUS` (a SASL login gives the broker's session its own principal).
     principal: String,
     stop: watch::Receiver<bool>,
     max_request_bytes: usize,
@@ -304,16 +299,6 @@ pub struct Connection {
 impl Connection {
     pub fn peer(&self) -> SocketAddr {
         self.peer
-    }
-
-    /// The listener's security protocol: a SASL_* listener's handler authenticates first.
-    pub fn protocol(&self) -> SecurityProtocol {
-        self.protocol
-    }
-
-    /// Whether the connection is TLS (SSL, SASL_SSL).
-    pub fn is_tls(&self) -> bool {
-        matches!(self.stream, Stream::Tls(_))
     }
 
     /// The largest request frame read from now on (a SASL listener reads small ones until the
@@ -326,11 +311,6 @@ impl Connection {
     /// a certificate (`ssl.principal.mapping.rules`), else `User:ANONYMOUS`.
     pub fn principal(&self) -> &str {
         &self.principal
-    }
-
-    /// The principal a SASL exchange authenticated (`User:alice`).
-    pub fn set_principal(&mut self, principal: String) {
-        self.principal = principal;
     }
 
     /// The next request frame; `None` once the peer closed the connection or the server
@@ -414,7 +394,6 @@ pub async fn serve(
                             let conn = Connection {
                                 stream: Stream::Plain(stream),
                                 peer,
-                                protocol: settings.protocol,
                                 principal: ANONYMOUS.to_string(),
                                 stop: stop.clone(),
                                 max_request_bytes: settings.max_request_bytes,
@@ -879,7 +858,6 @@ mod tests {
 
     fn tls_settings(tls: Arc<TlsServer>) -> ListenerSettings {
         ListenerSettings {
-            protocol: SecurityProtocol::Ssl,
             tls: Some(tls),
             ..settings()
         }
@@ -897,13 +875,12 @@ mod tests {
         connector.connect(name, tcp).await.unwrap()
     }
 
-    /// Answers every request with the connection's principal and protocol.
+    /// Answers every request with the connection's principal.
     fn whoami() -> Handler {
         Arc::new(|mut conn: Connection| {
             Box::pin(async move {
                 while conn.next_request().await?.is_some() {
-                    let me = format!("{} {} {}", conn.principal(), conn.protocol(), conn.is_tls());
-                    conn.write(&framed(me.as_bytes())).await?;
+                    conn.write(&framed(conn.principal().as_bytes())).await?;
                 }
                 Ok(())
             })
@@ -928,9 +905,9 @@ mod tests {
         let r = start(tls_settings(tls), ConnectionQuotas::unlimited(), whoami()).await;
         let alice = pki.leaf("alice");
         let answer = whoami_over_tls(r.addr, &pki, Some(&alice)).await;
-        assert_eq!(&answer[..], b"User:CN=alice,O=acme SSL true");
+        assert_eq!(&answer[..], b"User:CN=alice,O=acme");
         let answer = whoami_over_tls(r.addr, &pki, None).await;
-        assert_eq!(&answer[..], b"User:ANONYMOUS SSL true");
+        assert_eq!(&answer[..], b"User:ANONYMOUS");
     }
 
     #[tokio::test]
@@ -947,7 +924,7 @@ mod tests {
         let r = start(tls_settings(tls), ConnectionQuotas::unlimited(), whoami()).await;
         let bob = pki.leaf("bob");
         let answer = whoami_over_tls(r.addr, &pki, Some(&bob)).await;
-        assert_eq!(&answer[..], b"User:BOB SSL true");
+        assert_eq!(&answer[..], b"User:BOB");
     }
 
     /// Whether the server closed `s` within `WAIT`, after whatever it sent (a TLS alert).

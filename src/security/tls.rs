@@ -102,10 +102,6 @@ impl TlsServer {
         self
     }
 
-    pub fn listener(&self) -> &str {
-        &self.ssl.listener
-    }
-
     /// The config the next handshake uses.
     pub fn config(&self) -> Arc<ServerConfig> {
         self.current.read().clone()
