@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
 use super::ssl_principal::ANONYMOUS;
-use crate::config::principal_rules::{PrincipalError, PrincipalMapper};
+use crate::config::principal_rules::PrincipalError;
 use crate::config::ssl::{ClientAuth, Keystore, PemSource, SslConfig, TlsVersion};
 
 /// How long a client has to finish its handshake.
@@ -44,8 +44,6 @@ pub enum TlsError {
     EncryptedKey { key: String },
     #[error("{key}: {reason}")]
     Invalid { key: String, reason: String },
-    #[error("ssl.principal.mapping.rules: {0}")]
-    Rules(#[from] PrincipalError),
 }
 
 /// Why one connection's handshake failed (the connection is closed, nothing else).
@@ -59,11 +57,10 @@ pub enum HandshakeError {
     Principal(#[from] PrincipalError),
 }
 
-/// One TLS listener: the config new handshakes use (swapped when the files change), and the
-/// mapping of client certificates to principals.
+/// One TLS listener: its settings (with the mapping of client certificates to principals) and
+/// the config new handshakes use (swapped when the files change).
 pub struct TlsServer {
     ssl: SslConfig,
-    mapper: PrincipalMapper,
     current: RwLock<Arc<ServerConfig>>,
     /// The digest of the files last read, whether or not they made a config.
     seen: Mutex<[u8; 32]>,
@@ -82,12 +79,10 @@ impl std::fmt::Debug for TlsServer {
 impl TlsServer {
     /// Reads the key, certificates and truststore of `ssl` and builds the server config.
     pub fn new(ssl: SslConfig) -> Result<TlsServer, TlsError> {
-        let mapper = PrincipalMapper::parse(&ssl.principal_mapping_rules)?;
         let seen = files_digest(&ssl);
         let config = server_config(&ssl)?;
         Ok(TlsServer {
             ssl,
-            mapper,
             current: RwLock::new(config),
             seen: Mutex::new(seen),
             handshake_timeout: HANDSHAKE_TIMEOUT,
@@ -128,7 +123,7 @@ impl TlsServer {
         certificates: Option<&[CertificateDer<'_>]>,
     ) -> Result<String, PrincipalError> {
         match certificates.and_then(|c| c.first()) {
-            Some(cert) => super::ssl_principal::principal(&self.mapper, cert),
+            Some(cert) => super::ssl_principal::principal(&self.ssl.principal_mapper, cert),
             None => Ok(ANONYMOUS.to_string()),
         }
     }
@@ -182,9 +177,8 @@ impl TlsServer {
 fn source_files(ssl: &SslConfig) -> Vec<&Path> {
     let mut sources: Vec<&PemSource> = Vec::new();
     match &ssl.keystore {
-        Some(Keystore::File(s)) => sources.push(s),
-        Some(Keystore::Inline { chain, key }) => sources.extend([chain, key]),
-        None => {}
+        Keystore::File(s) => sources.push(s),
+        Keystore::Inline { chain, key } => sources.extend([chain, key]),
     }
     sources.extend(&ssl.truststore);
     sources
@@ -209,12 +203,7 @@ fn files_digest(ssl: &SslConfig) -> [u8; 32] {
 
 /// The rustls server config of `ssl`.
 pub fn server_config(ssl: &SslConfig) -> Result<Arc<ServerConfig>, TlsError> {
-    let Some((chain, key, key_name)) = keystore(ssl)? else {
-        return Err(TlsError::Invalid {
-            key: "ssl.keystore.location".into(),
-            reason: format!("listener {} has no keystore", ssl.listener),
-        });
-    };
+    let (chain, key, key_name) = keystore(ssl)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let verifier = client_verifier(ssl, provider.clone())?;
     let config = ServerConfig::builder_with_provider(provider)
@@ -236,25 +225,24 @@ fn invalid(key: &str) -> impl Fn(rustls::Error) -> TlsError {
 }
 
 /// The certificate chain and private key of `ssl`'s keystore, with the key that names the
-/// private key (for messages); `None` without a keystore.
+/// private key (for messages).
 type KeystoreParts = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>, String);
 
-fn keystore(ssl: &SslConfig) -> Result<Option<KeystoreParts>, TlsError> {
+fn keystore(ssl: &SslConfig) -> Result<KeystoreParts, TlsError> {
     match &ssl.keystore {
-        Some(Keystore::File(source)) => {
+        Keystore::File(source) => {
             let pem = read_pem(source)?;
-            Ok(Some((
+            Ok((
                 certificates(source, &pem)?,
                 private_key(source, &pem)?,
                 source.key().to_string(),
-            )))
+            ))
         }
-        Some(Keystore::Inline { chain, key }) => Ok(Some((
+        Keystore::Inline { chain, key } => Ok((
             certificates(chain, &read_pem(chain)?)?,
             private_key(key, &read_pem(key)?)?,
             key.key().to_string(),
-        ))),
-        None => Ok(None),
+        )),
     }
 }
 
@@ -281,31 +269,31 @@ fn root_store(store: &PemSource) -> Result<RootCertStore, TlsError> {
     Ok(roots)
 }
 
-/// `ssl.client.auth` over the truststore's CAs.
+/// `ssl.client.auth` over the truststore's CAs (`SslConfig::from_props` refuses client auth
+/// without a truststore; a hand-made config without one gets an empty store, which rustls
+/// refuses, rather than no client auth).
 fn client_verifier(
     ssl: &SslConfig,
     provider: Arc<rustls::crypto::CryptoProvider>,
 ) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, TlsError> {
-    let Some(store) = &ssl.truststore else {
-        if ssl.client_auth == ClientAuth::None {
-            return Ok(WebPkiClientVerifier::no_client_auth());
-        }
-        return Err(TlsError::Invalid {
-            key: "ssl.truststore.location".into(),
-            reason: "ssl.client.auth needs a truststore".into(),
-        });
-    };
     if ssl.client_auth == ClientAuth::None {
         return Ok(WebPkiClientVerifier::no_client_auth());
     }
-    let roots = root_store(store)?;
+    let roots = match &ssl.truststore {
+        Some(store) => root_store(store)?,
+        None => RootCertStore::empty(),
+    };
     let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
     let builder = match ssl.client_auth {
         ClientAuth::Requested => builder.allow_unauthenticated(),
         _ => builder,
     };
+    let key = ssl
+        .truststore
+        .as_ref()
+        .map_or("ssl.truststore.location", PemSource::key);
     builder.build().map_err(|e| TlsError::Invalid {
-        key: store.key().to_string(),
+        key: key.to_string(),
         reason: e.to_string(),
     })
 }

@@ -13,8 +13,8 @@ use crate::config::ssl::SslConfig;
 
 /// The client config for connecting to listener `ssl.listener` of another broker: its
 /// certificate must chain to the truststore and, with `ssl.endpoint.identification.algorithm`
-/// `https` (Kafka's default), name the host connected to; the keystore, when there is one, is
-/// this broker's client certificate.
+/// `https` (Kafka's default), name the host connected to; the keystore is this broker's client
+/// certificate.
 pub fn client_config(ssl: &SslConfig) -> Result<Arc<ClientConfig>, TlsError> {
     let Some(store) = &ssl.truststore else {
         return Err(TlsError::Invalid {
@@ -43,12 +43,10 @@ pub fn client_config(ssl: &SslConfig) -> Result<Arc<ClientConfig>, TlsError> {
         .map_err(invalid("ssl.enabled.protocols"))?
         .dangerous()
         .with_custom_certificate_verifier(verifier);
-    let config = match keystore(ssl)? {
-        Some((chain, key, key_name)) => builder
-            .with_client_auth_cert(chain, key)
-            .map_err(invalid(&key_name))?,
-        None => builder.with_no_client_auth(),
-    };
+    let (chain, key, key_name) = keystore(ssl)?;
+    let config = builder
+        .with_client_auth_cert(chain, key)
+        .map_err(invalid(&key_name))?;
     Ok(Arc::new(config))
 }
 
