@@ -79,8 +79,9 @@ impl std::fmt::Debug for TlsServer {
 impl TlsServer {
     /// Reads the key, certificates and truststore of `ssl` and builds the server config.
     pub fn new(ssl: SslConfig) -> Result<TlsServer, TlsError> {
-        let seen = files_digest(&ssl);
-        let config = server_config(&ssl)?;
+        let files = Files::read(&ssl);
+        let seen = files.digest();
+        let config = server_config(&ssl, &files)?;
         Ok(TlsServer {
             ssl,
             current: RwLock::new(config),
@@ -128,10 +129,12 @@ impl TlsServer {
         }
     }
 
-    /// Re-reads the files when their contents changed and swaps the config: `Ok(true)` when
-    /// swapped; an error keeps the old config (and the same contents are not tried again).
+    /// Re-reads the files and, when their contents changed, swaps in a config built from what
+    /// was read: `Ok(true)` when swapped; an error keeps the old config (and the same contents
+    /// are not tried again).
     pub fn reload(&self) -> Result<bool, TlsError> {
-        let digest = files_digest(&self.ssl);
+        let files = Files::read(&self.ssl);
+        let digest = files.digest();
         {
             let mut seen = self.seen.lock();
             if *seen == digest {
@@ -139,7 +142,7 @@ impl TlsServer {
             }
             *seen = digest;
         }
-        let config = server_config(&self.ssl)?;
+        let config = server_config(&self.ssl, &files)?;
         *self.current.write() = config;
         Ok(true)
     }
@@ -190,22 +193,66 @@ fn source_files(ssl: &SslConfig) -> Vec<&Path> {
         .collect()
 }
 
-/// A digest of the files' contents (a missing file counts as empty).
-fn files_digest(ssl: &SslConfig) -> [u8; 32] {
-    let mut h = Sha256::new();
-    for path in source_files(ssl) {
-        let bytes = std::fs::read(path).unwrap_or_default();
-        h.update((bytes.len() as u64).to_be_bytes());
-        h.update(&bytes);
-    }
-    h.finalize().into()
+/// The contents of a config's files, each read once: a reload hashes them and builds the
+/// config from the same bytes.
+struct Files<'a> {
+    read: Vec<(&'a Path, std::io::Result<Vec<u8>>)>,
 }
 
-/// The rustls server config of `ssl`.
-pub fn server_config(ssl: &SslConfig) -> Result<Arc<ServerConfig>, TlsError> {
-    let (chain, key, key_name) = keystore(ssl)?;
+impl<'a> Files<'a> {
+    fn read(ssl: &'a SslConfig) -> Files<'a> {
+        let read = source_files(ssl)
+            .into_iter()
+            .map(|path| (path, std::fs::read(path)))
+            .collect();
+        Files { read }
+    }
+
+    /// A digest of the contents (a file that cannot be read counts as empty).
+    fn digest(&self) -> [u8; 32] {
+        let mut h = Sha256::new();
+        for (_, bytes) in &self.read {
+            let bytes = bytes.as_deref().unwrap_or_default();
+            h.update((bytes.len() as u64).to_be_bytes());
+            h.update(bytes);
+        }
+        h.finalize().into()
+    }
+
+    /// The PEM text of `source` (a file's as read), its blocks re-wrapped (a properties file's
+    /// `\` continuations join a PEM value into one line, which Kafka reads).
+    fn pem(&self, source: &PemSource) -> Result<String, TlsError> {
+        let text = match source {
+            PemSource::Inline { pem, .. } => pem.clone(),
+            PemSource::File { key, path } => self.text(path).map_err(|e| TlsError::Read {
+                key: key.clone(),
+                path: path.clone(),
+                source: e,
+            })?,
+        };
+        Ok(normalize_pem(&text))
+    }
+
+    fn text(&self, path: &Path) -> std::io::Result<String> {
+        let read = self.read.iter().find(|(p, _)| *p == path).map(|(_, r)| r);
+        match read {
+            Some(Ok(bytes)) => String::from_utf8(bytes.clone())
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
+            Some(Err(e)) => Err(std::io::Error::new(e.kind(), e.to_string())),
+            // `Files::read` reads every file of the config it is given.
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "not among the listener's files",
+            )),
+        }
+    }
+}
+
+/// The rustls server config of `ssl`, from its files as read.
+fn server_config(ssl: &SslConfig, files: &Files) -> Result<Arc<ServerConfig>, TlsError> {
+    let (chain, key, key_name) = keystore(ssl, files)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = client_verifier(ssl, provider.clone())?;
+    let verifier = client_verifier(ssl, files, provider.clone())?;
     let config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&protocol_versions(ssl))
         .map_err(invalid("ssl.enabled.protocols"))?
@@ -228,10 +275,10 @@ fn invalid(key: &str) -> impl Fn(rustls::Error) -> TlsError {
 /// private key (for messages).
 type KeystoreParts = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>, String);
 
-fn keystore(ssl: &SslConfig) -> Result<KeystoreParts, TlsError> {
+fn keystore(ssl: &SslConfig, files: &Files) -> Result<KeystoreParts, TlsError> {
     match &ssl.keystore {
         Keystore::File(source) => {
-            let pem = read_pem(source)?;
+            let pem = files.pem(source)?;
             Ok((
                 certificates(source, &pem)?,
                 private_key(source, &pem)?,
@@ -239,8 +286,8 @@ fn keystore(ssl: &SslConfig) -> Result<KeystoreParts, TlsError> {
             ))
         }
         Keystore::Inline { chain, key } => Ok((
-            certificates(chain, &read_pem(chain)?)?,
-            private_key(key, &read_pem(key)?)?,
+            certificates(chain, &files.pem(chain)?)?,
+            private_key(key, &files.pem(key)?)?,
             key.key().to_string(),
         )),
     }
@@ -258,9 +305,9 @@ fn protocol_versions(ssl: &SslConfig) -> Vec<&'static SupportedProtocolVersion> 
 }
 
 /// The CA certificates of a truststore.
-fn root_store(store: &PemSource) -> Result<RootCertStore, TlsError> {
+fn root_store(store: &PemSource, files: &Files) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
-    for cert in certificates(store, &read_pem(store)?)? {
+    for cert in certificates(store, &files.pem(store)?)? {
         roots.add(cert).map_err(|e| TlsError::Invalid {
             key: store.key().to_string(),
             reason: format!("not a usable CA certificate: {e}"),
@@ -274,13 +321,14 @@ fn root_store(store: &PemSource) -> Result<RootCertStore, TlsError> {
 /// refuses, rather than no client auth).
 fn client_verifier(
     ssl: &SslConfig,
+    files: &Files,
     provider: Arc<rustls::crypto::CryptoProvider>,
 ) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, TlsError> {
     if ssl.client_auth == ClientAuth::None {
         return Ok(WebPkiClientVerifier::no_client_auth());
     }
     let roots = match &ssl.truststore {
-        Some(store) => root_store(store)?,
+        Some(store) => root_store(store, files)?,
         None => RootCertStore::empty(),
     };
     let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
@@ -296,22 +344,6 @@ fn client_verifier(
         key: key.to_string(),
         reason: e.to_string(),
     })
-}
-
-/// The PEM text of `source`, its blocks re-wrapped (a properties file's `\` continuations
-/// join a PEM value into one line, which Kafka reads).
-fn read_pem(source: &PemSource) -> Result<String, TlsError> {
-    let text = match source {
-        PemSource::Inline { pem, .. } => pem.clone(),
-        PemSource::File { key, path } => {
-            std::fs::read_to_string(path).map_err(|e| TlsError::Read {
-                key: key.clone(),
-                path: path.clone(),
-                source: e,
-            })?
-        }
-    };
-    Ok(normalize_pem(&text))
 }
 
 /// Every `-----BEGIN X-----…-----END X-----` block of `text` with its base64 on lines of 64;

@@ -332,6 +332,6 @@ fn client_auth_without_a_truststore_is_refused_not_turned_off() {
     let leaf = pki.leaf("broker");
     let mut c = listener_ssl(&leaf, &pki.ca_pem(), &[]);
     c.truststore = None;
-    let e = server_config(&c).unwrap_err().to_string();
+    let e = server_config(&c, &Files::read(&c)).unwrap_err().to_string();
     assert!(e.starts_with("ssl.truststore.location"), "{e}");
 }
