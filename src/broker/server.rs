@@ -22,7 +22,7 @@ use crate::protocol::creation_rate::CreationRate;
 use crate::protocol::listener::{
     serve, CloseReason, Connection, ConnectionQuotas, Handler, ListenerSettings, DEFAULT_DRAIN,
 };
-use crate::protocol::FrameError;
+use crate::protocol::{FrameError, RawHeader};
 use crate::security::tls::TlsServer;
 
 /// One request on its way to a handler.
@@ -312,7 +312,7 @@ fn connection_handler(
     queue: async_channel::Sender<Job>,
     name: &str,
 ) -> Handler {
-    let sasl = broker.config.auth.sasl.get(name).cloned();
+    let sasl = broker.config.auth.sasl.get(name).cloned().map(Arc::new);
     let reauth_ms = broker.config.auth.connections_max_reauth_ms;
     let name = name.to_string();
     Arc::new(move |conn| {
@@ -464,9 +464,10 @@ async fn sasl_turn(
     auth: &mut SaslAuthenticator,
     broker: &Arc<Broker>,
     frame: &Bytes,
+    raw: Option<RawHeader>,
     session: &mut Arc<Session>,
 ) -> Result<bool, CloseReason> {
-    match auth.on_request(broker, frame) {
+    match auth.on_request(broker, frame, raw) {
         SaslStep::Serve => Ok(false),
         SaslStep::Answer(f) => conn.write(&f).await.map(|_| true),
         SaslStep::Authenticated(f, principal) => {
@@ -505,13 +506,13 @@ async fn connection(
         let Some(frame) = conn.next_request().await? else {
             return Ok(());
         };
+        let raw = crate::protocol::peek_header(&frame).ok();
         if let Some(auth) = sasl.as_mut() {
-            if sasl_turn(&mut conn, auth, &broker, &frame, &mut session).await? {
+            if sasl_turn(&mut conn, auth, &broker, &frame, raw, &mut session).await? {
                 continue;
             }
         }
         let arrived = Instant::now();
-        let raw = crate::protocol::peek_header(&frame).ok();
         let version = raw.map_or(-1, |h| h.api_version);
         tracing::trace!(%peer, key = raw.map(|h| h.api_key), correlation_id = raw.map(|h| h.correlation_id), "request");
         let (tx, mut rx) = oneshot::channel();
