@@ -572,13 +572,13 @@ mod tests {
             .ok()
     }
 
-    /// Whether the server closed `s` within `WAIT`.
+    /// Whether the server closed `s` within `WAIT`, after whatever it sent (a TLS alert).
     async fn closed(s: &mut TcpStream) -> bool {
-        let mut b = [0u8; 1];
-        match tokio::time::timeout(WAIT, s.read(&mut b)).await {
-            Ok(Ok(0)) => true,
+        let mut rest = Vec::new();
+        match tokio::time::timeout(WAIT, s.read_to_end(&mut rest)).await {
+            Ok(Ok(_)) => true,
             Ok(Err(e)) => e.kind() == std::io::ErrorKind::ConnectionReset,
-            _ => false,
+            Err(_) => false,
         }
     }
 
@@ -927,16 +927,6 @@ mod tests {
         assert_eq!(&answer[..], b"User:BOB");
     }
 
-    /// Whether the server closed `s` within `WAIT`, after whatever it sent (a TLS alert).
-    async fn ends(s: &mut TcpStream) -> bool {
-        let mut rest = Vec::new();
-        match tokio::time::timeout(WAIT, s.read_to_end(&mut rest)).await {
-            Ok(Ok(_)) => true,
-            Ok(Err(e)) => e.kind() == std::io::ErrorKind::ConnectionReset,
-            Err(_) => false,
-        }
-    }
-
     #[tokio::test]
     async fn a_failed_or_slow_handshake_closes_only_that_connection() {
         let pki = Pki::new("ca");
@@ -945,7 +935,7 @@ mod tests {
         // A plaintext Kafka client on the TLS port.
         let mut plain = TcpStream::connect(r.addr).await.unwrap();
         plain.write_all(&framed(b"\x00\x12\x00\x03")).await.unwrap();
-        assert!(ends(&mut plain).await, "a plaintext client is closed");
+        assert!(closed(&mut plain).await, "a plaintext client is closed");
         // A client that never starts its handshake.
         let mut silent = TcpStream::connect(r.addr).await.unwrap();
         assert!(closed(&mut silent).await, "the handshake timeout closes it");
