@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::cluster::{admin, partition, produce, producer, until, values, Cluster};
+use common::pki::Pki;
 use evenkeel::metadata::records::{MetadataRecord, ScramCredentialRecord};
 use evenkeel::security::acl::{
     AclBinding, AclOperation, PatternType, PermissionType, ResourcePattern, ResourceType,
@@ -20,21 +21,10 @@ const TOPIC: &str = "replicated";
 /// One CA and the certificate every broker serves (and presents as a client), valid for
 /// 127.0.0.1: a PEM keystore and truststore in `dir`.
 fn certificates(dir: &Path) -> (PathBuf, PathBuf) {
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca =
-        rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap()).unwrap();
-    let sans = vec!["localhost".to_string(), "127.0.0.1".to_string()];
-    let mut params = rcgen::CertificateParams::new(sans).unwrap();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "broker");
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = params.signed_by(&key, &ca).unwrap();
-    let (keystore, truststore) = (dir.join("broker.pem"), dir.join("ca.pem"));
-    std::fs::write(&keystore, format!("{}{}", key.serialize_pem(), cert.pem())).unwrap();
-    std::fs::write(&truststore, ca.pem()).unwrap();
-    (keystore, truststore)
+    let pki = Pki::new(dir, "ca");
+    let keystore = dir.join("broker.pem");
+    pki.leaf("broker").write_keystore(&keystore);
+    (keystore, pki.ca_file().to_path_buf())
 }
 
 /// What the cluster starts with: `admin`'s SCRAM-SHA-512 credential, and ACLs that let the

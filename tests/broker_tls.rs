@@ -6,90 +6,19 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Message, TopicPartitionList};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use common::pki::{Leaf, Pki};
 use common::BrokerProcess;
 
 const WAIT: Duration = Duration::from_secs(30);
-
-/// A CA that signs certificates into PEM files in `dir`.
-struct Pki {
-    ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
-    dir: PathBuf,
-}
-
-/// A certificate and its key, as files and as DER.
-struct Leaf {
-    cert: PathBuf,
-    key: PathBuf,
-    der: CertificateDer<'static>,
-    key_pem: String,
-    cert_pem: String,
-}
-
-impl Pki {
-    fn new(dir: &Path, name: &str) -> Pki {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params.distinguished_name = dn(name);
-        let key = rcgen::KeyPair::generate().unwrap();
-        let ca = rcgen::CertifiedIssuer::self_signed(params, key).unwrap();
-        std::fs::write(dir.join(format!("{name}.pem")), ca.pem()).unwrap();
-        Pki {
-            ca,
-            dir: dir.to_path_buf(),
-        }
-    }
-
-    fn ca_file(&self) -> PathBuf {
-        let path = self.dir.join(format!("ca-{}.pem", std::process::id()));
-        std::fs::write(&path, self.ca.pem()).unwrap();
-        path
-    }
-
-    /// A certificate for `name` (also valid for localhost and 127.0.0.1); `expired`: valid
-    /// only in 2001.
-    fn leaf(&self, name: &str, expired: bool) -> Leaf {
-        let sans = vec!["localhost".to_string(), "127.0.0.1".to_string()];
-        let mut params = rcgen::CertificateParams::new(sans).unwrap();
-        params.distinguished_name = dn(name);
-        if expired {
-            params.not_before = rcgen::date_time_ymd(2001, 1, 1);
-            params.not_after = rcgen::date_time_ymd(2001, 12, 31);
-        }
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.ca).unwrap();
-        let (cert_path, key_path) = (
-            self.dir.join(format!("{name}.crt")),
-            self.dir.join(format!("{name}.key")),
-        );
-        std::fs::write(&cert_path, cert.pem()).unwrap();
-        std::fs::write(&key_path, key.serialize_pem()).unwrap();
-        Leaf {
-            cert: cert_path,
-            key: key_path,
-            der: cert.der().clone(),
-            key_pem: key.serialize_pem(),
-            cert_pem: cert.pem(),
-        }
-    }
-}
-
-fn dn(cn: &str) -> rcgen::DistinguishedName {
-    let mut dn = rcgen::DistinguishedName::new();
-    dn.push(rcgen::DnType::OrganizationName, "acme");
-    dn.push(rcgen::DnType::CommonName, cn);
-    dn
-}
 
 /// A broker with a PLAINTEXT listener and an SSL listener (advertised first, so Metadata
 /// answers with it) requiring client certificates from `pki`.
@@ -103,7 +32,7 @@ struct TlsBroker {
 
 fn start(pki: &Pki, dir: tempfile::TempDir, server: &Leaf) -> TlsBroker {
     let keystore = dir.path().join("keystore.pem");
-    std::fs::write(&keystore, format!("{}{}", server.key_pem, server.cert_pem)).unwrap();
+    server.write_keystore(&keystore);
     let (pp, sp) = (common::free_port(), common::free_port());
     let overrides = [
         format!("listeners=PLAINTEXT://127.0.0.1:{pp},SSL://127.0.0.1:{sp}"),
@@ -128,16 +57,14 @@ fn start(pki: &Pki, dir: tempfile::TempDir, server: &Leaf) -> TlsBroker {
     }
 }
 
-fn rdkafka_ssl(b: &TlsBroker, ca: &Path, client: &Leaf) -> ClientConfig {
+/// librdkafka over SSL to `b`, trusting `ca`, with the certificate and key files `client`.
+fn rdkafka_ssl(b: &TlsBroker, ca: &Path, (cert, key): &(PathBuf, PathBuf)) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &b.ssl)
         .set("security.protocol", "ssl")
         .set("ssl.ca.location", ca.display().to_string())
-        .set(
-            "ssl.certificate.location",
-            client.cert.display().to_string(),
-        )
-        .set("ssl.key.location", client.key.display().to_string());
+        .set("ssl.certificate.location", cert.display().to_string())
+        .set("ssl.key.location", key.display().to_string());
     c
 }
 
@@ -145,9 +72,9 @@ fn rdkafka_ssl(b: &TlsBroker, ca: &Path, client: &Leaf) -> ClientConfig {
 async fn librdkafka_produces_and_consumes_over_ssl_with_a_required_client_certificate() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new(dir.path(), "ca");
-    let server = pki.leaf("broker", false);
-    let alice = pki.leaf("alice", false);
-    let ca = pki.ca_file();
+    let server = pki.leaf("broker");
+    let alice = pki.leaf("alice").write_files(dir.path());
+    let ca = pki.ca_file().to_path_buf();
     let b = start(&pki, dir, &server);
     let producer: FutureProducer = rdkafka_ssl(&b, &ca, &alice)
         .set("acks", "all")
@@ -188,27 +115,6 @@ async fn librdkafka_produces_and_consumes_over_ssl_with_a_required_client_certif
     );
 }
 
-/// A rustls client trusting `ca`, presenting `client` when given.
-fn rustls_client(ca: &Pki, client: Option<&Leaf>) -> tokio_rustls::TlsConnector {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.ca.der().clone()).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots);
-    let config = match client {
-        Some(leaf) => builder
-            .with_client_auth_cert(
-                vec![leaf.der.clone()],
-                PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap(),
-            )
-            .unwrap(),
-        None => builder.with_no_client_auth(),
-    };
-    tokio_rustls::TlsConnector::from(Arc::new(config))
-}
-
 /// ApiVersions v0 as a frame: api key 18, version 0, correlation id 7, no client id.
 const API_VERSIONS: [u8; 14] = [0, 0, 0, 10, 0, 18, 0, 0, 0, 0, 0, 7, 0xff, 0xff];
 
@@ -234,7 +140,8 @@ async fn tls_call(
 ) -> Result<CertificateDer<'static>, String> {
     let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
     let name = ServerName::try_from("localhost").unwrap();
-    let mut s = rustls_client(pki, client)
+    let mut s = pki
+        .connector(client)
         .connect(name, tcp)
         .await
         .map_err(|e| format!("handshake: {e}"))?;
@@ -250,11 +157,10 @@ async fn tls_call(
 async fn wrong_clients_are_refused_and_the_broker_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new(dir.path(), "ca");
-    let server = pki.leaf("broker", false);
-    let alice = pki.leaf("alice", false);
-    let expired = pki.leaf("old", true);
-    let strangers = Pki::new(dir.path(), "other-ca");
-    let mallory = strangers.leaf("mallory", false);
+    let server = pki.leaf("broker");
+    let alice = pki.leaf("alice");
+    let expired = pki.expired_leaf("old");
+    let mallory = Pki::new(dir.path(), "other-ca").leaf("mallory");
     let b = start(&pki, dir, &server);
     assert!(tls_call(&b.ssl, &pki, Some(&alice)).await.is_ok());
 
@@ -292,17 +198,17 @@ async fn wrong_clients_are_refused_and_the_broker_keeps_serving() {
 async fn a_certificate_replaced_on_disk_is_served_to_the_next_connection() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new(dir.path(), "ca");
-    let first = pki.leaf("broker", false);
-    let alice = pki.leaf("alice", false);
+    let first = pki.leaf("broker");
+    let alice = pki.leaf("alice");
     let b = start(&pki, dir, &first);
     assert_eq!(
         tls_call(&b.ssl, &pki, Some(&alice)).await.unwrap(),
         first.der
     );
-    let second = pki.leaf("broker-rotated", false);
+    let second = pki.leaf("broker-rotated");
     // Written aside and renamed over, as a Kubernetes Secret volume swaps its files.
     let staged = b.keystore.with_extension("new");
-    std::fs::write(&staged, format!("{}{}", second.key_pem, second.cert_pem)).unwrap();
+    second.write_keystore(&staged);
     std::fs::rename(&staged, &b.keystore).unwrap();
     let deadline = Instant::now() + WAIT;
     loop {

@@ -15,7 +15,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::Broker;
 use crate::config::auth::ListenerSasl;
-use crate::protocol::{self, api_versions, errors, DecodedRequest, FrameError};
+use crate::protocol::{self, api_versions, errors, DecodedRequest, FrameError, RawHeader};
 use crate::security::sasl::{Credentials, Mechanism, SaslServer, SaslStep, ScramMechanism};
 
 /// What the connection does with a request on a SASL listener.
@@ -46,7 +46,7 @@ enum State {
 /// One connection's SASL state.
 pub struct SaslAuthenticator {
     listener: String,
-    settings: ListenerSasl,
+    settings: Arc<ListenerSasl>,
     reauth: Option<Duration>,
     state: State,
     reauthenticating: bool,
@@ -55,7 +55,7 @@ pub struct SaslAuthenticator {
 }
 
 impl SaslAuthenticator {
-    pub fn new(listener: &str, settings: ListenerSasl, reauth_ms: u64) -> SaslAuthenticator {
+    pub fn new(listener: &str, settings: Arc<ListenerSasl>, reauth_ms: u64) -> SaslAuthenticator {
         SaslAuthenticator {
             listener: listener.to_string(),
             settings,
@@ -66,9 +66,14 @@ impl SaslAuthenticator {
         }
     }
 
-    /// What to do with `frame`.
-    pub fn on_request(&mut self, broker: &Arc<Broker>, frame: &Bytes) -> Step {
-        let Ok(raw) = protocol::peek_header(frame) else {
+    /// What to do with `frame`, whose header the connection peeked (`raw`).
+    pub fn on_request(
+        &mut self,
+        broker: &Arc<Broker>,
+        frame: &Bytes,
+        raw: Option<RawHeader>,
+    ) -> Step {
+        let Some(raw) = raw else {
             return Step::Serve; // the handler answers a bad frame as it always does
         };
         let key = ApiKey::try_from(raw.api_key).ok();

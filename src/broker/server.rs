@@ -22,7 +22,7 @@ use crate::protocol::creation_rate::CreationRate;
 use crate::protocol::listener::{
     serve, CloseReason, Connection, ConnectionQuotas, Handler, ListenerSettings, DEFAULT_DRAIN,
 };
-use crate::protocol::FrameError;
+use crate::protocol::{FrameError, RawHeader};
 use crate::security::tls::TlsServer;
 
 /// One request on its way to a handler.
@@ -284,8 +284,7 @@ fn tls_server(
 
 /// How the client listener `name` serves its connections. The inter-broker listener, when
 /// there are several, is not held back by `max.connections`, so that replication goes on
-/// when clients fill the broker (Kafka's protected listener). A SASL_* listener's
-/// connections are told their protocol (`Connection::protocol().is_sasl()`).
+/// when clients fill the broker (Kafka's protected listener).
 fn listener_settings(
     config: &BrokerConfig,
     name: &str,
@@ -293,7 +292,6 @@ fn listener_settings(
 ) -> ListenerSettings {
     ListenerSettings {
         name: name.to_string(),
-        protocol: config.cluster.security_protocols.protocol(name),
         tls,
         max_request_bytes: config.socket_request_max_bytes,
         idle: config.connections.idle_timeout(),
@@ -314,7 +312,7 @@ fn connection_handler(
     queue: async_channel::Sender<Job>,
     name: &str,
 ) -> Handler {
-    let sasl = broker.config.auth.sasl.get(name).cloned();
+    let sasl = broker.config.auth.sasl.get(name).cloned().map(Arc::new);
     let reauth_ms = broker.config.auth.connections_max_reauth_ms;
     let name = name.to_string();
     Arc::new(move |conn| {
@@ -466,9 +464,10 @@ async fn sasl_turn(
     auth: &mut SaslAuthenticator,
     broker: &Arc<Broker>,
     frame: &Bytes,
+    raw: Option<RawHeader>,
     session: &mut Arc<Session>,
 ) -> Result<bool, CloseReason> {
-    match auth.on_request(broker, frame) {
+    match auth.on_request(broker, frame, raw) {
         SaslStep::Serve => Ok(false),
         SaslStep::Answer(f) => conn.write(&f).await.map(|_| true),
         SaslStep::Authenticated(f, principal) => {
@@ -507,13 +506,13 @@ async fn connection(
         let Some(frame) = conn.next_request().await? else {
             return Ok(());
         };
+        let raw = crate::protocol::peek_header(&frame).ok();
         if let Some(auth) = sasl.as_mut() {
-            if sasl_turn(&mut conn, auth, &broker, &frame, &mut session).await? {
+            if sasl_turn(&mut conn, auth, &broker, &frame, raw, &mut session).await? {
                 continue;
             }
         }
         let arrived = Instant::now();
-        let raw = crate::protocol::peek_header(&frame).ok();
         let version = raw.map_or(-1, |h| h.api_version);
         tracing::trace!(%peer, key = raw.map(|h| h.api_key), correlation_id = raw.map(|h| h.correlation_id), "request");
         let (tx, mut rx) = oneshot::channel();

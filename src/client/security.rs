@@ -43,7 +43,6 @@ impl std::fmt::Debug for SaslLogin {
 /// How to connect: PLAINTEXT, or TLS (with this client config) and/or SASL (with this login).
 #[derive(Clone, Debug)]
 pub struct ClientSecurity {
-    protocol: SecurityProtocol,
     tls: Option<Arc<rustls::ClientConfig>>,
     sasl: Option<SaslLogin>,
 }
@@ -90,7 +89,6 @@ pub enum SecurityError {
 impl ClientSecurity {
     pub fn plaintext() -> Self {
         ClientSecurity {
-            protocol: SecurityProtocol::Plaintext,
             tls: None,
             sasl: None,
         }
@@ -114,11 +112,7 @@ impl ClientSecurity {
             (true, sasl) => sasl,
             (false, _) => None,
         };
-        Ok(ClientSecurity {
-            protocol,
-            tls,
-            sasl,
-        })
+        Ok(ClientSecurity { tls, sasl })
     }
 
     /// How a broker connects to other brokers' listener of `protocol`: with that listener's
@@ -142,10 +136,6 @@ impl ClientSecurity {
             None => None,
         };
         ClientSecurity::new(protocol, tls, sasl)
-    }
-
-    pub fn protocol(&self) -> SecurityProtocol {
-        self.protocol
     }
 
     pub(super) fn tls(&self) -> Option<&Arc<rustls::ClientConfig>> {

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use super::principal_rules::PrincipalMapper;
 use super::{invalid as bad, ConfigError};
 
 /// The `ssl.*` keys read here, and the Kafka ones accepted without effect.
@@ -84,17 +85,15 @@ pub enum Keystore {
 }
 
 /// The TLS settings of one listener.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct SslConfig {
     pub listener: String,
-    pub keystore: Option<Keystore>,
+    pub keystore: Keystore,
     pub truststore: Option<PemSource>,
-    /// Whether `ssl.key.password` is set (the key is then expected to be encrypted).
-    pub key_password: bool,
     pub client_auth: ClientAuth,
     pub enabled_protocols: Vec<TlsVersion>,
-    /// `ssl.principal.mapping.rules` as given (checked here, applied by the listener).
-    pub principal_mapping_rules: String,
+    /// `ssl.principal.mapping.rules`, parsed (applied by the listener).
+    pub principal_mapper: PrincipalMapper,
     /// `ssl.endpoint.identification.algorithm` (https): whether the broker, connecting to
     /// this listener of another broker, checks that the certificate names the host it
     /// connected to (`https`) or not (an empty value). The chain is checked either way.
@@ -141,23 +140,22 @@ impl SslConfig {
             props,
             prefix: format!("listener.name.{}.", listener.to_lowercase()),
         };
-        let c = SslConfig {
-            listener: listener.to_string(),
-            keystore: keystore(&keys)?,
-            truststore: truststore(&keys)?,
-            key_password: keys.non_empty("ssl.key.password").is_some(),
-            client_auth: client_auth(&keys)?,
-            enabled_protocols: enabled_protocols(&keys)?,
-            principal_mapping_rules: principal_mapping_rules(&keys)?,
-            endpoint_identification: endpoint_identification(&keys)?,
-        };
-        if c.keystore.is_none() {
+        let Some(keystore) = keystore(&keys)? else {
             let reason = format!(
                 "listener {listener} uses TLS and needs a keystore: ssl.keystore.location, or \
                  ssl.keystore.key with ssl.keystore.certificate.chain"
             );
             return Err(bad(&keys.name("ssl.keystore.location"), "", reason));
-        }
+        };
+        let c = SslConfig {
+            listener: listener.to_string(),
+            keystore,
+            truststore: truststore(&keys)?,
+            client_auth: client_auth(&keys)?,
+            enabled_protocols: enabled_protocols(&keys)?,
+            principal_mapper: principal_mapper(&keys)?,
+            endpoint_identification: endpoint_identification(&keys)?,
+        };
         if c.client_auth != ClientAuth::None && c.truststore.is_none() {
             let reason = format!(
                 "listener {listener} asks clients for certificates (ssl.client.auth) and needs \
@@ -293,12 +291,11 @@ fn enabled_protocols(keys: &Keys) -> Result<Vec<TlsVersion>, ConfigError> {
     Ok(out)
 }
 
-fn principal_mapping_rules(keys: &Keys) -> Result<String, ConfigError> {
-    let Some((k, v)) = keys.get("ssl.principal.mapping.rules") else {
-        return Ok("DEFAULT".to_string());
-    };
-    super::principal_rules::PrincipalMapper::parse(v).map_err(|e| bad(&k, v, e.to_string()))?;
-    Ok(v.to_string())
+fn principal_mapper(keys: &Keys) -> Result<PrincipalMapper, ConfigError> {
+    let (k, v) = keys
+        .get("ssl.principal.mapping.rules")
+        .unwrap_or_else(|| ("ssl.principal.mapping.rules".to_string(), "DEFAULT"));
+    PrincipalMapper::parse(v).map_err(|e| bad(&k, v, e.to_string()))
 }
 
 /// `ssl.endpoint.identification.algorithm`: `https` (Kafka's default) or empty (none).
@@ -345,17 +342,22 @@ mod tests {
         .unwrap();
         assert_eq!(
             c.keystore,
-            Some(Keystore::File(PemSource::File {
+            Keystore::File(PemSource::File {
                 key: "ssl.keystore.location".into(),
                 path: "/etc/tls/server.pem".into()
-            }))
+            })
         );
         assert_eq!(c.client_auth, ClientAuth::None);
         assert_eq!(
             c.enabled_protocols,
             vec![TlsVersion::Tls12, TlsVersion::Tls13]
         );
-        assert_eq!(c.principal_mapping_rules, "DEFAULT");
+        let subject = "CN=alice,O=acme";
+        assert_eq!(
+            c.principal_mapper.name(subject).unwrap(),
+            subject,
+            "DEFAULT"
+        );
         assert_eq!(c.truststore, None);
         assert!(c.endpoint_identification, "https by default");
     }
@@ -402,7 +404,7 @@ mod tests {
             "EXTERNAL",
         )
         .unwrap();
-        let Some(Keystore::File(PemSource::File { key, path })) = c.keystore else {
+        let Keystore::File(PemSource::File { key, path }) = c.keystore else {
             panic!("{:?}", c.keystore);
         };
         assert_eq!(key, "listener.name.external.ssl.keystore.location");

@@ -24,7 +24,6 @@ use tokio::task::JoinSet;
 
 use super::creation_rate::CreationRate;
 use super::wire::{read_request, RequestReadError};
-use crate::config::security::SecurityProtocol;
 use crate::security::ssl_principal::ANONYMOUS;
 use crate::security::tls::TlsServer;
 
@@ -208,8 +207,6 @@ impl ConnectionQuotas {
 pub struct ListenerSettings {
     /// The listener's name, for the log.
     pub name: String,
-    /// Its `listener.security.protocol.map` entry, which handlers read (`is_sasl()`).
-    pub protocol: SecurityProtocol,
     /// The TLS side of an SSL or SASL_SSL listener; `None`: connections are plain TCP.
     pub tls: Option<Arc<TlsServer>>,
     /// `socket.request.max.bytes`.
@@ -230,7 +227,6 @@ impl ListenerSettings {
     pub fn plaintext(name: &str, max_request_bytes: usize) -> ListenerSettings {
         ListenerSettings {
             name: name.to_string(),
-            protocol: SecurityProtocol::Plaintext,
             tls: None,
             max_request_bytes,
             idle: None,
@@ -292,9 +288,8 @@ impl AsyncWrite for Stream {
 pub struct Connection {
     stream: Stream,
     peer: SocketAddr,
-    protocol: SecurityProtocol,
     /// Kafka's principal of the connection: the mapped client certificate, or
-    /// `User:ANONYMOUS`; SASL replaces it once the client authenticates.
+    /// `User:ANONYMOUS` (a SASL login gives the broker's session its own principal).
     principal: String,
     stop: watch::Receiver<bool>,
     max_request_bytes: usize,
@@ -304,16 +299,6 @@ pub struct Connection {
 impl Connection {
     pub fn peer(&self) -> SocketAddr {
         self.peer
-    }
-
-    /// The listener's security protocol: a SASL_* listener's handler authenticates first.
-    pub fn protocol(&self) -> SecurityProtocol {
-        self.protocol
-    }
-
-    /// Whether the connection is TLS (SSL, SASL_SSL).
-    pub fn is_tls(&self) -> bool {
-        matches!(self.stream, Stream::Tls(_))
     }
 
     /// The largest request frame read from now on (a SASL listener reads small ones until the
@@ -326,11 +311,6 @@ impl Connection {
     /// a certificate (`ssl.principal.mapping.rules`), else `User:ANONYMOUS`.
     pub fn principal(&self) -> &str {
         &self.principal
-    }
-
-    /// The principal a SASL exchange authenticated (`User:alice`).
-    pub fn set_principal(&mut self, principal: String) {
-        self.principal = principal;
     }
 
     /// The next request frame; `None` once the peer closed the connection or the server
@@ -414,7 +394,6 @@ pub async fn serve(
                             let conn = Connection {
                                 stream: Stream::Plain(stream),
                                 peer,
-                                protocol: settings.protocol,
                                 principal: ANONYMOUS.to_string(),
                                 stop: stop.clone(),
                                 max_request_bytes: settings.max_request_bytes,
@@ -533,6 +512,7 @@ mod tests {
 
     use super::*;
     use crate::protocol::wire::read_frame;
+    use crate::security::tls::test_pki::{client_config, ssl_config, Leaf, Pki};
 
     const WAIT: Duration = Duration::from_secs(5);
 
@@ -592,13 +572,13 @@ mod tests {
             .ok()
     }
 
-    /// Whether the server closed `s` within `WAIT`.
+    /// Whether the server closed `s` within `WAIT`, after whatever it sent (a TLS alert).
     async fn closed(s: &mut TcpStream) -> bool {
-        let mut b = [0u8; 1];
-        match tokio::time::timeout(WAIT, s.read(&mut b)).await {
-            Ok(Ok(0)) => true,
+        let mut rest = Vec::new();
+        match tokio::time::timeout(WAIT, s.read_to_end(&mut rest)).await {
+            Ok(Ok(_)) => true,
             Ok(Err(e)) => e.kind() == std::io::ErrorKind::ConnectionReset,
-            _ => false,
+            Err(_) => false,
         }
     }
 
@@ -860,99 +840,106 @@ mod tests {
         assert!(quotas.claim(IpAddr::from([10, 0, 0, 1])).is_err());
     }
 
-    /// A TLS listener's server side: a self-signed certificate for localhost, no client auth.
-    fn tls_server(
-        handshake: Duration,
-    ) -> (Arc<TlsServer>, rustls::pki_types::CertificateDer<'static>) {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-        let cert = params.self_signed(&key).unwrap();
-        let props = std::collections::BTreeMap::from([
-            ("ssl.keystore.type".to_string(), "PEM".to_string()),
-            ("ssl.keystore.certificate.chain".to_string(), cert.pem()),
-            ("ssl.keystore.key".to_string(), key.serialize_pem()),
-        ]);
-        let ssl = crate::config::ssl::SslConfig::from_props(&props, "SSL").unwrap();
-        let tls = TlsServer::new(ssl).unwrap().with_timings(handshake, WAIT);
-        (Arc::new(tls), cert.der().clone())
+    /// A TLS listener's server side: a certificate for localhost signed by `pki`'s CA, which
+    /// the truststore holds; `extra` settings added (client auth, mapping rules).
+    fn tls_server(handshake: Duration, pki: &Pki, extra: &[(&str, &str)]) -> Arc<TlsServer> {
+        let (server, ca) = (pki.leaf("broker"), pki.ca_pem());
+        let mut kv = vec![
+            ("ssl.keystore.type", "PEM"),
+            ("ssl.keystore.certificate.chain", server.cert.as_str()),
+            ("ssl.keystore.key", server.key.as_str()),
+            ("ssl.truststore.type", "PEM"),
+            ("ssl.truststore.certificates", ca.as_str()),
+        ];
+        kv.extend_from_slice(extra);
+        let tls = TlsServer::new(ssl_config(&kv)).unwrap();
+        Arc::new(tls.with_timings(handshake, WAIT))
     }
 
     fn tls_settings(tls: Arc<TlsServer>) -> ListenerSettings {
         ListenerSettings {
-            protocol: SecurityProtocol::Ssl,
             tls: Some(tls),
             ..settings()
         }
     }
 
+    /// A client of the TLS listener at `addr` trusting `pki`'s CA, presenting `client`.
     async fn tls_client(
         addr: SocketAddr,
-        ca: &rustls::pki_types::CertificateDer<'static>,
+        pki: &Pki,
+        client: Option<&Leaf>,
     ) -> tokio_rustls::client::TlsStream<TcpStream> {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(ca.clone()).unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let connector = tokio_rustls::TlsConnector::from(client_config(&pki.ca_pem(), client));
         let tcp = TcpStream::connect(addr).await.unwrap();
         let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
         connector.connect(name, tcp).await.unwrap()
     }
 
-    /// Answers every request with the connection's principal and protocol.
+    /// Answers every request with the connection's principal.
     fn whoami() -> Handler {
         Arc::new(|mut conn: Connection| {
             Box::pin(async move {
                 while conn.next_request().await?.is_some() {
-                    let me = format!("{} {} {}", conn.principal(), conn.protocol(), conn.is_tls());
-                    conn.write(&framed(me.as_bytes())).await?;
+                    conn.write(&framed(conn.principal().as_bytes())).await?;
                 }
                 Ok(())
             })
         })
     }
 
-    #[tokio::test]
-    async fn a_tls_listener_serves_requests_after_the_handshake_with_the_principal() {
-        let (tls, ca) = tls_server(WAIT);
-        let r = start(tls_settings(tls), ConnectionQuotas::unlimited(), whoami()).await;
-        let mut s = tls_client(r.addr, &ca).await;
+    /// The answer of the listener at `addr` to one request from a client presenting `client`.
+    async fn whoami_over_tls(addr: SocketAddr, pki: &Pki, client: Option<&Leaf>) -> Bytes {
+        let mut s = tls_client(addr, pki, client).await;
         s.write_all(&framed(b"who")).await.unwrap();
-        let answer = tokio::time::timeout(WAIT, read_frame(&mut s, 0, 1024))
+        tokio::time::timeout(WAIT, read_frame(&mut s, 0, 1024))
             .await
             .unwrap()
-            .unwrap();
-        assert_eq!(&answer[..], b"User:ANONYMOUS SSL true");
+            .unwrap()
     }
 
-    /// Whether the server closed `s` within `WAIT`, after whatever it sent (a TLS alert).
-    async fn ends(s: &mut TcpStream) -> bool {
-        let mut rest = Vec::new();
-        match tokio::time::timeout(WAIT, s.read_to_end(&mut rest)).await {
-            Ok(Ok(_)) => true,
-            Ok(Err(e)) => e.kind() == std::io::ErrorKind::ConnectionReset,
-            Err(_) => false,
-        }
+    #[tokio::test]
+    async fn a_tls_listener_serves_requests_after_the_handshake_with_the_principal() {
+        let pki = Pki::new("ca");
+        let requested = [("ssl.client.auth", "requested")];
+        let tls = tls_server(WAIT, &pki, &requested);
+        let r = start(tls_settings(tls), ConnectionQuotas::unlimited(), whoami()).await;
+        let alice = pki.leaf("alice");
+        let answer = whoami_over_tls(r.addr, &pki, Some(&alice)).await;
+        assert_eq!(&answer[..], b"User:CN=alice,O=acme");
+        let answer = whoami_over_tls(r.addr, &pki, None).await;
+        assert_eq!(&answer[..], b"User:ANONYMOUS");
+    }
+
+    #[tokio::test]
+    async fn a_tls_listener_maps_the_client_certificate_by_the_mapping_rules() {
+        let pki = Pki::new("ca");
+        let required = [
+            ("ssl.client.auth", "required"),
+            (
+                "ssl.principal.mapping.rules",
+                "RULE:^CN=(.*?),O=acme$/$1/U,DEFAULT",
+            ),
+        ];
+        let tls = tls_server(WAIT, &pki, &required);
+        let r = start(tls_settings(tls), ConnectionQuotas::unlimited(), whoami()).await;
+        let bob = pki.leaf("bob");
+        let answer = whoami_over_tls(r.addr, &pki, Some(&bob)).await;
+        assert_eq!(&answer[..], b"User:BOB");
     }
 
     #[tokio::test]
     async fn a_failed_or_slow_handshake_closes_only_that_connection() {
-        let (tls, ca) = tls_server(Duration::from_millis(300));
+        let pki = Pki::new("ca");
+        let tls = tls_server(Duration::from_millis(300), &pki, &[]);
         let r = start(tls_settings(tls), ConnectionQuotas::unlimited(), whoami()).await;
         // A plaintext Kafka client on the TLS port.
         let mut plain = TcpStream::connect(r.addr).await.unwrap();
         plain.write_all(&framed(b"\x00\x12\x00\x03")).await.unwrap();
-        assert!(ends(&mut plain).await, "a plaintext client is closed");
+        assert!(closed(&mut plain).await, "a plaintext client is closed");
         // A client that never starts its handshake.
         let mut silent = TcpStream::connect(r.addr).await.unwrap();
         assert!(closed(&mut silent).await, "the handshake timeout closes it");
-        let mut s = tls_client(r.addr, &ca).await;
-        s.write_all(&framed(b"who")).await.unwrap();
-        let answer = tokio::time::timeout(WAIT, read_frame(&mut s, 0, 1024)).await;
-        assert!(matches!(answer, Ok(Ok(_))), "the listener still serves");
+        let answer = whoami_over_tls(r.addr, &pki, None).await;
+        assert!(!answer.is_empty(), "the listener still serves");
     }
 }

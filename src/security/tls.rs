@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
 use super::ssl_principal::ANONYMOUS;
-use crate::config::principal_rules::{PrincipalError, PrincipalMapper};
+use crate::config::principal_rules::PrincipalError;
 use crate::config::ssl::{ClientAuth, Keystore, PemSource, SslConfig, TlsVersion};
 
 /// How long a client has to finish its handshake.
@@ -44,8 +44,6 @@ pub enum TlsError {
     EncryptedKey { key: String },
     #[error("{key}: {reason}")]
     Invalid { key: String, reason: String },
-    #[error("ssl.principal.mapping.rules: {0}")]
-    Rules(#[from] PrincipalError),
 }
 
 /// Why one connection's handshake failed (the connection is closed, nothing else).
@@ -59,11 +57,10 @@ pub enum HandshakeError {
     Principal(#[from] PrincipalError),
 }
 
-/// One TLS listener: the config new handshakes use (swapped when the files change), and the
-/// mapping of client certificates to principals.
+/// One TLS listener: its settings (with the mapping of client certificates to principals) and
+/// the config new handshakes use (swapped when the files change).
 pub struct TlsServer {
     ssl: SslConfig,
-    mapper: PrincipalMapper,
     current: RwLock<Arc<ServerConfig>>,
     /// The digest of the files last read, whether or not they made a config.
     seen: Mutex<[u8; 32]>,
@@ -82,12 +79,11 @@ impl std::fmt::Debug for TlsServer {
 impl TlsServer {
     /// Reads the key, certificates and truststore of `ssl` and builds the server config.
     pub fn new(ssl: SslConfig) -> Result<TlsServer, TlsError> {
-        let mapper = PrincipalMapper::parse(&ssl.principal_mapping_rules)?;
-        let seen = files_digest(&ssl);
-        let config = server_config(&ssl)?;
+        let files = Files::read(&ssl);
+        let seen = files.digest();
+        let config = server_config(&ssl, &files)?;
         Ok(TlsServer {
             ssl,
-            mapper,
             current: RwLock::new(config),
             seen: Mutex::new(seen),
             handshake_timeout: HANDSHAKE_TIMEOUT,
@@ -100,10 +96,6 @@ impl TlsServer {
         self.handshake_timeout = handshake;
         self.reload_interval = reload_interval;
         self
-    }
-
-    pub fn listener(&self) -> &str {
-        &self.ssl.listener
     }
 
     /// The config the next handshake uses.
@@ -132,15 +124,17 @@ impl TlsServer {
         certificates: Option<&[CertificateDer<'_>]>,
     ) -> Result<String, PrincipalError> {
         match certificates.and_then(|c| c.first()) {
-            Some(cert) => super::ssl_principal::principal(&self.mapper, cert),
+            Some(cert) => super::ssl_principal::principal(&self.ssl.principal_mapper, cert),
             None => Ok(ANONYMOUS.to_string()),
         }
     }
 
-    /// Re-reads the files when their contents changed and swaps the config: `Ok(true)` when
-    /// swapped; an error keeps the old config (and the same contents are not tried again).
+    /// Re-reads the files and, when their contents changed, swaps in a config built from what
+    /// was read: `Ok(true)` when swapped; an error keeps the old config (and the same contents
+    /// are not tried again).
     pub fn reload(&self) -> Result<bool, TlsError> {
-        let digest = files_digest(&self.ssl);
+        let files = Files::read(&self.ssl);
+        let digest = files.digest();
         {
             let mut seen = self.seen.lock();
             if *seen == digest {
@@ -148,7 +142,7 @@ impl TlsServer {
             }
             *seen = digest;
         }
-        let config = server_config(&self.ssl)?;
+        let config = server_config(&self.ssl, &files)?;
         *self.current.write() = config;
         Ok(true)
     }
@@ -186,9 +180,8 @@ impl TlsServer {
 fn source_files(ssl: &SslConfig) -> Vec<&Path> {
     let mut sources: Vec<&PemSource> = Vec::new();
     match &ssl.keystore {
-        Some(Keystore::File(s)) => sources.push(s),
-        Some(Keystore::Inline { chain, key }) => sources.extend([chain, key]),
-        None => {}
+        Keystore::File(s) => sources.push(s),
+        Keystore::Inline { chain, key } => sources.extend([chain, key]),
     }
     sources.extend(&ssl.truststore);
     sources
@@ -200,27 +193,66 @@ fn source_files(ssl: &SslConfig) -> Vec<&Path> {
         .collect()
 }
 
-/// A digest of the files' contents (a missing file counts as empty).
-fn files_digest(ssl: &SslConfig) -> [u8; 32] {
-    let mut h = Sha256::new();
-    for path in source_files(ssl) {
-        let bytes = std::fs::read(path).unwrap_or_default();
-        h.update((bytes.len() as u64).to_be_bytes());
-        h.update(&bytes);
-    }
-    h.finalize().into()
+/// The contents of a config's files, each read once: a reload hashes them and builds the
+/// config from the same bytes.
+struct Files<'a> {
+    read: Vec<(&'a Path, std::io::Result<Vec<u8>>)>,
 }
 
-/// The rustls server config of `ssl`.
-pub fn server_config(ssl: &SslConfig) -> Result<Arc<ServerConfig>, TlsError> {
-    let Some((chain, key, key_name)) = keystore(ssl)? else {
-        return Err(TlsError::Invalid {
-            key: "ssl.keystore.location".into(),
-            reason: format!("listener {} has no keystore", ssl.listener),
-        });
-    };
+impl<'a> Files<'a> {
+    fn read(ssl: &'a SslConfig) -> Files<'a> {
+        let read = source_files(ssl)
+            .into_iter()
+            .map(|path| (path, std::fs::read(path)))
+            .collect();
+        Files { read }
+    }
+
+    /// A digest of the contents (a file that cannot be read counts as empty).
+    fn digest(&self) -> [u8; 32] {
+        let mut h = Sha256::new();
+        for (_, bytes) in &self.read {
+            let bytes = bytes.as_deref().unwrap_or_default();
+            h.update((bytes.len() as u64).to_be_bytes());
+            h.update(bytes);
+        }
+        h.finalize().into()
+    }
+
+    /// The PEM text of `source` (a file's as read), its blocks re-wrapped (a properties file's
+    /// `\` continuations join a PEM value into one line, which Kafka reads).
+    fn pem(&self, source: &PemSource) -> Result<String, TlsError> {
+        let text = match source {
+            PemSource::Inline { pem, .. } => pem.clone(),
+            PemSource::File { key, path } => self.text(path).map_err(|e| TlsError::Read {
+                key: key.clone(),
+                path: path.clone(),
+                source: e,
+            })?,
+        };
+        Ok(normalize_pem(&text))
+    }
+
+    fn text(&self, path: &Path) -> std::io::Result<String> {
+        let read = self.read.iter().find(|(p, _)| *p == path).map(|(_, r)| r);
+        match read {
+            Some(Ok(bytes)) => String::from_utf8(bytes.clone())
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
+            Some(Err(e)) => Err(std::io::Error::new(e.kind(), e.to_string())),
+            // `Files::read` reads every file of the config it is given.
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "not among the listener's files",
+            )),
+        }
+    }
+}
+
+/// The rustls server config of `ssl`, from its files as read.
+fn server_config(ssl: &SslConfig, files: &Files) -> Result<Arc<ServerConfig>, TlsError> {
+    let (chain, key, key_name) = keystore(ssl, files)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = client_verifier(ssl, provider.clone())?;
+    let verifier = client_verifier(ssl, files, provider.clone())?;
     let config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&protocol_versions(ssl))
         .map_err(invalid("ssl.enabled.protocols"))?
@@ -240,25 +272,24 @@ fn invalid(key: &str) -> impl Fn(rustls::Error) -> TlsError {
 }
 
 /// The certificate chain and private key of `ssl`'s keystore, with the key that names the
-/// private key (for messages); `None` without a keystore.
+/// private key (for messages).
 type KeystoreParts = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>, String);
 
-fn keystore(ssl: &SslConfig) -> Result<Option<KeystoreParts>, TlsError> {
+fn keystore(ssl: &SslConfig, files: &Files) -> Result<KeystoreParts, TlsError> {
     match &ssl.keystore {
-        Some(Keystore::File(source)) => {
-            let pem = read_pem(source)?;
-            Ok(Some((
+        Keystore::File(source) => {
+            let pem = files.pem(source)?;
+            Ok((
                 certificates(source, &pem)?,
                 private_key(source, &pem)?,
                 source.key().to_string(),
-            )))
+            ))
         }
-        Some(Keystore::Inline { chain, key }) => Ok(Some((
-            certificates(chain, &read_pem(chain)?)?,
-            private_key(key, &read_pem(key)?)?,
+        Keystore::Inline { chain, key } => Ok((
+            certificates(chain, &files.pem(chain)?)?,
+            private_key(key, &files.pem(key)?)?,
             key.key().to_string(),
-        ))),
-        None => Ok(None),
+        )),
     }
 }
 
@@ -274,9 +305,9 @@ fn protocol_versions(ssl: &SslConfig) -> Vec<&'static SupportedProtocolVersion> 
 }
 
 /// The CA certificates of a truststore.
-fn root_store(store: &PemSource) -> Result<RootCertStore, TlsError> {
+fn root_store(store: &PemSource, files: &Files) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
-    for cert in certificates(store, &read_pem(store)?)? {
+    for cert in certificates(store, &files.pem(store)?)? {
         roots.add(cert).map_err(|e| TlsError::Invalid {
             key: store.key().to_string(),
             reason: format!("not a usable CA certificate: {e}"),
@@ -285,49 +316,34 @@ fn root_store(store: &PemSource) -> Result<RootCertStore, TlsError> {
     Ok(roots)
 }
 
-/// `ssl.client.auth` over the truststore's CAs.
+/// `ssl.client.auth` over the truststore's CAs (`SslConfig::from_props` refuses client auth
+/// without a truststore; a hand-made config without one gets an empty store, which rustls
+/// refuses, rather than no client auth).
 fn client_verifier(
     ssl: &SslConfig,
+    files: &Files,
     provider: Arc<rustls::crypto::CryptoProvider>,
 ) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, TlsError> {
-    let Some(store) = &ssl.truststore else {
-        if ssl.client_auth == ClientAuth::None {
-            return Ok(WebPkiClientVerifier::no_client_auth());
-        }
-        return Err(TlsError::Invalid {
-            key: "ssl.truststore.location".into(),
-            reason: "ssl.client.auth needs a truststore".into(),
-        });
-    };
     if ssl.client_auth == ClientAuth::None {
         return Ok(WebPkiClientVerifier::no_client_auth());
     }
-    let roots = root_store(store)?;
+    let roots = match &ssl.truststore {
+        Some(store) => root_store(store, files)?,
+        None => RootCertStore::empty(),
+    };
     let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
     let builder = match ssl.client_auth {
         ClientAuth::Requested => builder.allow_unauthenticated(),
         _ => builder,
     };
+    let key = ssl
+        .truststore
+        .as_ref()
+        .map_or("ssl.truststore.location", PemSource::key);
     builder.build().map_err(|e| TlsError::Invalid {
-        key: store.key().to_string(),
+        key: key.to_string(),
         reason: e.to_string(),
     })
-}
-
-/// The PEM text of `source`, its blocks re-wrapped (a properties file's `\` continuations
-/// join a PEM value into one line, which Kafka reads).
-fn read_pem(source: &PemSource) -> Result<String, TlsError> {
-    let text = match source {
-        PemSource::Inline { pem, .. } => pem.clone(),
-        PemSource::File { key, path } => {
-            std::fs::read_to_string(path).map_err(|e| TlsError::Read {
-                key: key.clone(),
-                path: path.clone(),
-                source: e,
-            })?
-        }
-    };
-    Ok(normalize_pem(&text))
 }
 
 /// Every `-----BEGIN X-----…-----END X-----` block of `text` with its base64 on lines of 64;
@@ -395,6 +411,9 @@ fn private_key(source: &PemSource, pem: &str) -> Result<PrivateKeyDer<'static>, 
 }
 
 pub mod client;
+
+#[cfg(test)]
+pub(crate) mod test_pki;
 
 #[cfg(test)]
 mod tests;

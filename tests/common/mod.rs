@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod http;
+pub mod pki;
 pub mod rebalancer;
 pub mod relay;
 

@@ -8,13 +8,13 @@ use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, SignatureScheme};
 
-use super::{invalid, keystore, protocol_versions, root_store, TlsError};
+use super::{invalid, keystore, protocol_versions, root_store, Files, TlsError};
 use crate::config::ssl::SslConfig;
 
 /// The client config for connecting to listener `ssl.listener` of another broker: its
 /// certificate must chain to the truststore and, with `ssl.endpoint.identification.algorithm`
-/// `https` (Kafka's default), name the host connected to; the keystore, when there is one, is
-/// this broker's client certificate.
+/// `https` (Kafka's default), name the host connected to; the keystore is this broker's client
+/// certificate.
 pub fn client_config(ssl: &SslConfig) -> Result<Arc<ClientConfig>, TlsError> {
     let Some(store) = &ssl.truststore else {
         return Err(TlsError::Invalid {
@@ -25,14 +25,15 @@ pub fn client_config(ssl: &SslConfig) -> Result<Arc<ClientConfig>, TlsError> {
             ),
         });
     };
+    let files = Files::read(ssl);
+    let roots = Arc::new(root_store(store, &files)?);
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let webpki =
-        WebPkiServerVerifier::builder_with_provider(Arc::new(root_store(store)?), provider.clone())
-            .build()
-            .map_err(|e| TlsError::Invalid {
-                key: store.key().to_string(),
-                reason: e.to_string(),
-            })?;
+    let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+        .build()
+        .map_err(|e| TlsError::Invalid {
+            key: store.key().to_string(),
+            reason: e.to_string(),
+        })?;
     let verifier: Arc<dyn ServerCertVerifier> = if ssl.endpoint_identification {
         webpki
     } else {
@@ -43,12 +44,10 @@ pub fn client_config(ssl: &SslConfig) -> Result<Arc<ClientConfig>, TlsError> {
         .map_err(invalid("ssl.enabled.protocols"))?
         .dangerous()
         .with_custom_certificate_verifier(verifier);
-    let config = match keystore(ssl)? {
-        Some((chain, key, key_name)) => builder
-            .with_client_auth_cert(chain, key)
-            .map_err(invalid(&key_name))?,
-        None => builder.with_no_client_auth(),
-    };
+    let (chain, key, key_name) = keystore(ssl, &files)?;
+    let config = builder
+        .with_client_auth_cert(chain, key)
+        .map_err(invalid(&key_name))?;
     Ok(Arc::new(config))
 }
 

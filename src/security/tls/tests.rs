@@ -1,67 +1,11 @@
 //! Unit tests of `security::tls`: certificates made by rcgen, handshakes over loopback.
 
-use std::collections::BTreeMap;
-
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use super::test_pki::{client_config, ssl_config as ssl, Leaf, Pki};
 use super::*;
-
-/// A CA and the certificates it signs.
-struct Pki {
-    ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
-}
-
-/// A certificate with its key, in PEM.
-struct Leaf {
-    cert: String,
-    key: String,
-    der: CertificateDer<'static>,
-}
-
-impl Pki {
-    fn new(name: &str) -> Pki {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params.distinguished_name = dn(name);
-        let key = rcgen::KeyPair::generate().unwrap();
-        Pki {
-            ca: rcgen::CertifiedIssuer::self_signed(params, key).unwrap(),
-        }
-    }
-
-    fn leaf(&self, cn: &str) -> Leaf {
-        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-        params.distinguished_name = dn(cn);
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.ca).unwrap();
-        Leaf {
-            cert: cert.pem(),
-            key: key.serialize_pem(),
-            der: cert.der().clone(),
-        }
-    }
-
-    fn ca_pem(&self) -> String {
-        self.ca.pem()
-    }
-}
-
-fn dn(cn: &str) -> rcgen::DistinguishedName {
-    let mut dn = rcgen::DistinguishedName::new();
-    dn.push(rcgen::DnType::OrganizationName, "acme");
-    dn.push(rcgen::DnType::CommonName, cn);
-    dn
-}
-
-fn ssl(kv: &[(&str, &str)]) -> SslConfig {
-    let props: BTreeMap<String, String> = kv
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    SslConfig::from_props(&props, "SSL").unwrap()
-}
 
 /// A properties-file value continued over lines with `\`: the lines joined, without newlines.
 fn one_line(pem: &str) -> String {
@@ -77,25 +21,7 @@ async fn handshake(
 ) -> Result<(CertificateDer<'static>, String), String> {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let mut roots = RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots);
-    let config = match client {
-        Some(leaf) => builder
-            .with_client_auth_cert(
-                vec![leaf.der.clone()],
-                PrivateKeyDer::from_pem_slice(leaf.key.as_bytes()).unwrap(),
-            )
-            .unwrap(),
-        None => builder.with_no_client_auth(),
-    };
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let connector = tokio_rustls::TlsConnector::from(client_config(ca, client));
     let client = async move {
         let tcp = TcpStream::connect(addr).await.unwrap();
         let name = ServerName::try_from("localhost").unwrap();
@@ -398,4 +324,14 @@ fn a_client_side_without_a_truststore_is_refused() {
         e.contains("ssl.truststore.location") && e.contains("no truststore"),
         "{e}"
     );
+}
+
+#[test]
+fn client_auth_without_a_truststore_is_refused_not_turned_off() {
+    let pki = Pki::new("ca");
+    let leaf = pki.leaf("broker");
+    let mut c = listener_ssl(&leaf, &pki.ca_pem(), &[]);
+    c.truststore = None;
+    let e = server_config(&c, &Files::read(&c)).unwrap_err().to_string();
+    assert!(e.starts_with("ssl.truststore.location"), "{e}");
 }
