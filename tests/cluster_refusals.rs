@@ -29,17 +29,25 @@ async fn partition0(addr: &str, topic: &str) -> evenkeel::client::PartitionInfo 
     t[0].partitions[0].clone()
 }
 
-/// Waits until `addr` reports partition 0 of `topic` led by anyone but `not`.
-async fn wait_leader_not(addr: &str, topic: &str, not: i32) -> evenkeel::client::PartitionInfo {
-    let deadline = Instant::now() + Duration::from_secs(20);
+/// How long a killed broker's leaderships may take to move: a controller election when it was
+/// the active controller, then its whole session (`broker.session.timeout.ms`, 9 s) before it
+/// is fenced, then the new leader reaching node 1's image — 8 to 12 s on a quiet machine, and
+/// CI runs these five clusters side by side on two cores.
+const MOVE_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Waits until node 1 reports partition 0 of `topic` led by anyone but `not`; on time-out the
+/// nodes' logs say why.
+async fn wait_leader_not(c: &Cluster, topic: &str, not: i32) -> evenkeel::client::PartitionInfo {
+    let deadline = Instant::now() + MOVE_DEADLINE;
     loop {
-        let p = partition0(addr, topic).await;
+        let p = partition0(&c.addr(1), topic).await;
         if p.leader != not {
             return p;
         }
         assert!(
             Instant::now() < deadline,
-            "the leader never moved off {not}"
+            "the leader never moved off {not}; the end of each node's log:\n{}",
+            c.log_tails(30)
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -74,7 +82,7 @@ async fn bad_cluster_requests_get_kafkas_errors_and_change_nothing() {
     );
     // A preferred election whose preferred leader (3) is down.
     c.kill(3);
-    let moved = wait_leader_not(&c.addr(1), "pinned", 3).await;
+    let moved = wait_leader_not(&c, "pinned", 3).await;
     let r = a
         .elect_leaders(true, Some(&[("pinned".to_string(), 0)]))
         .await
@@ -248,10 +256,10 @@ async fn an_out_of_sync_replica_leads_only_where_unclean_election_is_enabled() {
         .await
         .unwrap();
     c.kill(4);
-    wait_leader_not(&c.addr(1), "clean", 4).await;
-    wait_leader_not(&c.addr(1), "unclean", 4).await;
+    wait_leader_not(&c, "clean", 4).await;
+    wait_leader_not(&c, "unclean", 4).await;
     c.kill(3);
-    let offline = wait_leader_not(&c.addr(1), "clean", 3).await;
+    let offline = wait_leader_not(&c, "clean", 3).await;
     assert_eq!(
         (offline.leader, offline.isr.clone()),
         (-1, vec![3]),
