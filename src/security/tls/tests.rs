@@ -12,6 +12,18 @@ fn one_line(pem: &str) -> String {
     pem.lines().collect::<Vec<_>>().join("")
 }
 
+/// The server side of a test handshake: accepts one connection on `listener`, echoes one byte
+/// and returns the principal the handshake gave the client.
+async fn echo_one_byte(listener: &TcpListener, server: &TlsServer) -> Result<String, String> {
+    let (tcp, _) = listener.accept().await.unwrap();
+    let (mut s, principal) = server.accept(tcp).await.map_err(|e| e.to_string())?;
+    let mut b = [0u8; 1];
+    s.read_exact(&mut b).await.map_err(|e| e.to_string())?;
+    s.write_all(&b).await.map_err(|e| e.to_string())?;
+    s.flush().await.map_err(|e| e.to_string())?;
+    Ok(principal)
+}
+
 /// Connects to `server` as a client trusting `ca`, with `client` as its certificate; returns
 /// the server's certificate and the principal the server gave the client.
 async fn handshake(
@@ -36,15 +48,7 @@ async fn handshake(
         s.read_exact(&mut b).await.map_err(|e| e.to_string())?;
         Ok::<_, String>(seen)
     };
-    let serve = async {
-        let (tcp, _) = listener.accept().await.unwrap();
-        let (mut s, principal) = server.accept(tcp).await.map_err(|e| e.to_string())?;
-        let mut b = [0u8; 1];
-        s.read_exact(&mut b).await.map_err(|e| e.to_string())?;
-        s.write_all(&b).await.map_err(|e| e.to_string())?;
-        s.flush().await.map_err(|e| e.to_string())?;
-        Ok::<_, String>(principal)
-    };
+    let serve = echo_one_byte(&listener, server);
     let (seen, principal) = tokio::join!(client, serve);
     Ok((seen?, principal?))
 }
@@ -248,15 +252,7 @@ async fn client_handshake(
         s.read_exact(&mut b).await.map_err(|e| e.to_string())?;
         Ok::<_, String>(())
     };
-    let serve = async {
-        let (tcp, _) = listener.accept().await.unwrap();
-        let (mut s, principal) = server.accept(tcp).await.map_err(|e| e.to_string())?;
-        let mut b = [0u8; 1];
-        s.read_exact(&mut b).await.map_err(|e| e.to_string())?;
-        s.write_all(&b).await.map_err(|e| e.to_string())?;
-        s.flush().await.map_err(|e| e.to_string())?;
-        Ok::<_, String>(principal)
-    };
+    let serve = echo_one_byte(&listener, server);
     let (connected, principal) = tokio::join!(client, serve);
     connected?;
     principal
