@@ -28,6 +28,9 @@ pub enum PerfCommand {
     Proxy(super::proxy::ProxyLoadArgs),
     /// Append and read throughput of the partition log, beside dd's figures.
     Storage(StorageArgs),
+    /// Secured connections per second: TCP, TLS handshake, ApiVersions and a SASL login, then
+    /// closed, from several connections at once.
+    Auth(super::auth::AuthArgs),
 }
 
 /// `evenkeel perf produce` options.
@@ -156,6 +159,7 @@ pub fn run(what: PerfCommand) -> anyhow::Result<()> {
         PerfCommand::Skew(args) => skew(args),
         PerfCommand::Proxy(args) => proxy(args),
         PerfCommand::Storage(args) => storage(args),
+        PerfCommand::Auth(args) => super::auth::run(args),
     }
 }
 

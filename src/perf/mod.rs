@@ -1,5 +1,6 @@
 //! `evenkeel perf`: load generators and micro-benchmarks that print figures, never assert them.
 
+pub mod auth;
 pub mod cli;
 pub mod kafka;
 pub mod producer;
