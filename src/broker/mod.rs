@@ -20,7 +20,7 @@ mod purgatory;
 mod refusals;
 pub mod replica_manager;
 pub mod replication;
-mod sasl;
+pub mod sasl;
 mod scram_credentials;
 pub mod server;
 

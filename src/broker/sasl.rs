@@ -13,10 +13,15 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::Broker;
 use crate::config::auth::ListenerSasl;
 use crate::protocol::{self, api_versions, errors, DecodedRequest, FrameError, RawHeader};
-use crate::security::sasl::{Credentials, Mechanism, SaslServer, SaslStep, ScramMechanism};
+use crate::security::sasl::{
+    Credentials, Mechanism, SaslServer, SaslStep, ScramCredential, ScramMechanism,
+};
+
+/// Where SCRAM credentials come from: the broker's metadata image (the user's credential for
+/// that mechanism, if any).
+pub type ScramLookup<'a> = &'a dyn Fn(&str, ScramMechanism) -> Option<ScramCredential>;
 
 /// What the connection does with a request on a SASL listener.
 pub enum Step {
@@ -66,10 +71,11 @@ impl SaslAuthenticator {
         }
     }
 
-    /// What to do with `frame`, whose header the connection peeked (`raw`).
+    /// What to do with `frame`, whose header the connection peeked (`raw`); SCRAM logins are
+    /// checked against `scram`.
     pub fn on_request(
         &mut self,
-        broker: &Arc<Broker>,
+        scram: ScramLookup<'_>,
         frame: &Bytes,
         raw: Option<RawHeader>,
     ) -> Step {
@@ -80,7 +86,7 @@ impl SaslAuthenticator {
         match (&self.state, key) {
             (_, Some(ApiKey::SaslHandshake)) => self.handshake(frame),
             (State::Authenticate(_), Some(ApiKey::SaslAuthenticate)) => {
-                self.authenticate(broker, frame)
+                self.authenticate(scram, frame)
             }
             (State::Done(expiry), _) => match expiry {
                 Some(at) if Instant::now() >= *at => Step::Close(format!(
@@ -136,7 +142,7 @@ impl SaslAuthenticator {
     }
 
     /// One SaslAuthenticate message.
-    fn authenticate(&mut self, broker: &Arc<Broker>, frame: &Bytes) -> Step {
+    fn authenticate(&mut self, scram: ScramLookup<'_>, frame: &Bytes) -> Step {
         let (header, req) = match decode_authenticate(frame) {
             Ok(r) => r,
             Err(e) => return Step::Close(e),
@@ -145,13 +151,6 @@ impl SaslAuthenticator {
             return Step::Close("SaslAuthenticate before SaslHandshake".into());
         };
         let mechanism = server.mechanism();
-        let image = broker.published.borrow().clone();
-        let scram = |user: &str, m: ScramMechanism| {
-            image
-                .security()
-                .scram_credential(user, m.type_code())
-                .map(|c| c.credential())
-        };
         let users = &self.settings.plain_users;
         let plain = |user: &str, password: &str| {
             users
@@ -159,7 +158,7 @@ impl SaslAuthenticator {
                 .is_some_and(|p| constant_time_eq(p.as_bytes(), password.as_bytes()))
         };
         let credentials = Credentials {
-            scram: &scram,
+            scram,
             plain: &plain,
         };
         let lifetime = self.reauth;
@@ -189,20 +188,10 @@ impl SaslAuthenticator {
                 let body = body
                     .with_auth_bytes(final_bytes.into())
                     .with_session_lifetime_ms(lifetime.map_or(0, |d| d.as_millis() as i64));
-                broker
-                    .metrics
-                    .sasl_authentications
-                    .with_label_values(&[&self.listener])
-                    .inc();
                 frame_of(&header, &body)
                     .map_or_else(Step::Close, |f| Step::Authenticated(f, principal))
             }
             Err(e) => {
-                broker
-                    .metrics
-                    .sasl_authentication_failures
-                    .with_label_values(&[&self.listener])
-                    .inc();
                 let text = e.client_message(mechanism, self.reauthenticating);
                 let body = body
                     .with_error_code(match e.is_illegal_state() {

@@ -23,6 +23,7 @@ use crate::protocol::listener::{
     serve, CloseReason, Connection, ConnectionQuotas, Handler, ListenerSettings, DEFAULT_DRAIN,
 };
 use crate::protocol::{FrameError, RawHeader};
+use crate::security::sasl::ScramMechanism;
 use crate::security::tls::TlsServer;
 
 /// One request on its way to a handler.
@@ -467,10 +468,19 @@ async fn sasl_turn(
     raw: Option<RawHeader>,
     session: &mut Arc<Session>,
 ) -> Result<bool, CloseReason> {
-    match auth.on_request(broker, frame, raw) {
+    let image = broker.published.borrow().clone();
+    let scram = |user: &str, m: ScramMechanism| {
+        let c = image.security().scram_credential(user, m.type_code());
+        c.map(|c| c.credential())
+    };
+    let logins = |counter: &prometheus::IntCounterVec| {
+        counter.with_label_values(&[&session.listener]).inc();
+    };
+    match auth.on_request(&scram, frame, raw) {
         SaslStep::Serve => Ok(false),
         SaslStep::Answer(f) => conn.write(&f).await.map(|_| true),
         SaslStep::Authenticated(f, principal) => {
+            logins(&broker.metrics.sasl_authentications);
             *session = Arc::new(Session::new(principal, session.peer, &session.listener));
             conn.set_max_request_bytes(broker.config.socket_request_max_bytes);
             conn.write(&f).await.map(|_| true)
@@ -480,6 +490,7 @@ async fn sasl_turn(
             Err(CloseReason::Handler(reason))
         }
         SaslStep::Failed(f, reason) => {
+            logins(&broker.metrics.sasl_authentication_failures);
             conn.write(&f).await?;
             tokio::time::sleep(broker.config.connections.failed_authentication_delay()).await;
             Err(CloseReason::Handler(reason))
