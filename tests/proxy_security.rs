@@ -24,14 +24,15 @@ use evenkeel::security::acl::{
 const JSON_V2: &str = "application/vnd.kafka.json.v2+json";
 const TOPIC: &str = "t";
 
-/// The cluster's credentials: SCRAM-SHA-512 for admin (a super user), alice and bob; alice may
-/// write `t`, bob has no ACL at all.
+/// The cluster's credentials: SCRAM-SHA-512 for admin (a super user), alice, bob and dave;
+/// alice may write `t`, dave may only describe it, bob has no ACL at all.
 fn bootstrap_records() -> Vec<MetadataRecord> {
     let mut records = Vec::new();
     for (user, password) in [
         ("admin", "admin-secret"),
         ("alice", "alice-secret"),
         ("bob", "bob-secret"),
+        ("dave", "dave-secret"),
     ] {
         let arg = format!("SCRAM-SHA-512=[name={user},password={password}]");
         let scram = evenkeel::security::sasl::parse_add_scram(&arg).unwrap();
@@ -39,20 +40,25 @@ fn bootstrap_records() -> Vec<MetadataRecord> {
             ScramCredentialRecord::new(&scram.user, scram.mechanism, scram.credential),
         ));
     }
-    records.push(MetadataRecord::AccessControlEntry {
-        id: evenkeel::storage::KafkaUuid::random(),
-        acl: AclBinding {
-            pattern: ResourcePattern {
-                resource_type: ResourceType::Topic,
-                name: TOPIC.into(),
-                pattern_type: PatternType::Literal,
+    for (user, operation) in [
+        ("alice", AclOperation::Write),
+        ("dave", AclOperation::Describe),
+    ] {
+        records.push(MetadataRecord::AccessControlEntry {
+            id: evenkeel::storage::KafkaUuid::random(),
+            acl: AclBinding {
+                pattern: ResourcePattern {
+                    resource_type: ResourceType::Topic,
+                    name: TOPIC.into(),
+                    pattern_type: PatternType::Literal,
+                },
+                principal: format!("User:{user}"),
+                host: "*".into(),
+                operation,
+                permission: PermissionType::Allow,
             },
-            principal: "User:alice".into(),
-            host: "*".into(),
-            operation: AclOperation::Write,
-            permission: PermissionType::Allow,
-        },
-    });
+        });
+    }
     records
 }
 
@@ -164,6 +170,19 @@ async fn proxy_produces_to_a_sasl_ssl_cluster() {
     let read = records(&s, 1);
     assert_eq!(read.len(), 1);
     assert_eq!(read[0].3, br#"{"n":1}"#);
+
+    // A proxy whose own login the cluster refuses does not start, and says why in one line.
+    let props = sasl_ssl_props(&s.ca, "admin", "not-the-password");
+    let mut args = vec!["--producer-props"];
+    args.extend(props.iter().map(String::as_str));
+    let (status, stderr) = refused_start(&s.secure, &args);
+    assert!(!status.success());
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("refused the proxy's own login") && stderr.contains("SaslAuthenticate"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("not-the-password"), "{stderr}");
 }
 
 /// An HTTPS client of the proxy, trusting the test CA.
@@ -251,6 +270,10 @@ async fn proxy_https_with_basic_auth_maps_users_to_sasl_identities() {
     let r = https.produce(Some(("bob", "bob-secret")), 2);
     assert_eq!(r.status, 403, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(r.json()["error_code"], 40301);
+    // dave may see t but not write it: his producer is refused its id, his record with it.
+    let r = https.produce(Some(("dave", "dave-secret")), 2);
+    assert_eq!(r.status, 403, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["error_code"], 40301);
 
     // alice again (her producer kept): the next offset is hers, bob wrote nothing between.
     let r = https.produce(Some(("alice", "alice-secret")), 3);
@@ -280,7 +303,7 @@ async fn proxy_https_with_basic_auth_maps_users_to_sasl_identities() {
     assert_eq!(https.request("GET", "/healthz", None, "").status, 200);
 
     let metrics = String::from_utf8(https.request("GET", "/metrics", None, "").body).unwrap();
-    assert!(metrics.contains("evenkeel_proxy_users 2"), "{metrics}");
+    assert!(metrics.contains("evenkeel_proxy_users 3"), "{metrics}");
     assert!(
         metrics.contains("evenkeel_proxy_authentication_failures_total{reason=\"missing\"} 1")
             && metrics
@@ -293,16 +316,11 @@ async fn proxy_https_with_basic_auth_maps_users_to_sasl_identities() {
     );
 }
 
-/// `evenkeel proxy` with `args` that must not start: its exit status and what it printed.
-fn refused_start(args: &[&str]) -> (std::process::ExitStatus, String) {
+/// `evenkeel proxy` of `bootstrap` with `args` that must not start: its exit status and what
+/// it printed.
+fn refused_start(bootstrap: &str, args: &[&str]) -> (std::process::ExitStatus, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_evenkeel"))
-        .args([
-            "proxy",
-            "--bootstrap",
-            "127.0.0.1:1",
-            "--listen",
-            "127.0.0.1:0",
-        ])
+        .args(["proxy", "--bootstrap", bootstrap, "--listen", "127.0.0.1:0"])
         .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -345,7 +363,7 @@ fn bad_security_settings_stop_the_proxy_with_one_line_naming_the_key() {
             "ssl.keystore.location",
         ),
     ] {
-        let (status, stderr) = refused_start(&args);
+        let (status, stderr) = refused_start("127.0.0.1:1", &args);
         assert!(!status.success(), "{args:?} started");
         let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
         assert_eq!(lines.len(), 1, "{args:?}: {stderr}");

@@ -10,7 +10,8 @@ use crate::protocol::errors as kafka;
 
 /// Basic auth is on and the request has no credentials, or the cluster refused their login.
 pub const UNAUTHORIZED: u32 = 401;
-/// The cluster's ACLs refuse the user the topic (TOPIC_AUTHORIZATION_FAILED).
+/// The cluster's ACLs refuse the user the topic (TOPIC_AUTHORIZATION_FAILED), or an
+/// idempotent producer (CLUSTER_AUTHORIZATION_FAILED on InitProducerId).
 pub const KAFKA_AUTHORIZATION_ERROR: u32 = 40301;
 /// The body could not be used: malformed JSON, the wrong shape, an empty body.
 pub const INVALID_ENTITY: u32 = 42201;
@@ -148,7 +149,7 @@ impl IntoResponse for ApiError {
 pub fn record_error_code(e: &ProduceError) -> u32 {
     match e {
         ProduceError::Kafka {
-            code: kafka::TOPIC_AUTHORIZATION_FAILED,
+            code: kafka::TOPIC_AUTHORIZATION_FAILED | kafka::CLUSTER_AUTHORIZATION_FAILED,
             ..
         } => KAFKA_AUTHORIZATION_ERROR,
         ProduceError::Kafka { code, .. } if kafka::is_retriable(*code) => KAFKA_RETRIABLE_ERROR,

@@ -296,10 +296,18 @@ pub async fn start(config: ProxyConfig) -> Result<ProxyHandle, ProxyError> {
         }
     };
     // Serving already; the first contact only tells the caller the cluster's id.
-    let cluster_id = match tokio::time::timeout(FIRST_CONTACT, state.cluster_id()).await {
-        Ok(Ok(id)) => Some(id.to_string()),
+    let cluster_id = match tokio::time::timeout(FIRST_CONTACT, state.own.cluster_id()).await {
+        Ok(Ok(id)) => {
+            let _ = state.cluster_id.set(id.clone());
+            Some(id)
+        }
+        // Waiting would not help: the login is wrong, not early.
+        Ok(Err(e)) if e.is_login_refused() => {
+            task.abort();
+            return Err(ProxyError::LoginRefused(e.to_string()));
+        }
         Ok(Err(e)) => {
-            tracing::warn!(error = %e.message, "no broker answers yet; serving, not ready");
+            tracing::warn!(error = %e, "no broker answers yet; serving, not ready");
             None
         }
         Err(_) => {
@@ -337,6 +345,8 @@ pub enum ProxyError {
     Cluster(String),
     #[error("cannot serve HTTPS: {0}")]
     Tls(String),
+    #[error("the Kafka cluster refused the proxy's own login: {0}")]
+    LoginRefused(String),
     #[error("cannot listen on {0}: {1}")]
     Listen(SocketAddr, std::io::Error),
 }

@@ -101,6 +101,14 @@ async fn produce_v2(
         let why = offsets.first().and_then(|o| o.error.clone());
         return Err(ApiError::unavailable(why.unwrap_or_default()));
     }
+    if offsets
+        .iter()
+        .all(|o| o.error_code == Some(errors::KAFKA_AUTHORIZATION_ERROR))
+    {
+        // Nothing was written: the cluster refuses this user (REST Proxy's 403).
+        let why = offsets.first().and_then(|o| o.error.clone());
+        return Err(ApiError::forbidden(why.unwrap_or_default()));
+    }
     let answer = Answer {
         key_schema_id: None,
         value_schema_id: None,

@@ -67,14 +67,16 @@ pub(super) async fn run(shared: Arc<Shared>) {
             if let Err(e) = init_producer_id(&shared).await {
                 tracing::warn!(error = %e, "cannot get a producer id");
                 fail_expired(&shared, now_ms());
-                if stop_now(&shared) {
-                    break;
-                }
                 let wait = if is_refusal(&e) {
+                    // As Java's fatal error: what is queued fails now, with the refusal.
+                    fail_queued(&shared, refusal(&e));
                     reconnect_backoff(&shared, &e)
                 } else {
                     retry_backoff(&shared)
                 };
+                if stop_now(&shared) {
+                    break;
+                }
                 tokio::time::sleep(wait).await;
                 continue;
             }
@@ -564,6 +566,24 @@ fn fail_expired(shared: &Shared, now: i64) {
             reset_producer_id(shared, &b);
         }
         fail(shared, b, e);
+    }
+}
+
+/// The error a refused producer's records fail with: the Kafka error, or for a refused login
+/// SASL_AUTHENTICATION_FAILED with the broker's words.
+fn refusal(e: &ClientError) -> ProduceError {
+    let code = e.code().unwrap_or(errors::SASL_AUTHENTICATION_FAILED);
+    ProduceError::Kafka {
+        code,
+        name: errors::error_name(code),
+        message: Some(e.to_string()),
+    }
+}
+
+/// Fails every queued batch with `e`.
+fn fail_queued(shared: &Shared, e: ProduceError) {
+    for b in shared.accumulator.take_queued() {
+        fail(shared, b, e.clone());
     }
 }
 
