@@ -239,6 +239,38 @@ mod tests {
         assert!(credentials(&HeaderMap::new()).is_none());
     }
 
+    fn names(users: &UserProducers) -> Vec<String> {
+        let mut n: Vec<String> = users.all().into_iter().map(|(u, _)| u).collect();
+        n.sort();
+        n
+    }
+
+    #[tokio::test]
+    async fn the_least_recently_used_idle_users_producer_makes_room() {
+        // No broker is needed to hold producers.
+        let base = ProducerConfig::new("127.0.0.1:1");
+        let users = UserProducers::new(base.clone(), &BasicAuth { max_users: 2 });
+        let start = || async { Arc::new(Producer::start(base.clone()).await.unwrap()) };
+        let in_use = users.keep("a", digest("pa"), start().await);
+        users.keep("b", digest("pb"), start().await);
+        assert!(users.held_for("a", &digest("pa")).is_some());
+        assert!(
+            users.held_for("a", &digest("wrong")).is_none(),
+            "another password"
+        );
+        // Full: a is in use by a request, so b goes though a is older.
+        users.keep("c", digest("pc"), start().await);
+        assert_eq!(names(&users), ["a", "c"]);
+        // Done with a, the least recently used: it goes next.
+        drop(in_use);
+        users.keep("d", digest("pd"), start().await);
+        assert_eq!(names(&users), ["c", "d"]);
+        // The same login made twice at once: the first kept wins.
+        let first = users.held_for("c", &digest("pc")).unwrap();
+        let second = users.keep("c", digest("pc"), start().await);
+        assert!(Arc::ptr_eq(&first, &second));
+    }
+
     #[test]
     fn a_refusal_is_401_with_a_challenge_and_rest_proxys_body() {
         let r = unauthorized("no");
