@@ -62,11 +62,13 @@ fn bootstrap_records() -> Vec<MetadataRecord> {
     records
 }
 
-/// One node: PLAINTEXT (the ANONYMOUS super user, for setup and reading back) and SECURE
-/// (SASL_SSL, SCRAM-SHA-512), with its address on SECURE.
+/// One node: PLAINTEXT (the ANONYMOUS super user, for setup and reading back), SECURE
+/// (SASL_SSL, SCRAM-SHA-512) and MTLS (SSL with client certificates required; the certificate
+/// `CN=proxy` is the super user `proxy`), with its addresses on SECURE and MTLS.
 struct Secured {
     cluster: Cluster,
     secure: String,
+    mtls: String,
     ca: PathBuf,
     pki: Pki,
     dir: tempfile::TempDir,
@@ -78,10 +80,19 @@ fn start() -> Secured {
     let keystore = dir.path().join("broker.pem");
     pki.leaf("broker").write_keystore(&keystore);
     let ca = pki.ca_file().to_path_buf();
-    let port = common::free_port();
+    let (port, mtls) = (common::free_port(), common::free_port());
     let overrides = [
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SECURE:SASL_SSL,CONTROLLER:PLAINTEXT"
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SECURE:SASL_SSL,MTLS:SSL,CONTROLLER:PLAINTEXT"
             .to_string(),
+        "listener.name.mtls.ssl.keystore.type=PEM".into(),
+        format!(
+            "listener.name.mtls.ssl.keystore.location={}",
+            keystore.display()
+        ),
+        "listener.name.mtls.ssl.truststore.type=PEM".into(),
+        format!("listener.name.mtls.ssl.truststore.location={}", ca.display()),
+        "listener.name.mtls.ssl.client.auth=required".into(),
+        "ssl.principal.mapping.rules=RULE:^CN=(.*?),O=acme$/$1/,DEFAULT".into(),
         "listener.name.secure.ssl.keystore.type=PEM".into(),
         format!(
             "listener.name.secure.ssl.keystore.location={}",
@@ -89,7 +100,7 @@ fn start() -> Secured {
         ),
         "listener.name.secure.sasl.enabled.mechanisms=SCRAM-SHA-512".into(),
         "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer".into(),
-        "super.users=User:admin;User:ANONYMOUS".into(),
+        "super.users=User:admin;User:ANONYMOUS;User:proxy".into(),
     ];
     let overrides: Vec<&str> = overrides.iter().map(String::as_str).collect();
     let records = bootstrap_records();
@@ -101,11 +112,11 @@ fn start() -> Secured {
             vec![
                 (
                     "listeners".into(),
-                    format!("PLAINTEXT://127.0.0.1:{client},SECURE://127.0.0.1:{port},CONTROLLER://127.0.0.1:{ctrl}"),
+                    format!("PLAINTEXT://127.0.0.1:{client},SECURE://127.0.0.1:{port},MTLS://127.0.0.1:{mtls},CONTROLLER://127.0.0.1:{ctrl}"),
                 ),
                 (
                     "advertised.listeners".into(),
-                    format!("PLAINTEXT://127.0.0.1:{client},SECURE://127.0.0.1:{port}"),
+                    format!("PLAINTEXT://127.0.0.1:{client},SECURE://127.0.0.1:{port},MTLS://127.0.0.1:{mtls}"),
                 ),
             ]
         },
@@ -114,6 +125,7 @@ fn start() -> Secured {
     Secured {
         cluster,
         secure: format!("127.0.0.1:{port}"),
+        mtls: format!("127.0.0.1:{mtls}"),
         ca,
         pki,
         dir,
@@ -183,6 +195,38 @@ async fn proxy_produces_to_a_sasl_ssl_cluster() {
         "{stderr}"
     );
     assert!(!stderr.contains("not-the-password"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_presents_its_certificate_to_a_mutual_tls_listener() {
+    let s = start();
+    create_topic(&s).await;
+    let trust = [
+        "security.protocol=SSL".to_string(),
+        "ssl.truststore.type=PEM".into(),
+        format!("ssl.truststore.location={}", s.ca.display()),
+    ];
+    // Without a certificate the listener refuses every connection: 503, nothing written.
+    let props: Vec<&str> = trust.iter().map(String::as_str).collect();
+    let without = ProxyProcess::start(&s.mtls, &props);
+    let r = http::post(&without.addr, "/topics/t", JSON_V2, &body(1));
+    assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+    // With its certificate (CN=proxy, a super user) the proxy writes.
+    let keystore = s.dir.path().join("proxy-client.pem");
+    s.pki.leaf("proxy").write_keystore(&keystore);
+    let mut with = trust.to_vec();
+    with.push("ssl.keystore.type=PEM".into());
+    with.push(format!("ssl.keystore.location={}", keystore.display()));
+    let props: Vec<&str> = with.iter().map(String::as_str).collect();
+    let proxy = ProxyProcess::start(&s.mtls, &props);
+    let r = http::post(&proxy.addr, "/topics/t", JSON_V2, &body(2));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        r.json()["offsets"][0]["offset"],
+        0,
+        "the refused record was not written"
+    );
+    assert_eq!(records(&s, 1)[0].3, br#"{"n":2}"#);
 }
 
 /// An HTTPS client of the proxy, trusting the test CA.
