@@ -81,6 +81,17 @@ enum Command {
         /// time a load balancer needs to stop sending new ones (the operator sets 5000).
         #[arg(long, default_value_t = 0)]
         shutdown_delay_ms: u64,
+        /// Serve HTTPS with this PEM file: the private key and its certificate chain (REST
+        /// Proxy's ssl.keystore.location, in PEM as a broker's).
+        #[arg(long, value_name = "PEM")]
+        ssl_keystore_location: Option<PathBuf>,
+        /// REST Proxy's authentication.method: NONE, or BASIC (HTTP basic auth whose user and
+        /// password become the SASL login of that user's producer).
+        #[arg(long, default_value = "NONE", value_name = "NONE|BASIC")]
+        authentication_method: String,
+        /// With BASIC, the most users whose producers are kept at once.
+        #[arg(long, default_value_t = 64)]
+        max_users: usize,
     },
     /// Format a log directory for a broker (writes meta.properties), like kafka-storage format
     /// (same flags: -c/--config, -t/--cluster-id, -g/--ignore-formatted, --standalone).
@@ -384,15 +395,41 @@ async fn start_dev_proxy(bootstrap: &str, port: u16) -> Option<evenkeel::proxy::
 }
 
 /// `evenkeel proxy`: serves until SIGTERM or Ctrl-C.
+/// `evenkeel proxy`'s flags beyond the producer's.
+struct ProxyFlags {
+    shutdown_delay_ms: u64,
+    ssl_keystore_location: Option<PathBuf>,
+    authentication_method: String,
+    max_users: usize,
+}
+
 fn cmd_proxy(
     bootstrap: String,
     listen: std::net::SocketAddr,
     producer_props: Vec<String>,
-    shutdown_delay_ms: u64,
+    flags: ProxyFlags,
 ) -> anyhow::Result<()> {
     let props = evenkeel::config::parse_key_values(&producer_props)?;
     let mut config = evenkeel::proxy::ProxyConfig::new(listen, &bootstrap, &props)?;
-    config.shutdown_delay = std::time::Duration::from_millis(shutdown_delay_ms);
+    config.shutdown_delay = std::time::Duration::from_millis(flags.shutdown_delay_ms);
+    if let Some(keystore) = &flags.ssl_keystore_location {
+        config = config.with_https(keystore)?;
+    }
+    match flags.authentication_method.to_ascii_uppercase().as_str() {
+        "NONE" => {}
+        "BASIC" => {
+            let auth = evenkeel::proxy::users::BasicAuth {
+                max_users: flags.max_users,
+            };
+            config = config.with_basic_auth(auth)?;
+        }
+        other => anyhow::bail!("--authentication-method {other}: must be NONE or BASIC"),
+    }
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let rt = tokio::runtime::Runtime::new()?;
     let grace = config.shutdown_grace();
     rt.block_on(async move {
@@ -402,7 +439,7 @@ fn cmd_proxy(
             None => "no broker answers yet: not ready".to_string(),
         };
         println!(
-            "evenkeel proxy ready on http://{} ({cluster}, bootstrap {bootstrap})",
+            "evenkeel proxy ready on {scheme}://{} ({cluster}, bootstrap {bootstrap})",
             proxy.addr
         );
         use std::io::Write;
@@ -679,7 +716,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             listen,
             producer_props,
             shutdown_delay_ms,
-        } => cmd_proxy(bootstrap, listen, producer_props, shutdown_delay_ms),
+            ssl_keystore_location,
+            authentication_method,
+            max_users,
+        } => cmd_proxy(
+            bootstrap,
+            listen,
+            producer_props,
+            ProxyFlags {
+                shutdown_delay_ms,
+                ssl_keystore_location,
+                authentication_method,
+                max_users,
+            },
+        ),
         Command::Format {
             config,
             cluster_id,

@@ -26,7 +26,7 @@ use kafka_protocol::protocol::{Request, StrBytes};
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
-use super::{ClientError, Connection};
+use super::{ClientError, ClientSecurity, Connection};
 use crate::protocol::errors;
 
 /// Kafka's ConfigResource type for topics.
@@ -167,6 +167,8 @@ pub struct AlterConfigOp {
 pub struct AdminClient {
     bootstrap: Vec<String>,
     timeout: Duration,
+    /// How each connection is secured (PLAINTEXT unless `with_security` says otherwise).
+    security: ClientSecurity,
     state: Mutex<State>,
 }
 
@@ -225,8 +227,15 @@ impl AdminClient {
         Ok(AdminClient {
             bootstrap: list,
             timeout,
+            security: ClientSecurity::plaintext(),
             state: Mutex::new(State::default()),
         })
+    }
+
+    /// The same client, its connections secured as `security` says (TLS, SASL login).
+    pub fn with_security(mut self, security: ClientSecurity) -> AdminClient {
+        self.security = security;
+        self
     }
 
     /// The cluster id, controller and brokers: DescribeCluster where the broker has it (its
@@ -713,12 +722,14 @@ impl AdminClient {
         let known: Vec<String> = state.brokers.values().cloned().collect();
         let mut failures = Vec::new();
         for addr in self.bootstrap.iter().chain(known.iter()) {
-            match Connection::connect(addr, self.timeout).await {
+            match Connection::connect_with(addr, self.timeout, &self.security).await {
                 Ok(c) => {
                     let c = Arc::new(c);
                     state.any = Some(c.clone());
                     return Ok(c);
                 }
+                // The cluster refused the login: another broker would refuse it too.
+                Err(e) if e.is_login_refused() => return Err(e),
                 Err(e) => failures.push(format!("{addr}: {e}")),
             }
         }
@@ -733,7 +744,8 @@ impl AdminClient {
         }
         state.controller = None;
         let addr = state.brokers.get(&state.controller_id?)?.clone();
-        let c = Arc::new(Connection::connect(&addr, self.timeout).await.ok()?);
+        let c = Connection::connect_with(&addr, self.timeout, &self.security).await;
+        let c = Arc::new(c.ok()?);
         state.controller = Some(c.clone());
         Some(c)
     }

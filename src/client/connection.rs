@@ -112,37 +112,16 @@ impl Connection {
         timeout: Duration,
         security: &ClientSecurity,
     ) -> Result<Connection, ClientError> {
-        let tcp = tcp_connect(addr, timeout).await?;
-        let stream = match security.tls() {
-            Some(config) => {
-                within(
-                    timeout,
-                    "TLS handshake",
-                    security::tls_handshake(tcp, addr, config.clone()),
-                )
-                .await?
-            }
-            None => Stream::Plain(tcp),
-        };
-        let mut io = Io {
-            stream,
-            next_correlation_id: 1,
-        };
-        let versions = negotiate(&within(timeout, "ApiVersions", api_versions(&mut io)).await?);
-        let session = match security.sasl() {
-            Some(login) => {
-                let login = security::authenticate(&mut io, addr, &versions, login);
-                within(timeout, "SASL authentication", login).await?
-            }
-            None => None,
-        };
+        let opened = open(addr, timeout, security).await?;
         Ok(Connection {
             addr: addr.to_string(),
             timeout,
-            versions,
-            io: Mutex::new(io),
+            versions: opened.versions,
+            io: Mutex::new(opened.io),
             broken: AtomicBool::new(false),
-            session_ends: session.map(|lifetime| Instant::now() + lifetime.mul_f64(0.9)),
+            session_ends: opened
+                .session
+                .map(|lifetime| Instant::now() + lifetime.mul_f64(0.9)),
         })
     }
 
@@ -229,18 +208,47 @@ impl From<std::io::Error> for ExchangeError {
     }
 }
 
-/// Connects to `addr` (plaintext) and negotiates API versions within `timeout`: the stream,
-/// the versions and the next correlation id to use on it.
+/// A connection made ready for requests: the stream with its next correlation id, the
+/// negotiated versions, and the SASL session's lifetime when the broker limits it (KIP-368).
+pub(super) struct Opened {
+    pub(super) io: Io,
+    pub(super) versions: HashMap<ApiKey, i16>,
+    pub(super) session: Option<Duration>,
+}
+
+/// Connects to `addr` secured as `security` says: the TLS handshake (the server's certificate
+/// checked against `addr`'s host), ApiVersions, then the SASL login, each step within
+/// `timeout`. A failed step is a `ClientError::Security` naming it.
 pub(super) async fn open(
     addr: &str,
     timeout: Duration,
-) -> Result<(TcpStream, HashMap<ApiKey, i16>, i32), ClientError> {
+    security: &ClientSecurity,
+) -> Result<Opened, ClientError> {
+    let tcp = tcp_connect(addr, timeout).await?;
+    let stream = match security.tls() {
+        Some(config) => {
+            let shake = security::tls_handshake(tcp, addr, config.clone());
+            within(timeout, "TLS handshake", shake).await?
+        }
+        None => Stream::Plain(tcp),
+    };
     let mut io = Io {
-        stream: tcp_connect(addr, timeout).await?,
+        stream,
         next_correlation_id: 1,
     };
-    let broker = within(timeout, "ApiVersions", api_versions(&mut io)).await?;
-    Ok((io.stream, negotiate(&broker), io.next_correlation_id))
+    let versions = negotiate(&within(timeout, "ApiVersions", api_versions(&mut io)).await?);
+    let session = match security.sasl() {
+        Some(login) => {
+            let login = security::authenticate(&mut io, addr, &versions, login);
+            within(timeout, "SASL authentication", login).await?
+        }
+        None => None,
+    };
+    Ok(Opened {
+        io,
+        versions,
+        session,
+    })
 }
 
 /// A TCP connection to `addr` with TCP_NODELAY, within `timeout`.

@@ -59,6 +59,18 @@ impl ClientError {
         }
     }
 
+    /// Whether the broker refused the SASL login (wrong credentials, unknown user): trying
+    /// again with the same login cannot help.
+    pub fn is_login_refused(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Security {
+                source: SecurityError::AuthenticationFailed { .. },
+                ..
+            }
+        )
+    }
+
     /// A `Kafka` error from a response's code and message.
     pub(crate) fn kafka(api: &'static str, code: i16, message: Option<String>) -> ClientError {
         ClientError::Kafka {

@@ -14,12 +14,12 @@ use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::{Decodable, Request};
 use parking_lot::Mutex;
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot};
 
 use super::connection::{encode_request, open, read_response};
-use super::ClientError;
+use super::{ClientError, ClientSecurity};
+use crate::protocol::listener::Stream;
 
 /// A request waiting for its response.
 struct Pending {
@@ -79,20 +79,24 @@ impl Drop for PipelinedConnection {
 }
 
 impl PipelinedConnection {
-    /// Connects and negotiates API versions within `timeout`.
+    /// Connects, secured as `security` says, and negotiates API versions within `timeout`.
+    /// A SASL session the broker limits is not renewed: the broker closes the connection at
+    /// its end, and the sender connects again.
     pub async fn connect(
         addr: &str,
         timeout: Duration,
+        security: &ClientSecurity,
     ) -> Result<PipelinedConnection, ClientError> {
-        let (stream, versions, next) = open(addr, timeout).await?;
-        let (read, write) = stream.into_split();
+        let opened = open(addr, timeout, security).await?;
+        let (versions, next) = (opened.versions, opened.io.next_correlation_id);
+        let (read, write) = tokio::io::split(opened.io.stream);
         let shared = Arc::new(Shared {
             addr: addr.to_string(),
             pending: Mutex::new(VecDeque::new()),
             unwritten: AtomicUsize::new(0),
             broken: AtomicBool::new(false),
         });
-        let reader = tokio::spawn(read_responses(read, shared.clone()));
+        let reader = tokio::spawn(read_responses(BufReader::new(read), shared.clone()));
         let (frames, queued) = mpsc::unbounded_channel();
         let writer = tokio::spawn(write_requests(write, queued, shared.clone()));
         Ok(PipelinedConnection {
@@ -207,7 +211,7 @@ impl WriteFuture {
 /// Writes queued frames in order; the first failed write fails every request waiting, the
 /// unanswered ones still queued included.
 async fn write_requests(
-    mut write: OwnedWriteHalf,
+    mut write: WriteHalf<Stream>,
     mut frames: mpsc::UnboundedReceiver<Outgoing>,
     shared: Arc<Shared>,
 ) {
@@ -267,7 +271,7 @@ impl<T: Decodable> ResponseFuture<T> {
 }
 
 /// Reads responses in order and hands each to the oldest waiting request.
-async fn read_responses(mut read: OwnedReadHalf, shared: Arc<Shared>) {
+async fn read_responses(mut read: BufReader<ReadHalf<Stream>>, shared: Arc<Shared>) {
     loop {
         let next = shared
             .pending
@@ -275,22 +279,15 @@ async fn read_responses(mut read: OwnedReadHalf, shared: Arc<Shared>) {
             .front()
             .map(|p| (p.key, p.version, p.correlation_id));
         let Some((key, version, correlation_id)) = next else {
-            // Nothing expected: wait for the socket to become readable (a close, or data we did
-            // not ask for, which is a protocol error) or for a request to be written.
-            match read.readable().await {
-                Ok(()) => {
-                    if shared.pending.lock().is_empty() {
-                        let mut probe = [0u8; 1];
-                        match read.try_read(&mut probe) {
-                            Ok(0) => return shared.fail_all("closed by the broker"),
-                            Ok(_) => return shared.fail_all("an unexpected response"),
-                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                                tokio::time::sleep(Duration::from_millis(1)).await;
-                            }
-                            Err(e) => return shared.fail_all(&e.to_string()),
-                        }
-                    }
+            // Nothing expected: wait for bytes without taking them (a close, or data we did not
+            // ask for, which is a protocol error), or for the response to a request written
+            // meanwhile (its waiter is queued before its frame is written).
+            match read.fill_buf().await {
+                Ok([]) => return shared.fail_all("closed by the broker"),
+                Ok(_) if shared.pending.lock().is_empty() => {
+                    return shared.fail_all("an unexpected response")
                 }
+                Ok(_) => {}
                 Err(e) => return shared.fail_all(&e.to_string()),
             }
             continue;

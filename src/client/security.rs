@@ -15,9 +15,10 @@ use tokio::net::TcpStream;
 
 use super::connection::{request, Io};
 use super::ClientError;
-use crate::config::auth::InterBrokerLogin;
+use crate::config::auth::{client_login, JaasLogin};
 use crate::config::security::SecurityProtocol;
 use crate::config::ssl::SslConfig;
+use crate::config::{invalid, ConfigError};
 use crate::protocol::errors;
 use crate::protocol::listener::Stream;
 use crate::security::sasl::{Mechanism, ScramClient, ScramClientError};
@@ -120,22 +121,70 @@ impl ClientSecurity {
     pub fn for_listener(
         protocol: SecurityProtocol,
         ssl: Option<&SslConfig>,
-        login: Option<&InterBrokerLogin>,
+        login: Option<&JaasLogin>,
     ) -> Result<Self, SecurityError> {
         let tls = match ssl.filter(|_| protocol.is_tls()) {
             Some(ssl) => Some(crate::security::tls::client::client_config(ssl)?),
             None => None,
         };
         let sasl = match login.filter(|_| protocol.is_sasl()) {
-            Some(l) => Some(SaslLogin {
-                mechanism: Mechanism::from_name(&l.mechanism)
-                    .ok_or_else(|| SecurityError::UnknownMechanism(l.mechanism.clone()))?,
-                username: l.username.clone(),
-                password: l.password.clone(),
-            }),
+            Some(l) => Some(sasl_login(l)?),
             None => None,
         };
         ClientSecurity::new(protocol, tls, sasl)
+    }
+
+    /// From Kafka's client keys: `security.protocol` (PLAINTEXT), the `ssl.*` keys for SSL and
+    /// SASL_SSL (PEM truststore, keystore for mutual TLS, endpoint identification), and
+    /// `sasl.mechanism` with `sasl.jaas.config` for SASL_PLAINTEXT and SASL_SSL. The files are
+    /// read now: a missing one is an error here, not at the first connect.
+    pub fn from_properties(
+        props: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Self, ConfigError> {
+        let key = "security.protocol";
+        let protocol = match props.get(key).map(|v| v.trim()) {
+            None | Some("") => SecurityProtocol::Plaintext,
+            Some(v) => v.parse().map_err(|_| {
+                invalid(key, v, "must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
+            })?,
+        };
+        let tls = if protocol.is_tls() {
+            let ssl = SslConfig::for_client(props)?;
+            let config = crate::security::tls::client::client_config(&ssl)
+                .map_err(TlsError::into_config_error)?;
+            Some(config)
+        } else {
+            None
+        };
+        let sasl = if protocol.is_sasl() {
+            let login = client_login(props)?;
+            let login =
+                sasl_login(&login).map_err(|e| invalid("sasl.mechanism", "", e.to_string()))?;
+            Some(login)
+        } else {
+            None
+        };
+        ClientSecurity::new(protocol, tls, sasl)
+            .map_err(|e| invalid(key, protocol.name(), e.to_string()))
+    }
+
+    /// The same TLS and SASL mechanism, logged in as `username` with `password` instead;
+    /// `None` without a SASL login to replace.
+    pub fn with_credentials(&self, username: &str, password: &str) -> Option<ClientSecurity> {
+        let mechanism = self.sasl.as_ref()?.mechanism;
+        Some(ClientSecurity {
+            tls: self.tls.clone(),
+            sasl: Some(SaslLogin {
+                mechanism,
+                username: username.to_string(),
+                password: password.to_string(),
+            }),
+        })
+    }
+
+    /// The SASL user this logs in as, if any.
+    pub fn username(&self) -> Option<&str> {
+        self.sasl.as_ref().map(|l| l.username.as_str())
     }
 
     pub(super) fn tls(&self) -> Option<&Arc<rustls::ClientConfig>> {
@@ -145,6 +194,16 @@ impl ClientSecurity {
     pub(super) fn sasl(&self) -> Option<&SaslLogin> {
         self.sasl.as_ref()
     }
+}
+
+/// The login a JAAS config gives.
+fn sasl_login(l: &JaasLogin) -> Result<SaslLogin, SecurityError> {
+    Ok(SaslLogin {
+        mechanism: Mechanism::from_name(&l.mechanism)
+            .ok_or_else(|| SecurityError::UnknownMechanism(l.mechanism.clone()))?,
+        username: l.username.clone(),
+        password: l.password.clone(),
+    })
 }
 
 /// The host of `addr` ("host:port", "[v6]:port").

@@ -32,20 +32,21 @@ pub struct ListenerSasl {
     pub plain_users: BTreeMap<String, String>,
 }
 
-/// The broker's own SASL login to other brokers' inter-broker listener:
-/// `sasl.mechanism.inter.broker.protocol`, with the `username` and `password` options of
-/// `listener.name.<l>.<mechanism>.sasl.jaas.config` of that listener.
+/// A SASL login from a JAAS config: the broker's own to other brokers' inter-broker listener
+/// (`sasl.mechanism.inter.broker.protocol`, with the `username` and `password` options of
+/// `listener.name.<l>.<mechanism>.sasl.jaas.config` of that listener), or a client's
+/// (`sasl.mechanism` with `sasl.jaas.config`, see `client_login`).
 #[derive(Clone, PartialEq, Eq)]
-pub struct InterBrokerLogin {
+pub struct JaasLogin {
     /// One of `MECHANISMS`, enabled on the inter-broker listener.
     pub mechanism: String,
     pub username: String,
     pub password: String,
 }
 
-impl std::fmt::Debug for InterBrokerLogin {
+impl std::fmt::Debug for JaasLogin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InterBrokerLogin")
+        f.debug_struct("JaasLogin")
             .field("mechanism", &self.mechanism)
             .field("username", &self.username)
             .finish_non_exhaustive()
@@ -59,7 +60,7 @@ pub struct AuthConfig {
     /// SASL settings of each SASL listener, by listener name.
     pub sasl: BTreeMap<String, ListenerSasl>,
     /// How this broker logs in to the others, when the inter-broker listener uses SASL.
-    pub inter_broker: Option<InterBrokerLogin>,
+    pub inter_broker: Option<JaasLogin>,
     /// `connections.max.reauth.ms` (0: a session never expires).
     pub connections_max_reauth_ms: u64,
     /// `sasl.server.max.receive.size` (524288): the largest SASL token accepted.
@@ -243,7 +244,7 @@ fn inter_broker_login(
     props: &BTreeMap<String, String>,
     l: &str,
     enabled: &ListenerSasl,
-) -> Result<InterBrokerLogin, ConfigError> {
+) -> Result<JaasLogin, ConfigError> {
     let key = INTER_BROKER_MECHANISM;
     let Some(value) = props.get(key).map(|v| v.trim()).filter(|v| !v.is_empty()) else {
         let reason = format!(
@@ -272,18 +273,52 @@ fn inter_broker_login(
         l.to_lowercase(),
         mechanism.to_lowercase()
     );
-    let module = if mechanism == "PLAIN" {
-        PLAIN_MODULE
-    } else {
-        SCRAM_MODULE
-    };
     let Some(jaas) = props.get(&jaas_key) else {
         let reason = format!(
-            "the broker logs in to other brokers with {mechanism}: give its username=\"…\"              and password=\"…\" as options of {module}"
+            "the broker logs in to other brokers with {mechanism}: give its username=\"…\" \
+             and password=\"…\" as options of {}",
+            login_module(&mechanism)
         );
         return Err(bad(&jaas_key, "", reason));
     };
-    let options = jaas_options(jaas, module).map_err(|reason| bad(&jaas_key, HIDDEN, reason))?;
+    jaas_login(&jaas_key, jaas, mechanism)
+}
+
+/// Kafka's client keys `sasl.mechanism` (PLAIN, Kafka's default, or SCRAM-SHA-256/512) and
+/// `sasl.jaas.config` (its login module with `username="…" password="…"`).
+pub fn client_login(props: &BTreeMap<String, String>) -> Result<JaasLogin, ConfigError> {
+    let key = "sasl.mechanism";
+    let given = props.get(key).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let mechanism = given.unwrap_or("PLAIN").to_uppercase();
+    if !MECHANISMS.contains(&mechanism.as_str()) {
+        let reason = format!("evenkeel's client speaks {}", MECHANISMS.join(", "));
+        return Err(bad(key, given.unwrap_or_default(), reason));
+    }
+    let jaas_key = "sasl.jaas.config";
+    let Some(jaas) = props.get(jaas_key).filter(|v| !v.trim().is_empty()) else {
+        let reason = format!(
+            "SASL needs a login: {} required username=\"…\" password=\"…\";",
+            login_module(&mechanism)
+        );
+        return Err(bad(jaas_key, "", reason));
+    };
+    jaas_login(jaas_key, jaas, mechanism)
+}
+
+/// The login module Kafka uses for `mechanism` (one of `MECHANISMS`).
+fn login_module(mechanism: &str) -> &'static str {
+    if mechanism == "PLAIN" {
+        PLAIN_MODULE
+    } else {
+        SCRAM_MODULE
+    }
+}
+
+/// The `username` and `password` options of `jaas` (the value of `jaas_key`), a login with
+/// `mechanism`'s module.
+fn jaas_login(jaas_key: &str, jaas: &str, mechanism: String) -> Result<JaasLogin, ConfigError> {
+    let options = jaas_options(jaas, login_module(&mechanism))
+        .map_err(|reason| bad(jaas_key, HIDDEN, reason))?;
     let option = |name: &str| {
         options
             .iter()
@@ -291,15 +326,15 @@ fn inter_broker_login(
             .map(|(_, v)| v.clone())
     };
     match (option("username"), option("password")) {
-        (Some(username), Some(password)) => Ok(InterBrokerLogin {
+        (Some(username), Some(password)) => Ok(JaasLogin {
             mechanism,
             username,
             password,
         }),
         _ => Err(bad(
-            &jaas_key,
+            jaas_key,
             HIDDEN,
-            "needs username=\"…\" and password=\"…\": the broker's own login to other brokers",
+            "needs username=\"…\" and password=\"…\": the login to the brokers",
         )),
     }
 }
@@ -504,6 +539,49 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("authorizer.class.name"), "{e}");
+    }
+
+    #[test]
+    fn a_clients_login_is_its_mechanism_with_the_jaas_configs_user() {
+        let scram = props(
+            "sasl.mechanism=SCRAM-SHA-256\n\
+             sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"alice\" password=\"alice-secret\";",
+        );
+        let l = client_login(&scram).unwrap();
+        assert_eq!(
+            (
+                l.mechanism.as_str(),
+                l.username.as_str(),
+                l.password.as_str()
+            ),
+            ("SCRAM-SHA-256", "alice", "alice-secret")
+        );
+        let plain = props(
+            "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"bob\" password=\"b\";",
+        );
+        assert_eq!(
+            client_login(&plain).unwrap().mechanism,
+            "PLAIN",
+            "Kafka's default"
+        );
+        for (text, key, words) in [
+            ("sasl.mechanism=GSSAPI", "sasl.mechanism", "speaks PLAIN"),
+            ("sasl.mechanism=PLAIN", "sasl.jaas.config", "PlainLoginModule required"),
+            (
+                "sasl.mechanism=SCRAM-SHA-512\nsasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"a\" password=\"secret\";",
+                "sasl.jaas.config",
+                "ScramLoginModule",
+            ),
+            (
+                "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required password=\"secret\";",
+                "sasl.jaas.config",
+                "needs username",
+            ),
+        ] {
+            let e = client_login(&props(text)).unwrap_err().to_string();
+            assert!(e.contains(&format!("configuration {key}:")) && e.contains(words), "{text}: {e}");
+            assert!(!e.contains("secret"), "{e}");
+        }
     }
 
     #[test]

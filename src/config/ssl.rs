@@ -88,7 +88,8 @@ pub enum Keystore {
 #[derive(Debug, Clone)]
 pub struct SslConfig {
     pub listener: String,
-    pub keystore: Keystore,
+    /// Always set for a listener; a client's is its certificate for mutual TLS, if any.
+    pub keystore: Option<Keystore>,
     pub truststore: Option<PemSource>,
     pub client_auth: ClientAuth,
     pub enabled_protocols: Vec<TlsVersion>,
@@ -129,6 +130,9 @@ impl Keys<'_> {
 /// A value that must not be printed (a key or a password).
 const HIDDEN: &str = "[hidden]";
 
+/// What a client connecting with TLS is called in messages (it has no listener).
+pub const CLIENT: &str = "client";
+
 impl SslConfig {
     /// The settings of the TLS listener `listener`; a server listener must have a keystore,
     /// and a truststore when it asks clients for certificates.
@@ -140,22 +144,14 @@ impl SslConfig {
             props,
             prefix: format!("listener.name.{}.", listener.to_lowercase()),
         };
-        let Some(keystore) = keystore(&keys)? else {
+        let c = SslConfig::read(&keys, listener)?;
+        if c.keystore.is_none() {
             let reason = format!(
                 "listener {listener} uses TLS and needs a keystore: ssl.keystore.location, or \
                  ssl.keystore.key with ssl.keystore.certificate.chain"
             );
             return Err(bad(&keys.name("ssl.keystore.location"), "", reason));
-        };
-        let c = SslConfig {
-            listener: listener.to_string(),
-            keystore,
-            truststore: truststore(&keys)?,
-            client_auth: client_auth(&keys)?,
-            enabled_protocols: enabled_protocols(&keys)?,
-            principal_mapper: principal_mapper(&keys)?,
-            endpoint_identification: endpoint_identification(&keys)?,
-        };
+        }
         if c.client_auth != ClientAuth::None && c.truststore.is_none() {
             let reason = format!(
                 "listener {listener} asks clients for certificates (ssl.client.auth) and needs \
@@ -164,6 +160,35 @@ impl SslConfig {
             return Err(bad(&keys.name("ssl.truststore.location"), "", reason));
         }
         Ok(c)
+    }
+
+    /// A client's settings (Kafka's client `ssl.*` keys, no listener prefix): a truststore to
+    /// check the brokers' certificates against (PEM; there is no JVM default to fall back
+    /// on), and a keystore only for mutual TLS.
+    pub fn for_client(props: &BTreeMap<String, String>) -> Result<SslConfig, ConfigError> {
+        let keys = Keys {
+            props,
+            prefix: String::new(),
+        };
+        let c = SslConfig::read(&keys, CLIENT)?;
+        if c.truststore.is_none() {
+            let reason = "TLS needs a truststore to check the brokers' certificates against: \
+                          ssl.truststore.location or ssl.truststore.certificates (PEM)";
+            return Err(bad("ssl.truststore.location", "", reason));
+        }
+        Ok(c)
+    }
+
+    fn read(keys: &Keys, listener: &str) -> Result<SslConfig, ConfigError> {
+        Ok(SslConfig {
+            listener: listener.to_string(),
+            keystore: keystore(keys)?,
+            truststore: truststore(keys)?,
+            client_auth: client_auth(keys)?,
+            enabled_protocols: enabled_protocols(keys)?,
+            principal_mapper: principal_mapper(keys)?,
+            endpoint_identification: endpoint_identification(keys)?,
+        })
     }
 }
 
@@ -342,10 +367,10 @@ mod tests {
         .unwrap();
         assert_eq!(
             c.keystore,
-            Keystore::File(PemSource::File {
+            Some(Keystore::File(PemSource::File {
                 key: "ssl.keystore.location".into(),
                 path: "/etc/tls/server.pem".into()
-            })
+            }))
         );
         assert_eq!(c.client_auth, ClientAuth::None);
         assert_eq!(
@@ -404,7 +429,7 @@ mod tests {
             "EXTERNAL",
         )
         .unwrap();
-        let Keystore::File(PemSource::File { key, path }) = c.keystore else {
+        let Some(Keystore::File(PemSource::File { key, path })) = c.keystore else {
             panic!("{:?}", c.keystore);
         };
         assert_eq!(key, "listener.name.external.ssl.keystore.location");
@@ -477,6 +502,27 @@ mod tests {
             ("ssl.keystore.password", "hunter2"),
         ]);
         assert!(!e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn a_client_needs_a_truststore_and_a_keystore_only_for_mutual_tls() {
+        let trust = [
+            ("ssl.truststore.type", "PEM"),
+            ("ssl.truststore.location", "/ca.pem"),
+        ];
+        let c = SslConfig::for_client(&props(&trust)).unwrap();
+        assert_eq!(c.keystore, None);
+        assert!(matches!(c.truststore, Some(PemSource::File { .. })));
+        assert!(c.endpoint_identification);
+        let e = SslConfig::for_client(&props(&[])).unwrap_err().to_string();
+        assert!(e.contains("configuration ssl.truststore.location:"), "{e}");
+        let mut with_cert = props(&trust);
+        with_cert.insert("ssl.keystore.type".into(), "PEM".into());
+        with_cert.insert("ssl.keystore.location".into(), "/me.pem".into());
+        with_cert.insert("ssl.endpoint.identification.algorithm".into(), "".into());
+        let c = SslConfig::for_client(&with_cert).unwrap();
+        assert!(matches!(c.keystore, Some(Keystore::File(_))));
+        assert!(!c.endpoint_identification);
     }
 
     #[test]

@@ -5,8 +5,14 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::client::producer::ProduceError;
+use crate::client::ClientError;
 use crate::protocol::errors as kafka;
 
+/// Basic auth is on and the request has no credentials, or the cluster refused their login.
+pub const UNAUTHORIZED: u32 = 401;
+/// The cluster's ACLs refuse the user the topic (TOPIC_AUTHORIZATION_FAILED), or an
+/// idempotent producer (CLUSTER_AUTHORIZATION_FAILED on InitProducerId).
+pub const KAFKA_AUTHORIZATION_ERROR: u32 = 40301;
 /// The body could not be used: malformed JSON, the wrong shape, an empty body.
 pub const INVALID_ENTITY: u32 = 42201;
 /// A `binary` key or value that is not base64.
@@ -69,6 +75,26 @@ impl ApiError {
         )
     }
 
+    /// The error for a client call (metadata): 401 for a refused login, 403 for a topic the
+    /// cluster's ACLs refuse, else 503.
+    pub fn from_client(e: &ClientError) -> ApiError {
+        if e.is_login_refused() {
+            return ApiError::new(StatusCode::UNAUTHORIZED, UNAUTHORIZED, e.to_string());
+        }
+        match e.code() {
+            Some(kafka::TOPIC_AUTHORIZATION_FAILED) => ApiError::forbidden(e),
+            _ => ApiError::unavailable(e),
+        }
+    }
+
+    pub fn forbidden(why: impl std::fmt::Display) -> ApiError {
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            KAFKA_AUTHORIZATION_ERROR,
+            format!("Not authorized: {why}"),
+        )
+    }
+
     /// The error for a record the producer refused before queueing it.
     pub fn from_send(e: &ProduceError) -> ApiError {
         use crate::client::producer::buffer_pool::AllocateError;
@@ -122,6 +148,10 @@ impl IntoResponse for ApiError {
 /// errors (and timeouts) get 50003, the rest 50002.
 pub fn record_error_code(e: &ProduceError) -> u32 {
     match e {
+        ProduceError::Kafka {
+            code: kafka::TOPIC_AUTHORIZATION_FAILED | kafka::CLUSTER_AUTHORIZATION_FAILED,
+            ..
+        } => KAFKA_AUTHORIZATION_ERROR,
         ProduceError::Kafka { code, .. } if kafka::is_retriable(*code) => KAFKA_RETRIABLE_ERROR,
         ProduceError::Timeout(_) => KAFKA_RETRIABLE_ERROR,
         _ => KAFKA_ERROR,
@@ -186,6 +216,20 @@ mod tests {
         };
         assert_eq!(record_error_code(&retriable), KAFKA_RETRIABLE_ERROR);
         assert_eq!(record_error_code(&fatal), KAFKA_ERROR);
+        let refused = ProduceError::Kafka {
+            code: kafka::TOPIC_AUTHORIZATION_FAILED,
+            name: "TOPIC_AUTHORIZATION_FAILED",
+            message: None,
+        };
+        let a = ApiError::for_record(&refused);
+        assert_eq!(
+            (a.status.as_u16(), a.error_code),
+            (403, KAFKA_AUTHORIZATION_ERROR)
+        );
+        let metadata = ClientError::kafka("Metadata", kafka::TOPIC_AUTHORIZATION_FAILED, None);
+        assert_eq!(ApiError::from_client(&metadata).status.as_u16(), 403);
+        let down = ClientError::NoBroker("none".into());
+        assert_eq!(ApiError::from_client(&down).status.as_u16(), 503);
         assert_eq!(
             record_error_code(&ProduceError::Timeout("x".into())),
             KAFKA_RETRIABLE_ERROR

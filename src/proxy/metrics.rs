@@ -13,13 +13,15 @@ use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
 };
 
-use super::Shared;
+use super::App;
 use crate::client::producer::MetricsSnapshot;
 
 pub(crate) struct ProxyMetrics {
     registry: Registry,
     requests: HistogramVec,
     records: IntCounterVec,
+    /// With basic auth: requests refused for their credentials, by reason.
+    authentication_failures: IntCounterVec,
 }
 
 impl ProxyMetrics {
@@ -45,9 +47,19 @@ impl ProxyMetrics {
             &["result"],
         )
         .unwrap_or_else(|e| unreachable!("static metric definition: {e}"));
+        let authentication_failures = IntCounterVec::new(
+            Opts::new(
+                "evenkeel_proxy_authentication_failures_total",
+                "Requests refused 401: without basic credentials (missing) or whose login the \
+                 cluster refused (refused)",
+            ),
+            &["reason"],
+        )
+        .unwrap_or_else(|e| unreachable!("static metric definition: {e}"));
         for c in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(records.clone()),
+            Box::new(authentication_failures.clone()),
         ] {
             if let Err(e) = registry.register(c) {
                 unreachable!("metric registered twice: {e}");
@@ -57,6 +69,7 @@ impl ProxyMetrics {
             registry,
             requests,
             records,
+            authentication_failures,
         }
     }
 
@@ -70,6 +83,13 @@ impl ProxyMetrics {
     pub fn record_answered(&self, written: bool) {
         let result = if written { "written" } else { "failed" };
         self.records.with_label_values(&[result]).inc();
+    }
+
+    /// Counts one request refused 401.
+    pub fn authentication_failed(&self, reason: &str) {
+        self.authentication_failures
+            .with_label_values(&[reason])
+            .inc();
     }
 
     fn render_registry(&self) -> String {
@@ -202,12 +222,75 @@ fn render_producer(m: &MetricsSnapshot, queues: &[(String, i32, usize)]) -> Stri
     out
 }
 
-pub(super) async fn render(State(s): State<Shared>) -> impl IntoResponse {
+/// The producers' figures as one: counts, rates and per-partition figures summed, maxima the
+/// largest, averages the mean of the producers that have one.
+fn merged(all: &[MetricsSnapshot]) -> MetricsSnapshot {
+    let mut m = MetricsSnapshot::default();
+    let mean = |pick: fn(&MetricsSnapshot) -> f64| {
+        let known: Vec<f64> = all.iter().map(pick).filter(|v| !v.is_nan()).collect();
+        if known.is_empty() {
+            f64::NAN
+        } else {
+            known.iter().sum::<f64>() / known.len() as f64
+        }
+    };
+    let max = |pick: fn(&MetricsSnapshot) -> f64| {
+        all.iter()
+            .map(pick)
+            .filter(|v| !v.is_nan())
+            .fold(f64::NAN, f64::max)
+    };
+    m.batch_size_avg = mean(|s| s.batch_size_avg);
+    m.record_queue_time_avg = mean(|s| s.record_queue_time_avg);
+    m.request_latency_avg = mean(|s| s.request_latency_avg);
+    m.batch_size_max = max(|s| s.batch_size_max);
+    m.record_queue_time_max = max(|s| s.record_queue_time_max);
+    m.request_latency_max = max(|s| s.request_latency_max);
+    for s in all {
+        m.record_send_total += s.record_send_total;
+        m.record_error_total += s.record_error_total;
+        m.record_retry_total += s.record_retry_total;
+        m.batch_split_total += s.batch_split_total;
+        m.record_send_rate += s.record_send_rate;
+        m.record_error_rate += s.record_error_rate;
+        m.record_retry_rate += s.record_retry_rate;
+        for (tp, p) in &s.per_partition {
+            let sum = m.per_partition.entry(tp.clone()).or_default();
+            sum.records += p.records;
+            sum.bytes += p.bytes;
+            sum.batches += p.batches;
+        }
+    }
+    m
+}
+
+/// The queue lengths of every producer, summed per partition.
+fn merged_queues(all: Vec<Vec<(String, i32, usize)>>) -> Vec<(String, i32, usize)> {
+    let mut sum: std::collections::BTreeMap<(String, i32), usize> = Default::default();
+    for (topic, partition, n) in all.into_iter().flatten() {
+        *sum.entry((topic, partition)).or_default() += n;
+    }
+    sum.into_iter().map(|((t, p), n)| (t, p, n)).collect()
+}
+
+/// The registry, then the producers' figures: the proxy's own producer and, with basic auth,
+/// every user's held now, as one.
+pub(super) async fn render(State(s): State<App>) -> impl IntoResponse {
     let mut text = s.metrics.render_registry();
-    text.push_str(&render_producer(
-        &s.producer.metrics(),
-        &s.producer.queue_lengths(),
-    ));
+    let mut producers = vec![s.own.clone()];
+    if let Some(users) = &s.users {
+        let held = users.all();
+        let u = "evenkeel_proxy_users";
+        let _ = writeln!(
+            text,
+            "# HELP {u} Users whose producers the proxy holds (basic auth)\n# TYPE {u} gauge\n{u} {}",
+            held.len()
+        );
+        producers.extend(held.into_iter().map(|(_, p)| p));
+    }
+    let snapshots: Vec<MetricsSnapshot> = producers.iter().map(|p| p.metrics()).collect();
+    let queues = merged_queues(producers.iter().map(|p| p.queue_lengths()).collect());
+    text.push_str(&render_producer(&merged(&snapshots), &queues));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
 
@@ -247,6 +330,57 @@ mod tests {
         assert!(text.contains(
             "evenkeel_proxy_partition_batches_sent_total{topic=\"t\",partition=\"2\"} 1\n"
         ));
+    }
+
+    #[test]
+    fn producers_figures_merge_into_one() {
+        let mut a = MetricsSnapshot {
+            record_send_total: 2,
+            record_send_rate: 1.0,
+            batch_size_avg: 100.0,
+            batch_size_max: 100.0,
+            request_latency_avg: f64::NAN,
+            ..Default::default()
+        };
+        a.per_partition.insert(
+            ("t".into(), 0),
+            PartitionSent {
+                records: 2,
+                bytes: 20,
+                batches: 1,
+            },
+        );
+        let mut b = MetricsSnapshot {
+            record_send_total: 3,
+            record_send_rate: 0.5,
+            batch_size_avg: 300.0,
+            batch_size_max: 400.0,
+            request_latency_avg: 7.0,
+            ..Default::default()
+        };
+        b.per_partition.insert(
+            ("t".into(), 0),
+            PartitionSent {
+                records: 3,
+                bytes: 30,
+                batches: 2,
+            },
+        );
+        let m = merged(&[a, b]);
+        assert_eq!(m.record_send_total, 5);
+        assert_eq!(m.record_send_rate, 1.5);
+        assert_eq!((m.batch_size_avg, m.batch_size_max), (200.0, 400.0));
+        assert_eq!(
+            m.request_latency_avg, 7.0,
+            "a producer without one is left out"
+        );
+        assert_eq!(m.per_partition[&("t".to_string(), 0)].bytes, 50);
+        assert!(merged(&[]).batch_size_avg.is_nan());
+        let q = merged_queues(vec![
+            vec![("t".into(), 0, 1)],
+            vec![("t".into(), 0, 2), ("u".into(), 1, 1)],
+        ]);
+        assert_eq!(q, vec![("t".to_string(), 0, 3), ("u".to_string(), 1, 1)]);
     }
 
     #[test]

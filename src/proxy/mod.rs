@@ -2,6 +2,9 @@
 //! against (Confluent REST Proxy v2 and v3, Strimzi's bridge), written through our own producer
 //! and its KIP-794 partitioner. A request is answered only once its records are acknowledged.
 //!
+//! It serves HTTP, or HTTPS with a PEM keystore (`tls`); with basic auth on, each HTTP user's
+//! requests go through a producer logged in to the cluster as that user (`users`).
+//!
 //! `v2` and `v3` hold the handlers, `records` the body formats, `errors` the HTTP error shapes,
 //! `metrics` the `/metrics` text, `linger` the reading-out of request bodies a handler drops early,
 //! `timed` the answer bodies that report when they are done.
@@ -11,6 +14,8 @@ mod linger;
 mod metrics;
 pub mod records;
 mod timed;
+mod tls;
+pub mod users;
 mod v2;
 mod v3;
 
@@ -32,6 +37,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::{oneshot, watch};
 
 use crate::client::producer::{ProduceError, Producer, ProducerConfig, RecordResult};
+use crate::config::ssl::SslConfig;
 use crate::config::ConfigError;
 use errors::ApiError;
 use records::Incoming;
@@ -55,6 +61,10 @@ pub struct ProxyConfig {
     /// connections: the time a load balancer (a Kubernetes Service) takes to stop sending it
     /// new ones.
     pub shutdown_delay: Duration,
+    /// HTTPS with this keystore (`None`: plain HTTP).
+    pub tls: Option<SslConfig>,
+    /// Basic auth mapped to SASL logins (`None`: no authentication).
+    pub basic_auth: Option<users::BasicAuth>,
 }
 
 impl ProxyConfig {
@@ -75,7 +85,42 @@ impl ProxyConfig {
             listen,
             producer,
             shutdown_delay: Duration::ZERO,
+            tls: None,
+            basic_auth: None,
         })
+    }
+
+    /// Serves HTTPS with the PEM file at `keystore`: the private key and its certificate chain
+    /// (a Kafka PEM keystore, as a broker's `ssl.keystore.location`).
+    pub fn with_https(mut self, keystore: &std::path::Path) -> Result<ProxyConfig, ConfigError> {
+        let props: BTreeMap<String, String> = [
+            ("ssl.keystore.type", "PEM".to_string()),
+            ("ssl.keystore.location", keystore.display().to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let ssl = SslConfig::from_props(&props, "proxy")?;
+        // Read now, so that a bad file is refused at start.
+        crate::security::tls::TlsServer::new(ssl.clone()).map_err(|e| e.into_config_error())?;
+        self.tls = Some(ssl);
+        Ok(self)
+    }
+
+    /// Turns basic auth on (REST Proxy's `authentication.method=BASIC`): each user's name and
+    /// password become the SASL login of a producer of theirs, so the producer must use SASL.
+    pub fn with_basic_auth(mut self, auth: users::BasicAuth) -> Result<ProxyConfig, ConfigError> {
+        if self.producer.security.username().is_none() {
+            return Err(crate::config::invalid(
+                "security.protocol",
+                "",
+                "authentication.method=BASIC passes each HTTP user on to the cluster as its SASL \
+                 login: the producer must use SASL_PLAINTEXT or SASL_SSL (with the proxy's own \
+                 login in sasl.jaas.config, for /readyz and the cluster id)",
+            ));
+        }
+        self.basic_auth = Some(auth);
+        Ok(self)
     }
 
     /// The longest a shutdown takes: the delay, then as long as any request in progress may
@@ -87,7 +132,11 @@ impl ProxyConfig {
 
 /// What every handler shares.
 pub(crate) struct AppState {
-    producer: Producer,
+    /// The proxy's own producer: every request's without basic auth; with it, the one that
+    /// answers `/readyz` and learns the cluster id.
+    own: Arc<Producer>,
+    /// With basic auth, the users' producers.
+    users: Option<users::UserProducers>,
     metrics: metrics::ProxyMetrics,
     /// Learned from the cluster when first needed: the proxy serves before a broker answers.
     cluster_id: tokio::sync::OnceCell<String>,
@@ -102,14 +151,49 @@ impl AppState {
     /// The cluster's id (REST Proxy v3 names it in its paths); 503 while no broker answers.
     async fn cluster_id(&self) -> Result<&str, ApiError> {
         self.cluster_id
-            .get_or_try_init(|| self.producer.cluster_id())
+            .get_or_try_init(|| self.own.cluster_id())
             .await
             .map(String::as_str)
             .map_err(ApiError::unavailable)
     }
 }
 
-type Shared = Arc<AppState>;
+type App = Arc<AppState>;
+
+/// What a request's handler works with: the shared state and the producer the request goes
+/// through (its user's with basic auth, else the proxy's own).
+#[derive(Clone)]
+pub(crate) struct Shared {
+    app: App,
+    producer: Arc<Producer>,
+}
+
+impl std::ops::Deref for Shared {
+    type Target = AppState;
+
+    fn deref(&self) -> &AppState {
+        &self.app
+    }
+}
+
+impl axum::extract::FromRequestParts<App> for Shared {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        app: &App,
+    ) -> Result<Shared, Self::Rejection> {
+        let producer = parts
+            .extensions
+            .get::<Arc<Producer>>()
+            .cloned()
+            .unwrap_or_else(|| app.own.clone());
+        Ok(Shared {
+            app: app.clone(),
+            producer,
+        })
+    }
+}
 
 /// How long `start` waits for the cluster's id before it serves without it.
 const FIRST_CONTACT: Duration = Duration::from_secs(5);
@@ -120,7 +204,7 @@ pub struct ProxyHandle {
     pub addr: SocketAddr,
     /// `None` when no broker answered within the first seconds; `/readyz` says when one does.
     pub cluster_id: Option<String>,
-    state: Shared,
+    state: App,
     shutdown_delay: Duration,
     stopping: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
@@ -154,7 +238,12 @@ impl ProxyHandle {
             self.task.abort();
         }
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        self.state.producer.close(left).await;
+        let users = self.state.users.iter().flat_map(|u| u.all());
+        let closing = users
+            .map(|(_, p)| p)
+            .chain([self.state.own.clone()])
+            .map(|p| async move { p.close(left).await });
+        futures::future::join_all(closing).await;
     }
 }
 
@@ -165,8 +254,13 @@ pub async fn start(config: ProxyConfig) -> Result<ProxyHandle, ProxyError> {
         .await
         .map_err(|e| ProxyError::Cluster(e.to_string()))?;
     let (stopping, shutdown) = watch::channel(false);
+    let users = config
+        .basic_auth
+        .as_ref()
+        .map(|auth| users::UserProducers::new(config.producer.clone(), auth));
     let state = Arc::new(AppState {
-        producer,
+        own: Arc::new(producer),
+        users,
         metrics: metrics::ProxyMetrics::new(),
         cluster_id: tokio::sync::OnceCell::new(),
         unready: AtomicBool::new(false),
@@ -178,28 +272,42 @@ pub async fn start(config: ProxyConfig) -> Result<ProxyHandle, ProxyError> {
     let addr = listener
         .local_addr()
         .map_err(|e| ProxyError::Listen(config.listen, e))?;
-    // Nagle's algorithm would hold a v3 stream's next report until the client acknowledged the
-    // last one, which a client delays by up to 40 ms: every answer goes out as it is written.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
-        }
-    });
     let app = router(state.clone());
     let mut stop = stopping.subscribe();
-    let task = tokio::spawn(async move {
-        let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|stopping| *stopping).await;
-        });
-        if let Err(e) = serve.await {
-            tracing::error!(error = %e, "the proxy stopped serving");
+    let stopped = async move {
+        let _ = stop.wait_for(|stopping| *stopping).await;
+    };
+    let task = match &config.tls {
+        Some(ssl) => {
+            let server = crate::security::tls::TlsServer::new(ssl.clone())
+                .map_err(|e| ProxyError::Tls(e.to_string()))?;
+            tokio::spawn(serve(tls::TlsListener::new(listener, server), app, stopped))
         }
-    });
+        None => {
+            // Nagle's algorithm would hold a v3 stream's next report until the client
+            // acknowledged the last one, which a client delays by up to 40 ms: every answer
+            // goes out as it is written.
+            let listener = listener.tap_io(|tcp| {
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
+                }
+            });
+            tokio::spawn(serve(listener, app, stopped))
+        }
+    };
     // Serving already; the first contact only tells the caller the cluster's id.
-    let cluster_id = match tokio::time::timeout(FIRST_CONTACT, state.cluster_id()).await {
-        Ok(Ok(id)) => Some(id.to_string()),
+    let cluster_id = match tokio::time::timeout(FIRST_CONTACT, state.own.cluster_id()).await {
+        Ok(Ok(id)) => {
+            let _ = state.cluster_id.set(id.clone());
+            Some(id)
+        }
+        // Waiting would not help: the login is wrong, not early.
+        Ok(Err(e)) if e.is_login_refused() => {
+            task.abort();
+            return Err(ProxyError::LoginRefused(e.to_string()));
+        }
         Ok(Err(e)) => {
-            tracing::warn!(error = %e.message, "no broker answers yet; serving, not ready");
+            tracing::warn!(error = %e, "no broker answers yet; serving, not ready");
             None
         }
         Err(_) => {
@@ -217,15 +325,33 @@ pub async fn start(config: ProxyConfig) -> Result<ProxyHandle, ProxyError> {
     })
 }
 
+/// Serves `app` on `listener` until `stopped`, then until the requests in progress are answered.
+async fn serve<L>(
+    listener: L,
+    app: Router,
+    stopped: impl std::future::Future<Output = ()> + Send + 'static,
+) where
+    L: axum::serve::Listener<Addr = SocketAddr>,
+{
+    let serve = axum::serve(listener, app).with_graceful_shutdown(stopped);
+    if let Err(e) = serve.await {
+        tracing::error!(error = %e, "the proxy stopped serving");
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
     #[error("cannot use the Kafka cluster: {0}")]
     Cluster(String),
+    #[error("cannot serve HTTPS: {0}")]
+    Tls(String),
+    #[error("the Kafka cluster refused the proxy's own login: {0}")]
+    LoginRefused(String),
     #[error("cannot listen on {0}: {1}")]
     Listen(SocketAddr, std::io::Error),
 }
 
-fn router(state: Shared) -> Router {
+fn router(state: App) -> Router {
     Router::new()
         .route("/topics", get(v2::list_topics))
         .route("/topics/{topic}", get(v2::get_topic).post(v2::produce))
@@ -242,12 +368,16 @@ fn router(state: Shared) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics::render))
         .layer(axum::middleware::from_fn(linger::lingering_bodies))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            authenticate,
+        ))
         .layer(axum::middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state)
 }
 
 /// Ready while a broker answers, until a shutdown begins.
-async fn readyz(State(s): State<Shared>) -> Response {
+async fn readyz(State(s): State<App>) -> Response {
     if s.unready.load(Ordering::SeqCst) {
         return ApiError::new(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
@@ -256,7 +386,7 @@ async fn readyz(State(s): State<Shared>) -> Response {
         )
         .into_response();
     }
-    match s.producer.cluster_id().await {
+    match s.own.cluster_id().await {
         Ok(id) => {
             let _ = s.cluster_id.set(id);
             "ready\n".into_response()
@@ -267,7 +397,7 @@ async fn readyz(State(s): State<Shared>) -> Response {
 
 /// Times every request by route and status, until the last byte of its answer is sent (a v3
 /// stream's reports come in the body, long after the status line).
-async fn observe(State(s): State<Shared>, req: Request, next: Next) -> Response {
+async fn observe(State(s): State<App>, req: Request, next: Next) -> Response {
     let route = req
         .extensions()
         .get::<MatchedPath>()
@@ -284,14 +414,45 @@ async fn observe(State(s): State<Shared>, req: Request, next: Next) -> Response 
     })
 }
 
+/// Paths open without credentials: probes and metrics, which touch no topic.
+const OPEN_PATHS: &[&str] = &["/healthz", "/readyz", "/metrics"];
+
+/// With basic auth on, a request other than `OPEN_PATHS` goes through its user's producer
+/// (401 without credentials or when the cluster refuses their login); without, through the
+/// proxy's own.
+async fn authenticate(State(s): State<App>, mut req: Request, next: Next) -> Response {
+    let Some(users) = &s.users else {
+        return next.run(req).await;
+    };
+    if OPEN_PATHS.contains(&req.uri().path()) {
+        return next.run(req).await;
+    }
+    let Some(credentials) = users::credentials(req.headers()) else {
+        s.metrics.authentication_failed("missing");
+        return users::unauthorized("this proxy needs HTTP basic credentials");
+    };
+    match users.producer_for(&credentials).await {
+        Ok(producer) => {
+            req.extensions_mut().insert(producer);
+            next.run(req).await
+        }
+        Err(refused) => {
+            if refused.status() == axum::http::StatusCode::UNAUTHORIZED {
+                s.metrics.authentication_failed("refused");
+            }
+            refused
+        }
+    }
+}
+
 /// Checks the topic and every record's partition before anything is queued, so that a request
 /// refused for them writes nothing.
-async fn check_records(s: &AppState, topic: &str, records: &[Incoming]) -> Result<(), ApiError> {
+async fn check_records(s: &Shared, topic: &str, records: &[Incoming]) -> Result<(), ApiError> {
     let count = s
         .producer
         .partition_count(topic)
         .await
-        .map_err(ApiError::unavailable)?
+        .map_err(|e| ApiError::from_client(&e))?
         .ok_or_else(|| ApiError::topic_not_found(topic))?;
     for r in records {
         if let Some(p) = r.partition {
@@ -342,7 +503,7 @@ impl Queued {
     }
 }
 
-async fn queue(s: &AppState, topic: &str, r: Incoming) -> Queued {
+async fn queue(s: &Shared, topic: &str, r: Incoming) -> Queued {
     match s.producer.send(topic, r.partition, r.record).await {
         Ok(rx) => Queued::Waiting(rx),
         Err(e) => Queued::Refused(ApiError::from_send(&e)),
@@ -351,11 +512,7 @@ async fn queue(s: &AppState, topic: &str, r: Incoming) -> Queued {
 
 /// Reads the whole body, up to the proxy's limit: `buffer.memory`, which no request could
 /// exceed and still be held. A body announced larger is refused before it is read (413).
-async fn read_body(
-    s: &AppState,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<bytes::Bytes, ApiError> {
+async fn read_body(s: &Shared, headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, ApiError> {
     let limit = s.producer.config().accumulator.buffer_memory as usize;
     let too_large = || {
         ApiError::new(
@@ -378,7 +535,7 @@ async fn read_body(
 
 /// The longest a request waits for its records' outcomes: the producer settles each within
 /// `delivery.timeout.ms`; this is only a backstop.
-fn answer_deadline(s: &AppState) -> Duration {
+fn answer_deadline(s: &Shared) -> Duration {
     answer_deadline_of(s.producer.config())
 }
 

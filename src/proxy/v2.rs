@@ -3,7 +3,7 @@
 //! the topics, describe one.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -17,7 +17,7 @@ use super::{answer_deadline, check_records, queue, read_body, Queued, Shared};
 const V2_CONTENT_TYPE: &str = "application/vnd.kafka.v2+json";
 
 pub(super) async fn produce(
-    State(s): State<Shared>,
+    s: Shared,
     Path(topic): Path<String>,
     headers: HeaderMap,
     body: Body,
@@ -28,7 +28,7 @@ pub(super) async fn produce(
 }
 
 pub(super) async fn produce_to_partition(
-    State(s): State<Shared>,
+    s: Shared,
     Path((topic, partition)): Path<(String, String)>,
     headers: HeaderMap,
     body: Body,
@@ -101,6 +101,14 @@ async fn produce_v2(
         let why = offsets.first().and_then(|o| o.error.clone());
         return Err(ApiError::unavailable(why.unwrap_or_default()));
     }
+    if offsets
+        .iter()
+        .all(|o| o.error_code == Some(errors::KAFKA_AUTHORIZATION_ERROR))
+    {
+        // Nothing was written: the cluster refuses this user (REST Proxy's 403).
+        let why = offsets.first().and_then(|o| o.error.clone());
+        return Err(ApiError::forbidden(why.unwrap_or_default()));
+    }
     let answer = Answer {
         key_schema_id: None,
         value_schema_id: None,
@@ -155,7 +163,7 @@ async fn outcomes(queued: Vec<Queued>) -> Vec<Offset> {
 }
 
 /// `GET /topics`: the names of the topics, internal ones left out.
-pub(super) async fn list_topics(State(s): State<Shared>) -> Response {
+pub(super) async fn list_topics(s: Shared) -> Response {
     match s.producer.describe_topics(None).await {
         Ok(ts) => {
             let names: Vec<String> = ts
@@ -170,7 +178,7 @@ pub(super) async fn list_topics(State(s): State<Shared>) -> Response {
 }
 
 /// `GET /topics/{topic}`: its partitions with leader and replicas.
-pub(super) async fn get_topic(State(s): State<Shared>, Path(topic): Path<String>) -> Response {
+pub(super) async fn get_topic(s: Shared, Path(topic): Path<String>) -> Response {
     let found = match s
         .producer
         .describe_topics(Some(std::slice::from_ref(&topic)))

@@ -5,7 +5,7 @@
 //! report, or the error's own status and body.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -20,7 +20,7 @@ use super::records::{format_rfc3339_ms, parse_v3, IncomingV3};
 use super::{answer_deadline, check_records, queue, read_body, Queued, Shared};
 
 /// `GET /v3/clusters`.
-pub(super) async fn list_clusters(State(s): State<Shared>) -> Response {
+pub(super) async fn list_clusters(s: Shared) -> Response {
     let id = match s.cluster_id().await {
         Ok(id) => id,
         Err(e) => return e.into_response(),
@@ -50,7 +50,7 @@ enum Report {
 
 /// `POST /v3/clusters/{cluster_id}/topics/{topic}/records`.
 pub(super) async fn produce(
-    State(s): State<Shared>,
+    s: Shared,
     Path((cluster_id, topic)): Path<(String, String)>,
     headers: HeaderMap,
     body: Body,

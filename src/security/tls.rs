@@ -46,6 +46,26 @@ pub enum TlsError {
     Invalid { key: String, reason: String },
 }
 
+impl TlsError {
+    /// The config key at fault.
+    pub fn key(&self) -> &str {
+        match self {
+            TlsError::Read { key, .. }
+            | TlsError::Pem { key, .. }
+            | TlsError::EncryptedKey { key }
+            | TlsError::Invalid { key, .. } => key,
+        }
+    }
+
+    /// As a config error naming the key (its value not shown: it may be a key's PEM).
+    pub fn into_config_error(self) -> crate::config::ConfigError {
+        let key = self.key().to_string();
+        let shown = self.to_string();
+        let reason = shown.strip_prefix(&format!("{key}: ")).unwrap_or(&shown);
+        crate::config::invalid(&key, "(not shown)", reason)
+    }
+}
+
 /// Why one connection's handshake failed (the connection is closed, nothing else).
 #[derive(Debug, thiserror::Error)]
 pub enum HandshakeError {
@@ -180,8 +200,9 @@ impl TlsServer {
 fn source_files(ssl: &SslConfig) -> Vec<&Path> {
     let mut sources: Vec<&PemSource> = Vec::new();
     match &ssl.keystore {
-        Keystore::File(s) => sources.push(s),
-        Keystore::Inline { chain, key } => sources.extend([chain, key]),
+        Some(Keystore::File(s)) => sources.push(s),
+        Some(Keystore::Inline { chain, key }) => sources.extend([chain, key]),
+        None => {}
     }
     sources.extend(&ssl.truststore);
     sources
@@ -250,7 +271,12 @@ impl<'a> Files<'a> {
 
 /// The rustls server config of `ssl`, from its files as read.
 fn server_config(ssl: &SslConfig, files: &Files) -> Result<Arc<ServerConfig>, TlsError> {
-    let (chain, key, key_name) = keystore(ssl, files)?;
+    let Some((chain, key, key_name)) = keystore(ssl, files)? else {
+        return Err(TlsError::Invalid {
+            key: "ssl.keystore.location".into(),
+            reason: format!("listener {} has no keystore", ssl.listener),
+        });
+    };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let verifier = client_verifier(ssl, files, provider.clone())?;
     let config = ServerConfig::builder_with_provider(provider)
@@ -275,21 +301,23 @@ fn invalid(key: &str) -> impl Fn(rustls::Error) -> TlsError {
 /// private key (for messages).
 type KeystoreParts = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>, String);
 
-fn keystore(ssl: &SslConfig, files: &Files) -> Result<KeystoreParts, TlsError> {
+/// `None` when `ssl` has no keystore (a client without a certificate).
+fn keystore(ssl: &SslConfig, files: &Files) -> Result<Option<KeystoreParts>, TlsError> {
     match &ssl.keystore {
-        Keystore::File(source) => {
+        None => Ok(None),
+        Some(Keystore::File(source)) => {
             let pem = files.pem(source)?;
-            Ok((
+            Ok(Some((
                 certificates(source, &pem)?,
                 private_key(source, &pem)?,
                 source.key().to_string(),
-            ))
+            )))
         }
-        Keystore::Inline { chain, key } => Ok((
+        Some(Keystore::Inline { chain, key }) => Ok(Some((
             certificates(chain, &files.pem(chain)?)?,
             private_key(key, &files.pem(key)?)?,
             key.key().to_string(),
-        )),
+        ))),
     }
 }
 

@@ -49,15 +49,47 @@ fn connect(addr: &str) -> TcpStream {
 
 /// One request with a content-length body; reads the answer to the end.
 pub fn request(addr: &str, method: &str, path: &str, content_type: &str, body: &[u8]) -> Response {
-    let mut s = connect(addr);
+    let head = Head {
+        addr,
+        method,
+        path,
+        content_type,
+        extra: &[],
+    };
+    request_on(&mut connect(addr), &head, body)
+}
+
+/// A request's line and headers.
+pub struct Head<'a> {
+    pub addr: &'a str,
+    pub method: &'a str,
+    pub path: &'a str,
+    pub content_type: &'a str,
+    /// More headers, e.g. `("Authorization", "Basic …")`.
+    pub extra: &'a [(&'a str, String)],
+}
+
+/// One request with a content-length body on an open stream (plain or TLS); reads the answer
+/// to the end.
+pub fn request_on<S: Read + Write>(s: &mut S, h: &Head, body: &[u8]) -> Response {
+    let extra: String = h
+        .extra
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
+        "{} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: {}\r\n{extra}Content-Length: {}\r\n\r\n",
+        h.method,
+        h.path,
+        h.addr,
+        h.content_type,
         body.len()
     );
     s.write_all(head.as_bytes()).unwrap();
     // A server may answer (413) and close before taking the whole body.
     let _ = s.write_all(body);
-    read_response(&mut s)
+    let _ = s.flush();
+    read_response(s)
 }
 
 /// Announces a body of `len` bytes with `Expect: 100-continue`, as curl does for large bodies,
@@ -106,7 +138,7 @@ pub fn finish(mut s: TcpStream) -> Response {
     read_response(&mut s)
 }
 
-pub fn read_response(s: &mut TcpStream) -> Response {
+pub fn read_response<S: Read>(s: &mut S) -> Response {
     let mut r = BufReader::new(s);
     let mut line = String::new();
     r.read_line(&mut line).unwrap();
@@ -184,7 +216,10 @@ impl ProxyProcess {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { return };
-                if let Some(rest) = line.split("ready on http://").nth(1) {
+                let after = ["ready on http://", "ready on https://"]
+                    .iter()
+                    .find_map(|marker| line.split(marker).nth(1));
+                if let Some(rest) = after {
                     let addr = rest.split_whitespace().next().unwrap_or("").to_string();
                     let _ = tx.send(addr);
                 }

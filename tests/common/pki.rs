@@ -78,6 +78,11 @@ impl Pki {
 
     /// A rustls client trusting this CA, presenting `client` when given.
     pub fn connector(&self, client: Option<&Leaf>) -> tokio_rustls::TlsConnector {
+        tokio_rustls::TlsConnector::from(self.client_config(client))
+    }
+
+    /// The config of `connector`, for a blocking `rustls::StreamOwned`.
+    pub fn client_config(&self, client: Option<&Leaf>) -> Arc<rustls::ClientConfig> {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(self.ca.der().clone()).unwrap();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -94,7 +99,7 @@ impl Pki {
                 .unwrap(),
             None => builder.with_no_client_auth(),
         };
-        tokio_rustls::TlsConnector::from(Arc::new(config))
+        Arc::new(config)
     }
 }
 

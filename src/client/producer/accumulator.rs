@@ -738,6 +738,11 @@ impl RecordAccumulator {
         out
     }
 
+    /// Every queued batch, taken out of its queue (the caller fails them).
+    pub fn take_queued(&self) -> Vec<ProducerBatch> {
+        self.expired_batches(i64::MAX, 0)
+    }
+
     /// Queue length per partition, for metrics.
     pub fn queue_lengths(&self) -> Vec<(String, i32, usize)> {
         let topics: Vec<(String, Arc<TopicInfo>)> = self

@@ -17,7 +17,7 @@ use super::metadata::ProducerMetadata;
 use super::metrics::{MetricsSnapshot, ProducerMetrics};
 use super::partitioner::{StickyPartitionCache, ThreadRandom};
 use super::{choose_partition, sender, ProduceError, ProducerRecord, RecordResult};
-use crate::client::ClientError;
+use crate::client::{ClientError, ClientSecurity};
 use crate::config::{invalid, prop, ConfigError};
 
 /// How keyless records are spread.
@@ -49,8 +49,13 @@ pub struct ProducerConfig {
     pub max_block_ms: i64,
     pub metadata_max_age_ms: i64,
     pub reconnect_backoff_ms: i64,
+    /// `reconnect.backoff.max.ms`: the wait after a refused login or an authorization error
+    /// (Kafka's ceiling of the reconnect backoff), so that a refused client does not storm.
+    pub reconnect_backoff_max_ms: i64,
     pub ignore_keys: bool,
     pub partitioner: PartitionerMode,
+    /// `security.protocol` with its `ssl.*` and `sasl.*` keys: how every connection is made.
+    pub security: ClientSecurity,
 }
 
 impl ProducerConfig {
@@ -69,8 +74,10 @@ impl ProducerConfig {
             max_block_ms: 60_000,
             metadata_max_age_ms: 300_000,
             reconnect_backoff_ms: 50,
+            reconnect_backoff_max_ms: 1000,
             ignore_keys: false,
             partitioner: PartitionerMode::BuiltIn,
+            security: ClientSecurity::plaintext(),
         }
     }
 
@@ -125,6 +132,12 @@ impl ProducerConfig {
             max_block_ms: prop(props, "max.block.ms", d.max_block_ms)?,
             metadata_max_age_ms: prop(props, "metadata.max.age.ms", d.metadata_max_age_ms)?,
             reconnect_backoff_ms: prop(props, "reconnect.backoff.ms", d.reconnect_backoff_ms)?,
+            reconnect_backoff_max_ms: prop(
+                props,
+                "reconnect.backoff.max.ms",
+                d.reconnect_backoff_max_ms,
+            )?,
+            security: ClientSecurity::from_properties(props)?,
             ignore_keys: prop(props, "partitioner.ignore.keys", false)?,
             partitioner: partitioner(props)?,
         };
@@ -273,7 +286,7 @@ impl Producer {
     /// Connects to the cluster and starts the sender on its network thread.
     pub async fn start(config: ProducerConfig) -> Result<Producer, ClientError> {
         let timeout = Duration::from_millis(config.request_timeout_ms.max(1) as u64);
-        let metadata = ProducerMetadata::new(&config.bootstrap, timeout)?;
+        let metadata = ProducerMetadata::new(&config.bootstrap, timeout, config.security.clone())?;
         let random = Arc::new(ThreadRandom);
         let shared = Arc::new(Shared {
             accumulator: RecordAccumulator::new(config.accumulator.clone(), random.clone()),
@@ -475,5 +488,74 @@ mod tests {
         )]))
         .unwrap();
         assert_eq!(kip480.partitioner, PartitionerMode::Kip480);
+    }
+
+    #[test]
+    fn security_comes_from_kafkas_client_keys() {
+        let plain = ProducerConfig::from_properties(&props(&[])).unwrap();
+        assert_eq!(plain.security.username(), None);
+        let ca = crate::security::tls::test_pki::Pki::new("ca").ca_pem();
+        let jaas = "org.apache.kafka.common.security.scram.ScramLoginModule required \
+                    username=\"alice\" password=\"alice-secret\";";
+        let c = ProducerConfig::from_properties(&props(&[
+            ("security.protocol", "SASL_SSL"),
+            ("ssl.truststore.type", "PEM"),
+            ("ssl.truststore.certificates", &ca),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+            ("sasl.jaas.config", jaas),
+        ]))
+        .unwrap();
+        assert_eq!(c.security.username(), Some("alice"));
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("alice-secret"), "{shown}");
+        let bob = c.security.with_credentials("bob", "bob-secret").unwrap();
+        assert_eq!(bob.username(), Some("bob"));
+        assert!(plain.security.with_credentials("bob", "x").is_none());
+    }
+
+    #[test]
+    fn bad_or_incomplete_security_names_its_key() {
+        let jaas = "org.apache.kafka.common.security.plain.PlainLoginModule required \
+                    username=\"a\" password=\"hunter2\";";
+        for (kv, key) in [
+            (vec![("security.protocol", "TLS")], "security.protocol"),
+            (
+                vec![("security.protocol", "SSL")],
+                "ssl.truststore.location",
+            ),
+            (
+                vec![
+                    ("security.protocol", "SSL"),
+                    ("ssl.truststore.type", "PEM"),
+                    ("ssl.truststore.location", "/no/such/ca.pem"),
+                ],
+                "ssl.truststore.location",
+            ),
+            (
+                vec![
+                    ("security.protocol", "SSL"),
+                    ("ssl.truststore.location", "/ca.jks"),
+                ],
+                "ssl.truststore.type",
+            ),
+            (
+                vec![("security.protocol", "SASL_PLAINTEXT")],
+                "sasl.jaas.config",
+            ),
+            (
+                vec![
+                    ("security.protocol", "SASL_PLAINTEXT"),
+                    ("sasl.mechanism", "GSSAPI"),
+                    ("sasl.jaas.config", jaas),
+                ],
+                "sasl.mechanism",
+            ),
+        ] {
+            let e = ProducerConfig::from_properties(&props(&kv))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("configuration {key}:")), "{kv:?}: {e}");
+            assert!(!e.contains("hunter2"), "{e}");
+        }
     }
 }

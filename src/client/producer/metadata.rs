@@ -11,7 +11,7 @@ use parking_lot::RwLock;
 use tokio::sync::Notify;
 
 use super::cluster::{ClusterView, PartitionLeader};
-use crate::client::{AdminClient, ClientError, TopicDescription};
+use crate::client::{AdminClient, ClientError, ClientSecurity, TopicDescription};
 
 struct State {
     view: Arc<ClusterView>,
@@ -31,8 +31,12 @@ pub struct ProducerMetadata {
 impl ProducerMetadata {
     /// Metadata from the brokers of `bootstrap`, fetched when first needed (each connect and
     /// call bounded by `timeout`): no broker has to answer yet.
-    pub fn new(bootstrap: &str, timeout: Duration) -> Result<Self, ClientError> {
-        let admin = AdminClient::new(bootstrap, timeout)?;
+    pub fn new(
+        bootstrap: &str,
+        timeout: Duration,
+        security: ClientSecurity,
+    ) -> Result<Self, ClientError> {
+        let admin = AdminClient::new(bootstrap, timeout)?.with_security(security);
         Ok(ProducerMetadata {
             admin,
             state: RwLock::new(State {
@@ -111,12 +115,14 @@ impl ProducerMetadata {
             return Ok(Some(n));
         }
         self.state.write().topics.insert(topic.to_string());
-        self.refresh().await?;
+        let refreshed = self.refresh().await;
         let n = self.view().partitions_for_topic(topic).len();
         if n == 0 {
-            // Not kept: a topic that does not exist is asked for again next time.
+            // Not kept: a topic that does not exist (or that this client may not see) is
+            // asked for again next time, and not by every refresh meanwhile.
             self.state.write().topics.remove(topic);
         }
+        refreshed?;
         Ok((n > 0).then_some(n))
     }
 

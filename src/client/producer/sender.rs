@@ -30,7 +30,7 @@ use super::in_flight::InFlightBatch;
 use super::kafka_producer::Shared;
 use super::ProduceError;
 use crate::client::pipeline::{PipelinedConnection, Sent};
-use crate::client::{ClientError, Connection};
+use crate::client::{ClientError, ClientSecurity, Connection};
 use crate::protocol::errors;
 
 /// Milliseconds since the Unix epoch, the producer's clock (Kafka's timestamps).
@@ -55,13 +55,29 @@ pub(super) async fn run(shared: Arc<Shared>) {
     let _refresher = AbortOnDrop(tokio::spawn(refresh_metadata(shared.clone())));
     loop {
         if shared.config.enable_idempotence && shared.idempotence.producer_id().is_none() {
+            // Asked for once there is something to send: a producer that never sends (one
+            // the cluster refuses to describe its topic to) asks nothing.
+            if stop_now(&shared) {
+                break;
+            }
+            if shared.accumulator.incomplete_batches() == 0 {
+                let _ = tokio::time::timeout(MAX_IDLE, shared.wake.notified()).await;
+                continue;
+            }
             if let Err(e) = init_producer_id(&shared).await {
                 tracing::warn!(error = %e, "cannot get a producer id");
                 fail_expired(&shared, now_ms());
+                let wait = if is_refusal(&e) {
+                    // As Java's fatal error: what is queued fails now, with the refusal.
+                    fail_queued(&shared, refusal(&e));
+                    reconnect_backoff(&shared, &e)
+                } else {
+                    retry_backoff(&shared)
+                };
                 if stop_now(&shared) {
                     break;
                 }
-                tokio::time::sleep(retry_backoff(&shared)).await;
+                tokio::time::sleep(wait).await;
                 continue;
             }
         }
@@ -168,19 +184,42 @@ fn connection(
     let (shared, conns) = (shared.clone(), conns.clone());
     tokio::spawn(async move {
         let timeout = request_timeout(&shared);
-        let state = match PipelinedConnection::connect(&addr, timeout).await {
+        let security = &shared.config.security;
+        let state = match PipelinedConnection::connect(&addr, timeout, security).await {
             Ok(c) => NodeConn::Ready(Arc::new(c)),
             Err(e) => {
                 tracing::debug!(node, %addr, error = %e, "cannot connect to the broker");
                 shared.metadata.request_update();
-                let backoff = shared.config.reconnect_backoff_ms.max(1) as u64;
-                NodeConn::Backoff(Instant::now() + Duration::from_millis(backoff))
+                NodeConn::Backoff(Instant::now() + reconnect_backoff(&shared, &e))
             }
         };
         conns.lock().insert(node, state);
         shared.wake.notify_one();
     });
     None
+}
+
+/// How long to wait before connecting again after `e`: `reconnect.backoff.ms`, or
+/// `reconnect.backoff.max.ms` when the cluster refused this client (its login or its rights),
+/// which a quick retry cannot change.
+fn reconnect_backoff(shared: &Shared, e: &ClientError) -> Duration {
+    let ms = if is_refusal(e) {
+        shared.config.reconnect_backoff_max_ms
+    } else {
+        shared.config.reconnect_backoff_ms
+    };
+    Duration::from_millis(ms.max(1) as u64)
+}
+
+/// A refused login, or an authorization error.
+fn is_refusal(e: &ClientError) -> bool {
+    e.is_login_refused()
+        || e.code().is_some_and(|c| {
+            matches!(
+                c,
+                errors::CLUSTER_AUTHORIZATION_FAILED | errors::TOPIC_AUTHORIZATION_FAILED
+            )
+        })
 }
 
 fn request_timeout(shared: &Shared) -> Duration {
@@ -530,6 +569,24 @@ fn fail_expired(shared: &Shared, now: i64) {
     }
 }
 
+/// The error a refused producer's records fail with: the Kafka error, or for a refused login
+/// SASL_AUTHENTICATION_FAILED with the broker's words.
+fn refusal(e: &ClientError) -> ProduceError {
+    let code = e.code().unwrap_or(errors::SASL_AUTHENTICATION_FAILED);
+    ProduceError::Kafka {
+        code,
+        name: errors::error_name(code),
+        message: Some(e.to_string()),
+    }
+}
+
+/// Fails every queued batch with `e`.
+fn fail_queued(shared: &Shared, e: ProduceError) {
+    for b in shared.accumulator.take_queued() {
+        fail(shared, b, e.clone());
+    }
+}
+
 /// Asks any broker for a producer id (InitProducerId without a transactional id).
 async fn init_producer_id(shared: &Shared) -> Result<(), ClientError> {
     let view_nodes = shared.metadata.node_addresses();
@@ -543,7 +600,7 @@ async fn init_producer_id(shared: &Shared) -> Result<(), ClientError> {
         .collect();
     let mut last = ClientError::NoBroker("no broker to ask for a producer id".into());
     for addr in view_nodes.iter().chain(bootstrap.iter()) {
-        match init_producer_id_at(addr, request_timeout(shared)).await {
+        match init_producer_id_at(addr, request_timeout(shared), &shared.config.security).await {
             Ok(pid) => {
                 tracing::debug!(
                     producer_id = pid.producer_id,
@@ -553,6 +610,7 @@ async fn init_producer_id(shared: &Shared) -> Result<(), ClientError> {
                 shared.idempotence.set_producer_id(pid);
                 return Ok(());
             }
+            Err(e) if e.is_login_refused() => return Err(e),
             Err(e) => last = e,
         }
     }
@@ -562,8 +620,9 @@ async fn init_producer_id(shared: &Shared) -> Result<(), ClientError> {
 async fn init_producer_id_at(
     addr: &str,
     timeout: Duration,
+    security: &ClientSecurity,
 ) -> Result<ProducerIdAndEpoch, ClientError> {
-    let conn = Connection::connect(addr, timeout).await?;
+    let conn = Connection::connect_with(addr, timeout, security).await?;
     let req = InitProducerIdRequest::default()
         .with_transactional_id(None)
         .with_transaction_timeout_ms(i32::MAX)
@@ -587,12 +646,18 @@ async fn refresh_metadata(shared: Arc<Shared>) {
     loop {
         let asked = shared.metadata.take_update_request();
         if asked || last.elapsed() >= max_age {
+            let mut wait = retry_backoff(&shared).min(Duration::from_millis(50));
             if let Err(e) = shared.metadata.refresh().await {
                 tracing::debug!(error = %e, "metadata refresh failed");
                 shared.metadata.request_update();
+                if is_refusal(&e) {
+                    wait = reconnect_backoff(&shared, &e);
+                }
             }
             last = Instant::now();
             shared.wake.notify_one();
+            tokio::time::sleep(wait).await;
+            continue;
         }
         tokio::time::sleep(retry_backoff(&shared).min(Duration::from_millis(50))).await;
     }

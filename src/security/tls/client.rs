@@ -1,5 +1,6 @@
-//! The client side of a listener's TLS, for the broker's connections to other brokers: a rustls
-//! client config from its `ssl.*` settings (truststore as roots, keystore as client certificate).
+//! The client side of TLS, for the broker's connections to other brokers and for our producer:
+//! a rustls client config from `ssl.*` settings (truststore as roots, keystore, when there is
+//! one, as client certificate).
 
 use std::sync::Arc;
 
@@ -11,10 +12,11 @@ use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, SignatureSch
 use super::{invalid, keystore, protocol_versions, root_store, Files, TlsError};
 use crate::config::ssl::SslConfig;
 
-/// The client config for connecting to listener `ssl.listener` of another broker: its
+/// The client config for connecting to a TLS listener (`ssl.listener` of another broker, or
+/// any broker's for a client): its
 /// certificate must chain to the truststore and, with `ssl.endpoint.identification.algorithm`
-/// `https` (Kafka's default), name the host connected to; the keystore is this broker's client
-/// certificate.
+/// `https` (Kafka's default), name the host connected to; the keystore, if any, is the client
+/// certificate presented.
 pub fn client_config(ssl: &SslConfig) -> Result<Arc<ClientConfig>, TlsError> {
     let Some(store) = &ssl.truststore else {
         return Err(TlsError::Invalid {
@@ -44,10 +46,12 @@ pub fn client_config(ssl: &SslConfig) -> Result<Arc<ClientConfig>, TlsError> {
         .map_err(invalid("ssl.enabled.protocols"))?
         .dangerous()
         .with_custom_certificate_verifier(verifier);
-    let (chain, key, key_name) = keystore(ssl, &files)?;
-    let config = builder
-        .with_client_auth_cert(chain, key)
-        .map_err(invalid(&key_name))?;
+    let config = match keystore(ssl, &files)? {
+        Some((chain, key, key_name)) => builder
+            .with_client_auth_cert(chain, key)
+            .map_err(invalid(&key_name))?,
+        None => builder.with_no_client_auth(),
+    };
     Ok(Arc::new(config))
 }
 
