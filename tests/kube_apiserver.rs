@@ -192,8 +192,13 @@ async fn operator_runs_with_only_the_charts_rbac() {
     let ns = kubeenv::test_namespace(&admin, "rbac").await;
     let sa = kubeenv::as_operator().await;
 
-    // Least privilege: what the operator never needs is refused.
+    // Least privilege: what the operator never needs is refused. It gets, creates and patches
+    // a secured cluster's CA and broker Secrets by name; it never lists or deletes Secrets.
     let secrets: Api<Secret> = Api::namespaced(sa.clone(), &ns);
+    assert_eq!(
+        refusal(secrets.delete("x", &DeleteParams::default()).await).0,
+        403
+    );
     let (code, msg) = refusal(secrets.list(&ListParams::default()).await);
     assert_eq!(code, 403, "{msg}");
     assert!(
@@ -221,7 +226,7 @@ async fn operator_runs_with_only_the_charts_rbac() {
     let roles: Api<Role> = Api::namespaced(sa.clone(), &ns);
     let wider: Role = serde_json::from_value(json!({
         "metadata": {"name": "wider"},
-        "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}],
+        "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}],
     }))
     .unwrap();
     let (code, msg) = refusal(roles.create(&PostParams::default(), &wider).await);
