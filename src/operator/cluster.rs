@@ -199,7 +199,9 @@ async fn reconcile_inner<C: AdminConnector>(
         .unwrap_or(0);
     let controllers = resources::controller_count(kc, existing.as_ref());
     let image = resources::image_of(kc, &ctx.default_image).to_string();
-    let mut objects = match Objects::build(kc, &image, controllers) {
+    let built = resources::check_internal_listener_change(kc, existing.as_ref())
+        .and_then(|()| Objects::build(kc, &image, controllers));
+    let mut objects = match built {
         Ok(objects) => objects,
         Err(resources::BuildError::Invalid(msg)) => {
             return report_invalid_spec(ctx, &clusters, kc, pass, msg).await;

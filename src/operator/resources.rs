@@ -371,6 +371,40 @@ fn check_security(kc: &KafkaCluster) -> Result<(), BuildError> {
     Ok(())
 }
 
+/// Refuses adding or removing the internal listener on a cluster whose StatefulSet exists:
+/// brokers on either side of the roll could not replicate from each other, and the operator
+/// could not reach the old ones to check min.insync.replicas, so the roll would never end.
+pub fn check_internal_listener_change(
+    kc: &KafkaCluster,
+    existing: Option<&StatefulSet>,
+) -> Result<(), BuildError> {
+    let Some(sts) = existing else {
+        return Ok(());
+    };
+    let has_internal = sts
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .into_iter()
+        .flat_map(|p| &p.containers)
+        .filter(|c| c.name == "broker")
+        .flat_map(|c| c.ports.iter().flatten())
+        .any(|p| p.name.as_deref() == Some(INTERNAL_LISTENER));
+    if has_internal == is_secured(kc) {
+        return Ok(());
+    }
+    let change = if has_internal {
+        "unsecuring"
+    } else {
+        "securing"
+    };
+    Err(BuildError::Invalid(format!(
+        "{change} a running cluster is not supported yet: it adds or removes the internal \
+         listener {INTERNAL_LISTENER} on {INTERNAL_PORT}, which the brokers replicate on; set \
+         tls, authentication and authorization when the cluster is created"
+    )))
+}
+
 /// Whether the spec secures a listener (TLS or authentication) or asks for authorization: then
 /// the brokers get the internal listener and the operator makes the CAs.
 pub fn is_secured(kc: &KafkaCluster) -> bool {

@@ -951,3 +951,25 @@ fn insecure_combinations_are_refused_with_a_message() {
         .replace("[admin,", "['a;b',");
     assert!(refusal(&spec).contains("is not a user name"));
 }
+
+#[test]
+fn securing_or_unsecuring_a_running_cluster_is_refused() {
+    let plain = cluster("replicas: 3\nlisteners:\n- {name: tls, port: 9095}\n");
+    let tls = secured();
+    let running_plain = statefulset(&plain, "img", 3).unwrap();
+    let running_tls = statefulset(&tls, "img", 3).unwrap();
+    assert!(check_internal_listener_change(&tls, None).is_ok());
+    assert!(check_internal_listener_change(&tls, Some(&running_tls)).is_ok());
+    assert!(check_internal_listener_change(&plain, Some(&running_plain)).is_ok());
+    let err = check_internal_listener_change(&tls, Some(&running_plain))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("securing a running cluster is not supported yet"),
+        "{err}"
+    );
+    let err = check_internal_listener_change(&plain, Some(&running_tls))
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("unsecuring a running cluster"), "{err}");
+}
