@@ -134,3 +134,64 @@ fn only_a_secured_spec_wants_certificates() {
     );
     assert!(wants_certificates(&scram));
 }
+
+/// `issued` as a client certificate of the TLS tests.
+fn leaf(issued: Issued) -> crate::security::tls::test_pki::Leaf {
+    use rustls::pki_types::pem::PemObject;
+    let der =
+        rustls::pki_types::CertificateDer::from_pem_slice(issued.cert_pem.as_bytes()).unwrap();
+    crate::security::tls::test_pki::Leaf {
+        cert: issued.cert_pem,
+        key: issued.key_pem,
+        der,
+    }
+}
+
+#[tokio::test]
+async fn clients_trusting_the_cluster_ca_reach_a_broker_by_every_name_with_a_clients_ca_certificate(
+) {
+    use crate::security::tls::test_pki::{handshake_as, ssl_config};
+    let cluster_ca = Ca::generate("main-cluster-ca").unwrap();
+    let clients_ca = Ca::generate("main-clients-ca").unwrap();
+    let (entries, _) = broker_entries(&cluster_ca, &names(), 1, &BTreeMap::new()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let keystore = dir.path().join("main-kafka-0.pem");
+    std::fs::write(&keystore, &entries["main-kafka-0.pem"]).unwrap();
+    let truststore = dir.path().join("ca.crt");
+    std::fs::write(&truststore, &clients_ca.cert_pem).unwrap();
+    // What an `authentication: {type: tls}` listener gets (resources::security_properties).
+    let server = crate::security::tls::TlsServer::new(ssl_config(&[
+        ("ssl.keystore.type", "PEM"),
+        ("ssl.keystore.location", keystore.to_str().unwrap()),
+        ("ssl.truststore.type", "PEM"),
+        ("ssl.truststore.location", truststore.to_str().unwrap()),
+        ("ssl.client.auth", "required"),
+    ]))
+    .unwrap();
+    let alice = leaf(clients_ca.sign("alice", &[], 1).unwrap());
+    for name in broker_dns_names(&names(), 0) {
+        let (_, principal) = handshake_as(&server, &cluster_ca.cert_pem, Some(&alice), &name)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(principal.contains("CN=alice"), "{principal}");
+    }
+    let err = handshake_as(
+        &server,
+        &cluster_ca.cert_pem,
+        Some(&alice),
+        "main-kafka-1.main-kafka-brokers",
+    )
+    .await
+    .unwrap_err();
+    assert!(err.contains("certificate"), "another broker's name: {err}");
+    // A certificate from the cluster CA is not a client's: the brokers trust only the clients CA.
+    let mallory = leaf(cluster_ca.sign("mallory", &[], 1).unwrap());
+    let refused = handshake_as(
+        &server,
+        &cluster_ca.cert_pem,
+        Some(&mallory),
+        "main-kafka-bootstrap",
+    )
+    .await;
+    assert!(refused.is_err(), "{refused:?}");
+}
