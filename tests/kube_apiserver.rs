@@ -1826,6 +1826,24 @@ async fn a_secured_cluster_gets_its_cas_broker_certificates_and_config() {
         );
     }
 
+    // Half a CA is not made anew (that would change every certificate it signed): a Warning
+    // event says so, and neither Secret is written.
+    secrets
+        .delete("sec-clients-ca", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("a CaUnusable event", 60, || async {
+        let events = cluster_events(&admin, &ns, "sec").await;
+        events
+            .iter()
+            .any(|(reason, _)| reason == "CaUnusable")
+            .then_some(())
+    })
+    .await;
+    assert!(secrets.get_opt("sec-clients-ca").await.unwrap().is_none());
+    let cert = secrets.get("sec-clients-ca-cert").await.unwrap();
+    assert_eq!(version(&cert), version(&again[2]));
+
     // Client certificates without TLS: refused at admission, with the rule's message.
     let (code, message) = refusal(
         clusters

@@ -322,10 +322,19 @@ pub async fn reconcile<C: AdminConnector>(
         return Ok(None);
     }
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &names.namespace);
-    let cluster_ca = ensure_ca(ctx, &api, kc, names, CaKind::Cluster).await?;
-    ensure_ca(ctx, &api, kc, names, CaKind::Clients).await?;
-    apply_broker_secret(ctx, &api, kc, names, &cluster_ca, replicas).await?;
-    Ok(Some(cluster_ca.cert_pem))
+    let result = async {
+        let cluster_ca = ensure_ca(ctx, &api, kc, names, CaKind::Cluster).await?;
+        ensure_ca(ctx, &api, kc, names, CaKind::Clients).await?;
+        apply_broker_secret(ctx, &api, kc, names, &cluster_ca, replicas).await?;
+        Ok(Some(cluster_ca.cert_pem))
+    }
+    .await;
+    if let Err(Error::Certs(e @ CertError::Stored { .. })) = &result {
+        // Only a person can repair a CA's Secrets: say so where they look.
+        let note = e.to_string();
+        ctx.event(kc, EventType::Warning, "CaUnusable", &note).await;
+    }
+    result
 }
 
 /// The CA of `kind`: read from its two Secrets, or made and stored when neither exists. One
