@@ -22,7 +22,7 @@ use rcgen::{
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
 
-use super::crd::{AuthenticationType, KafkaCluster};
+use super::crd::KafkaCluster;
 use super::kafka::AdminConnector;
 use super::resources::{self, BuildError, Names};
 use super::{Context, Error, FIELD_MANAGER};
@@ -233,14 +233,6 @@ pub fn wants_certificates(kc: &KafkaCluster) -> bool {
         .listeners
         .iter()
         .any(|l| l.tls || l.authentication.is_some())
-}
-
-/// Whether a listener authenticates clients by certificate (the brokers trust the clients CA).
-pub fn wants_client_certificates(kc: &KafkaCluster) -> bool {
-    kc.spec
-        .listeners
-        .iter()
-        .any(|l| l.authentication_type() == Some(AuthenticationType::Tls))
 }
 
 /// The broker Secret's entries for `replicas` brokers: an entry of `existing` is kept while it

@@ -128,7 +128,6 @@ fn only_a_secured_spec_wants_certificates() {
     assert!(!wants_certificates(&cluster("replicas: 1")));
     let tls = cluster("replicas: 1\nlisteners:\n- {name: a, port: 9094, tls: true}\n");
     assert!(wants_certificates(&tls));
-    assert!(!wants_client_certificates(&tls));
     let scram = cluster(
         "replicas: 1\nlisteners:\n- {name: a, port: 9094, authentication: {type: scram-sha-512}}\n",
     );
