@@ -192,8 +192,13 @@ async fn operator_runs_with_only_the_charts_rbac() {
     let ns = kubeenv::test_namespace(&admin, "rbac").await;
     let sa = kubeenv::as_operator().await;
 
-    // Least privilege: what the operator never needs is refused.
+    // Least privilege: what the operator never needs is refused. It gets, creates and patches
+    // a secured cluster's CA and broker Secrets by name; it never lists or deletes Secrets.
     let secrets: Api<Secret> = Api::namespaced(sa.clone(), &ns);
+    assert_eq!(
+        refusal(secrets.delete("x", &DeleteParams::default()).await).0,
+        403
+    );
     let (code, msg) = refusal(secrets.list(&ListParams::default()).await);
     assert_eq!(code, 403, "{msg}");
     assert!(
@@ -221,7 +226,7 @@ async fn operator_runs_with_only_the_charts_rbac() {
     let roles: Api<Role> = Api::namespaced(sa.clone(), &ns);
     let wider: Role = serde_json::from_value(json!({
         "metadata": {"name": "wider"},
-        "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}],
+        "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}],
     }))
     .unwrap();
     let (code, msg) = refusal(roles.create(&PostParams::default(), &wider).await);
@@ -1620,5 +1625,282 @@ async fn the_sidecar_reports_a_dry_run_plan_as_an_event_and_status_rebalance() {
         assert!(!log.contains(bad), "the sidecar logged {bad:?}:\n{log}");
     }
     let _ = a.delete_topic(&topic).await;
+    op.assert_never_forbidden();
+}
+
+/// A KafkaCluster with a TLS listener using SCRAM-SHA-512, a TLS listener using client
+/// certificates and simple authorization (`replicas` brokers).
+fn secured_cluster(name: &str, replicas: i32) -> KafkaCluster {
+    serde_json::from_value(json!({
+        "apiVersion": "kafka.evenkeel.dev/v1alpha1",
+        "kind": "KafkaCluster",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "storage": {"size": "1Gi"},
+            "listeners": [
+                {"name": "tls", "port": 9095, "tls": true, "authentication": {"type": "scram-sha-512"}},
+                {"name": "mtls", "port": 9094, "tls": true, "authentication": {"type": "tls"}},
+            ],
+            "authorization": {"type": "simple", "superUsers": ["admin"]},
+        },
+    }))
+    .unwrap()
+}
+
+/// The text of a Secret's entries.
+fn secret_entries(s: &Secret) -> BTreeMap<String, String> {
+    evenkeel::operator::certs::secret_text(s)
+}
+
+/// The five Secrets of a secured cluster, with their resourceVersions, once they all exist.
+async fn security_secrets(api: &Api<Secret>, cluster: &str, brokers: i32) -> Vec<Secret> {
+    let names = [
+        format!("{cluster}-cluster-ca-cert"),
+        format!("{cluster}-cluster-ca"),
+        format!("{cluster}-clients-ca-cert"),
+        format!("{cluster}-clients-ca"),
+        format!("{cluster}-kafka-brokers"),
+    ];
+    let last = format!("{cluster}-kafka-{}.pem", brokers - 1);
+    wait_for("the CA and broker Secrets", 60, || async {
+        let mut out = Vec::new();
+        for n in &names {
+            out.push(api.get_opt(n).await.ok()??);
+        }
+        secret_entries(&out[4]).contains_key(&last).then_some(out)
+    })
+    .await
+}
+
+/// 9. A secured cluster: the operator makes the cluster and clients CAs (Strimzi's Secret names,
+/// owned by the cluster) and a broker Secret whose certificates the cluster CA signs for every
+/// name a client uses; the brokers' configuration has SASL_SSL, SSL with client certificates and
+/// the authorizer; the pods mount the Secrets; the status carries the CA. Later passes keep the
+/// CAs; a scale-up issues only the new broker's certificate. Refused combinations say why.
+#[tokio::test]
+async fn a_secured_cluster_gets_its_cas_broker_certificates_and_config() {
+    use evenkeel::operator::certs::{dns_names, signed_by};
+    require_kube!();
+    let admin = kubeenv::admin().await;
+    kubeenv::install_base(&admin).await;
+    let ns = kubeenv::test_namespace(&admin, "sec").await;
+    let op = Operator::start(&ns, "127.0.0.1:9", false);
+    let clusters: Api<KafkaCluster> = Api::namespaced(admin.clone(), &ns);
+    let created = clusters
+        .create(&PostParams::default(), &secured_cluster("sec", 2))
+        .await
+        .unwrap();
+    let uid = created.uid().unwrap();
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), &ns);
+    let first = security_secrets(&secrets, "sec", 2).await;
+    for s in &first {
+        assert!(
+            s.owner_references()
+                .iter()
+                .any(|r| r.uid == uid && r.controller == Some(true)),
+            "{} is not owned by the cluster",
+            s.name_any()
+        );
+    }
+    let ca = secret_entries(&first[0]).remove("ca.crt").expect("ca.crt");
+    assert!(secret_entries(&first[1]).contains_key("ca.key"));
+    assert!(secret_entries(&first[2]).contains_key("ca.crt"));
+    assert!(secret_entries(&first[3]).contains_key("ca.key"));
+    let brokers = secret_entries(&first[4]);
+    for pod in ["sec-kafka-0", "sec-kafka-1"] {
+        let cert = &brokers[&format!("{pod}.crt")];
+        assert!(
+            signed_by(cert, &ca),
+            "{pod}'s certificate is not signed by the cluster CA"
+        );
+        let names = dns_names(cert).unwrap();
+        for want in [
+            format!("{pod}.sec-kafka-brokers.{ns}.svc"),
+            format!("{pod}.sec-kafka-brokers.{ns}.svc.cluster.local"),
+            format!("sec-kafka-bootstrap.{ns}.svc"),
+            "sec-kafka-bootstrap".to_string(),
+        ] {
+            assert!(names.contains(&want), "{pod}: {want} not in {names:?}");
+        }
+        assert!(brokers[&format!("{pod}.pem")].contains(cert.as_str()));
+    }
+
+    let cm_api: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
+    let props = wait_for("the ConfigMap", 30, || async {
+        cm_api
+            .get_opt("sec-kafka-config")
+            .await
+            .ok()??
+            .data?
+            .remove("server.properties")
+    })
+    .await;
+    for line in [
+        "listener.security.protocol.map=REPLICATION:PLAINTEXT,TLS:SASL_SSL,MTLS:SSL,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name=REPLICATION",
+        "listener.name.tls.sasl.enabled.mechanisms=SCRAM-SHA-512",
+        "listener.name.mtls.ssl.client.auth=required",
+        "listener.name.mtls.ssl.truststore.location=/etc/evenkeel-tls/clients-ca/ca.crt",
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users=User:ANONYMOUS;User:admin",
+    ] {
+        assert!(props.lines().any(|l| l == line), "{line} not in {props}");
+    }
+    let sts_api: Api<StatefulSet> = Api::namespaced(admin.clone(), &ns);
+    let sts = serde_json::to_value(sts_api.get("sec-kafka").await.unwrap()).unwrap();
+    let volumes = sts
+        .pointer("/spec/template/spec/volumes")
+        .unwrap()
+        .to_string();
+    for secret in [
+        "sec-kafka-brokers",
+        "sec-cluster-ca-cert",
+        "sec-clients-ca-cert",
+    ] {
+        assert!(
+            volumes.contains(&format!("\"secretName\":\"{secret}\"")),
+            "{volumes}"
+        );
+    }
+    let args = sts
+        .pointer("/spec/template/spec/containers/0/args")
+        .unwrap()
+        .to_string();
+    assert!(
+        args.contains(
+            "listener.name.tls.ssl.keystore.location=/etc/evenkeel-tls/brokers/$(POD_NAME).pem"
+        ),
+        "{args}"
+    );
+    let status = wait_for("status.listeners with the CA", 60, || async {
+        let kc = clusters.get("sec").await.ok()?;
+        let listeners = kc.status?.listeners;
+        (!listeners.is_empty()).then_some(listeners)
+    })
+    .await;
+    assert_eq!(status[0].certificates, [ca.clone()]);
+
+    // A spec change is a new pass: no Secret changes. A scale-up issues one certificate more.
+    let version = |s: &Secret| s.metadata.resource_version.clone();
+    clusters
+        .patch(
+            "sec",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    let scaled = security_secrets(&secrets, "sec", 3).await;
+    for (before, after) in first.iter().zip(&scaled).take(4) {
+        assert_eq!(
+            version(before),
+            version(after),
+            "{} changed",
+            before.name_any()
+        );
+    }
+    let after = secret_entries(&scaled[4]);
+    assert_eq!(after["sec-kafka-0.crt"], brokers["sec-kafka-0.crt"]);
+    assert!(signed_by(&after["sec-kafka-2.crt"], &ca));
+    clusters
+        .patch(
+            "sec",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"config": {"log.retention.hours": "24"}}})),
+        )
+        .await
+        .unwrap();
+    wait_for("the config edit to be reconciled", 60, || async {
+        let kc = clusters.get("sec").await.ok()?;
+        (kc.status?.observed_generation == kc.metadata.generation).then_some(())
+    })
+    .await;
+    let again = security_secrets(&secrets, "sec", 3).await;
+    for (before, after) in scaled.iter().zip(&again) {
+        assert_eq!(
+            version(before),
+            version(after),
+            "{} changed",
+            before.name_any()
+        );
+    }
+
+    // Half a CA is not made anew (that would change every certificate it signed): a Warning
+    // event says so, and neither Secret is written.
+    secrets
+        .delete("sec-clients-ca", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("a CaUnusable event", 60, || async {
+        let events = cluster_events(&admin, &ns, "sec").await;
+        events
+            .iter()
+            .any(|(reason, _)| reason == "CaUnusable")
+            .then_some(())
+    })
+    .await;
+    assert!(secrets.get_opt("sec-clients-ca").await.unwrap().is_none());
+    let cert = secrets.get("sec-clients-ca-cert").await.unwrap();
+    assert_eq!(version(&cert), version(&again[2]));
+
+    // Client certificates without TLS: refused at admission, with the rule's message.
+    let (code, message) = refusal(
+        clusters
+            .patch(
+                "sec",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"listeners": [
+                    {"name": "mtls", "port": 9094, "tls": false, "authentication": {"type": "tls"}},
+                ]}})),
+            )
+            .await,
+    );
+    assert_eq!(code, 422, "{message}");
+    assert!(
+        message.contains("authentication type tls needs tls: true"),
+        "{message}"
+    );
+    // Unsecuring the running cluster would strand its roll: refused, the ConfigMap stays.
+    clusters
+        .patch(
+            "sec",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {
+                "authorization": null,
+                "listeners": [{"name": "plain", "port": 9092}],
+            }})),
+        )
+        .await
+        .unwrap();
+    let (_, _, why) = wait_for("InvalidSpec for unsecuring", 60, || async {
+        let v = serde_json::to_value(clusters.get("sec").await.ok()?).unwrap();
+        condition(&v, "Ready").filter(|c| c.1 == "InvalidSpec")
+    })
+    .await;
+    assert!(
+        why.contains("unsecuring a running cluster is not supported yet"),
+        "{why}"
+    );
+    let kept = cm_api.get("sec-kafka-config").await.unwrap().data.unwrap();
+    assert!(kept["server.properties"].contains("inter.broker.listener.name=REPLICATION"));
+    // Authorization beside an unauthenticated listener: the operator refuses it, saying why.
+    let mut open = secured_cluster("open", 1);
+    open.spec.listeners[1].authentication = None;
+    open.spec.listeners[1].tls = true;
+    clusters
+        .create(&PostParams::default(), &open)
+        .await
+        .unwrap();
+    let (_, _, why) = wait_for("InvalidSpec", 60, || async {
+        let v = serde_json::to_value(clusters.get("open").await.ok()?).unwrap();
+        condition(&v, "Ready").filter(|c| c.1 == "InvalidSpec")
+    })
+    .await;
+    assert!(
+        why.contains("listener mtls: spec.authorization needs authentication on every listener"),
+        "{why}"
+    );
+    assert!(secrets.get_opt("open-cluster-ca").await.unwrap().is_none());
     op.assert_never_forbidden();
 }

@@ -32,11 +32,12 @@ for a in "list kafkaclusters.kafka.evenkeel.dev -A" "patch kafkatopics.kafka.eve
     "create serviceaccounts -n ${NS}" "delete serviceaccounts -n ${NS}" \
     "create roles.rbac.authorization.k8s.io -n ${NS}" "delete roles.rbac.authorization.k8s.io -n ${NS}" \
     "create rolebindings.rbac.authorization.k8s.io -n ${NS}" "delete rolebindings.rbac.authorization.k8s.io -n ${NS}" \
-    "create events -n ${NS}" "patch kafkaclusters.kafka.evenkeel.dev --subresource=status -n ${NS}"; do
+    "create events -n ${NS}" "patch kafkaclusters.kafka.evenkeel.dev --subresource=status -n ${NS}" \
+    "get secrets -n ${NS}" "create secrets -n ${NS}" "patch secrets -n ${NS}"; do
     # shellcheck disable=SC2086 # split into kubectl's arguments
     [[ "$(can $a)" == yes ]] || die "the operator's ServiceAccount cannot: ${a}"
 done
-for a in "get secrets -n ${NS}" "delete statefulsets.apps -n ${NS}" "create pods -n ${NS}" \
+for a in "list secrets -n ${NS}" "delete secrets -n ${NS}" "delete statefulsets.apps -n ${NS}" "create pods -n ${NS}" \
     "delete kafkaclusters.kafka.evenkeel.dev -n ${NS}" \
     "escalate roles.rbac.authorization.k8s.io -n ${NS}" "bind roles.rbac.authorization.k8s.io -n ${NS}" \
     "create clusterroles.rbac.authorization.k8s.io" "create clusterrolebindings.rbac.authorization.k8s.io"; do

@@ -1,6 +1,7 @@
-//! The KafkaCluster reconciler: applies the brokers' objects (and the producer proxy's, and the
-//! rebalancer sidecar's identity, when the spec asks for them) with server-side apply, restarts
-//! stale pods one at a time only when min.insync.replicas allows, refuses unsafe scale-downs.
+//! The KafkaCluster reconciler: applies the brokers' objects (and the producer proxy's, the
+//! rebalancer sidecar's identity and a secured cluster's certificates (`certs`), when the spec
+//! asks for them) with server-side apply, restarts stale pods one at a time only when
+//! min.insync.replicas allows, refuses unsafe scale-downs.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +16,7 @@ use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use super::certs;
 use super::crd::{BrokerStatus, KafkaCluster, KafkaClusterStatus, ListenerStatus, ProxyStatus};
 use super::kafka::{AdminConnector, ClusterState, TopicAdmin};
 use super::placement;
@@ -197,7 +199,9 @@ async fn reconcile_inner<C: AdminConnector>(
         .unwrap_or(0);
     let controllers = resources::controller_count(kc, existing.as_ref());
     let image = resources::image_of(kc, &ctx.default_image).to_string();
-    let mut objects = match Objects::build(kc, &image, controllers) {
+    let built = resources::check_internal_listener_change(kc, existing.as_ref())
+        .and_then(|()| Objects::build(kc, &image, controllers));
+    let mut objects = match built {
         Ok(objects) => objects,
         Err(resources::BuildError::Invalid(msg)) => {
             return report_invalid_spec(ctx, &clusters, kc, pass, msg).await;
@@ -207,6 +211,8 @@ async fn reconcile_inner<C: AdminConnector>(
     let brokers = observe_brokers(ctx, kc, current).await;
     let replicas = decide_replicas(ctx, kc, &brokers, current, controllers, &mut pass).await;
     objects.set_replicas(replicas);
+    // The certificates before the pods that mount them (a new pod finds its own).
+    let cluster_ca = certs::reconcile(ctx, kc, &names, replicas).await?;
     // The sidecar's account before the pods that name it, and gone only after them.
     if let Some(identity) = &objects.rebalancer {
         identity.apply(ctx, &names).await?;
@@ -227,7 +233,8 @@ async fn reconcile_inner<C: AdminConnector>(
     spread_after_scale_up(ctx, kc, &brokers, &views, &step, replicas, &mut pass).await;
 
     let mut st = pass.status.clone();
-    fill_status(&mut st, kc, &names, &views, &brokers, &objects.sts)?;
+    fill_status(&mut st, kc, &views, &brokers, &objects.sts)?;
+    st.listeners = listener_status(kc, &names, cluster_ca.as_deref());
     let (proxy_status, proxy_waiting) = match &proxy {
         Some(d) => {
             let (status, waiting) = proxy_view(d, names.proxy_url());
@@ -911,7 +918,6 @@ async fn spread_after_scale_up<C: AdminConnector>(
 fn fill_status<A>(
     st: &mut KafkaClusterStatus,
     kc: &KafkaCluster,
-    names: &Names,
     views: &[PodView],
     brokers: &BrokerView<A>,
     sts: &StatefulSet,
@@ -949,15 +955,6 @@ fn fill_status<A>(
         .iter()
         .filter(|v| v.ready && !v.stale && !v.terminating)
         .count() as i32;
-    st.listeners = kc
-        .spec
-        .listeners
-        .iter()
-        .map(|l| ListenerStatus {
-            name: l.name.clone(),
-            bootstrap_servers: names.bootstrap_address(l.port),
-        })
-        .collect();
     st.cluster_id = Some(resources::cluster_id(kc)?);
     st.config_hash = sts.spec.as_ref().and_then(|s| {
         s.template
@@ -969,6 +966,27 @@ fn fill_status<A>(
             .cloned()
     });
     Ok(())
+}
+
+/// `status.listeners`: each client listener's bootstrap address, and on a TLS listener the
+/// cluster CA certificate its clients trust.
+pub fn listener_status(
+    kc: &KafkaCluster,
+    names: &Names,
+    cluster_ca: Option<&str>,
+) -> Vec<ListenerStatus> {
+    kc.spec
+        .listeners
+        .iter()
+        .map(|l| ListenerStatus {
+            name: l.name.clone(),
+            bootstrap_servers: names.bootstrap_address(l.port),
+            certificates: match cluster_ca {
+                Some(ca) if l.tls => vec![ca.to_string()],
+                _ => Vec::new(),
+            },
+        })
+        .collect()
 }
 
 /// Moves replicas off the brokers not in `keep`, unless moves are already in progress.

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub const GROUP: &str = "kafka.evenkeel.dev";
@@ -68,9 +69,15 @@ pub struct KafkaClusterSpec {
     /// Move partitions onto new brokers after a scale-up, and off brokers before a scale-down.
     #[serde(default)]
     pub rebalance_on_scale: bool,
+    /// Kafka's ACLs on the client listeners: `{type: simple, superUsers: [...]}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authorization: Option<Authorization>,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[x_kube(
+    validation = Rule::new("!has(self.authentication) || self.authentication.type != 'tls' || (has(self.tls) && self.tls)").message(TLS_AUTH_NEEDS_TLS),
+)]
 #[serde(rename_all = "camelCase")]
 pub struct Listener {
     /// Listener name (letters, digits, `-`), also the Service port name.
@@ -78,9 +85,64 @@ pub struct Listener {
     pub name: String,
     #[schemars(range(min = 1024, max = 65535))]
     pub port: i32,
-    /// TLS on this listener (certificates are not managed yet: the operator refuses `true`).
+    /// TLS on this listener, with a certificate the cluster CA signs (Secret
+    /// `<cluster>-cluster-ca-cert` holds the CA clients trust).
     #[serde(default)]
     pub tls: bool,
+    /// How clients authenticate: `{type: scram-sha-512}` (SASL) or `{type: tls}` (a client
+    /// certificate the clients CA signs; needs `tls: true`). None: anyone may connect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authentication: Option<ListenerAuthentication>,
+}
+
+/// Why a listener with `authentication: {type: tls}` and no TLS is refused (CEL and operator).
+pub const TLS_AUTH_NEEDS_TLS: &str =
+    "a listener with authentication type tls needs tls: true (client certificates come over TLS)";
+
+/// `spec.listeners[].authentication`, Strimzi's shape.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct ListenerAuthentication {
+    /// `scram-sha-512`: SASL SCRAM-SHA-512 (SASL_PLAINTEXT, or SASL_SSL on a TLS listener);
+    /// `tls`: a client certificate the clients CA signs (needs `tls: true`).
+    #[serde(rename = "type")]
+    pub type_: AuthenticationType,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+// No doc comments on the variants: they would make the schema a `oneOf`, not an `enum`.
+pub enum AuthenticationType {
+    // SASL SCRAM-SHA-512 (SASL_PLAINTEXT, or SASL_SSL on a TLS listener).
+    #[serde(rename = "scram-sha-512")]
+    ScramSha512,
+    // Mutual TLS: clients present a certificate signed by the clients CA.
+    #[serde(rename = "tls")]
+    Tls,
+}
+
+/// `spec.authorization`, Strimzi's shape: `{type: simple, superUsers: [CN=admin, ...]}`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Authorization {
+    /// `simple`: Kafka's ACLs (the StandardAuthorizer), managed with the Admin API.
+    #[serde(rename = "type")]
+    pub type_: AuthorizationType,
+    /// Users allowed everything, by name (`admin`, `CN=admin,O=acme`); `User:` is added.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub super_users: Vec<String>,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthorizationType {
+    // Kafka's ACLs (the StandardAuthorizer), managed with the Admin API.
+    #[serde(rename = "simple")]
+    Simple,
+}
+
+impl Listener {
+    /// Whether clients must authenticate on this listener.
+    pub fn authentication_type(&self) -> Option<AuthenticationType> {
+        self.authentication.as_ref().map(|a| a.type_)
+    }
 }
 
 pub fn default_listeners() -> Vec<Listener> {
@@ -88,6 +150,7 @@ pub fn default_listeners() -> Vec<Listener> {
         name: "plain".into(),
         port: 9092,
         tls: false,
+        authentication: None,
     }]
 }
 
@@ -292,6 +355,10 @@ pub struct BrokerStatus {
 pub struct ListenerStatus {
     pub name: String,
     pub bootstrap_servers: String,
+    /// On a TLS listener, the cluster CA certificate (PEM) clients trust (as Strimzi's
+    /// `status.listeners[].certificates`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub certificates: Vec<String>,
 }
 
 /// What the rebalancer sidecar last did, written by the sidecar (field manager
@@ -525,6 +592,50 @@ mod tests {
                 .validate_cel()
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn strimzis_listener_and_authorization_shapes_parse_and_cel_refuses_tls_auth_without_tls() {
+        let with_listener = |listener: serde_json::Value| {
+            let spec: KafkaClusterSpec = serde_json::from_value(serde_json::json!({
+                "replicas": 3, "listeners": [listener],
+                "authorization": {"type": "simple", "superUsers": ["admin"]},
+            }))
+            .expect("spec parses");
+            KafkaCluster::new("main", spec)
+        };
+        let scram = with_listener(
+            serde_json::json!({"name": "tls", "port": 9095, "tls": true, "authentication": {"type": "scram-sha-512"}}),
+        );
+        assert_eq!(
+            scram.spec.listeners[0].authentication_type(),
+            Some(AuthenticationType::ScramSha512)
+        );
+        assert_eq!(
+            scram
+                .spec
+                .authorization
+                .as_ref()
+                .map(|a| a.super_users.clone()),
+            Some(vec!["admin".to_string()])
+        );
+        assert!(scram.validate_cel().is_ok());
+        let err = with_listener(
+            serde_json::json!({"name": "m", "port": 9094, "authentication": {"type": "tls"}}),
+        )
+        .validate_cel()
+        .unwrap_err();
+        assert!(format!("{err:?}").contains(TLS_AUTH_NEEDS_TLS), "{err:?}");
+        assert!(with_listener(
+            serde_json::json!({"name": "m", "port": 9094, "tls": true, "authentication": {"type": "tls"}})
+        )
+        .validate_cel()
+        .is_ok());
+        let bad: Result<KafkaClusterSpec, _> = serde_json::from_value(serde_json::json!({
+            "replicas": 1,
+            "listeners": [{"name": "a", "port": 9094, "authentication": {"type": "gssapi"}}],
+        }));
+        assert!(bad.is_err());
     }
 
     #[test]

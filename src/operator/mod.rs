@@ -2,6 +2,7 @@
 //! that runs them (`evenkeel operator`). It reaches brokers only through `crate::client`.
 
 pub mod backoff;
+pub mod certs;
 pub mod cluster;
 pub mod crd;
 pub mod kafka;
@@ -45,6 +46,8 @@ pub enum Error {
     Missing(&'static str),
     #[error(transparent)]
     Build(#[from] resources::BuildError),
+    #[error("certificates: {0}")]
+    Certs(#[from] certs::CertError),
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
 }
@@ -84,13 +87,14 @@ impl<C: AdminConnector> Context<C> {
         }
     }
 
-    /// Bootstrap list for a cluster's first listener: broker 0's pod, then the bootstrap Service.
+    /// Bootstrap list for a cluster's internal port (`resources::internal_port`): broker 0's pod,
+    /// then the bootstrap Service.
     pub fn bootstrap_of(&self, kc: &KafkaCluster) -> Result<String, Error> {
         if let Some(addr) = &self.bootstrap_override {
             return Ok(addr.clone());
         }
         let names = resources::Names::of(kc)?;
-        let port = kc.spec.listeners.first().map_or(9092, |l| l.port);
+        let port = resources::internal_port(kc);
         // Broker 0 first, then the Service: while brokers do not form one cluster yet, every pass
         // must see the same broker, or topics and status would differ from pass to pass.
         Ok(format!(

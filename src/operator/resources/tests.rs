@@ -95,21 +95,11 @@ fn server_properties_hold_kraft_settings_and_user_config() {
 }
 
 #[test]
-fn reserved_and_tls_settings_are_refused_with_a_message() {
+fn reserved_settings_are_refused_with_a_message() {
     let err = server_properties(&cluster("replicas: 1\nconfig:\n  node.id: '7'\n"), 3).unwrap_err();
     assert_eq!(
         err.to_string(),
         "spec.config.node.id is set by the operator and cannot be overridden"
-    );
-    let err = server_properties(
-        &cluster("replicas: 1\nlisteners:\n- {name: secure, port: 9094, tls: true}\n"),
-        3,
-    )
-    .unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("TLS listeners are not supported yet"),
-        "{err}"
     );
     let err = server_properties(
         &cluster(
@@ -735,4 +725,251 @@ fn a_cluster_id_that_starts_with_a_dash_reaches_format_as_one_argument() {
         "{args:?}"
     );
     assert!(!args.contains(&id.as_str()), "{args:?}");
+}
+
+/// A secured cluster: `tls` with SCRAM-SHA-512, `mtls` with client certificates, simple
+/// authorization.
+const SECURED: &str = "replicas: 3
+listeners:
+- {name: tls, port: 9093, tls: true, authentication: {type: scram-sha-512}}
+- {name: mtls, port: 9094, tls: true, authentication: {type: tls}}
+authorization: {type: simple, superUsers: [admin, 'CN=ops,O=acme']}
+";
+
+/// `SECURED` with the first listener on 9095 (9093 is the controller's).
+fn secured() -> KafkaCluster {
+    cluster(&SECURED.replace("port: 9093", "port: 9095"))
+}
+
+fn property<'a>(props: &'a str, key: &str) -> Option<&'a str> {
+    props
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+}
+
+#[test]
+fn a_secured_cluster_renders_ssl_sasl_the_internal_listener_and_the_authorizer() {
+    let props = server_properties(&secured(), 3).unwrap();
+    let p = |k| property(&props, k);
+    assert_eq!(
+        p("listeners"),
+        Some("REPLICATION://0.0.0.0:9091,TLS://0.0.0.0:9095,MTLS://0.0.0.0:9094,CONTROLLER://0.0.0.0:9093")
+    );
+    assert_eq!(
+        p("listener.security.protocol.map"),
+        Some("REPLICATION:PLAINTEXT,TLS:SASL_SSL,MTLS:SSL,CONTROLLER:PLAINTEXT")
+    );
+    assert_eq!(p("inter.broker.listener.name"), Some("REPLICATION"));
+    assert_eq!(p("listener.name.tls.ssl.keystore.type"), Some("PEM"));
+    assert_eq!(
+        p("listener.name.tls.sasl.enabled.mechanisms"),
+        Some("SCRAM-SHA-512")
+    );
+    assert_eq!(p("listener.name.tls.ssl.client.auth"), None);
+    assert_eq!(p("listener.name.mtls.ssl.client.auth"), Some("required"));
+    assert_eq!(p("listener.name.mtls.ssl.truststore.type"), Some("PEM"));
+    assert_eq!(
+        p("listener.name.mtls.ssl.truststore.location"),
+        Some("/etc/evenkeel-tls/clients-ca/ca.crt")
+    );
+    assert_eq!(p("listener.name.mtls.sasl.enabled.mechanisms"), None);
+    assert_eq!(
+        p("authorizer.class.name"),
+        Some("org.apache.kafka.metadata.authorizer.StandardAuthorizer")
+    );
+    assert_eq!(
+        p("super.users"),
+        Some("User:ANONYMOUS;User:admin;User:CN=ops,O=acme")
+    );
+}
+
+#[test]
+fn the_rendered_properties_are_what_the_broker_accepts() {
+    // The broker's own parser, with the overrides the pod adds on its command line.
+    let props = server_properties(&secured(), 3).unwrap();
+    let mut map: std::collections::BTreeMap<String, String> = props
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    map.insert("node.id".into(), "0".into());
+    for l in ["tls", "mtls"] {
+        map.insert(
+            format!("listener.name.{l}.ssl.keystore.location"),
+            "/etc/evenkeel-tls/brokers/main-kafka-0.pem".into(),
+        );
+    }
+    map.insert(
+        "advertised.listeners".into(),
+        "REPLICATION://b:9091,TLS://b:9095,MTLS://b:9094".into(),
+    );
+    let (_, unknown) = crate::config::broker::BrokerConfig::from_props(&map)
+        .unwrap_or_else(|e| panic!("the broker refuses what the operator renders: {e}"));
+    assert!(
+        unknown.is_empty(),
+        "keys the broker does not know: {unknown:?}"
+    );
+}
+
+#[test]
+fn a_plain_cluster_keeps_its_first_listener_for_everything() {
+    let kc = cluster("replicas: 1");
+    let props = server_properties(&kc, 1).unwrap();
+    assert_eq!(
+        property(&props, "inter.broker.listener.name"),
+        Some("PLAIN")
+    );
+    assert_eq!(property(&props, "authorizer.class.name"), None);
+    assert!(!props.contains("REPLICATION"));
+    assert_eq!(internal_port(&kc), 9092);
+    let sts = yaml(&statefulset(&kc, "evenkeel:test", 1).unwrap());
+    let volumes = at(&sts, "spec.template.spec.volumes")
+        .as_sequence()
+        .unwrap();
+    assert_eq!(volumes.len(), 1, "{volumes:?}");
+}
+
+#[test]
+fn a_secured_cluster_mounts_its_secrets_and_names_each_pods_keystore() {
+    let kc = secured();
+    let sts = yaml(&statefulset(&kc, "evenkeel:test", 3).unwrap());
+    let pod = at(&sts, "spec.template.spec");
+    let secrets: Vec<&str> = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["secret"]["secretName"].as_str())
+        .collect();
+    assert_eq!(
+        secrets,
+        [
+            "main-kafka-brokers",
+            "main-cluster-ca-cert",
+            "main-clients-ca-cert"
+        ]
+    );
+    for container in [&pod["containers"][0], &pod["initContainers"][0]] {
+        let mounts: Vec<&str> = container["volumeMounts"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m["mountPath"].as_str())
+            .collect();
+        assert!(mounts.contains(&"/etc/evenkeel-tls/brokers"), "{mounts:?}");
+        assert!(
+            mounts.contains(&"/etc/evenkeel-tls/clients-ca"),
+            "{mounts:?}"
+        );
+        let args: Vec<&str> = container["args"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .filter_map(|a| a.as_str())
+            .collect();
+        for l in ["tls", "mtls"] {
+            let want = format!(
+                "listener.name.{l}.ssl.keystore.location=/etc/evenkeel-tls/brokers/$(POD_NAME).pem"
+            );
+            assert!(args.contains(&want.as_str()), "{args:?}");
+        }
+    }
+    let args = &pod["containers"][0]["args"];
+    let advertised = args
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str()?.strip_prefix("advertised.listeners="))
+        .next()
+        .unwrap();
+    assert!(
+        advertised.starts_with("REPLICATION://$(POD_NAME).main-kafka-brokers.streams.svc:9091,"),
+        "{advertised}"
+    );
+    let ports: Vec<i64> = yaml(&bootstrap_service(&kc).unwrap())["spec"]["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["port"].as_i64())
+        .collect();
+    assert_eq!(ports, [9095, 9094, 9091]);
+    assert_eq!(internal_port(&kc), 9091);
+}
+
+#[test]
+fn securing_a_listener_changes_the_config_hash() {
+    let plain = cluster("replicas: 1\nlisteners:\n- {name: tls, port: 9095}\n");
+    let tls = cluster("replicas: 1\nlisteners:\n- {name: tls, port: 9095, tls: true}\n");
+    let hash = |kc: &KafkaCluster| config_hash(&server_properties(kc, 1).unwrap(), "img");
+    assert_ne!(hash(&plain), hash(&tls));
+}
+
+#[test]
+fn insecure_combinations_are_refused_with_a_message() {
+    let refusal = |spec: &str| {
+        server_properties(&cluster(spec), 1)
+            .unwrap_err()
+            .to_string()
+    };
+    let err =
+        refusal("replicas: 1\nlisteners:\n- {name: m, port: 9094, authentication: {type: tls}}\n");
+    assert!(
+        err.contains("authentication type tls needs tls: true"),
+        "{err}"
+    );
+    let err = refusal(
+        "replicas: 1\nlisteners:\n- {name: a, port: 9094, tls: true}\nauthorization: {type: simple}\n",
+    );
+    assert!(
+        err.contains("listener a: spec.authorization needs authentication on every listener"),
+        "{err}"
+    );
+    let err = refusal(
+        "replicas: 1\nlisteners:\n- {name: a, port: 9091, tls: true, authentication: {type: tls}}\n",
+    );
+    assert!(
+        err.contains("taken by the operator's own listeners"),
+        "{err}"
+    );
+    let err = refusal(
+        "replicas: 1\nlisteners:\n- {name: replication, port: 9094, authentication: {type: scram-sha-512}}\n",
+    );
+    assert!(
+        err.contains("taken by the operator's own listeners"),
+        "{err}"
+    );
+    let spec = format!(
+        "{}config:\n  super.users: User:x\n",
+        SECURED.replace("port: 9093", "port: 9095")
+    );
+    assert_eq!(
+        refusal(&spec),
+        "spec.config.super.users is set by the operator and cannot be overridden"
+    );
+    let spec = SECURED
+        .replace("port: 9093", "port: 9095")
+        .replace("[admin,", "['a;b',");
+    assert!(refusal(&spec).contains("is not a user name"));
+}
+
+#[test]
+fn securing_or_unsecuring_a_running_cluster_is_refused() {
+    let plain = cluster("replicas: 3\nlisteners:\n- {name: tls, port: 9095}\n");
+    let tls = secured();
+    let running_plain = statefulset(&plain, "img", 3).unwrap();
+    let running_tls = statefulset(&tls, "img", 3).unwrap();
+    assert!(check_internal_listener_change(&tls, None).is_ok());
+    assert!(check_internal_listener_change(&tls, Some(&running_tls)).is_ok());
+    assert!(check_internal_listener_change(&plain, Some(&running_plain)).is_ok());
+    let err = check_internal_listener_change(&tls, Some(&running_plain))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("securing a running cluster is not supported yet"),
+        "{err}"
+    );
+    let err = check_internal_listener_change(&plain, Some(&running_tls))
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("unsecuring a running cluster"), "{err}");
 }

@@ -1,14 +1,18 @@
 //! Test certificates for the crate's unit tests: a CA made by rcgen, the certificates it signs
-//! (for localhost), a listener's `SslConfig` from properties, and a rustls client config that
-//! trusts the CA.
+//! (for localhost), a listener's `SslConfig` from properties, a rustls client config that
+//! trusts the CA, and a handshake over loopback.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::ServerName;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
+use super::TlsServer;
 use crate::config::ssl::SslConfig;
 
 /// A CA and the certificates it signs.
@@ -96,4 +100,47 @@ pub(crate) fn client_config(ca_pem: &str, client: Option<&Leaf>) -> Arc<ClientCo
         None => builder.with_no_client_auth(),
     };
     Arc::new(config)
+}
+
+/// Connects to `server` as a client trusting `ca`, with `client` as its certificate, asking
+/// for the server `name`; returns the server's certificate and the principal the server gave
+/// the client.
+pub(crate) async fn handshake_as(
+    server: &TlsServer,
+    ca: &str,
+    client: Option<&Leaf>,
+    name: &str,
+) -> Result<(CertificateDer<'static>, String), String> {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let connector = tokio_rustls::TlsConnector::from(client_config(ca, client));
+    let name = ServerName::try_from(name.to_string()).map_err(|e| e.to_string())?;
+    let client = async move {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let mut s = connector
+            .connect(name, tcp)
+            .await
+            .map_err(|e| e.to_string())?;
+        let seen = s.get_ref().1.peer_certificates().unwrap()[0].clone();
+        // TLS 1.3 reports a refused client certificate on the first read.
+        s.write_all(b"x").await.map_err(|e| e.to_string())?;
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).await.map_err(|e| e.to_string())?;
+        Ok::<_, String>(seen)
+    };
+    let serve = echo_one_byte(&listener, server);
+    let (seen, principal) = tokio::join!(client, serve);
+    Ok((seen?, principal?))
+}
+
+/// The server side of a test handshake: accepts one connection on `listener`, echoes one byte
+/// and returns the principal the handshake gave the client.
+pub async fn echo_one_byte(listener: &TcpListener, server: &TlsServer) -> Result<String, String> {
+    let (tcp, _) = listener.accept().await.unwrap();
+    let (mut s, principal) = server.accept(tcp).await.map_err(|e| e.to_string())?;
+    let mut b = [0u8; 1];
+    s.read_exact(&mut b).await.map_err(|e| e.to_string())?;
+    s.write_all(&b).await.map_err(|e| e.to_string())?;
+    s.flush().await.map_err(|e| e.to_string())?;
+    Ok(principal)
 }

@@ -4,7 +4,7 @@ use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use super::test_pki::{client_config, ssl_config as ssl, Leaf, Pki};
+use super::test_pki::{echo_one_byte, handshake_as, ssl_config as ssl, Leaf, Pki};
 use super::*;
 
 /// A properties-file value continued over lines with `\`: the lines joined, without newlines.
@@ -12,45 +12,13 @@ fn one_line(pem: &str) -> String {
     pem.lines().collect::<Vec<_>>().join("")
 }
 
-/// The server side of a test handshake: accepts one connection on `listener`, echoes one byte
-/// and returns the principal the handshake gave the client.
-async fn echo_one_byte(listener: &TcpListener, server: &TlsServer) -> Result<String, String> {
-    let (tcp, _) = listener.accept().await.unwrap();
-    let (mut s, principal) = server.accept(tcp).await.map_err(|e| e.to_string())?;
-    let mut b = [0u8; 1];
-    s.read_exact(&mut b).await.map_err(|e| e.to_string())?;
-    s.write_all(&b).await.map_err(|e| e.to_string())?;
-    s.flush().await.map_err(|e| e.to_string())?;
-    Ok(principal)
-}
-
-/// Connects to `server` as a client trusting `ca`, with `client` as its certificate; returns
-/// the server's certificate and the principal the server gave the client.
+/// `handshake_as` for localhost, the name of `Pki`'s certificates.
 async fn handshake(
     server: &TlsServer,
     ca: &str,
     client: Option<&Leaf>,
 ) -> Result<(CertificateDer<'static>, String), String> {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let connector = tokio_rustls::TlsConnector::from(client_config(ca, client));
-    let client = async move {
-        let tcp = TcpStream::connect(addr).await.unwrap();
-        let name = ServerName::try_from("localhost").unwrap();
-        let mut s = connector
-            .connect(name, tcp)
-            .await
-            .map_err(|e| e.to_string())?;
-        let seen = s.get_ref().1.peer_certificates().unwrap()[0].clone();
-        // TLS 1.3 reports a refused client certificate on the first read.
-        s.write_all(b"x").await.map_err(|e| e.to_string())?;
-        let mut b = [0u8; 1];
-        s.read_exact(&mut b).await.map_err(|e| e.to_string())?;
-        Ok::<_, String>(seen)
-    };
-    let serve = echo_one_byte(&listener, server);
-    let (seen, principal) = tokio::join!(client, serve);
-    Ok((seen?, principal?))
+    handshake_as(server, ca, client, "localhost").await
 }
 
 #[tokio::test]

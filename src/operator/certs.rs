@@ -1,0 +1,430 @@
+//! The cluster CA and the clients CA of a KafkaCluster, and the broker certificates the cluster
+//! CA signs, Strimzi's way: each CA is a certificate Secret (`<cluster>-cluster-ca-cert`,
+//! `<cluster>-clients-ca-cert`, key `ca.crt`) and a key Secret (`<cluster>-cluster-ca`,
+//! `<cluster>-clients-ca`, key `ca.key`), made once and never regenerated while they exist; the
+//! brokers' certificates and keys live in `<cluster>-kafka-brokers` (`<pod>.crt`, `<pod>.key`,
+//! and `<pod>.pem`: key, certificate and CA in one file, the broker's PEM keystore). A broker
+//! certificate names every DNS name a client reaches that broker by, and is issued again when
+//! those names change or the cluster CA no longer signs it.
+//!
+//! Not done yet: renewal before expiry (with a rolling restart), and KafkaUser certificates
+//! from the clients CA.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::ByteString;
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
+    ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+};
+
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::events::EventType;
+
+use super::crd::KafkaCluster;
+use super::kafka::AdminConnector;
+use super::resources::{self, BuildError, Names};
+use super::{Context, Error, FIELD_MANAGER};
+
+/// Days a CA made by the operator is valid (Strimzi's default, 365).
+pub const CA_VALIDITY_DAYS: i64 = 365;
+/// Days a broker certificate is valid. Renewal before expiry is not done yet: the operator
+/// re-issues a certificate only when its names change or the CA no longer signs it.
+pub const BROKER_VALIDITY_DAYS: i64 = 365;
+/// Key of the CA certificate in a `*-ca-cert` Secret.
+pub const CA_CERT: &str = "ca.crt";
+/// Key of the CA private key in a `*-ca` Secret.
+pub const CA_KEY: &str = "ca.key";
+/// Organization in the subject of every certificate the operator makes.
+const ORGANIZATION: &str = "evenkeel.dev";
+
+#[derive(Debug, thiserror::Error)]
+pub enum CertError {
+    #[error("making {what}: {source}")]
+    Generate {
+        what: String,
+        #[source]
+        source: rcgen::Error,
+    },
+    #[error("Secret {secret}: {reason}")]
+    Stored { secret: String, reason: String },
+}
+
+/// Which of a cluster's two CAs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaKind {
+    /// Signs the brokers' certificates; clients trust it.
+    Cluster,
+    /// Signs client certificates (`authentication: {type: tls}`); the brokers trust it.
+    Clients,
+}
+
+impl CaKind {
+    fn base(self, names: &Names) -> String {
+        match self {
+            CaKind::Cluster => format!("{}-cluster-ca", names.cluster),
+            CaKind::Clients => format!("{}-clients-ca", names.cluster),
+        }
+    }
+    /// The Secret that holds the CA certificate (`ca.crt`).
+    pub fn cert_secret(self, names: &Names) -> String {
+        format!("{}-cert", self.base(names))
+    }
+    /// The Secret that holds the CA key (`ca.key`).
+    pub fn key_secret(self, names: &Names) -> String {
+        self.base(names)
+    }
+}
+
+/// A CA: its certificate and private key, in PEM.
+#[derive(Clone)]
+pub struct Ca {
+    pub cert_pem: String,
+    key_pem: String,
+}
+
+impl std::fmt::Debug for Ca {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ca").finish_non_exhaustive()
+    }
+}
+
+/// A certificate and its private key, in PEM.
+pub struct Issued {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+fn subject(cn: &str) -> DistinguishedName {
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::OrganizationName, ORGANIZATION);
+    dn.push(DnType::CommonName, cn);
+    dn
+}
+
+/// Valid from an hour ago (clock skew between nodes) for `days`.
+fn validity(params: &mut CertificateParams, days: i64) {
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::hours(1);
+    params.not_after = now + time::Duration::days(days);
+}
+
+impl Ca {
+    /// A new self-signed CA whose subject is `O=evenkeel.dev, CN=<cn>`.
+    pub fn generate(cn: &str) -> Result<Ca, CertError> {
+        let err = |source| CertError::Generate {
+            what: format!("CA {cn}"),
+            source,
+        };
+        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.distinguished_name = subject(cn);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        validity(&mut params, CA_VALIDITY_DAYS);
+        let key = KeyPair::generate().map_err(err)?;
+        let issuer = CertifiedIssuer::self_signed(params, key).map_err(err)?;
+        Ok(Ca {
+            cert_pem: issuer.pem(),
+            key_pem: issuer.key().serialize_pem(),
+        })
+    }
+
+    /// A CA read back from its Secrets; `secret` names them in errors.
+    pub fn from_pem(cert_pem: String, key_pem: String, secret: &str) -> Result<Ca, CertError> {
+        let ca = Ca { cert_pem, key_pem };
+        ca.issuer().map_err(|e| CertError::Stored {
+            secret: secret.to_string(),
+            reason: format!("not a CA certificate and key this operator can sign with: {e}"),
+        })?;
+        Ok(ca)
+    }
+
+    fn issuer(&self) -> Result<Issuer<'static, KeyPair>, rcgen::Error> {
+        let key = KeyPair::from_pem(&self.key_pem)?;
+        Issuer::from_ca_cert_pem(&self.cert_pem, key)
+    }
+
+    /// A certificate for `dns_names`, subject `O=evenkeel.dev, CN=<cn>`, for servers and clients
+    /// (a broker is a client of the others).
+    pub fn sign(&self, cn: &str, dns_names: &[String], days: i64) -> Result<Issued, CertError> {
+        let err = |source| CertError::Generate {
+            what: format!("certificate {cn}"),
+            source,
+        };
+        let mut params = CertificateParams::new(dns_names.to_vec()).map_err(err)?;
+        params.distinguished_name = subject(cn);
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        validity(&mut params, days);
+        let key = KeyPair::generate().map_err(err)?;
+        let cert = params
+            .signed_by(&key, &self.issuer().map_err(err)?)
+            .map_err(err)?;
+        Ok(Issued {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+}
+
+/// Every DNS name a client reaches broker `ordinal` by: its pod's name under the headless
+/// Service and the bootstrap Service's, each short, with the namespace, `.svc` and
+/// `.svc.cluster.local`.
+pub fn broker_dns_names(names: &Names, ordinal: i32) -> Vec<String> {
+    let pod = format!("{}.{}", names.pod(ordinal), names.headless_service());
+    let mut out = Vec::new();
+    for host in [pod, names.bootstrap_service()] {
+        out.push(host.clone());
+        out.push(format!("{host}.{}", names.namespace));
+        out.push(format!("{host}.{}.svc", names.namespace));
+        out.push(format!("{host}.{}.svc.cluster.local", names.namespace));
+    }
+    out
+}
+
+/// The DNS names of a PEM certificate, sorted.
+pub fn dns_names(cert_pem: &str) -> Result<Vec<String>, String> {
+    let (_, pem) =
+        x509_parser::pem::parse_x509_pem(cert_pem.as_bytes()).map_err(|e| e.to_string())?;
+    let cert = pem.parse_x509().map_err(|e| e.to_string())?;
+    let mut out: Vec<String> = match cert.subject_alternative_name() {
+        Ok(Some(san)) => san
+            .value
+            .general_names
+            .iter()
+            .filter_map(|n| match n {
+                x509_parser::extensions::GeneralName::DNSName(d) => Some(d.to_string()),
+                _ => None,
+            })
+            .collect(),
+        Ok(None) => Vec::new(),
+        Err(e) => return Err(e.to_string()),
+    };
+    out.sort();
+    Ok(out)
+}
+
+/// Whether `ca_pem`'s key signed `cert_pem`.
+pub fn signed_by(cert_pem: &str, ca_pem: &str) -> bool {
+    let parse = |pem: &str| {
+        x509_parser::pem::parse_x509_pem(pem.as_bytes())
+            .ok()
+            .map(|(_, p)| p)
+    };
+    let (Some(cert), Some(ca)) = (parse(cert_pem), parse(ca_pem)) else {
+        return false;
+    };
+    let (Ok(cert), Ok(ca)) = (cert.parse_x509(), ca.parse_x509()) else {
+        return false;
+    };
+    cert.verify_signature(Some(ca.public_key())).is_ok()
+}
+
+/// Whether the spec asks for certificates: a TLS listener, or client authentication.
+pub fn wants_certificates(kc: &KafkaCluster) -> bool {
+    kc.spec
+        .listeners
+        .iter()
+        .any(|l| l.tls || l.authentication.is_some())
+}
+
+/// The broker Secret's entries for `replicas` brokers: an entry of `existing` is kept while it
+/// names the broker's DNS names and the cluster CA signs it, else issued anew. Returns the
+/// entries and the pods whose certificate was issued.
+pub fn broker_entries(
+    ca: &Ca,
+    names: &Names,
+    replicas: i32,
+    existing: &BTreeMap<String, String>,
+) -> Result<(BTreeMap<String, String>, Vec<String>), CertError> {
+    let mut out = BTreeMap::new();
+    let mut issued = Vec::new();
+    for ordinal in 0..replicas {
+        let pod = names.pod(ordinal);
+        let mut wanted = broker_dns_names(names, ordinal);
+        let (crt, key) = (format!("{pod}.crt"), format!("{pod}.key"));
+        let kept = match (existing.get(&crt), existing.get(&key)) {
+            (Some(c), Some(k)) => {
+                wanted.sort();
+                let current = dns_names(c).is_ok_and(|n| n == wanted);
+                (current && signed_by(c, &ca.cert_pem)).then(|| (c.clone(), k.clone()))
+            }
+            _ => None,
+        };
+        let (c, k) = match kept {
+            Some(pair) => pair,
+            None => {
+                issued.push(pod.clone());
+                let dns = broker_dns_names(names, ordinal);
+                let cert = ca.sign(&names.statefulset(), &dns, BROKER_VALIDITY_DAYS)?;
+                (cert.cert_pem, cert.key_pem)
+            }
+        };
+        out.insert(format!("{pod}.pem"), format!("{k}{c}{}", ca.cert_pem));
+        out.insert(crt, c);
+        out.insert(key, k);
+    }
+    Ok((out, issued))
+}
+
+/// A Secret's entries as text; an entry that is not UTF-8 is left out.
+pub fn secret_text(secret: &Secret) -> BTreeMap<String, String> {
+    secret
+        .data
+        .iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.clone(), String::from_utf8(v.0.clone()).ok()?)))
+        .collect()
+}
+
+/// A Secret of the cluster (`type: Opaque`, the cluster's labels and owner) holding `entries`.
+pub fn secret(
+    kc: &KafkaCluster,
+    name: String,
+    entries: BTreeMap<String, String>,
+) -> Result<Secret, BuildError> {
+    let mut s: Secret = resources::owned_object(kc, "v1", "Secret", name)?;
+    s.type_ = Some("Opaque".into());
+    s.data = Some(
+        entries
+            .into_iter()
+            .map(|(k, v)| (k, ByteString(v.into_bytes())))
+            .collect(),
+    );
+    Ok(s)
+}
+
+/// The certificates step of a KafkaCluster pass: when the spec secures a listener, both CAs
+/// (made once) and the broker Secret for `replicas` brokers. Returns the cluster CA certificate
+/// (for `status.listeners`), `None` when the spec secures nothing.
+pub async fn reconcile<C: AdminConnector>(
+    ctx: &Context<C>,
+    kc: &KafkaCluster,
+    names: &Names,
+    replicas: i32,
+) -> Result<Option<String>, Error> {
+    if !resources::is_secured(kc) {
+        return Ok(None);
+    }
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &names.namespace);
+    let result = async {
+        let cluster_ca = ensure_ca(ctx, &api, kc, names, CaKind::Cluster).await?;
+        ensure_ca(ctx, &api, kc, names, CaKind::Clients).await?;
+        apply_broker_secret(ctx, &api, kc, names, &cluster_ca, replicas).await?;
+        Ok(Some(cluster_ca.cert_pem))
+    }
+    .await;
+    if let Err(Error::Certs(e @ CertError::Stored { .. })) = &result {
+        // Only a person can repair a CA's Secrets: say so where they look.
+        let note = e.to_string();
+        ctx.event(kc, EventType::Warning, "CaUnusable", &note).await;
+    }
+    result
+}
+
+/// The CA of `kind`: read from its two Secrets, or made and stored when neither exists. One
+/// without the other is an error: a new CA would change every certificate it signed.
+async fn ensure_ca<C: AdminConnector>(
+    ctx: &Context<C>,
+    api: &Api<Secret>,
+    kc: &KafkaCluster,
+    names: &Names,
+    kind: CaKind,
+) -> Result<Ca, Error> {
+    let (cert_name, key_name) = (kind.cert_secret(names), kind.key_secret(names));
+    let cert = api.get_opt(&cert_name).await?;
+    let key = api.get_opt(&key_name).await?;
+    match (cert, key) {
+        (Some(cert), Some(key)) => Ok(stored_ca(&cert, &key, &cert_name, &key_name)?),
+        (None, None) => {
+            let ca = Ca::generate(&kind.key_secret(names))?;
+            let pp = PostParams::default();
+            let key_secret = secret(kc, key_name, entry(CA_KEY, &ca.key_pem))?;
+            api.create(&pp, &key_secret).await?;
+            let cert_secret = secret(kc, cert_name.clone(), entry(CA_CERT, &ca.cert_pem))?;
+            api.create(&pp, &cert_secret).await?;
+            let note = format!("made the CA {cert_name}");
+            ctx.event(kc, EventType::Normal, "CaCreated", &note).await;
+            Ok(ca)
+        }
+        (cert, _) => {
+            let (present, missing) = match cert {
+                Some(_) => (cert_name, key_name),
+                None => (key_name, cert_name),
+            };
+            Err(CertError::Stored {
+                secret: missing,
+                reason: format!(
+                    "missing while {present} exists: restore it, or delete both to make a new \
+                     CA (every certificate it signed changes)"
+                ),
+            }
+            .into())
+        }
+    }
+}
+
+fn entry(key: &str, value: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(key.to_string(), value.to_string())])
+}
+
+/// A CA from its certificate Secret and key Secret.
+fn stored_ca(
+    cert: &Secret,
+    key: &Secret,
+    cert_name: &str,
+    key_name: &str,
+) -> Result<Ca, CertError> {
+    let field = |s: &Secret, name: &str, k: &str| {
+        secret_text(s).remove(k).ok_or_else(|| CertError::Stored {
+            secret: name.to_string(),
+            reason: format!("has no {k}"),
+        })
+    };
+    Ca::from_pem(
+        field(cert, cert_name, CA_CERT)?,
+        field(key, key_name, CA_KEY)?,
+        cert_name,
+    )
+}
+
+/// Applies the broker Secret when its entries change (`broker_entries`); a
+/// `CertificatesIssued` event names the brokers whose certificate was issued.
+async fn apply_broker_secret<C: AdminConnector>(
+    ctx: &Context<C>,
+    api: &Api<Secret>,
+    kc: &KafkaCluster,
+    names: &Names,
+    ca: &Ca,
+    replicas: i32,
+) -> Result<(), Error> {
+    let name = names.broker_secret();
+    let existing = api
+        .get_opt(&name)
+        .await?
+        .map(|s| secret_text(&s))
+        .unwrap_or_default();
+    let (entries, issued) = broker_entries(ca, names, replicas, &existing)?;
+    if entries == existing {
+        return Ok(());
+    }
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let s = secret(kc, name.clone(), entries)?;
+    api.patch(&name, &pp, &Patch::Apply(&s)).await?;
+    if !issued.is_empty() {
+        let note = format!("issued broker certificates for {}", issued.join(", "));
+        ctx.event(kc, EventType::Normal, "CertificatesIssued", &note)
+            .await;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

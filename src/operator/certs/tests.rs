@@ -1,0 +1,196 @@
+//! Unit tests of `certs`: CAs, broker certificates and the names they carry, reuse of what is
+//! stored, the Secrets' shape.
+
+use super::*;
+use crate::operator::crd::KafkaClusterSpec;
+
+fn names() -> Names {
+    Names {
+        cluster: "main".into(),
+        namespace: "streams".into(),
+    }
+}
+
+fn cluster(spec: &str) -> KafkaCluster {
+    let spec: KafkaClusterSpec = serde_yaml::from_str(spec).expect("spec parses");
+    let mut kc = KafkaCluster::new("main", spec);
+    kc.metadata.namespace = Some("streams".into());
+    kc.metadata.uid = Some("0f2a6b3c-1d4e-4f50-8a6b-7c8d9e0f1a2b".into());
+    kc
+}
+
+#[test]
+fn a_broker_certificate_names_every_host_a_client_uses_and_the_ca_signs_it() {
+    let ca = Ca::generate("main-cluster-ca").unwrap();
+    let (entries, issued) = broker_entries(&ca, &names(), 2, &BTreeMap::new()).unwrap();
+    assert_eq!(issued, ["main-kafka-0", "main-kafka-1"]);
+    let cert = &entries["main-kafka-1.crt"];
+    let mut want = vec![
+        "main-kafka-1.main-kafka-brokers",
+        "main-kafka-1.main-kafka-brokers.streams",
+        "main-kafka-1.main-kafka-brokers.streams.svc",
+        "main-kafka-1.main-kafka-brokers.streams.svc.cluster.local",
+        "main-kafka-bootstrap",
+        "main-kafka-bootstrap.streams",
+        "main-kafka-bootstrap.streams.svc",
+        "main-kafka-bootstrap.streams.svc.cluster.local",
+    ];
+    want.sort();
+    assert_eq!(dns_names(cert).unwrap(), want);
+    assert!(signed_by(cert, &ca.cert_pem));
+    let other = Ca::generate("other").unwrap();
+    assert!(!signed_by(cert, &other.cert_pem));
+    // The keystore file: the key, the certificate, then the CA.
+    let pem = &entries["main-kafka-1.pem"];
+    assert!(pem.starts_with(&entries["main-kafka-1.key"]), "{pem}");
+    assert!(pem.ends_with(&ca.cert_pem));
+    assert!(pem.contains(cert.as_str()));
+    assert_eq!(entries.len(), 6);
+}
+
+#[test]
+fn the_broker_keystore_is_one_the_tls_listener_loads() {
+    let ca = Ca::generate("main-cluster-ca").unwrap();
+    let (entries, _) = broker_entries(&ca, &names(), 1, &BTreeMap::new()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("main-kafka-0.pem");
+    std::fs::write(&path, &entries["main-kafka-0.pem"]).unwrap();
+    let config = crate::security::tls::test_pki::ssl_config(&[
+        ("ssl.keystore.type", "PEM"),
+        ("ssl.keystore.location", path.to_str().unwrap()),
+    ]);
+    let server = crate::security::tls::TlsServer::new(config);
+    assert!(server.is_ok(), "{:?}", server.err());
+}
+
+#[test]
+fn stored_certificates_are_kept_and_a_new_broker_gets_one() {
+    let ca = Ca::generate("main-cluster-ca").unwrap();
+    let (first, _) = broker_entries(&ca, &names(), 2, &BTreeMap::new()).unwrap();
+    let (again, issued) = broker_entries(&ca, &names(), 2, &first).unwrap();
+    assert!(issued.is_empty());
+    assert_eq!(again, first);
+    let (scaled, issued) = broker_entries(&ca, &names(), 3, &first).unwrap();
+    assert_eq!(issued, ["main-kafka-2"]);
+    assert_eq!(scaled["main-kafka-0.crt"], first["main-kafka-0.crt"]);
+    let (down, issued) = broker_entries(&ca, &names(), 1, &scaled).unwrap();
+    assert!(issued.is_empty());
+    assert_eq!(down.len(), 3);
+}
+
+#[test]
+fn a_certificate_with_other_names_or_another_ca_is_issued_again() {
+    let ca = Ca::generate("main-cluster-ca").unwrap();
+    let (mut stored, _) = broker_entries(&ca, &names(), 2, &BTreeMap::new()).unwrap();
+    let wrong = ca
+        .sign("main-kafka", &["elsewhere".to_string()], 1)
+        .unwrap();
+    stored.insert("main-kafka-0.crt".into(), wrong.cert_pem);
+    let (_, issued) = broker_entries(&ca, &names(), 2, &stored).unwrap();
+    assert_eq!(issued, ["main-kafka-0"]);
+    let new_ca = Ca::generate("main-cluster-ca").unwrap();
+    let (fresh, issued) = broker_entries(&new_ca, &names(), 2, &stored).unwrap();
+    assert_eq!(issued, ["main-kafka-0", "main-kafka-1"]);
+    assert!(signed_by(&fresh["main-kafka-1.crt"], &new_ca.cert_pem));
+}
+
+#[test]
+fn a_stored_ca_is_read_back_and_signs() {
+    let ca = Ca::generate("main-cluster-ca").unwrap();
+    let back = Ca::from_pem(ca.cert_pem.clone(), ca.key_pem.clone(), "s").unwrap();
+    let leaf = back.sign("x", &["x.example".to_string()], 1).unwrap();
+    assert!(signed_by(&leaf.cert_pem, &ca.cert_pem));
+    let err = Ca::from_pem("junk".into(), ca.key_pem.clone(), "main-cluster-ca-cert")
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("Secret main-cluster-ca-cert: "), "{err}");
+}
+
+#[test]
+fn secrets_carry_the_clusters_owner_and_strimzis_names() {
+    let kc = cluster("replicas: 1");
+    let n = names();
+    assert_eq!(CaKind::Cluster.cert_secret(&n), "main-cluster-ca-cert");
+    assert_eq!(CaKind::Cluster.key_secret(&n), "main-cluster-ca");
+    assert_eq!(CaKind::Clients.cert_secret(&n), "main-clients-ca-cert");
+    assert_eq!(CaKind::Clients.key_secret(&n), "main-clients-ca");
+    assert_eq!(n.broker_secret(), "main-kafka-brokers");
+    let s = secret(&kc, "main-cluster-ca".into(), entry(CA_KEY, "k")).unwrap();
+    assert_eq!(s.type_.as_deref(), Some("Opaque"));
+    let owner = &s.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(owner.kind, "KafkaCluster");
+    assert_eq!(owner.controller, Some(true));
+    assert_eq!(secret_text(&s)["ca.key"], "k");
+}
+
+#[test]
+fn only_a_secured_spec_wants_certificates() {
+    assert!(!wants_certificates(&cluster("replicas: 1")));
+    let tls = cluster("replicas: 1\nlisteners:\n- {name: a, port: 9094, tls: true}\n");
+    assert!(wants_certificates(&tls));
+    let scram = cluster(
+        "replicas: 1\nlisteners:\n- {name: a, port: 9094, authentication: {type: scram-sha-512}}\n",
+    );
+    assert!(wants_certificates(&scram));
+}
+
+/// `issued` as a client certificate of the TLS tests.
+fn leaf(issued: Issued) -> crate::security::tls::test_pki::Leaf {
+    use rustls::pki_types::pem::PemObject;
+    let der =
+        rustls::pki_types::CertificateDer::from_pem_slice(issued.cert_pem.as_bytes()).unwrap();
+    crate::security::tls::test_pki::Leaf {
+        cert: issued.cert_pem,
+        key: issued.key_pem,
+        der,
+    }
+}
+
+#[tokio::test]
+async fn clients_trusting_the_cluster_ca_reach_a_broker_by_every_name_with_a_clients_ca_certificate(
+) {
+    use crate::security::tls::test_pki::{handshake_as, ssl_config};
+    let cluster_ca = Ca::generate("main-cluster-ca").unwrap();
+    let clients_ca = Ca::generate("main-clients-ca").unwrap();
+    let (entries, _) = broker_entries(&cluster_ca, &names(), 1, &BTreeMap::new()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let keystore = dir.path().join("main-kafka-0.pem");
+    std::fs::write(&keystore, &entries["main-kafka-0.pem"]).unwrap();
+    let truststore = dir.path().join("ca.crt");
+    std::fs::write(&truststore, &clients_ca.cert_pem).unwrap();
+    // What an `authentication: {type: tls}` listener gets (resources::security_properties).
+    let server = crate::security::tls::TlsServer::new(ssl_config(&[
+        ("ssl.keystore.type", "PEM"),
+        ("ssl.keystore.location", keystore.to_str().unwrap()),
+        ("ssl.truststore.type", "PEM"),
+        ("ssl.truststore.location", truststore.to_str().unwrap()),
+        ("ssl.client.auth", "required"),
+    ]))
+    .unwrap();
+    let alice = leaf(clients_ca.sign("alice", &[], 1).unwrap());
+    for name in broker_dns_names(&names(), 0) {
+        let (_, principal) = handshake_as(&server, &cluster_ca.cert_pem, Some(&alice), &name)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(principal.contains("CN=alice"), "{principal}");
+    }
+    let err = handshake_as(
+        &server,
+        &cluster_ca.cert_pem,
+        Some(&alice),
+        "main-kafka-1.main-kafka-brokers",
+    )
+    .await
+    .unwrap_err();
+    assert!(err.contains("certificate"), "another broker's name: {err}");
+    // A certificate from the cluster CA is not a client's: the brokers trust only the clients CA.
+    let mallory = leaf(cluster_ca.sign("mallory", &[], 1).unwrap());
+    let refused = handshake_as(
+        &server,
+        &cluster_ca.cert_pem,
+        Some(&mallory),
+        "main-kafka-bootstrap",
+    )
+    .await;
+    assert!(refused.is_err(), "{refused:?}");
+}
