@@ -104,8 +104,8 @@ class Secured:
     def logins_per_second(self, secure_bootstrap, seconds=10, concurrency=8):
         """`evenkeel perf auth`: TCP + TLS + ApiVersions + SCRAM logins per second."""
         p = subprocess.run(
-            [self.binary, "perf", "auth", "--bootstrap", secure_bootstrap, "--truststore", self.ca,
-             "--sasl-mechanism", MECHANISM, "--username", USER, "--password", PASSWORD,
+            [self.binary, "perf", "auth", "--bootstrap", secure_bootstrap,
+             "--command-config", self.client_properties,
              "--seconds", str(seconds), "--concurrency", str(concurrency)],
             capture_output=True, text=True, timeout=seconds + 120)
         if p.returncode != 0:
