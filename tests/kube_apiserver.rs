@@ -1779,7 +1779,7 @@ async fn a_secured_cluster_gets_its_cas_broker_certificates_and_config() {
         (!listeners.is_empty()).then_some(listeners)
     })
     .await;
-    assert_eq!(status[0].certificates, [ca.clone()]);
+    assert_eq!(status[0].certificates, std::slice::from_ref(&ca));
 
     // A spec change is a new pass: no Secret changes. A scale-up issues one certificate more.
     let version = |s: &Secret| s.metadata.resource_version.clone();
