@@ -4,6 +4,9 @@
 //! panic, and no login may succeed without the password.
 #![no_main]
 
+#[path = "common/alice.rs"]
+mod alice;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
@@ -11,31 +14,18 @@ use bytes::Bytes;
 use evenkeel::broker::sasl::{SaslAuthenticator, Step};
 use evenkeel::config::auth::ListenerSasl;
 use evenkeel::protocol::peek_header;
-use evenkeel::security::sasl::{ScramCredential, ScramMechanism};
+use evenkeel::security::sasl::ScramMechanism;
 use libfuzzer_sys::fuzz_target;
-
-/// alice's SCRAM credentials, derived once (PBKDF2 per input would starve the fuzzer).
-fn alice(mechanism: ScramMechanism) -> ScramCredential {
-    static CREDENTIALS: OnceLock<[ScramCredential; 2]> = OnceLock::new();
-    let [sha256, sha512] = CREDENTIALS.get_or_init(|| {
-        ScramMechanism::ALL.map(|m| {
-            ScramCredential::from_password(m, "alice-secret", b"fuzz-salt", 4096)
-                .expect("4096 iterations are within Kafka's bounds")
-        })
-    });
-    match mechanism {
-        ScramMechanism::Sha256 => sha256.clone(),
-        ScramMechanism::Sha512 => sha512.clone(),
-    }
-}
 
 fn settings() -> Arc<ListenerSasl> {
     static SETTINGS: OnceLock<Arc<ListenerSasl>> = OnceLock::new();
     SETTINGS
         .get_or_init(|| {
             Arc::new(ListenerSasl {
-                mechanisms: ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"].map(String::from).into(),
-                plain_users: BTreeMap::from([("alice".to_string(), "alice-secret".to_string())]),
+                mechanisms: ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+                    .map(String::from)
+                    .into(),
+                plain_users: BTreeMap::from([("alice".to_string(), alice::PASSWORD.to_string())]),
             })
         })
         .clone()
@@ -55,7 +45,7 @@ fn frames(mut data: &[u8]) -> Vec<Bytes> {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let scram = |user: &str, m: ScramMechanism| (user == "alice").then(|| alice(m));
+    let scram = |user: &str, m: ScramMechanism| (user == "alice").then(|| alice::scram(m));
     let mut door = SaslAuthenticator::new("SASL_PLAINTEXT", settings(), 0);
     for frame in frames(data) {
         let raw = peek_header(&frame).ok();
@@ -66,7 +56,10 @@ fuzz_target!(|data: &[u8]| {
                 // be guessed.
                 assert_eq!(principal, "User:alice");
                 let text = String::from_utf8_lossy(&frame);
-                assert!(text.contains("alice-secret"), "a login without the password");
+                assert!(
+                    text.contains(alice::PASSWORD),
+                    "a login without the password"
+                );
             }
             // The connection is closed: nothing more is read from it.
             Step::AnswerAndClose(..) | Step::Failed(..) | Step::Close(_) => return,

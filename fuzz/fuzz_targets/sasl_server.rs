@@ -2,38 +2,22 @@
 //! Any input may be refused with an error; none may panic, and none may log in without the password.
 #![no_main]
 
-use std::sync::OnceLock;
+#[path = "common/alice.rs"]
+mod alice;
 
-use evenkeel::security::sasl::{
-    Credentials, Mechanism, SaslServer, SaslStep, ScramCredential, ScramMechanism,
-};
+use evenkeel::security::sasl::{Credentials, Mechanism, SaslServer, SaslStep, ScramMechanism};
 use libfuzzer_sys::fuzz_target;
 
 /// Splits the input into client messages; 0xFF never occurs in UTF-8, so no valid message needs it.
 const SEPARATOR: u8 = 0xff;
-
-/// alice's credentials, derived once (PBKDF2 per input would starve the fuzzer).
-fn alice(mechanism: ScramMechanism) -> ScramCredential {
-    static CREDENTIALS: OnceLock<[ScramCredential; 2]> = OnceLock::new();
-    let [sha256, sha512] = CREDENTIALS.get_or_init(|| {
-        ScramMechanism::ALL.map(|m| {
-            ScramCredential::from_password(m, "alice-secret", b"fuzz-salt", 4096)
-                .expect("4096 iterations are within Kafka's bounds")
-        })
-    });
-    match mechanism {
-        ScramMechanism::Sha256 => sha256.clone(),
-        ScramMechanism::Sha512 => sha512.clone(),
-    }
-}
 
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, rest)) = data.split_first() else {
         return;
     };
     let mechanism = Mechanism::ALL[usize::from(selector) % Mechanism::ALL.len()];
-    let scram = |user: &str, m: ScramMechanism| (user == "alice").then(|| alice(m));
-    let plain = |user: &str, password: &str| user == "alice" && password == "alice-secret";
+    let scram = |user: &str, m: ScramMechanism| (user == "alice").then(|| alice::scram(m));
+    let plain = |user: &str, password: &str| user == "alice" && password == alice::PASSWORD;
     let credentials = Credentials {
         scram: &scram,
         plain: &plain,

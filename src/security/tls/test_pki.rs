@@ -111,9 +111,19 @@ pub(crate) async fn handshake_as(
     client: Option<&Leaf>,
     name: &str,
 ) -> Result<(CertificateDer<'static>, String), String> {
+    handshake_with(server, client_config(ca, client), name).await
+}
+
+/// Connects to `server` with the client `config`, asking for the server `name`, and exchanges
+/// a byte; returns the server's certificate and the principal the server gave the client.
+pub(crate) async fn handshake_with(
+    server: &TlsServer,
+    config: Arc<ClientConfig>,
+    name: &str,
+) -> Result<(CertificateDer<'static>, String), String> {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let connector = tokio_rustls::TlsConnector::from(client_config(ca, client));
+    let connector = tokio_rustls::TlsConnector::from(config);
     let name = ServerName::try_from(name.to_string()).map_err(|e| e.to_string())?;
     let client = async move {
         let tcp = TcpStream::connect(addr).await.unwrap();
@@ -135,7 +145,7 @@ pub(crate) async fn handshake_as(
 
 /// The server side of a test handshake: accepts one connection on `listener`, echoes one byte
 /// and returns the principal the handshake gave the client.
-pub async fn echo_one_byte(listener: &TcpListener, server: &TlsServer) -> Result<String, String> {
+async fn echo_one_byte(listener: &TcpListener, server: &TlsServer) -> Result<String, String> {
     let (tcp, _) = listener.accept().await.unwrap();
     let (mut s, principal) = server.accept(tcp).await.map_err(|e| e.to_string())?;
     let mut b = [0u8; 1];

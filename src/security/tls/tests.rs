@@ -1,10 +1,6 @@
 //! Unit tests of `security::tls`: certificates made by rcgen, handshakes over loopback.
 
-use rustls::pki_types::ServerName;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
-
-use super::test_pki::{echo_one_byte, handshake_as, ssl_config as ssl, Leaf, Pki};
+use super::test_pki::{handshake_as, handshake_with, ssl_config as ssl, Leaf, Pki};
 use super::*;
 
 /// A properties-file value continued over lines with `\`: the lines joined, without newlines.
@@ -205,25 +201,9 @@ async fn client_handshake(
     host: &str,
 ) -> Result<String, String> {
     let config = client::client_config(client).map_err(|e| e.to_string())?;
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let connector = tokio_rustls::TlsConnector::from(config);
-    let name = ServerName::try_from(host.to_string()).unwrap();
-    let client = async move {
-        let tcp = TcpStream::connect(addr).await.unwrap();
-        let mut s = connector
-            .connect(name, tcp)
-            .await
-            .map_err(|e| e.to_string())?;
-        s.write_all(b"x").await.map_err(|e| e.to_string())?;
-        let mut b = [0u8; 1];
-        s.read_exact(&mut b).await.map_err(|e| e.to_string())?;
-        Ok::<_, String>(())
-    };
-    let serve = echo_one_byte(&listener, server);
-    let (connected, principal) = tokio::join!(client, serve);
-    connected?;
-    principal
+    handshake_with(server, config, host)
+        .await
+        .map(|(_, principal)| principal)
 }
 
 /// One listener's settings, used as brokers use them on both sides: `leaf` as the keystore,
