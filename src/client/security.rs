@@ -148,24 +148,23 @@ impl ClientSecurity {
                 invalid(key, v, "must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
             })?,
         };
-        let tls = if protocol.is_tls() {
-            let ssl = SslConfig::for_client(props)?;
-            let config = crate::security::tls::client::client_config(&ssl)
-                .map_err(TlsError::into_config_error)?;
-            Some(config)
-        } else {
-            None
-        };
-        let sasl = if protocol.is_sasl() {
-            let login = client_login(props)?;
-            let login =
-                sasl_login(&login).map_err(|e| invalid("sasl.mechanism", "", e.to_string()))?;
-            Some(login)
-        } else {
-            None
-        };
-        ClientSecurity::new(protocol, tls, sasl)
-            .map_err(|e| invalid(key, protocol.name(), e.to_string()))
+        let ssl = protocol
+            .is_tls()
+            .then(|| SslConfig::for_client(props))
+            .transpose()?;
+        let login = protocol
+            .is_sasl()
+            .then(|| client_login(props))
+            .transpose()?;
+        ClientSecurity::for_listener(protocol, ssl.as_ref(), login.as_ref()).map_err(|e| match e {
+            SecurityError::TlsConfig(e) => e.into_config_error(),
+            SecurityError::UnknownMechanism(m) => invalid(
+                "sasl.mechanism",
+                &m,
+                "evenkeel speaks PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512",
+            ),
+            e => invalid(key, protocol.name(), e.to_string()),
+        })
     }
 
     /// The same TLS and SASL mechanism, logged in as `username` with `password` instead;
