@@ -248,10 +248,11 @@ pub fn broker_entries(
     let mut issued = Vec::new();
     for ordinal in 0..replicas {
         let pod = names.pod(ordinal);
-        let mut wanted = broker_dns_names(names, ordinal);
+        let dns = broker_dns_names(names, ordinal);
         let (crt, key) = (format!("{pod}.crt"), format!("{pod}.key"));
         let kept = match (existing.get(&crt), existing.get(&key)) {
             (Some(c), Some(k)) => {
+                let mut wanted = dns.clone();
                 wanted.sort();
                 let current = dns_names(c).is_ok_and(|n| n == wanted);
                 (current && signed_by(c, &ca.cert_pem)).then(|| (c.clone(), k.clone()))
@@ -262,7 +263,6 @@ pub fn broker_entries(
             Some(pair) => pair,
             None => {
                 issued.push(pod.clone());
-                let dns = broker_dns_names(names, ordinal);
                 let cert = ca.sign(&names.statefulset(), &dns, BROKER_VALIDITY_DAYS)?;
                 (cert.cert_pem, cert.key_pem)
             }
