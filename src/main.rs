@@ -137,7 +137,7 @@ enum Command {
         #[command(subcommand)]
         what: evenkeel::perf::cli::PerfCommand,
     },
-    /// Write the KafkaCluster and KafkaTopic CustomResourceDefinitions as YAML.
+    /// Write the KafkaCluster, KafkaTopic and KafkaUser CustomResourceDefinitions as YAML.
     Crdgen {
         /// Directory for the files (`crds/` in the repository).
         #[arg(long, default_value = "crds")]
@@ -146,7 +146,7 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
-    /// Run the Kubernetes operator for KafkaCluster and KafkaTopic resources.
+    /// Run the Kubernetes operator for KafkaCluster, KafkaTopic and KafkaUser resources.
     Operator(evenkeel::operator::OperatorArgs),
     /// Watch the brokers' leader counts and overload metrics and even out partition
     /// leadership with the fewest changes (a sidecar beside each broker; the one beside the

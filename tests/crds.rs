@@ -46,6 +46,7 @@ fn chart_ships_the_same_crds() {
     for name in [
         "kafkaclusters.kafka.evenkeel.dev.yaml",
         "kafkatopics.kafka.evenkeel.dev.yaml",
+        "kafkausers.kafka.evenkeel.dev.yaml",
     ] {
         let top = std::fs::read_to_string(root.join("crds").join(name)).unwrap();
         let chart = std::fs::read_to_string(root.join("charts/evenkeel/crds").join(name))

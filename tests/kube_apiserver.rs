@@ -19,7 +19,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use evenkeel::operator::crd::{KafkaCluster, KafkaTopic, TOPIC_FINALIZER};
+use evenkeel::operator::crd::{KafkaCluster, KafkaTopic, KafkaUser, TOPIC_FINALIZER};
 use evenkeel::operator::kafka::{AdminConnector, ClientConnector, TopicAdmin};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -81,7 +81,8 @@ async fn crds_are_accepted_as_structural_and_established() {
         names,
         [
             "kafkaclusters.kafka.evenkeel.dev",
-            "kafkatopics.kafka.evenkeel.dev"
+            "kafkatopics.kafka.evenkeel.dev",
+            "kafkausers.kafka.evenkeel.dev"
         ]
     );
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -723,6 +724,7 @@ async fn write_schemas(client: &Client, kinds: &[(String, String, String)], dir:
     for f in [
         "kafkaclusters.kafka.evenkeel.dev.yaml",
         "kafkatopics.kafka.evenkeel.dev.yaml",
+        "kafkausers.kafka.evenkeel.dev.yaml",
     ] {
         let crd =
             kubeenv::yaml_docs(&fs::read_to_string(kubeenv::repo().join("crds").join(f)).unwrap())
@@ -778,7 +780,12 @@ async fn helm_chart_passes_kubeconform_strict_and_applies() {
     kubeenv::install_base(&admin).await;
     let rendered = kubeenv::helm_template(&["--include-crds"]);
     let mut docs = kubeenv::yaml_docs(&rendered);
-    let examples: Vec<Value> = ["examples/kafkacluster.yaml", "examples/kafkatopic.yaml"]
+    let example_files = [
+        "examples/kafkacluster.yaml",
+        "examples/kafkatopic.yaml",
+        "examples/kafkauser.yaml",
+    ];
+    let examples: Vec<Value> = example_files
         .iter()
         .flat_map(|f| kubeenv::yaml_docs(&fs::read_to_string(kubeenv::repo().join(f)).unwrap()))
         .collect();
@@ -800,7 +807,7 @@ async fn helm_chart_passes_kubeconform_strict_and_applies() {
     assert!(written >= 5, "{written} schemas");
     let input = tmp.path().join("input.yaml");
     let mut all = rendered.clone();
-    for f in ["examples/kafkacluster.yaml", "examples/kafkatopic.yaml"] {
+    for f in example_files {
         all.push_str("\n---\n");
         all.push_str(&fs::read_to_string(kubeenv::repo().join(f)).unwrap());
     }
@@ -827,7 +834,7 @@ async fn helm_chart_passes_kubeconform_strict_and_applies() {
     let (crds, rest): (Vec<Value>, Vec<Value>) = kubeenv::yaml_docs(&rendered)
         .into_iter()
         .partition(|d| d["kind"] == "CustomResourceDefinition");
-    assert_eq!(crds.len(), 2);
+    assert_eq!(crds.len(), 3);
     kubeenv::apply_all(&admin, &crds, kubeenv::RELEASE_NAMESPACE).await;
     let applied = kubeenv::apply_all(&admin, &rest, kubeenv::RELEASE_NAMESPACE).await;
     let kinds: Vec<String> = applied
@@ -854,6 +861,10 @@ async fn helm_chart_passes_kubeconform_strict_and_applies() {
     kt.patch("orders", &dry, &Patch::Apply(&examples[1]))
         .await
         .expect("examples/kafkatopic.yaml is accepted");
+    let ku: Api<KafkaUser> = Api::namespaced(admin.clone(), &ns);
+    ku.patch("orders-app", &dry, &Patch::Apply(&examples[2]))
+        .await
+        .expect("examples/kafkauser.yaml is accepted");
 }
 
 /// 8. `spec.proxy` becomes the producer proxy's Deployment and Service, owned by the cluster,
@@ -1902,5 +1913,197 @@ async fn a_secured_cluster_gets_its_cas_broker_certificates_and_config() {
         "{why}"
     );
     assert!(secrets.get_opt("open-cluster-ca").await.unwrap().is_none());
+    op.assert_never_forbidden();
+}
+
+fn kafka_user(name: &str, auth: &str, acls: Value) -> KafkaUser {
+    serde_json::from_value(json!({
+        "apiVersion": "kafka.evenkeel.dev/v1alpha1",
+        "kind": "KafkaUser",
+        "metadata": {"name": name},
+        "spec": {
+            "clusterRef": "main",
+            "authentication": {"type": auth},
+            "authorization": {"type": "simple", "acls": acls},
+        },
+    }))
+    .unwrap()
+}
+
+async fn wait_user_ready(users: &Api<KafkaUser>, name: &str) -> Value {
+    wait_for(&format!("KafkaUser {name} Ready"), 60, || async {
+        let ku = users.get(name).await.ok()?;
+        let v = serde_json::to_value(&ku).unwrap();
+        let (status, _, _) = condition(&v, "Ready")?;
+        (status == "True").then_some(v)
+    })
+    .await
+}
+
+/// One record to `topic` as a SCRAM-SHA-512 user over SASL_PLAINTEXT: the delivery result.
+async fn produce_as(
+    bootstrap: &str,
+    user: &str,
+    password: &str,
+    topic: &str,
+) -> Result<(), String> {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let p: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("security.protocol", "sasl_plaintext")
+        .set("sasl.mechanism", "SCRAM-SHA-512")
+        .set("sasl.username", user)
+        .set("sasl.password", password)
+        .set("message.timeout.ms", "15000")
+        .set("enable.idempotence", "false")
+        .create()
+        .unwrap();
+    p.send(
+        FutureRecord::to(topic).key("k").payload("v"),
+        Duration::from_secs(15),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|(e, _)| e.to_string())
+}
+
+/// 12. KafkaUser against a real broker with a SCRAM listener and the StandardAuthorizer: a SCRAM
+/// user's Secret holds a password that logs in and a ready `sasl.jaas.config`; its ACLs are in
+/// Kafka exactly as the spec lists them, so it may write where they allow and is refused where
+/// they do not; a certificate user's Secret holds a certificate the clients CA signs for
+/// `CN=<name>`, its ACLs name that principal; deleting a KafkaUser removes its credential and
+/// ACLs from Kafka and its Secret with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafkauser_credentials_and_acls_against_a_real_broker() {
+    use evenkeel::operator::certs::signed_by;
+    use evenkeel::operator::crd::USER_FINALIZER;
+    require_kube!();
+    let admin = kubeenv::admin().await;
+    kubeenv::install_base(&admin).await;
+    let ns = kubeenv::test_namespace(&admin, "ku").await;
+    let sasl_port = common::free_port();
+    let overrides = [
+        "listener.name.sasl.sasl.enabled.mechanisms=SCRAM-SHA-512",
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users=User:ANONYMOUS",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+    ];
+    let broker = common::cluster::Cluster::start_with(1, &overrides, |_, ports| {
+        let (client, ctrl) = (ports.client, ports.controller);
+        vec![
+            (
+                "listeners".into(),
+                format!(
+                    "PLAINTEXT://127.0.0.1:{client},SASL://127.0.0.1:{sasl_port},CONTROLLER://127.0.0.1:{ctrl}"
+                ),
+            ),
+            (
+                "advertised.listeners".into(),
+                format!("PLAINTEXT://127.0.0.1:{client},SASL://127.0.0.1:{sasl_port}"),
+            ),
+        ]
+    });
+    let sasl = format!("127.0.0.1:{sasl_port}");
+    // The operator reaches the broker as ANONYMOUS on PLAINTEXT, as it reaches a secured
+    // cluster's internal listener.
+    let op = Operator::start(&ns, &broker.bootstrap(), false);
+    let clusters: Api<KafkaCluster> = Api::namespaced(admin.clone(), &ns);
+    clusters
+        .create(&PostParams::default(), &secured_cluster("main", 1))
+        .await
+        .unwrap();
+    let kafka = kafka_admin(&broker.bootstrap()).await;
+    kafka
+        .create_topic("orders", 1, 1, &BTreeMap::new())
+        .await
+        .unwrap();
+    let users: Api<KafkaUser> = Api::namespaced(admin.clone(), &ns);
+    let pp = PostParams::default();
+    let writer = json!([{"resource": {"type": "topic", "name": "orders"}, "operations": ["Write", "Describe"]}]);
+    let reader =
+        json!([{"resource": {"type": "topic", "name": "orders"}, "operations": ["Describe"]}]);
+    let certified = json!([{"resource": {"type": "group", "name": "carol-", "patternType": "prefix"}, "operations": ["Read"]}]);
+    // Admission: a topic rule without a name is refused, saying why.
+    let nameless = json!([{"resource": {"type": "topic"}, "operations": ["Read"]}]);
+    let (code, msg) = refusal(
+        users
+            .create(&pp, &kafka_user("nameless", "scram-sha-512", nameless))
+            .await,
+    );
+    assert_eq!(code, 422, "{msg}");
+    assert!(msg.contains("resource.name is required"), "{msg}");
+    for u in [
+        kafka_user("alice", "scram-sha-512", writer),
+        kafka_user("bob", "scram-sha-512", reader),
+        kafka_user("carol", "tls", certified),
+    ] {
+        users.create(&pp, &u).await.unwrap();
+    }
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), &ns);
+
+    // SCRAM: the Secret's password logs in; alice may write, bob may not.
+    let alice = wait_user_ready(&users, "alice").await;
+    assert_eq!(alice["status"]["username"], "alice", "{alice}");
+    assert_eq!(alice["status"]["secret"], "alice", "{alice}");
+    let alice_secret = secret_entries(&secrets.get("alice").await.unwrap());
+    let password = alice_secret["password"].clone();
+    assert!(password.len() >= 32, "a short password: {password:?}");
+    assert!(
+        alice_secret["sasl.jaas.config"].contains(&format!("password=\"{password}\"")),
+        "{alice_secret:?}"
+    );
+    produce_as(&sasl, "alice", &password, "orders")
+        .await
+        .expect("alice writes to orders");
+    wait_user_ready(&users, "bob").await;
+    let bob_password = secret_entries(&secrets.get("bob").await.unwrap())["password"].clone();
+    assert_ne!(bob_password, password);
+    let refused = produce_as(&sasl, "bob", &bob_password, "orders")
+        .await
+        .expect_err("bob has no Write on orders");
+    assert!(refused.contains("authoriz"), "{refused}");
+    let wrong = produce_as(&sasl, "alice", "not-the-password", "orders").await;
+    assert!(wrong.is_err(), "a wrong password was accepted");
+
+    // The certificate user: CN=carol, signed by the clients CA; its ACLs name User:CN=carol.
+    let carol = wait_user_ready(&users, "carol").await;
+    assert_eq!(carol["status"]["username"], "CN=carol", "{carol}");
+    let clients_ca = secret_entries(&secrets.get("main-clients-ca-cert").await.unwrap())
+        .remove("ca.crt")
+        .unwrap();
+    let carol_secret = secret_entries(&secrets.get("carol").await.unwrap());
+    assert!(signed_by(&carol_secret["user.crt"], &clients_ca));
+    assert!(carol_secret.contains_key("user.key"));
+    assert_eq!(carol_secret["ca.crt"], clients_ca);
+    use evenkeel::operator::kafka::UserAdmin;
+    let carol_acls = kafka.acls_of("User:CN=carol").await.unwrap();
+    assert_eq!(carol_acls.len(), 1, "{carol_acls:?}");
+    assert_eq!(carol_acls[0].pattern.name, "carol-");
+    assert_eq!(kafka.acls_of("User:alice").await.unwrap().len(), 2);
+
+    // Deleting alice: her credential and ACLs leave Kafka, her Secret goes, bob's stay.
+    let ku = users.get("alice").await.unwrap();
+    assert!(ku.finalizers().iter().any(|f| f == USER_FINALIZER));
+    users
+        .delete("alice", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("KafkaUser alice to be gone", 60, || async {
+        users.get_opt("alice").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert!(kafka.acls_of("User:alice").await.unwrap().is_empty());
+    assert!(kafka.scram_mechanisms("alice").await.unwrap().is_empty());
+    assert!(!kafka.scram_mechanisms("bob").await.unwrap().is_empty());
+    assert_eq!(kafka.acls_of("User:bob").await.unwrap().len(), 1);
+    let gone = produce_as(&sasl, "alice", &password, "orders").await;
+    assert!(
+        gone.is_err(),
+        "alice still logs in after her KafkaUser was deleted"
+    );
+    wait_for("alice's Secret to be collected", 60, || async {
+        secrets.get_opt("alice").await.ok()?.is_none().then_some(())
+    })
+    .await;
     op.assert_never_forbidden();
 }

@@ -1,5 +1,5 @@
-//! `AdminClient`: topics, partitions, topic configs and cluster description over the admin
-//! APIs, with bootstrap fallback, reconnects and a NOT_CONTROLLER retry.
+//! `AdminClient`: topics, partitions, topic configs, cluster description, SCRAM users and ACLs
+//! over the admin APIs, with bootstrap fallback, reconnects and a NOT_CONTROLLER retry.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -25,6 +25,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Request, StrBytes};
 use tokio::sync::Mutex;
 use uuid::Uuid;
+
+mod users;
 
 use super::{ClientError, ClientSecurity, Connection};
 use crate::protocol::errors;

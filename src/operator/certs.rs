@@ -148,12 +148,30 @@ impl Ca {
     /// A certificate for `dns_names`, subject `O=evenkeel.dev, CN=<cn>`, for servers and clients
     /// (a broker is a client of the others).
     pub fn sign(&self, cn: &str, dns_names: &[String], days: i64) -> Result<Issued, CertError> {
+        self.issue(cn, subject(cn), dns_names, days)
+    }
+
+    /// A client certificate for a KafkaUser: subject `CN=<cn>` alone, so that Kafka's default
+    /// `ssl.principal.mapping.rules` make its principal `User:CN=<cn>`.
+    pub fn sign_user(&self, cn: &str, days: i64) -> Result<Issued, CertError> {
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, cn);
+        self.issue(cn, dn, &[], days)
+    }
+
+    fn issue(
+        &self,
+        cn: &str,
+        subject: DistinguishedName,
+        dns_names: &[String],
+        days: i64,
+    ) -> Result<Issued, CertError> {
         let err = |source| CertError::Generate {
             what: format!("certificate {cn}"),
             source,
         };
         let mut params = CertificateParams::new(dns_names.to_vec()).map_err(err)?;
-        params.distinguished_name = subject(cn);
+        params.distinguished_name = subject;
         params.key_usages = vec![
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
@@ -369,6 +387,20 @@ async fn ensure_ca<C: AdminConnector>(
             .into())
         }
     }
+}
+
+/// The cluster's clients CA, read from its Secrets; `None` while either is missing (the cluster
+/// secures nothing yet, or its operator pass has not made them).
+pub async fn clients_ca(api: &Api<Secret>, names: &Names) -> Result<Option<Ca>, Error> {
+    let kind = CaKind::Clients;
+    let (cert_name, key_name) = (kind.cert_secret(names), kind.key_secret(names));
+    let (Some(cert), Some(key)) = (
+        api.get_opt(&cert_name).await?,
+        api.get_opt(&key_name).await?,
+    ) else {
+        return Ok(None);
+    };
+    Ok(Some(stored_ca(&cert, &key, &cert_name, &key_name)?))
 }
 
 fn entry(key: &str, value: &str) -> BTreeMap<String, String> {

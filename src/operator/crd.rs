@@ -1,11 +1,14 @@
-//! The KafkaCluster and KafkaTopic custom resources (`kafka.evenkeel.dev/v1alpha1`): spec, status,
-//! defaults, printer columns and the CEL rules the API server enforces at admission.
+//! The KafkaCluster, KafkaTopic and KafkaUser custom resources (`kafka.evenkeel.dev/v1alpha1`):
+//! spec, status, defaults, printer columns and the CEL rules the API server enforces at admission.
 
 use std::collections::BTreeMap;
 
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+mod user;
+pub use user::*;
 
 pub const GROUP: &str = "kafka.evenkeel.dev";
 pub const VERSION: &str = "v1alpha1";
@@ -467,6 +470,10 @@ pub fn crd_files() -> Vec<(&'static str, String)> {
         (
             "kafkatopics.kafka.evenkeel.dev.yaml",
             render(KafkaTopic::crd()),
+        ),
+        (
+            "kafkausers.kafka.evenkeel.dev.yaml",
+            render(KafkaUser::crd()),
         ),
     ]
 }

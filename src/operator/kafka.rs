@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use crate::client::{AdminClient, AlterConfigOp, AlterOpType, ClientError, ConfigSource};
 use crate::protocol::errors;
+use crate::security::acl::{AclBinding, AclBindingFilter};
+use crate::security::sasl::ScramMechanism;
 
 /// A Kafka-side failure, kept as Kafka names it so it can become a condition.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -123,9 +125,46 @@ pub trait TopicAdmin: Send + Sync {
     fn ongoing_reassignments(&self) -> impl Future<Output = Result<usize, AdminError>> + Send;
 }
 
+/// What the KafkaUser reconciler changes in Kafka: a user's SCRAM credentials and the ACLs of
+/// its principal.
+pub trait UserAdmin: Send + Sync {
+    /// The SCRAM mechanisms `user` has a credential for.
+    fn scram_mechanisms(
+        &self,
+        user: &str,
+    ) -> impl Future<Output = Result<Vec<ScramMechanism>, AdminError>> + Send;
+    /// Sets `user`'s credential for `mechanism` to `password`.
+    fn set_scram_password(
+        &self,
+        user: &str,
+        mechanism: ScramMechanism,
+        password: &str,
+    ) -> impl Future<Output = Result<(), AdminError>> + Send;
+    /// Removes `user`'s credentials for `mechanisms`; missing ones are not an error.
+    fn delete_scram(
+        &self,
+        user: &str,
+        mechanisms: &[ScramMechanism],
+    ) -> impl Future<Output = Result<(), AdminError>> + Send;
+    /// Every ACL that names `principal`.
+    fn acls_of(
+        &self,
+        principal: &str,
+    ) -> impl Future<Output = Result<Vec<AclBinding>, AdminError>> + Send;
+    fn create_acls(
+        &self,
+        acls: &[AclBinding],
+    ) -> impl Future<Output = Result<(), AdminError>> + Send;
+    /// Removes exactly these ACLs.
+    fn delete_acls(
+        &self,
+        acls: &[AclBinding],
+    ) -> impl Future<Output = Result<(), AdminError>> + Send;
+}
+
 /// Opens an admin connection to the brokers of one cluster.
 pub trait AdminConnector: Send + Sync + 'static {
-    type Admin: TopicAdmin;
+    type Admin: TopicAdmin + UserAdmin;
     fn connect(
         &self,
         bootstrap: &str,
@@ -292,6 +331,49 @@ impl TopicAdmin for AdminClient {
             brokers: cluster.brokers.iter().map(|b| b.id).collect(),
             partitions,
         })
+    }
+}
+
+impl UserAdmin for AdminClient {
+    async fn scram_mechanisms(&self, user: &str) -> Result<Vec<ScramMechanism>, AdminError> {
+        Ok(self.describe_scram_mechanisms(user).await?)
+    }
+
+    async fn set_scram_password(
+        &self,
+        user: &str,
+        mechanism: ScramMechanism,
+        password: &str,
+    ) -> Result<(), AdminError> {
+        Ok(self
+            .upsert_scram_credential(user, mechanism, password)
+            .await?)
+    }
+
+    async fn delete_scram(
+        &self,
+        user: &str,
+        mechanisms: &[ScramMechanism],
+    ) -> Result<(), AdminError> {
+        Ok(self.delete_scram_credentials(user, mechanisms).await?)
+    }
+
+    async fn acls_of(&self, principal: &str) -> Result<Vec<AclBinding>, AdminError> {
+        let filter = AclBindingFilter {
+            principal: Some(principal.to_string()),
+            ..AclBindingFilter::any()
+        };
+        Ok(self.describe_acls(&filter).await?)
+    }
+
+    async fn create_acls(&self, acls: &[AclBinding]) -> Result<(), AdminError> {
+        Ok(AdminClient::create_acls(self, acls).await?)
+    }
+
+    async fn delete_acls(&self, acls: &[AclBinding]) -> Result<(), AdminError> {
+        let filters: Vec<AclBindingFilter> = acls.iter().map(AclBindingFilter::exactly).collect();
+        AdminClient::delete_acls(self, &filters).await?;
+        Ok(())
     }
 }
 

@@ -1,5 +1,6 @@
-//! The Kubernetes operator: KafkaCluster and KafkaTopic CRDs, their reconcilers and the process
-//! that runs them (`evenkeel operator`). It reaches brokers only through `crate::client`.
+//! The Kubernetes operator: KafkaCluster, KafkaTopic and KafkaUser CRDs, their reconcilers and
+//! the process that runs them (`evenkeel operator`). It reaches brokers only through
+//! `crate::client`.
 
 pub mod backoff;
 pub mod certs;
@@ -14,6 +15,7 @@ pub mod status;
 #[cfg(test)]
 pub mod testing;
 pub mod topic;
+pub mod user;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,7 +32,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 
-use crd::{KafkaCluster, KafkaTopic};
+use crd::{KafkaCluster, KafkaTopic, KafkaUser};
 use kafka::{AdminConnector, AdminError, ClientConnector};
 
 /// Field manager for server-side apply.
@@ -330,7 +332,16 @@ async fn run_controllers(
                 tracing::warn!(error = %e, "KafkaTopic reconcile failed");
             }
         });
-    futures::join!(cluster_controller, topic_controller);
+    let users: Api<KafkaUser> = scoped(&client, namespace.as_deref());
+    let user_controller = Controller::new(users, watcher::Config::default())
+        .shutdown_on_signal()
+        .run(user::reconcile, error_policy_user, ctx.clone())
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "KafkaUser reconcile failed");
+            }
+        });
+    futures::join!(cluster_controller, topic_controller, user_controller);
 }
 
 /// An API over one namespace, or over every namespace when none is given.
@@ -359,6 +370,14 @@ fn error_policy_topic(
     ctx: Arc<Context<ClientConnector>>,
 ) -> Action {
     retry_later(&ctx.backoff, &object_key(kt.as_ref()), err)
+}
+
+fn error_policy_user(
+    ku: Arc<KafkaUser>,
+    err: &Error,
+    ctx: Arc<Context<ClientConnector>>,
+) -> Action {
+    retry_later(&ctx.backoff, &object_key(ku.as_ref()), err)
 }
 
 /// The requeue after a failed reconcile of `key`, by the object's own backoff.

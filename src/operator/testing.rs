@@ -1,5 +1,5 @@
 //! Test doubles for reconcile scenarios: a fake API server on kube's tower-test mock service that
-//! answers by route and records every call, and an in-memory Kafka behind `TopicAdmin`.
+//! answers by route and records every call, and an in-memory Kafka behind `TopicAdmin` and `UserAdmin`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -10,9 +10,11 @@ use kube::Client;
 use serde_json::{json, Value};
 
 use super::kafka::{
-    AdminConnector, AdminError, ClusterState, Reassignment, TopicAdmin, TopicState,
+    AdminConnector, AdminError, ClusterState, Reassignment, TopicAdmin, TopicState, UserAdmin,
 };
 use super::Context;
+use crate::security::acl::AclBinding;
+use crate::security::sasl::ScramMechanism;
 
 /// One request the operator made.
 #[derive(Debug, Clone)]
@@ -180,6 +182,9 @@ pub struct FakeKafka {
     pub fail: Arc<Mutex<Option<AdminError>>>,
     /// What `ongoing_reassignments` answers.
     pub ongoing: Arc<Mutex<usize>>,
+    /// SCRAM credentials: user, mechanism, password.
+    pub scram: Arc<Mutex<Vec<(String, ScramMechanism, String)>>>,
+    pub acls: Arc<Mutex<Vec<AclBinding>>>,
 }
 
 impl FakeKafka {
@@ -305,6 +310,78 @@ impl TopicAdmin for FakeKafka {
     async fn ongoing_reassignments(&self) -> Result<usize, AdminError> {
         self.check()?;
         Ok(*self.ongoing.lock().unwrap())
+    }
+}
+
+impl UserAdmin for FakeKafka {
+    async fn scram_mechanisms(&self, user: &str) -> Result<Vec<ScramMechanism>, AdminError> {
+        self.check()?;
+        let scram = self.scram.lock().unwrap();
+        Ok(scram.iter().filter(|c| c.0 == user).map(|c| c.1).collect())
+    }
+    async fn set_scram_password(
+        &self,
+        user: &str,
+        mechanism: ScramMechanism,
+        password: &str,
+    ) -> Result<(), AdminError> {
+        self.check()?;
+        let mut scram = self.scram.lock().unwrap();
+        scram.retain(|c| !(c.0 == user && c.1 == mechanism));
+        scram.push((user.into(), mechanism, password.into()));
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("scram {user} {}", mechanism.name()));
+        Ok(())
+    }
+    async fn delete_scram(
+        &self,
+        user: &str,
+        mechanisms: &[ScramMechanism],
+    ) -> Result<(), AdminError> {
+        self.check()?;
+        let mut scram = self.scram.lock().unwrap();
+        scram.retain(|c| !(c.0 == user && mechanisms.contains(&c.1)));
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("delete scram {user}"));
+        Ok(())
+    }
+    async fn acls_of(&self, principal: &str) -> Result<Vec<AclBinding>, AdminError> {
+        self.check()?;
+        let acls = self.acls.lock().unwrap();
+        Ok(acls
+            .iter()
+            .filter(|a| a.principal == principal)
+            .cloned()
+            .collect())
+    }
+    async fn create_acls(&self, acls: &[AclBinding]) -> Result<(), AdminError> {
+        self.check()?;
+        let mut stored = self.acls.lock().unwrap();
+        for a in acls {
+            if !stored.contains(a) {
+                stored.push(a.clone());
+            }
+            self.log.lock().unwrap().push(format!(
+                "acl+ {} {} {}",
+                a.principal, a.operation, a.pattern.name
+            ));
+        }
+        Ok(())
+    }
+    async fn delete_acls(&self, acls: &[AclBinding]) -> Result<(), AdminError> {
+        self.check()?;
+        self.acls.lock().unwrap().retain(|a| !acls.contains(a));
+        for a in acls {
+            self.log.lock().unwrap().push(format!(
+                "acl- {} {} {}",
+                a.principal, a.operation, a.pattern.name
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -222,6 +222,19 @@ impl AclBindingFilter {
         }
     }
 
+    /// A filter that matches `b` and nothing else.
+    pub fn exactly(b: &AclBinding) -> AclBindingFilter {
+        AclBindingFilter {
+            resource_type: b.pattern.resource_type,
+            name: Some(b.pattern.name.clone()),
+            pattern_type: b.pattern.pattern_type,
+            principal: Some(b.principal.clone()),
+            host: Some(b.host.clone()),
+            operation: b.operation,
+            permission: b.permission,
+        }
+    }
+
     /// Whether the filter names an UNKNOWN element (Kafka refuses it with INVALID_REQUEST and
     /// `UNKNOWN_FILTER`).
     pub fn is_unknown(&self) -> bool {
