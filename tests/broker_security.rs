@@ -46,20 +46,7 @@ fn start() -> Secured {
         "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
     ];
     let cluster = Cluster::start_with(3, &overrides, |id, ports| {
-        let sasl = sasl_ports[id - 1];
-        let (client, ctrl) = (ports.client, ports.controller);
-        vec![
-            (
-                "listeners".into(),
-                format!(
-                    "PLAINTEXT://127.0.0.1:{client},SASL://127.0.0.1:{sasl},CONTROLLER://127.0.0.1:{ctrl}"
-                ),
-            ),
-            (
-                "advertised.listeners".into(),
-                format!("PLAINTEXT://127.0.0.1:{client},SASL://127.0.0.1:{sasl}"),
-            ),
-        ]
+        Cluster::sasl_listeners(ports, sasl_ports[id - 1])
     });
     let sasl = sasl_ports
         .iter()
@@ -702,19 +689,7 @@ async fn a_sasl_session_ends_unless_the_client_logs_in_again() {
         "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
     ];
     let _cluster = Cluster::start_with(1, &overrides, |_, ports| {
-        let (client, ctrl) = (ports.client, ports.controller);
-        vec![
-            (
-                "listeners".into(),
-                format!(
-                    "PLAINTEXT://127.0.0.1:{client},SASL://127.0.0.1:{sasl_port},CONTROLLER://127.0.0.1:{ctrl}"
-                ),
-            ),
-            (
-                "advertised.listeners".into(),
-                format!("PLAINTEXT://127.0.0.1:{client},SASL://127.0.0.1:{sasl_port}"),
-            ),
-        ]
+        Cluster::sasl_listeners(ports, sasl_port)
     });
     let addr = format!("127.0.0.1:{sasl_port}");
     let start = std::time::Instant::now();

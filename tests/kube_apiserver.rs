@@ -1989,19 +1989,7 @@ async fn kafkauser_credentials_and_acls_against_a_real_broker() {
         "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
     ];
     let broker = common::cluster::Cluster::start_with(1, &overrides, |_, ports| {
-        let (client, ctrl) = (ports.client, ports.controller);
-        vec![
-            (
-                "listeners".into(),
-                format!(
-                    "PLAINTEXT://127.0.0.1:{client},SASL://127.0.0.1:{sasl_port},CONTROLLER://127.0.0.1:{ctrl}"
-                ),
-            ),
-            (
-                "advertised.listeners".into(),
-                format!("PLAINTEXT://127.0.0.1:{client},SASL://127.0.0.1:{sasl_port}"),
-            ),
-        ]
+        common::cluster::Cluster::sasl_listeners(ports, sasl_port)
     });
     let sasl = format!("127.0.0.1:{sasl_port}");
     // The operator reaches the broker as ANONYMOUS on PLAINTEXT, as it reaches a secured

@@ -309,6 +309,12 @@ pub fn secret(
     entries: BTreeMap<String, String>,
 ) -> Result<Secret, BuildError> {
     let mut s: Secret = resources::owned_object(kc, "v1", "Secret", name)?;
+    set_entries(&mut s, entries);
+    Ok(s)
+}
+
+/// Makes `s` an Opaque Secret holding exactly `entries` (text).
+pub fn set_entries(s: &mut Secret, entries: BTreeMap<String, String>) {
     s.type_ = Some("Opaque".into());
     s.data = Some(
         entries
@@ -316,7 +322,6 @@ pub fn secret(
             .map(|(k, v)| (k, ByteString(v.into_bytes())))
             .collect(),
     );
-    Ok(s)
 }
 
 /// The certificates step of a KafkaCluster pass: when the spec secures a listener, both CAs

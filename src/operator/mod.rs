@@ -387,6 +387,46 @@ fn retry_later(backoff: &backoff::Backoff, key: &str, err: &Error) -> Action {
     Action::requeue(delay)
 }
 
+/// One pass of a namespaced resource kept by `finalizer_name` (KafkaTopic, KafkaUser): `pass`
+/// gets the resource's API and the finalizer's event (apply, or clean up before deletion); the
+/// pass is counted in the metrics by kind, and a success resets the object's backoff.
+pub async fn finalized<K, C, F, Fut>(
+    ctx: &Context<C>,
+    obj: Arc<K>,
+    finalizer_name: &str,
+    pass: F,
+) -> Result<Action, Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + Send
+        + Sync
+        + 'static,
+    C: AdminConnector,
+    F: FnOnce(Api<K>, kube::runtime::finalizer::Event<K>) -> Fut,
+    Fut: std::future::Future<Output = Result<Action, Error>>,
+{
+    let ns = obj
+        .namespace()
+        .ok_or(Error::Missing("metadata.namespace"))?;
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+    let key = object_key(obj.as_ref());
+    let started = std::time::Instant::now();
+    let result =
+        kube::runtime::finalizer(&api, finalizer_name, obj, |event| pass(api.clone(), event))
+            .await
+            .map_err(|e| Error::Finalizer(Box::new(e)));
+    ctx.metrics
+        .observe(&K::kind(&()), started.elapsed(), result.is_ok());
+    if result.is_ok() {
+        ctx.backoff.succeeded(&key);
+    }
+    result
+}
+
 /// `Kind/namespace/name`: an object's key for its backoff.
 pub fn object_key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
     format!(

@@ -7,7 +7,7 @@ use std::time::Duration;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::runtime::finalizer::{finalizer, Event as Finalizer};
+use kube::runtime::finalizer::Event as Finalizer;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -140,24 +140,14 @@ pub async fn reconcile<C: AdminConnector>(
     kt: Arc<KafkaTopic>,
     ctx: Arc<Context<C>>,
 ) -> Result<Action, Error> {
-    let ns = kt.namespace().ok_or(Error::Missing("metadata.namespace"))?;
-    let api: Api<KafkaTopic> = Api::namespaced(ctx.client.clone(), &ns);
-    let key = super::object_key(kt.as_ref());
-    let started = std::time::Instant::now();
-    let result = finalizer(&api, TOPIC_FINALIZER, kt, |event| async {
+    let pass_ctx = ctx.clone();
+    super::finalized(&ctx, kt, TOPIC_FINALIZER, |api, event| async move {
         match event {
-            Finalizer::Apply(kt) => apply(&kt, &ctx, &api).await,
-            Finalizer::Cleanup(kt) => cleanup(&kt, &ctx, &api).await,
+            Finalizer::Apply(kt) => apply(&kt, &pass_ctx, &api).await,
+            Finalizer::Cleanup(kt) => cleanup(&kt, &pass_ctx, &api).await,
         }
     })
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)));
-    ctx.metrics
-        .observe("KafkaTopic", started.elapsed(), result.is_ok());
-    if result.is_ok() {
-        ctx.backoff.succeeded(&key);
-    }
-    result
 }
 
 /// Outcome of one pass, written to status.

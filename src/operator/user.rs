@@ -7,11 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::ByteString;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::runtime::finalizer::{finalizer, Event as Finalizer};
+use kube::runtime::finalizer::Event as Finalizer;
 use kube::{Resource, ResourceExt};
 use rand::distributions::{Alphanumeric, DistString};
 use serde_json::json;
@@ -166,24 +165,14 @@ pub async fn reconcile<C: AdminConnector>(
     ku: Arc<KafkaUser>,
     ctx: Arc<Context<C>>,
 ) -> Result<Action, Error> {
-    let ns = ku.namespace().ok_or(Error::Missing("metadata.namespace"))?;
-    let api: Api<KafkaUser> = Api::namespaced(ctx.client.clone(), &ns);
-    let key = super::object_key(ku.as_ref());
-    let started = std::time::Instant::now();
-    let result = finalizer(&api, USER_FINALIZER, ku, |event| async {
+    let pass_ctx = ctx.clone();
+    super::finalized(&ctx, ku, USER_FINALIZER, |api, event| async move {
         match event {
-            Finalizer::Apply(ku) => apply(&ku, &ctx, &api).await,
-            Finalizer::Cleanup(ku) => cleanup(&ku, &ctx).await,
+            Finalizer::Apply(ku) => apply(&ku, &pass_ctx, &api).await,
+            Finalizer::Cleanup(ku) => cleanup(&ku, &pass_ctx).await,
         }
     })
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)));
-    ctx.metrics
-        .observe("KafkaUser", started.elapsed(), result.is_ok());
-    if result.is_ok() {
-        ctx.backoff.succeeded(&key);
-    }
-    result
 }
 
 /// Outcome of one pass, written to status.
@@ -308,13 +297,7 @@ fn user_secret(ku: &KafkaUser, entries: BTreeMap<String, String>) -> Result<Secr
             "KafkaUser".to_string(),
         ),
     ]));
-    s.type_ = Some("Opaque".into());
-    s.data = Some(
-        entries
-            .into_iter()
-            .map(|(k, v)| (k, ByteString(v.into_bytes())))
-            .collect(),
-    );
+    certs::set_entries(&mut s, entries);
     Ok(s)
 }
 

@@ -98,6 +98,24 @@ impl Cluster {
         Self::start_prepared(n, overrides, per_node, |_| {})
     }
 
+    /// The per-node listeners of a node with a SASL listener on `sasl` beside its PLAINTEXT
+    /// and CONTROLLER ones (map `SASL` in `listener.security.protocol.map`), for `start_with`.
+    pub fn sasl_listeners(ports: &NodePorts, sasl: u16) -> Vec<(String, String)> {
+        let (client, ctrl) = (ports.client, ports.controller);
+        vec![
+            (
+                "listeners".into(),
+                format!(
+                    "PLAINTEXT://127.0.0.1:{client},SASL://127.0.0.1:{sasl},CONTROLLER://127.0.0.1:{ctrl}"
+                ),
+            ),
+            (
+                "advertised.listeners".into(),
+                format!("PLAINTEXT://127.0.0.1:{client},SASL://127.0.0.1:{sasl}"),
+            ),
+        ]
+    }
+
     /// As `start_with`, calling `prepare` on each node's log directory once it is formatted
     /// and before the node starts (e.g. to write bootstrap records).
     pub fn start_prepared(
