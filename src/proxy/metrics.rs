@@ -286,6 +286,13 @@ pub(super) async fn render(State(s): State<App>) -> impl IntoResponse {
             "# HELP {u} Users whose producers the proxy holds (basic auth)\n# TYPE {u} gauge\n{u} {}",
             held.len()
         );
+        let a = "evenkeel_proxy_login_attempts_total";
+        let _ = writeln!(
+            text,
+            "# HELP {a} Basic-auth logins tried against the cluster (a held producer or a \
+             remembered refusal answers the rest)\n# TYPE {a} counter\n{a} {}",
+            users.login_attempts()
+        );
         producers.extend(held.into_iter().map(|(_, p)| p));
     }
     let snapshots: Vec<MetricsSnapshot> = producers.iter().map(|p| p.metrics()).collect();

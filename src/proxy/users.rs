@@ -2,9 +2,12 @@
 //! principal propagation): a request's user name and password are the SASL login of a producer
 //! for that user, made on the user's first request and kept (at most `max_users`, the least
 //! recently used without a request in progress given up first), so the cluster's ACLs apply to
-//! the HTTP user. The cluster checks the password: the proxy keeps no user list of its own.
+//! the HTTP user. The cluster checks the password: the proxy keeps no user list of its own. A
+//! login the cluster refused is answered from memory for a while, and few logins are tried at
+//! once, so wrong passwords cannot make the proxy hammer the cluster.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,6 +26,15 @@ pub const REALM: &str = "evenkeel-proxy";
 
 /// How long a producer given up for room may take to send what it still holds.
 const CLOSE_GRACE: Duration = Duration::from_secs(30);
+
+/// How long a login the cluster refused is refused again from memory, without asking it.
+pub const REFUSED_FOR: Duration = Duration::from_secs(30);
+
+/// The most refused logins remembered; past it the expired ones go, then all.
+const MAX_REFUSED: usize = 10_000;
+
+/// The most logins tried against the cluster at once; further ones wait their turn.
+const MAX_CONCURRENT_LOGINS: usize = 4;
 
 /// Basic auth's settings.
 #[derive(Clone, Debug)]
@@ -77,6 +89,11 @@ pub fn unauthorized(message: impl Into<String>) -> Response {
     r
 }
 
+/// 401 for a login the cluster refused.
+fn login_refused(user: &str) -> Response {
+    unauthorized(format!("the Kafka cluster refused the login of {user}"))
+}
+
 struct Held {
     /// SHA-256 of the password the producer logged in with.
     password: [u8; 32],
@@ -89,6 +106,12 @@ pub(crate) struct UserProducers {
     base: ProducerConfig,
     max_users: usize,
     held: Mutex<HashMap<String, Held>>,
+    /// Logins the cluster refused (user, password digest), with when.
+    refused: Mutex<HashMap<(String, [u8; 32]), Instant>>,
+    /// Turns to try a login against the cluster.
+    logins: tokio::sync::Semaphore,
+    /// Logins tried against the cluster.
+    attempts: AtomicU64,
 }
 
 fn digest(password: &str) -> [u8; 32] {
@@ -102,19 +125,68 @@ impl UserProducers {
             base,
             max_users: auth.max_users.max(1),
             held: Mutex::new(HashMap::new()),
+            refused: Mutex::new(HashMap::new()),
+            logins: tokio::sync::Semaphore::new(MAX_CONCURRENT_LOGINS),
+            attempts: AtomicU64::new(0),
         }
     }
 
     /// The producer of `c`'s user: the one held when it logged in with the same password,
     /// else a new one whose login the cluster is asked to accept first (401 when it refuses,
-    /// 503 when no broker answers).
+    /// or refused within `REFUSED_FOR`; 503 when no broker answers).
     pub async fn producer_for(&self, c: &Credentials) -> Result<Arc<Producer>, Response> {
         let password = digest(&c.password);
         if let Some(p) = self.held_for(&c.username, &password) {
             return Ok(p);
         }
-        let producer = Arc::new(self.start(c).await?);
-        Ok(self.keep(&c.username, password, producer))
+        if self.recently_refused(&c.username, &password) {
+            return Err(login_refused(&c.username));
+        }
+        let _turn = self
+            .logins
+            .acquire()
+            .await
+            .map_err(|_| ApiError::unavailable("the proxy is shutting down").into_response())?;
+        // While this one waited, a request with the same login may have got its answer.
+        if let Some(p) = self.held_for(&c.username, &password) {
+            return Ok(p);
+        }
+        if self.recently_refused(&c.username, &password) {
+            return Err(login_refused(&c.username));
+        }
+        self.attempts.fetch_add(1, Ordering::Relaxed);
+        match self.start(c).await {
+            Ok(producer) => Ok(self.keep(&c.username, password, Arc::new(producer))),
+            Err(refused) if refused.status() == StatusCode::UNAUTHORIZED => {
+                self.remember_refused(&c.username, password);
+                Err(refused)
+            }
+            Err(other) => Err(other),
+        }
+    }
+
+    /// Logins tried against the cluster so far (the rest were answered by a held producer or
+    /// a remembered refusal).
+    pub fn login_attempts(&self) -> u64 {
+        self.attempts.load(Ordering::Relaxed)
+    }
+
+    fn recently_refused(&self, user: &str, password: &[u8; 32]) -> bool {
+        let refused = self.refused.lock();
+        refused
+            .get(&(user.to_string(), *password))
+            .is_some_and(|at| at.elapsed() < REFUSED_FOR)
+    }
+
+    fn remember_refused(&self, user: &str, password: [u8; 32]) {
+        let mut refused = self.refused.lock();
+        if refused.len() >= MAX_REFUSED {
+            refused.retain(|_, at| at.elapsed() < REFUSED_FOR);
+            if refused.len() >= MAX_REFUSED {
+                refused.clear();
+            }
+        }
+        refused.insert((user.to_string(), password), Instant::now());
     }
 
     fn held_for(&self, user: &str, password: &[u8; 32]) -> Option<Arc<Producer>> {
@@ -143,10 +215,7 @@ impl UserProducers {
             Ok(_) => Ok(producer),
             Err(e) if e.is_login_refused() => {
                 tracing::info!(user = %c.username, "the cluster refused the user's login");
-                Err(unauthorized(format!(
-                    "the Kafka cluster refused the login of {}",
-                    c.username
-                )))
+                Err(login_refused(&c.username))
             }
             Err(e) => Err(ApiError::unavailable(e).into_response()),
         }
