@@ -32,6 +32,10 @@ pub const CA_VALIDITY_DAYS: i64 = 365;
 /// Days a broker certificate is valid. Renewal before expiry is not done yet: the operator
 /// re-issues a certificate only when its names change or the CA no longer signs it.
 pub const BROKER_VALIDITY_DAYS: i64 = 365;
+
+/// A broker or user certificate that expires within this many days is issued again (Strimzi's
+/// default `renewalDays`). The brokers reload their certificate files, so this needs no restart.
+pub const RENEWAL_DAYS: i64 = 30;
 /// Key of the CA certificate in a `*-ca-cert` Secret.
 pub const CA_CERT: &str = "ca.crt";
 /// Key of the CA private key in a `*-ca` Secret.
@@ -229,6 +233,18 @@ pub fn dns_names(cert_pem: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// Whether `cert_pem` expires within `days` (or cannot be read: then it is due too).
+pub fn expires_within(cert_pem: &str, days: i64) -> bool {
+    let Ok((_, pem)) = x509_parser::pem::parse_x509_pem(cert_pem.as_bytes()) else {
+        return true;
+    };
+    let Ok(cert) = pem.parse_x509() else {
+        return true;
+    };
+    let deadline = time::OffsetDateTime::now_utc() + time::Duration::days(days);
+    cert.validity().not_after.to_datetime() <= deadline
+}
+
 /// Whether `ca_pem`'s key signed `cert_pem`.
 pub fn signed_by(cert_pem: &str, ca_pem: &str) -> bool {
     let parse = |pem: &str| {
@@ -254,7 +270,8 @@ pub fn wants_certificates(kc: &KafkaCluster) -> bool {
 }
 
 /// The broker Secret's entries for `replicas` brokers: an entry of `existing` is kept while it
-/// names the broker's DNS names and the cluster CA signs it, else issued anew. Returns the
+/// names the broker's DNS names, the cluster CA signs it and it has more than `RENEWAL_DAYS`
+/// to live, else issued anew. Returns the
 /// entries and the pods whose certificate was issued.
 pub fn broker_entries(
     ca: &Ca,
@@ -273,7 +290,8 @@ pub fn broker_entries(
                 let mut wanted = dns.clone();
                 wanted.sort();
                 let current = dns_names(c).is_ok_and(|n| n == wanted);
-                (current && signed_by(c, &ca.cert_pem)).then(|| (c.clone(), k.clone()))
+                let due = expires_within(c, RENEWAL_DAYS);
+                (current && signed_by(c, &ca.cert_pem) && !due).then(|| (c.clone(), k.clone()))
             }
             _ => None,
         };

@@ -347,8 +347,8 @@ fn password_entries(username: &str, password: &str) -> BTreeMap<String, String> 
     ])
 }
 
-/// The user's certificate: kept while the clients CA that signed it is the cluster's, else
-/// issued anew (subject `CN=<name>`). False when the cluster has no clients CA.
+/// The user's certificate: kept while the clients CA that signed it is the cluster's and it
+/// has more than `RENEWAL_DAYS` to live, else issued anew (subject `CN=<name>`). False when the cluster has no clients CA.
 async fn ensure_certificate(
     ku: &KafkaUser,
     cluster: &KafkaCluster,
@@ -364,7 +364,9 @@ async fn ensure_certificate(
         .map(|s| certs::secret_text(&s))
         .unwrap_or_default();
     let current = existing.get(USER_CERT).is_some_and(|c| {
-        existing.get(CA_CERT) == Some(&ca.cert_pem) && certs::signed_by(c, &ca.cert_pem)
+        existing.get(CA_CERT) == Some(&ca.cert_pem)
+            && certs::signed_by(c, &ca.cert_pem)
+            && !certs::expires_within(c, certs::RENEWAL_DAYS)
     }) && existing.contains_key(USER_KEY);
     if current {
         return Ok(true);

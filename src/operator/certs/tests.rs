@@ -95,6 +95,33 @@ fn a_certificate_with_other_names_or_another_ca_is_issued_again() {
 }
 
 #[test]
+fn a_certificate_near_its_end_is_renewed_and_one_with_time_left_is_kept() {
+    let ca = Ca::generate("main-cluster-ca").unwrap();
+    let (mut stored, _) = broker_entries(&ca, &names(), 2, &BTreeMap::new()).unwrap();
+    let dns = broker_dns_names(&names(), 1);
+    let ending = ca.sign("main-kafka", &dns, RENEWAL_DAYS - 1).unwrap();
+    stored.insert("main-kafka-1.crt".into(), ending.cert_pem);
+    stored.insert("main-kafka-1.key".into(), ending.key_pem);
+    let lasting = ca.sign(
+        "main-kafka",
+        &broker_dns_names(&names(), 0),
+        RENEWAL_DAYS + 5,
+    );
+    let lasting = lasting.unwrap();
+    stored.insert("main-kafka-0.crt".into(), lasting.cert_pem.clone());
+    stored.insert("main-kafka-0.key".into(), lasting.key_pem);
+    let (renewed, issued) = broker_entries(&ca, &names(), 2, &stored).unwrap();
+    assert_eq!(issued, ["main-kafka-1"]);
+    assert_eq!(renewed["main-kafka-0.crt"], lasting.cert_pem);
+    assert!(!expires_within(&renewed["main-kafka-1.crt"], RENEWAL_DAYS));
+    assert!(expires_within(
+        &renewed["main-kafka-1.crt"],
+        BROKER_VALIDITY_DAYS + 1
+    ));
+    assert!(expires_within("not a certificate", 1));
+}
+
+#[test]
 fn a_stored_ca_is_read_back_and_signs() {
     let ca = Ca::generate("main-cluster-ca").unwrap();
     let back = Ca::from_pem(ca.cert_pem.clone(), ca.key_pem.clone(), "s").unwrap();
