@@ -227,7 +227,7 @@ pub(super) async fn open(
     let tcp = tcp_connect(addr, timeout).await?;
     let stream = match security.tls() {
         Some(config) => {
-            let shake = security::tls_handshake(tcp, addr, config.clone());
+            let shake = security::tls_handshake(tcp, addr, config);
             within(timeout, "TLS handshake", shake).await?
         }
         None => Stream::Plain(tcp),

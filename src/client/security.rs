@@ -22,6 +22,7 @@ use crate::config::{invalid, ConfigError};
 use crate::protocol::errors;
 use crate::protocol::listener::Stream;
 use crate::security::sasl::{Mechanism, ScramClient, ScramClientError};
+use crate::security::tls::client::TlsClient;
 use crate::security::tls::TlsError;
 
 /// A SASL login; the password is never printed.
@@ -44,8 +45,24 @@ impl std::fmt::Debug for SaslLogin {
 /// How to connect: PLAINTEXT, or TLS (with this client config) and/or SASL (with this login).
 #[derive(Clone, Debug)]
 pub struct ClientSecurity {
-    tls: Option<Arc<rustls::ClientConfig>>,
+    tls: Option<Tls>,
     sasl: Option<SaslLogin>,
+}
+
+/// A TLS client config given as it is, or one that follows its `ssl.*` files.
+#[derive(Clone, Debug)]
+enum Tls {
+    Fixed(Arc<rustls::ClientConfig>),
+    Files(Arc<TlsClient>),
+}
+
+impl Tls {
+    fn config(&self) -> Arc<rustls::ClientConfig> {
+        match self {
+            Tls::Fixed(c) => c.clone(),
+            Tls::Files(c) => c.config(),
+        }
+    }
 }
 
 impl Default for ClientSecurity {
@@ -102,6 +119,14 @@ impl ClientSecurity {
         tls: Option<Arc<rustls::ClientConfig>>,
         sasl: Option<SaslLogin>,
     ) -> Result<Self, SecurityError> {
+        Self::assemble(protocol, tls.map(Tls::Fixed), sasl)
+    }
+
+    fn assemble(
+        protocol: SecurityProtocol,
+        tls: Option<Tls>,
+        sasl: Option<SaslLogin>,
+    ) -> Result<Self, SecurityError> {
         let incomplete = |what| SecurityError::Incomplete { protocol, what };
         let tls = match (protocol.is_tls(), tls) {
             (true, None) => return Err(incomplete("a TLS client config")),
@@ -117,21 +142,22 @@ impl ClientSecurity {
     }
 
     /// How a broker connects to other brokers' listener of `protocol`: with that listener's
-    /// `ssl.*` settings (client side) and the broker's inter-broker login.
+    /// `ssl.*` settings (client side; their files read now, and again when they change) and
+    /// the broker's inter-broker login.
     pub fn for_listener(
         protocol: SecurityProtocol,
         ssl: Option<&SslConfig>,
         login: Option<&JaasLogin>,
     ) -> Result<Self, SecurityError> {
         let tls = match ssl.filter(|_| protocol.is_tls()) {
-            Some(ssl) => Some(crate::security::tls::client::client_config(ssl)?),
+            Some(ssl) => Some(Tls::Files(Arc::new(TlsClient::new(ssl)?))),
             None => None,
         };
         let sasl = match login.filter(|_| protocol.is_sasl()) {
             Some(l) => Some(sasl_login(l)?),
             None => None,
         };
-        ClientSecurity::new(protocol, tls, sasl)
+        ClientSecurity::assemble(protocol, tls, sasl)
     }
 
     /// From Kafka's client keys: `security.protocol` (PLAINTEXT), the `ssl.*` keys for SSL and
@@ -186,8 +212,9 @@ impl ClientSecurity {
         self.sasl.as_ref().map(|l| l.username.as_str())
     }
 
-    pub(super) fn tls(&self) -> Option<&Arc<rustls::ClientConfig>> {
-        self.tls.as_ref()
+    /// The TLS client config for the next connection, if any.
+    pub(super) fn tls(&self) -> Option<Arc<rustls::ClientConfig>> {
+        self.tls.as_ref().map(Tls::config)
     }
 
     pub(super) fn sasl(&self) -> Option<&SaslLogin> {

@@ -1,6 +1,7 @@
 //! TLS for a listener: the rustls server config built from its `ssl.*` settings (PEM key,
 //! chain and truststore, client auth, versions), the handshake, and reloads on file changes;
-//! `client` builds the broker's client side of the same settings.
+//! `client` builds the client side of the same settings (brokers' connections to each other,
+//! our producer), which follows its files too.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -153,15 +154,9 @@ impl TlsServer {
     /// was read: `Ok(true)` when swapped; an error keeps the old config (and the same contents
     /// are not tried again).
     pub fn reload(&self) -> Result<bool, TlsError> {
-        let files = Files::read(&self.ssl);
-        let digest = files.digest();
-        {
-            let mut seen = self.seen.lock();
-            if *seen == digest {
-                return Ok(false);
-            }
-            *seen = digest;
-        }
+        let Some(files) = changed_files(&self.ssl, &self.seen) else {
+            return Ok(false);
+        };
         let config = server_config(&self.ssl, &files)?;
         *self.current.write() = config;
         Ok(true)
@@ -194,6 +189,19 @@ impl TlsServer {
             }
         }))
     }
+}
+
+/// The files of `ssl` as read now when their contents differ from those `seen` last (which
+/// then become the ones seen, whether or not they make a config); `None` when unchanged.
+fn changed_files<'a>(ssl: &'a SslConfig, seen: &Mutex<[u8; 32]>) -> Option<Files<'a>> {
+    let files = Files::read(ssl);
+    let digest = files.digest();
+    let mut seen = seen.lock();
+    if *seen == digest {
+        return None;
+    }
+    *seen = digest;
+    Some(files)
 }
 
 /// The files of `ssl`, in a fixed order.

@@ -279,3 +279,69 @@ fn client_auth_without_a_truststore_is_refused_not_turned_off() {
     let e = server_config(&c, &Files::read(&c)).unwrap_err().to_string();
     assert!(e.starts_with("ssl.truststore.location"), "{e}");
 }
+
+#[tokio::test]
+async fn the_client_side_presents_a_rotated_keystore_to_its_next_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new("ca");
+    let server_side = listener_ssl(&pki.leaf("broker-2"), &pki.ca_pem(), &[]);
+    let server = TlsServer::new(server_side).unwrap();
+    let keystore = dir.path().join("client.pem");
+    let write = |leaf: &Leaf| {
+        std::fs::write(&keystore, format!("{}{}", leaf.key, leaf.cert)).unwrap();
+    };
+    write(&pki.leaf("broker-1"));
+    let ca = one_line(&pki.ca_pem());
+    let client_side = ssl(&[
+        ("ssl.keystore.type", "PEM"),
+        ("ssl.keystore.location", keystore.to_str().unwrap()),
+        ("ssl.truststore.type", "PEM"),
+        ("ssl.truststore.certificates", &ca),
+    ]);
+    let client = client::TlsClient::new(&client_side)
+        .unwrap()
+        .with_reload_interval(Duration::ZERO);
+    let principal = |config| async {
+        handshake_with(&server, config, "localhost")
+            .await
+            .map(|(_, p)| p)
+            .unwrap()
+    };
+    assert_eq!(principal(client.config()).await, "User:CN=broker-1,O=acme");
+    // Kubernetes rotates the Secret: the next connection presents the new certificate.
+    write(&pki.leaf("broker-1-renewed"));
+    assert_eq!(
+        principal(client.config()).await,
+        "User:CN=broker-1-renewed,O=acme"
+    );
+    // A half-written file makes no config: the last good one is kept.
+    std::fs::write(&keystore, "half written").unwrap();
+    assert_eq!(
+        principal(client.config()).await,
+        "User:CN=broker-1-renewed,O=acme"
+    );
+}
+
+#[tokio::test]
+async fn the_client_side_checks_its_files_at_most_once_an_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new("ca");
+    let truststore = dir.path().join("ca.pem");
+    std::fs::write(&truststore, pki.ca_pem()).unwrap();
+    let leaf = pki.leaf("broker-1");
+    let (chain, key) = (one_line(&leaf.cert), one_line(&leaf.key));
+    let client = client::TlsClient::new(&ssl(&[
+        ("ssl.keystore.type", "PEM"),
+        ("ssl.keystore.certificate.chain", &chain),
+        ("ssl.keystore.key", &key),
+        ("ssl.truststore.type", "PEM"),
+        ("ssl.truststore.location", truststore.to_str().unwrap()),
+    ]))
+    .unwrap();
+    let before = client.config();
+    std::fs::write(&truststore, Pki::new("another-ca").ca_pem()).unwrap();
+    assert!(
+        Arc::ptr_eq(&before, &client.config()),
+        "the files were read again within the interval"
+    );
+}
