@@ -2095,3 +2095,64 @@ async fn kafkauser_credentials_and_acls_against_a_real_broker() {
     .await;
     op.assert_never_forbidden();
 }
+
+/// 13. `spec.proxy.tls`: the operator makes the cluster CA (the cluster itself secures nothing)
+/// and a proxy certificate it signs for the proxy Service's names, in `<cluster>-proxy-certs`,
+/// owned by the cluster; the proxy's Deployment mounts it and serves HTTPS.
+#[tokio::test]
+async fn a_tls_proxy_gets_a_certificate_the_cluster_ca_signs() {
+    use evenkeel::operator::certs::{dns_names, signed_by};
+    require_kube!();
+    let admin = kubeenv::admin().await;
+    kubeenv::install_base(&admin).await;
+    let ns = kubeenv::test_namespace(&admin, "ptls").await;
+    let op = Operator::start(&ns, "127.0.0.1:9", false);
+    let clusters: Api<KafkaCluster> = Api::namespaced(admin.clone(), &ns);
+    let mut kc = cluster("main", 1, &[]);
+    kc.spec.proxy = serde_json::from_value(json!({"replicas": 1, "tls": true})).unwrap();
+    let uid = clusters
+        .create(&PostParams::default(), &kc)
+        .await
+        .unwrap()
+        .uid()
+        .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), &ns);
+    let (ca, proxy) = wait_for("the cluster CA and the proxy's Secret", 60, || async {
+        let ca = secrets.get_opt("main-cluster-ca-cert").await.ok()??;
+        let proxy = secrets.get_opt("main-proxy-certs").await.ok()??;
+        Some((ca, proxy))
+    })
+    .await;
+    assert!(proxy
+        .owner_references()
+        .iter()
+        .any(|r| r.uid == uid && r.controller == Some(true)));
+    let ca = secret_entries(&ca).remove("ca.crt").unwrap();
+    let entries = secret_entries(&proxy);
+    assert!(signed_by(&entries["proxy.crt"], &ca));
+    let names = dns_names(&entries["proxy.crt"]).unwrap();
+    assert!(names.contains(&format!("main-proxy.{ns}.svc")), "{names:?}");
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    let d = wait_for("the proxy Deployment", 60, || async {
+        deployments.get_opt("main-proxy").await.ok()?
+    })
+    .await;
+    let pod = d.spec.unwrap().template.spec.unwrap();
+    let volume = pod.volumes.unwrap_or_default().remove(0);
+    assert_eq!(
+        volume.secret.unwrap().secret_name.as_deref(),
+        Some("main-proxy-certs")
+    );
+    let args = pod.containers[0].args.clone().unwrap();
+    assert!(
+        args.contains(&"--ssl-keystore-location".to_string()),
+        "{args:?}"
+    );
+    // No broker listener is secured: the brokers get no internal listener and no clients CA.
+    assert!(secrets
+        .get_opt("main-clients-ca-cert")
+        .await
+        .unwrap()
+        .is_none());
+    op.assert_never_forbidden();
+}

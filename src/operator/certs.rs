@@ -201,14 +201,22 @@ impl Ca {
 /// `.svc.cluster.local`.
 pub fn broker_dns_names(names: &Names, ordinal: i32) -> Vec<String> {
     let pod = format!("{}.{}", names.pod(ordinal), names.headless_service());
-    let mut out = Vec::new();
-    for host in [pod, names.bootstrap_service()] {
-        out.push(host.clone());
-        out.push(format!("{host}.{}", names.namespace));
-        out.push(format!("{host}.{}.svc", names.namespace));
-        out.push(format!("{host}.{}.svc.cluster.local", names.namespace));
-    }
+    let mut out = service_dns_names(&pod, &names.namespace);
+    out.extend(service_dns_names(
+        &names.bootstrap_service(),
+        &names.namespace,
+    ));
     out
+}
+
+/// `host` short, with the namespace, `.svc` and `.svc.cluster.local`.
+pub fn service_dns_names(host: &str, namespace: &str) -> Vec<String> {
+    vec![
+        host.to_string(),
+        format!("{host}.{namespace}"),
+        format!("{host}.{namespace}.svc"),
+        format!("{host}.{namespace}.svc.cluster.local"),
+    ]
 }
 
 /// The DNS names of a PEM certificate, sorted.
@@ -284,30 +292,63 @@ pub fn broker_entries(
     for ordinal in 0..replicas {
         let pod = names.pod(ordinal);
         let dns = broker_dns_names(names, ordinal);
-        let (crt, key) = (format!("{pod}.crt"), format!("{pod}.key"));
-        let kept = match (existing.get(&crt), existing.get(&key)) {
-            (Some(c), Some(k)) => {
-                let mut wanted = dns.clone();
-                wanted.sort();
-                let current = dns_names(c).is_ok_and(|n| n == wanted);
-                let due = expires_within(c, RENEWAL_DAYS);
-                (current && signed_by(c, &ca.cert_pem) && !due).then(|| (c.clone(), k.clone()))
-            }
-            _ => None,
-        };
-        let (c, k) = match kept {
-            Some(pair) => pair,
-            None => {
-                issued.push(pod.clone());
-                let cert = ca.sign(&names.statefulset(), &dns, BROKER_VALIDITY_DAYS)?;
-                (cert.cert_pem, cert.key_pem)
-            }
-        };
-        out.insert(format!("{pod}.pem"), format!("{k}{c}{}", ca.cert_pem));
-        out.insert(crt, c);
-        out.insert(key, k);
+        if server_entries(ca, &names.statefulset(), &dns, &pod, existing, &mut out)? {
+            issued.push(pod);
+        }
     }
     Ok((out, issued))
+}
+
+/// The producer proxy's Secret entries (`proxy.crt`, `proxy.key`, `proxy.pem`), kept or issued
+/// again as a broker's are, for every DNS name of the proxy's Service. True when issued.
+pub fn proxy_entries(
+    ca: &Ca,
+    names: &Names,
+    existing: &BTreeMap<String, String>,
+) -> Result<(BTreeMap<String, String>, bool), CertError> {
+    let mut out = BTreeMap::new();
+    let dns = service_dns_names(&names.proxy(), &names.namespace);
+    let issued = server_entries(ca, &names.proxy(), &dns, PROXY_ENTRY, existing, &mut out)?;
+    Ok((out, issued))
+}
+
+/// The file name stem of the proxy's certificate in its Secret (`proxy.pem`, …).
+pub const PROXY_ENTRY: &str = "proxy";
+
+/// Puts `<stem>.crt`, `<stem>.key` and `<stem>.pem` (key, certificate and CA: a PEM keystore)
+/// into `out`: those of `existing` while the certificate names exactly `dns`, `ca` signs it and
+/// it has more than `RENEWAL_DAYS` to live, else a new certificate for `cn`. True when issued.
+fn server_entries(
+    ca: &Ca,
+    cn: &str,
+    dns: &[String],
+    stem: &str,
+    existing: &BTreeMap<String, String>,
+    out: &mut BTreeMap<String, String>,
+) -> Result<bool, CertError> {
+    let (crt, key) = (format!("{stem}.crt"), format!("{stem}.key"));
+    let kept = match (existing.get(&crt), existing.get(&key)) {
+        (Some(c), Some(k)) => {
+            let mut wanted = dns.to_vec();
+            wanted.sort();
+            let current = dns_names(c).is_ok_and(|n| n == wanted);
+            let due = expires_within(c, RENEWAL_DAYS);
+            (current && signed_by(c, &ca.cert_pem) && !due).then(|| (c.clone(), k.clone()))
+        }
+        _ => None,
+    };
+    let issued = kept.is_none();
+    let (c, k) = match kept {
+        Some(pair) => pair,
+        None => {
+            let cert = ca.sign(cn, dns, BROKER_VALIDITY_DAYS)?;
+            (cert.cert_pem, cert.key_pem)
+        }
+    };
+    out.insert(format!("{stem}.pem"), format!("{k}{c}{}", ca.cert_pem));
+    out.insert(crt, c);
+    out.insert(key, k);
+    Ok(issued)
 }
 
 /// A Secret's entries as text; an entry that is not UTF-8 is left out.
@@ -351,14 +392,29 @@ pub async fn reconcile<C: AdminConnector>(
     names: &Names,
     replicas: i32,
 ) -> Result<Option<String>, Error> {
-    if !resources::is_secured(kc) {
+    let (secured, proxy_tls) = (resources::is_secured(kc), resources::proxy_tls(kc));
+    if !secured && !proxy_tls {
         return Ok(None);
     }
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &names.namespace);
     let result = async {
         let cluster_ca = ensure_ca(ctx, &api, kc, names, CaKind::Cluster).await?;
-        ensure_ca(ctx, &api, kc, names, CaKind::Clients).await?;
-        apply_broker_secret(ctx, &api, kc, names, &cluster_ca, replicas).await?;
+        if secured {
+            ensure_ca(ctx, &api, kc, names, CaKind::Clients).await?;
+            let name = names.broker_secret();
+            let existing = stored_entries(&api, &name).await?;
+            let (entries, issued) = broker_entries(&cluster_ca, names, replicas, &existing)?;
+            let note = format!("issued broker certificates for {}", issued.join(", "));
+            let note = (!issued.is_empty()).then_some(note);
+            apply_entries(ctx, &api, kc, name, existing, entries, note).await?;
+        }
+        if proxy_tls {
+            let name = names.proxy_secret();
+            let existing = stored_entries(&api, &name).await?;
+            let (entries, issued) = proxy_entries(&cluster_ca, names, &existing)?;
+            let note = issued.then(|| "issued the producer proxy's certificate".to_string());
+            apply_entries(ctx, &api, kc, name, existing, entries, note).await?;
+        }
         Ok(Some(cluster_ca.cert_pem))
     }
     .await;
@@ -450,31 +506,33 @@ fn stored_ca(
     )
 }
 
-/// Applies the broker Secret when its entries change (`broker_entries`); a
-/// `CertificatesIssued` event names the brokers whose certificate was issued.
-async fn apply_broker_secret<C: AdminConnector>(
+/// The text entries of Secret `name`, none when it does not exist.
+async fn stored_entries(api: &Api<Secret>, name: &str) -> Result<BTreeMap<String, String>, Error> {
+    Ok(api
+        .get_opt(name)
+        .await?
+        .map(|s| secret_text(&s))
+        .unwrap_or_default())
+}
+
+/// Applies Secret `name` of the cluster when its entries differ from `existing`; `issued`, when
+/// a certificate was issued, becomes a `CertificatesIssued` event.
+async fn apply_entries<C: AdminConnector>(
     ctx: &Context<C>,
     api: &Api<Secret>,
     kc: &KafkaCluster,
-    names: &Names,
-    ca: &Ca,
-    replicas: i32,
+    name: String,
+    existing: BTreeMap<String, String>,
+    entries: BTreeMap<String, String>,
+    issued: Option<String>,
 ) -> Result<(), Error> {
-    let name = names.broker_secret();
-    let existing = api
-        .get_opt(&name)
-        .await?
-        .map(|s| secret_text(&s))
-        .unwrap_or_default();
-    let (entries, issued) = broker_entries(ca, names, replicas, &existing)?;
     if entries == existing {
         return Ok(());
     }
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     let s = secret(kc, name.clone(), entries)?;
     api.patch(&name, &pp, &Patch::Apply(&s)).await?;
-    if !issued.is_empty() {
-        let note = format!("issued broker certificates for {}", issued.join(", "));
+    if let Some(note) = issued {
         ctx.event(kc, EventType::Normal, "CertificatesIssued", &note)
             .await;
     }

@@ -237,7 +237,7 @@ async fn reconcile_inner<C: AdminConnector>(
     st.listeners = listener_status(kc, &names, cluster_ca.as_deref());
     let (proxy_status, proxy_waiting) = match &proxy {
         Some(d) => {
-            let (status, waiting) = proxy_view(d, names.proxy_url());
+            let (status, waiting) = proxy_view(d, names.proxy_url(resources::proxy_tls(kc)));
             (Some(status), waiting)
         }
         None => (None, None),

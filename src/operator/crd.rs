@@ -271,6 +271,10 @@ pub struct Proxy {
     /// CPU and memory for the proxy container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Resources>,
+    /// HTTPS instead of HTTP, with a certificate the cluster CA signs for the proxy Service's
+    /// names (Secret `<cluster>-proxy-certs`); clients trust `<cluster>-cluster-ca-cert`.
+    #[serde(default)]
+    pub tls: bool,
     /// Java producer properties for the proxy's producer (`acks`, `linger.ms`,
     /// `compression.type`, `batch.size`, …), as Strimzi's KafkaBridge `spec.producer.config`.
     /// `bootstrap.servers` is the operator's. A change rolls the proxy pods.

@@ -101,13 +101,18 @@ impl Names {
     pub fn proxy(&self) -> String {
         format!("{}-proxy", self.cluster)
     }
-    /// Where clients reach the producer proxy: its Service's HTTP port.
-    pub fn proxy_url(&self) -> String {
+    /// Where clients reach the producer proxy: its Service's port, over HTTPS with `tls`.
+    pub fn proxy_url(&self, tls: bool) -> String {
+        let scheme = if tls { "https" } else { "http" };
         format!(
-            "http://{}.{}.svc:{PROXY_PORT}",
+            "{scheme}://{}.{}.svc:{PROXY_PORT}",
             self.proxy(),
             self.namespace
         )
+    }
+    /// The producer proxy's certificate and key (`spec.proxy.tls`).
+    pub fn proxy_secret(&self) -> String {
+        format!("{}-proxy-certs", self.cluster)
     }
     /// The rebalancer sidecar's ServiceAccount, Role and RoleBinding (one name for all three).
     pub fn rebalancer(&self) -> String {
@@ -403,6 +408,14 @@ pub fn check_internal_listener_change(
          listener {INTERNAL_LISTENER} on {INTERNAL_PORT}, which the brokers replicate on; set \
          tls, authentication and authorization when the cluster is created"
     )))
+}
+
+/// Whether the spec asks for producer proxies serving HTTPS (`spec.proxy.tls`, replicas > 0).
+pub fn proxy_tls(kc: &KafkaCluster) -> bool {
+    kc.spec
+        .proxy
+        .as_ref()
+        .is_some_and(|p| p.tls && p.replicas > 0)
 }
 
 /// Whether the spec secures a listener (TLS or authentication) or asks for authorization: then
@@ -1011,6 +1024,10 @@ fn proxy_args(
         "--shutdown-delay-ms".into(),
         PROXY_SHUTDOWN_DELAY.as_millis().to_string(),
     ];
+    if proxy.tls {
+        args.push("--ssl-keystore-location".into());
+        args.push(format!("{TLS_DIR}/proxy/{}.pem", certs::PROXY_ENTRY));
+    }
     for (k, v) in props {
         args.push("--producer-props".into());
         args.push(format!("{k}={v}"));
@@ -1036,23 +1053,38 @@ pub fn proxy_deployment(kc: &KafkaCluster, image: &str) -> Result<Deployment, Bu
         .ok_or(BuildError::Missing("spec.proxy"))?;
     let (args, config) = proxy_args(kc, proxy)?;
     let grace_seconds = config.shutdown_grace().as_secs() + 5;
-    let container = json!({
+    let scheme = if proxy.tls { "HTTPS" } else { "HTTP" };
+    let mut container = json!({
         "name": "proxy",
         "image": image,
         "args": args,
         "env": [{"name": "EVENKEEL_LOG", "value": "info"}],
         "ports": [{"name": "http", "containerPort": PROXY_PORT, "protocol": "TCP"}],
         "readinessProbe": {
-            "httpGet": {"path": "/readyz", "port": PROXY_PORT},
+            "httpGet": {"path": "/readyz", "port": PROXY_PORT, "scheme": scheme},
             "periodSeconds": 5, "failureThreshold": 3,
         },
         "livenessProbe": {
-            "httpGet": {"path": "/healthz", "port": PROXY_PORT},
+            "httpGet": {"path": "/healthz", "port": PROXY_PORT, "scheme": scheme},
             "initialDelaySeconds": 5, "periodSeconds": 10, "failureThreshold": 6,
         },
         "resources": resources(&proxy.resources),
         "securityContext": container_security(),
     });
+    let mut pod = json!({
+        "securityContext": pod_security(),
+        "terminationGracePeriodSeconds": grace_seconds,
+    });
+    if proxy.tls {
+        container["volumeMounts"] = json!([
+            {"name": "proxy-certs", "mountPath": format!("{TLS_DIR}/proxy"), "readOnly": true},
+        ]);
+        pod["volumes"] = json!([{
+            "name": "proxy-certs",
+            "secret": {"secretName": names.proxy_secret(), "defaultMode": 0o440},
+        }]);
+    }
+    pod["containers"] = json!([container]);
     typed(
         "Deployment",
         json!({
@@ -1068,11 +1100,7 @@ pub fn proxy_deployment(kc: &KafkaCluster, image: &str) -> Result<Deployment, Bu
                 },
                 "template": {
                     "metadata": {"labels": proxy_labels(&names.cluster)},
-                    "spec": {
-                        "securityContext": pod_security(),
-                        "terminationGracePeriodSeconds": grace_seconds,
-                        "containers": [container],
-                    },
+                    "spec": pod,
                 },
             },
         }),

@@ -122,6 +122,23 @@ fn a_certificate_near_its_end_is_renewed_and_one_with_time_left_is_kept() {
 }
 
 #[test]
+fn the_proxy_certificate_names_its_service_and_is_kept_until_due() {
+    let ca = Ca::generate("main-cluster-ca").unwrap();
+    let (entries, issued) = proxy_entries(&ca, &names(), &BTreeMap::new()).unwrap();
+    assert!(issued);
+    let cert = &entries["proxy.crt"];
+    assert!(signed_by(cert, &ca.cert_pem));
+    let mut want = service_dns_names("main-proxy", &names().namespace);
+    want.sort();
+    assert_eq!(dns_names(cert).unwrap(), want);
+    assert!(want.contains(&format!("main-proxy.{}.svc", names().namespace)));
+    assert!(entries["proxy.pem"].starts_with(&entries["proxy.key"]));
+    let (again, issued) = proxy_entries(&ca, &names(), &entries).unwrap();
+    assert!(!issued);
+    assert_eq!(again, entries);
+}
+
+#[test]
 fn a_stored_ca_is_read_back_and_signs() {
     let ca = Ca::generate("main-cluster-ca").unwrap();
     let back = Ca::from_pem(ca.cert_pem.clone(), ca.key_pem.clone(), "s").unwrap();

@@ -583,6 +583,51 @@ fn proxy_config_the_proxy_would_refuse_at_start_is_refused() {
 }
 
 #[test]
+fn a_tls_proxy_serves_https_with_its_secret_mounted_and_probed_over_https() {
+    let kc = cluster("replicas: 3\nproxy: {replicas: 1, tls: true}\n");
+    assert!(proxy_tls(&kc));
+    let d = proxy_deployment(&kc, "img").unwrap();
+    let pod = d.spec.unwrap().template.spec.unwrap();
+    let c = &pod.containers[0];
+    let args = c.args.clone().unwrap();
+    let at = args
+        .iter()
+        .position(|a| a == "--ssl-keystore-location")
+        .unwrap();
+    assert_eq!(args[at + 1], "/etc/evenkeel-tls/proxy/proxy.pem");
+    let mount = &c.volume_mounts.as_ref().unwrap()[0];
+    assert_eq!(mount.mount_path, "/etc/evenkeel-tls/proxy");
+    let volume = &pod.volumes.unwrap()[0];
+    assert_eq!(volume.name, mount.name);
+    let secret = volume.secret.as_ref().unwrap().secret_name.clone();
+    assert_eq!(secret.as_deref(), Some("main-proxy-certs"));
+    for probe in [&c.readiness_probe, &c.liveness_probe] {
+        let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
+        assert_eq!(get.scheme.as_deref(), Some("HTTPS"));
+    }
+    assert_eq!(
+        Names::of(&kc).unwrap().proxy_url(true),
+        "https://main-proxy.streams.svc:8080"
+    );
+    // Without tls: plain HTTP, no volume.
+    let plain = cluster("replicas: 3\nproxy: {replicas: 1}\n");
+    assert!(!proxy_tls(&plain));
+    let pod = proxy_deployment(&plain, "img")
+        .unwrap()
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap();
+    assert!(pod.volumes.is_none());
+    assert!(!pod.containers[0]
+        .args
+        .as_ref()
+        .unwrap()
+        .contains(&"--ssl-keystore-location".to_string()));
+}
+
+#[test]
 fn cluster_id_is_the_uid_in_kafka_form() {
     let kc = cluster("replicas: 1");
     let id = cluster_id(&kc).unwrap();
