@@ -1,14 +1,15 @@
-//! The cluster CA and the clients CA of a KafkaCluster, and the broker certificates the cluster
-//! CA signs, Strimzi's way: each CA is a certificate Secret (`<cluster>-cluster-ca-cert`,
+//! The cluster CA and the clients CA of a KafkaCluster, and the certificates they sign,
+//! Strimzi's way: each CA is a certificate Secret (`<cluster>-cluster-ca-cert`,
 //! `<cluster>-clients-ca-cert`, key `ca.crt`) and a key Secret (`<cluster>-cluster-ca`,
 //! `<cluster>-clients-ca`, key `ca.key`), made once and never regenerated while they exist; the
 //! brokers' certificates and keys live in `<cluster>-kafka-brokers` (`<pod>.crt`, `<pod>.key`,
-//! and `<pod>.pem`: key, certificate and CA in one file, the broker's PEM keystore). A broker
-//! certificate names every DNS name a client reaches that broker by, and is issued again when
-//! those names change or the cluster CA no longer signs it.
-//!
-//! Not done yet: renewal before expiry (with a rolling restart), and KafkaUser certificates
+//! and `<pod>.pem`: key, certificate and CA in one file, the broker's PEM keystore), the producer
+//! proxy's in `<cluster>-proxy-certs`. A server certificate names every DNS name a client
+//! reaches it by, and is issued again when those names change, the cluster CA no longer signs
+//! it, or it expires within `RENEWAL_DAYS`. KafkaUsers' certificates (`Ca::sign_user`) come
 //! from the clients CA.
+//!
+//! Not done yet: renewing the CAs themselves (with a rolling restart).
 
 use std::collections::BTreeMap;
 
@@ -29,8 +30,7 @@ use super::{Context, Error, FIELD_MANAGER};
 
 /// Days a CA made by the operator is valid (Strimzi's default, 365).
 pub const CA_VALIDITY_DAYS: i64 = 365;
-/// Days a broker certificate is valid. Renewal before expiry is not done yet: the operator
-/// re-issues a certificate only when its names change or the CA no longer signs it.
+/// Days a broker (or proxy) certificate is valid; it is renewed `RENEWAL_DAYS` before the end.
 pub const BROKER_VALIDITY_DAYS: i64 = 365;
 
 /// A broker or user certificate that expires within this many days is issued again (Strimzi's
@@ -279,8 +279,7 @@ pub fn wants_certificates(kc: &KafkaCluster) -> bool {
 
 /// The broker Secret's entries for `replicas` brokers: an entry of `existing` is kept while it
 /// names the broker's DNS names, the cluster CA signs it and it has more than `RENEWAL_DAYS`
-/// to live, else issued anew. Returns the
-/// entries and the pods whose certificate was issued.
+/// to live, else issued anew. Returns the entries and the pods whose certificate was issued.
 pub fn broker_entries(
     ca: &Ca,
     names: &Names,
