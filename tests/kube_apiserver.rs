@@ -1977,6 +1977,7 @@ async fn produce_as(
 async fn kafkauser_credentials_and_acls_against_a_real_broker() {
     use evenkeel::operator::certs::signed_by;
     use evenkeel::operator::crd::USER_FINALIZER;
+    use evenkeel::operator::kafka::UserAdmin;
     require_kube!();
     let admin = kubeenv::admin().await;
     kubeenv::install_base(&admin).await;
@@ -2053,6 +2054,45 @@ async fn kafkauser_credentials_and_acls_against_a_real_broker() {
     let wrong = produce_as(&sasl, "alice", "not-the-password", "orders").await;
     assert!(wrong.is_err(), "a wrong password was accepted");
 
+    // A password a person puts in the Secret is the one Kafka gets, and the old one stops
+    // working: the Secret records the digest of the password Kafka was last given.
+    let by_hand = "a-password-set-by-hand-0123456789";
+    let patch = json!({"stringData": {"password": by_hand}});
+    secrets
+        .patch("alice", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_for("the password set by hand to log in", 90, || async {
+        produce_as(&sasl, "alice", by_hand, "orders").await.ok()
+    })
+    .await;
+    let old = produce_as(&sasl, "alice", &password, "orders").await;
+    assert!(old.is_err(), "the replaced password still logs in");
+    let jaas = secret_entries(&secrets.get("alice").await.unwrap())["sasl.jaas.config"].clone();
+    assert!(jaas.contains(by_hand), "{jaas}");
+    let password = by_hand.to_string();
+
+    // A Secret of the user's name that is not the KafkaUser's is left alone.
+    let foreign: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "dora"}, "stringData": {"password": "the app's own"},
+    }))
+    .unwrap();
+    secrets.create(&pp, &foreign).await.unwrap();
+    users
+        .create(&pp, &kafka_user("dora", "scram-sha-512", json!([])))
+        .await
+        .unwrap();
+    wait_for("KafkaUser dora to report the conflict", 60, || async {
+        let v = serde_json::to_value(users.get("dora").await.ok()?).unwrap();
+        let (status, reason, _) = condition(&v, "Ready")?;
+        (status == "False" && reason == "SecretConflict").then_some(())
+    })
+    .await;
+    let dora = secrets.get("dora").await.unwrap();
+    assert_eq!(secret_entries(&dora)["password"], "the app's own");
+    assert!(dora.owner_references().is_empty());
+    assert!(kafka.scram_mechanisms("dora").await.unwrap().is_empty());
+
     // The certificate user: CN=carol, signed by the clients CA; its ACLs name User:CN=carol.
     let carol = wait_user_ready(&users, "carol").await;
     assert_eq!(carol["status"]["username"], "CN=carol", "{carol}");
@@ -2063,7 +2103,6 @@ async fn kafkauser_credentials_and_acls_against_a_real_broker() {
     assert!(signed_by(&carol_secret["user.crt"], &clients_ca));
     assert!(carol_secret.contains_key("user.key"));
     assert_eq!(carol_secret["ca.crt"], clients_ca);
-    use evenkeel::operator::kafka::UserAdmin;
     let carol_acls = kafka.acls_of("User:CN=carol").await.unwrap();
     assert_eq!(carol_acls.len(), 1, "{carol_acls:?}");
     assert_eq!(carol_acls[0].pattern.name, "carol-");

@@ -185,6 +185,8 @@ pub struct FakeKafka {
     /// SCRAM credentials: user, mechanism, password.
     pub scram: Arc<Mutex<Vec<(String, ScramMechanism, String)>>>,
     pub acls: Arc<Mutex<Vec<AclBinding>>>,
+    /// When set, the ACL calls answer SECURITY_DISABLED (a cluster without an authorizer).
+    pub acls_disabled: Arc<Mutex<bool>>,
 }
 
 impl FakeKafka {
@@ -351,6 +353,13 @@ impl UserAdmin for FakeKafka {
     }
     async fn acls_of(&self, principal: &str) -> Result<Vec<AclBinding>, AdminError> {
         self.check()?;
+        if *self.acls_disabled.lock().unwrap() {
+            return Err(AdminError {
+                code: Some(crate::protocol::errors::SECURITY_DISABLED),
+                name: "SECURITY_DISABLED".into(),
+                message: "No Authorizer is configured.".into(),
+            });
+        }
         let acls = self.acls.lock().unwrap();
         Ok(acls
             .iter()

@@ -21,6 +21,7 @@ use super::kafka::{AdminConnector, AdminError, UserAdmin};
 use super::resources::Names;
 use super::status::{self, set_condition};
 use super::{Context, Error, FIELD_MANAGER};
+use crate::protocol::errors;
 use crate::security::acl::AclBinding;
 use crate::security::sasl::ScramMechanism;
 
@@ -37,20 +38,34 @@ const PASSWORD_LEN: usize = 32;
 const USER_CERT_DAYS: i64 = 365;
 
 /// The user's credential as the reconciler hands it to Kafka.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum Credential {
-    /// A SCRAM-SHA-512 password; `fresh` when it was just generated, so that any credential
-    /// Kafka holds for the user is stale.
-    Scram { password: String, fresh: bool },
+    /// The SCRAM-SHA-512 password of the user's Secret; `confirmed` when Kafka was last given
+    /// this very password (the Secret records its digest), so it need not be set again while
+    /// Kafka still has a credential.
+    Scram { password: String, confirmed: bool },
     /// A certificate, or no credential at all: nothing to store in Kafka.
     None,
 }
 
-/// Makes Kafka's view of `ku` match its spec: the SCRAM credential (set when fresh or missing,
-/// removed when the user no longer logs in with SCRAM) and, when the spec has an authorization,
-/// exactly its ACLs. `previous` is the username an earlier pass managed; when it differs
-/// (the authentication type changed), that user's credentials and ACLs are removed first.
-/// Returns one (reason, note) per change, for events.
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Credential::Scram { confirmed, .. } => f
+                .debug_struct("Scram")
+                .field("confirmed", confirmed)
+                .finish_non_exhaustive(),
+            Credential::None => f.write_str("None"),
+        }
+    }
+}
+
+/// Makes Kafka's view of `ku` match its spec: the SCRAM credential (set unless confirmed and
+/// present; other mechanisms' credentials removed; all removed when the user no longer logs in
+/// with SCRAM) and, when the spec has an authorization, exactly its ACLs. `previous` is the
+/// username an earlier pass managed; when it differs (the authentication type changed), that
+/// user's credentials (and, with an authorization, ACLs) are removed first. Returns one
+/// (reason, note) per change, for events.
 pub async fn sync_user<A: UserAdmin>(
     admin: &A,
     ku: &KafkaUser,
@@ -60,10 +75,10 @@ pub async fn sync_user<A: UserAdmin>(
     let username = ku.username();
     let mut actions = Vec::new();
     if let Some(prev) = previous.filter(|p| *p != username) {
-        forget_user(admin, prev).await?;
+        forget_user(admin, prev, ku.spec.authorization.is_some()).await?;
         actions.push((
             "UsernameChanged".into(),
-            format!("removed the credentials and ACLs of {prev}, now {username}"),
+            format!("removed the credentials of {prev}, now {username}"),
         ));
     }
     if let Some(action) = sync_credential(admin, &username, credential).await? {
@@ -83,28 +98,38 @@ async fn sync_credential<A: UserAdmin>(
     credential: &Credential,
 ) -> Result<Option<(String, String)>, AdminError> {
     let have = admin.scram_mechanisms(username).await?;
-    match credential {
-        Credential::Scram { password, fresh } => {
-            if !fresh && have.contains(&ScramMechanism::Sha512) {
-                return Ok(None);
-            }
-            admin
-                .set_scram_password(username, ScramMechanism::Sha512, password)
-                .await?;
-            Ok(Some((
-                "CredentialSet".into(),
-                format!("set the SCRAM-SHA-512 credential of {username}"),
-            )))
+    let (keep, set) = match credential {
+        Credential::Scram {
+            password,
+            confirmed,
+        } => {
+            let present = have.contains(&ScramMechanism::Sha512);
+            let set = (!confirmed || !present).then_some(password.as_str());
+            (Some(ScramMechanism::Sha512), set)
         }
-        Credential::None if have.is_empty() => Ok(None),
-        Credential::None => {
-            admin.delete_scram(username, &have).await?;
-            Ok(Some((
-                "CredentialRemoved".into(),
-                format!("removed the SCRAM credentials of {username}"),
-            )))
-        }
+        Credential::None => (None, None),
+    };
+    // A credential of another mechanism would be a second password nobody can read.
+    let extra: Vec<ScramMechanism> = have.into_iter().filter(|m| Some(*m) != keep).collect();
+    if !extra.is_empty() {
+        admin.delete_scram(username, &extra).await?;
     }
+    if let Some(password) = set {
+        admin
+            .set_scram_password(username, ScramMechanism::Sha512, password)
+            .await?;
+    }
+    Ok(match (set, extra.is_empty()) {
+        (Some(_), _) => Some((
+            "CredentialSet".into(),
+            format!("set the SCRAM-SHA-512 credential of {username}"),
+        )),
+        (None, false) => Some((
+            "CredentialRemoved".into(),
+            format!("removed the other SCRAM credentials of {username}"),
+        )),
+        (None, true) => None,
+    })
 }
 
 /// Creates the ACLs of `principal` that `desired` adds and deletes those it lacks.
@@ -139,12 +164,23 @@ async fn sync_acls<A: UserAdmin>(
     )))
 }
 
-/// Removes every SCRAM credential and every ACL of `username`.
-pub async fn forget_user<A: UserAdmin>(admin: &A, username: &str) -> Result<(), AdminError> {
+/// Removes every SCRAM credential of `username` and, with `acls`, every ACL of its principal
+/// (a cluster without an authorizer has none: SECURITY_DISABLED is not an error here).
+pub async fn forget_user<A: UserAdmin>(
+    admin: &A,
+    username: &str,
+    acls: bool,
+) -> Result<(), AdminError> {
     let have = admin.scram_mechanisms(username).await?;
     admin.delete_scram(username, &have).await?;
-    let acls = admin.acls_of(&format!("User:{username}")).await?;
-    admin.delete_acls(&acls).await
+    if !acls {
+        return Ok(());
+    }
+    match admin.acls_of(&format!("User:{username}")).await {
+        Ok(acls) => admin.delete_acls(&acls).await,
+        Err(e) if e.code == Some(errors::SECURITY_DISABLED) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// The `sasl.jaas.config` a client of this user sets.
@@ -227,23 +263,9 @@ async fn decide<C: AdminConnector>(ku: &KafkaUser, ctx: &Context<C>) -> Result<O
         ));
     };
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-    let credential = match ku.spec.authentication.as_ref().map(|a| a.type_) {
-        Some(AuthenticationType::ScramSha512) => ensure_password(ku, &secrets).await?,
-        Some(AuthenticationType::Tls) => {
-            if !ensure_certificate(ku, &cluster, &secrets).await? {
-                return Ok(Outcome::not_ready(
-                    "ClientsCaNotFound",
-                    format!(
-                        "KafkaCluster {} has no clients CA yet: a user with authentication \
-                         type tls needs a cluster with a TLS listener",
-                        ku.spec.cluster_ref
-                    ),
-                    Duration::from_secs(30),
-                ));
-            }
-            Credential::None
-        }
-        None => Credential::None,
+    let credential = match credentials(ku, &cluster, &secrets).await? {
+        Ok(c) => c,
+        Err(not_ready) => return Ok(not_ready),
     };
     let admin = match ctx.connector.connect(&ctx.bootstrap_of(&cluster)?).await {
         Ok(a) => a,
@@ -256,22 +278,105 @@ async fn decide<C: AdminConnector>(ku: &KafkaUser, ctx: &Context<C>) -> Result<O
         }
     };
     let previous = ku.status.as_ref().and_then(|s| s.username.as_deref());
-    Ok(match sync_user(&admin, ku, &credential, previous).await {
-        Ok(actions) => {
-            for (reason, note) in &actions {
-                ctx.event(ku, EventType::Normal, reason, note).await;
-            }
-            Outcome {
-                ready: true,
-                reason: "UserReady".into(),
-                message: format!("user {} matches the spec", ku.username()),
-                username: Some(ku.username()),
-                secret: ku.spec.authentication.as_ref().map(|_| ku.name_any()),
-                requeue: ctx.resync,
-            }
+    let actions = match sync_user(&admin, ku, &credential, previous).await {
+        Ok(actions) => actions,
+        Err(e) => {
+            let requeue = Duration::from_secs(60);
+            return Ok(Outcome::not_ready(&e.reason(), e.message.clone(), requeue));
         }
-        Err(e) => Outcome::not_ready(&e.reason(), e.message.clone(), Duration::from_secs(60)),
+    };
+    if let Credential::Scram {
+        password,
+        confirmed: false,
+    } = &credential
+    {
+        confirm_password(ku, &secrets, password).await?;
+    }
+    for (reason, note) in &actions {
+        ctx.event(ku, EventType::Normal, reason, note).await;
+    }
+    Ok(Outcome {
+        ready: true,
+        reason: "UserReady".into(),
+        message: format!("user {} matches the spec", ku.username()),
+        username: Some(ku.username()),
+        secret: ku.spec.authentication.as_ref().map(|_| ku.name_any()),
+        requeue: ctx.resync,
     })
+}
+
+/// The user's credential from its Secret (made or completed first), or why the user cannot be
+/// ready: a Secret of its name that another owner holds, or a `tls` user of a cluster without
+/// a clients CA.
+async fn credentials(
+    ku: &KafkaUser,
+    cluster: &KafkaCluster,
+    secrets: &Api<Secret>,
+) -> Result<Result<Credential, Outcome>, Error> {
+    let Some(authentication) = &ku.spec.authentication else {
+        return Ok(Ok(Credential::None));
+    };
+    let existing = match own_secret(ku, secrets).await? {
+        Ok(existing) => existing,
+        Err(owner) => {
+            let message = format!(
+                "Secret {} exists and is not this KafkaUser's ({owner}): the operator does not \
+                 take it over; delete or rename it",
+                ku.name_any()
+            );
+            let requeue = Duration::from_secs(60);
+            return Ok(Err(Outcome::not_ready("SecretConflict", message, requeue)));
+        }
+    };
+    match authentication.type_ {
+        AuthenticationType::ScramSha512 => Ok(Ok(ensure_password(ku, secrets, existing).await?)),
+        AuthenticationType::Tls => {
+            if ensure_certificate(ku, cluster, secrets, existing).await? {
+                return Ok(Ok(Credential::None));
+            }
+            let message = format!(
+                "KafkaCluster {} has no clients CA yet: a user with authentication type tls \
+                 needs a cluster with a TLS listener",
+                ku.spec.cluster_ref
+            );
+            let requeue = Duration::from_secs(30);
+            Ok(Err(Outcome::not_ready(
+                "ClientsCaNotFound",
+                message,
+                requeue,
+            )))
+        }
+    }
+}
+
+/// The text entries and annotations of the user's Secret (empty when there is none yet), or,
+/// when a Secret of that name is not controlled by this KafkaUser, who controls it.
+async fn own_secret(ku: &KafkaUser, api: &Api<Secret>) -> Result<Result<Stored, String>, Error> {
+    let Some(secret) = api.get_opt(&ku.name_any()).await? else {
+        return Ok(Ok(Stored::default()));
+    };
+    let uid = ku.metadata.uid.as_deref();
+    let controller = secret
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true));
+    match controller {
+        Some(r) if Some(r.uid.as_str()) == uid => Ok(Ok(Stored {
+            entries: certs::secret_text(&secret),
+            annotations: secret.metadata.annotations.clone().unwrap_or_default(),
+        })),
+        Some(r) => Ok(Err(format!("controlled by {} {}", r.kind, r.name))),
+        None => Ok(Err("made by someone else".to_string())),
+    }
+}
+
+/// What the user's Secret holds.
+#[derive(Default)]
+struct Stored {
+    entries: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
 }
 
 /// The user's Secret, owned by the KafkaUser (so it goes with it), with `entries`.
@@ -308,24 +413,36 @@ async fn apply_secret(api: &Api<Secret>, secret: &Secret) -> Result<(), Error> {
     Ok(())
 }
 
-/// The user's password: the one its Secret holds, or a new one written to the Secret first (so
-/// a password Kafka accepts is never one nobody can read).
-async fn ensure_password(ku: &KafkaUser, api: &Api<Secret>) -> Result<Credential, Error> {
+/// The annotation on a SCRAM user's Secret with the SHA-256 of the password Kafka was last
+/// given (as protected as the password itself, beside it).
+pub const PASSWORD_SET_ANNOTATION: &str = "kafka.evenkeel.dev/password-set";
+
+fn password_digest(password: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(password.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The user's password: the one its Secret holds (also one a person put there), or a new one
+/// written to the Secret first, so that Kafka is never given a password nobody can read. It is
+/// `confirmed` when the Secret records that Kafka was given this very password.
+async fn ensure_password(
+    ku: &KafkaUser,
+    api: &Api<Secret>,
+    existing: Stored,
+) -> Result<Credential, Error> {
     let username = ku.username();
-    let existing = api
-        .get_opt(&ku.name_any())
-        .await?
-        .map(|s| certs::secret_text(&s))
-        .unwrap_or_default();
-    if let Some(password) = existing.get(PASSWORD).filter(|p| !p.is_empty()) {
-        let jaas = jaas_config(&username, password);
-        if existing.get(JAAS_CONFIG) != Some(&jaas) {
+    if let Some(password) = existing.entries.get(PASSWORD).filter(|p| !p.is_empty()) {
+        if existing.entries.get(JAAS_CONFIG) != Some(&jaas_config(&username, password)) {
             let entries = password_entries(&username, password);
             apply_secret(api, &user_secret(ku, entries)?).await?;
         }
+        let set = existing.annotations.get(PASSWORD_SET_ANNOTATION);
         return Ok(Credential::Scram {
             password: password.clone(),
-            fresh: false,
+            confirmed: set == Some(&password_digest(password)),
         });
     }
     let password = Alphanumeric.sample_string(&mut rand::thread_rng(), PASSWORD_LEN);
@@ -336,8 +453,21 @@ async fn ensure_password(ku: &KafkaUser, api: &Api<Secret>) -> Result<Credential
     .await?;
     Ok(Credential::Scram {
         password,
-        fresh: true,
+        confirmed: false,
     })
+}
+
+/// Records on the user's Secret that Kafka now has `password`.
+async fn confirm_password(ku: &KafkaUser, api: &Api<Secret>, password: &str) -> Result<(), Error> {
+    let patch =
+        json!({"metadata": {"annotations": {PASSWORD_SET_ANNOTATION: password_digest(password)}}});
+    api.patch(
+        &ku.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
 }
 
 fn password_entries(username: &str, password: &str) -> BTreeMap<String, String> {
@@ -348,21 +478,19 @@ fn password_entries(username: &str, password: &str) -> BTreeMap<String, String> 
 }
 
 /// The user's certificate: kept while the clients CA that signed it is the cluster's and it
-/// has more than `RENEWAL_DAYS` to live, else issued anew (subject `CN=<name>`). False when the cluster has no clients CA.
+/// has more than `RENEWAL_DAYS` to live, else issued anew (subject `CN=<name>`). False when
+/// the cluster has no clients CA.
 async fn ensure_certificate(
     ku: &KafkaUser,
     cluster: &KafkaCluster,
     api: &Api<Secret>,
+    existing: Stored,
 ) -> Result<bool, Error> {
     let names = Names::of(cluster)?;
     let Some(ca) = certs::clients_ca(api, &names).await? else {
         return Ok(false);
     };
-    let existing = api
-        .get_opt(&ku.name_any())
-        .await?
-        .map(|s| certs::secret_text(&s))
-        .unwrap_or_default();
+    let existing = existing.entries;
     let current = existing.get(USER_CERT).is_some_and(|c| {
         existing.get(CA_CERT) == Some(&ca.cert_pem)
             && certs::signed_by(c, &ca.cert_pem)
@@ -402,10 +530,15 @@ async fn write_status(ku: &KafkaUser, o: &Outcome, api: &Api<KafkaUser>) -> Resu
     if ku.status.as_ref() == Some(&st) {
         return Ok(());
     }
+    let mut status = json!(st);
+    if st.secret.is_none() {
+        // A merge patch keeps a field it does not name: a user without credentials has none.
+        status["secret"] = serde_json::Value::Null;
+    }
     api.patch_status(
         &ku.name_any(),
         &PatchParams::default(),
-        &Patch::Merge(json!({ "status": st })),
+        &Patch::Merge(json!({ "status": status })),
     )
     .await?;
     Ok(())
@@ -432,7 +565,10 @@ async fn cleanup<C: AdminConnector>(ku: &KafkaUser, ctx: &Context<C>) -> Result<
         }
     }
     for name in &names {
-        forget_user(&admin, name).await.map_err(Error::Kafka)?;
+        let acls = ku.spec.authorization.is_some();
+        forget_user(&admin, name, acls)
+            .await
+            .map_err(Error::Kafka)?;
     }
     let note = format!("removed the credentials and ACLs of {}", names.join(", "));
     ctx.event(ku, EventType::Normal, "Deleted", &note).await;

@@ -21,10 +21,19 @@ fn scram_writer(name: &str, topic: &str) -> KafkaUser {
     )
 }
 
+/// A password Kafka has not been given yet (new, or changed in the Secret).
 fn fresh(password: &str) -> Credential {
     Credential::Scram {
         password: password.into(),
-        fresh: true,
+        confirmed: false,
+    }
+}
+
+/// The password Kafka was last given.
+fn confirmed(password: &str) -> Credential {
+    Credential::Scram {
+        password: password.into(),
+        confirmed: true,
     }
 }
 
@@ -51,10 +60,7 @@ async fn a_new_scram_user_gets_its_credential_and_exactly_its_acls() {
         && a.permission == PermissionType::Allow));
 
     // A second pass with the same stored password changes nothing.
-    let same = Credential::Scram {
-        password: "pw1".into(),
-        fresh: false,
-    };
+    let same = confirmed("pw1");
     let before = kafka.log().len();
     assert!(sync_user(&kafka, &ku, &same, Some("alice"))
         .await
@@ -74,10 +80,7 @@ async fn acls_added_behind_the_operators_back_are_removed_and_spec_changes_appli
     extra.operation = AclOperation::Read;
     kafka.acls.lock().unwrap().push(extra);
     let moved = scram_writer("alice", "payments");
-    let stored = Credential::Scram {
-        password: "pw".into(),
-        fresh: false,
-    };
+    let stored = confirmed("pw");
     sync_user(&kafka, &moved, &stored, Some("alice"))
         .await
         .unwrap();
@@ -96,16 +99,13 @@ async fn acls_added_behind_the_operators_back_are_removed_and_spec_changes_appli
 async fn a_missing_credential_is_set_again_and_a_fresh_password_replaces_it() {
     let kafka = FakeKafka::default();
     let ku = scram_writer("alice", "orders");
-    let stored = Credential::Scram {
-        password: "pw".into(),
-        fresh: false,
-    };
-    // Not fresh, but Kafka has no credential (deleted by hand): it is set.
+    let stored = confirmed("pw");
+    // Confirmed, but Kafka has no credential (deleted by hand): it is set again.
     sync_user(&kafka, &ku, &stored, Some("alice"))
         .await
         .unwrap();
     assert_eq!(kafka.scram.lock().unwrap().len(), 1);
-    // A new password (the Secret was deleted and made again) replaces the old credential.
+    // A password Kafka was not given (the Secret was made again, or edited) replaces it.
     sync_user(&kafka, &ku, &fresh("pw2"), Some("alice"))
         .await
         .unwrap();
@@ -142,10 +142,7 @@ async fn a_user_without_authorization_keeps_the_acls_it_has() {
         "alice",
         json!({"clusterRef": "main", "authentication": {"type": "scram-sha-512"}}),
     );
-    let stored = Credential::Scram {
-        password: "pw".into(),
-        fresh: false,
-    };
+    let stored = confirmed("pw");
     sync_user(&kafka, &no_authz, &stored, Some("alice"))
         .await
         .unwrap();
@@ -161,7 +158,7 @@ async fn forgetting_a_user_removes_its_credentials_and_acls_and_nobody_elses() {
     sync_user(&kafka, &scram_writer("bob", "orders"), &fresh("b"), None)
         .await
         .unwrap();
-    forget_user(&kafka, "alice").await.unwrap();
+    forget_user(&kafka, "alice", true).await.unwrap();
     let scram = kafka.scram.lock().unwrap().clone();
     assert_eq!(scram.len(), 1);
     assert_eq!(scram[0].0, "bob");
@@ -177,4 +174,57 @@ fn the_jaas_line_is_the_one_kafka_documents_for_scram() {
         "org.apache.kafka.common.security.scram.ScramLoginModule required \
          username=\"alice\" password=\"s3cret\";"
     );
+}
+
+#[tokio::test]
+async fn a_second_mechanisms_credential_is_removed_as_a_password_nobody_can_read() {
+    let kafka = FakeKafka::default();
+    let ku = scram_writer("alice", "orders");
+    sync_user(&kafka, &ku, &fresh("pw"), None).await.unwrap();
+    kafka
+        .scram
+        .lock()
+        .unwrap()
+        .push(("alice".into(), ScramMechanism::Sha256, "by hand".into()));
+    let actions = sync_user(&kafka, &ku, &confirmed("pw"), Some("alice"))
+        .await
+        .unwrap();
+    assert_eq!(actions[0].0, "CredentialRemoved");
+    let scram = kafka.scram.lock().unwrap().clone();
+    assert_eq!(
+        scram,
+        [(
+            "alice".to_string(),
+            ScramMechanism::Sha512,
+            "pw".to_string()
+        )]
+    );
+}
+
+#[tokio::test]
+async fn a_user_of_a_cluster_without_an_authorizer_can_still_be_forgotten() {
+    let kafka = FakeKafka::default();
+    sync_user(&kafka, &scram_writer("alice", "orders"), &fresh("pw"), None)
+        .await
+        .unwrap();
+    *kafka.acls_disabled.lock().unwrap() = true;
+    forget_user(&kafka, "alice", true).await.unwrap();
+    assert!(kafka.scram.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn forgetting_without_acls_leaves_the_principals_acls() {
+    let kafka = FakeKafka::default();
+    sync_user(&kafka, &scram_writer("alice", "orders"), &fresh("pw"), None)
+        .await
+        .unwrap();
+    forget_user(&kafka, "alice", false).await.unwrap();
+    assert!(kafka.scram.lock().unwrap().is_empty());
+    assert_eq!(kafka.acls.lock().unwrap().len(), 2);
+}
+
+#[test]
+fn a_credentials_debug_form_hides_the_password() {
+    let shown = format!("{:?}", fresh("s3cret"));
+    assert!(!shown.contains("s3cret"), "{shown}");
 }

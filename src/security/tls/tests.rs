@@ -337,7 +337,8 @@ async fn the_client_side_checks_its_files_at_most_once_an_interval() {
         ("ssl.truststore.type", "PEM"),
         ("ssl.truststore.location", truststore.to_str().unwrap()),
     ]))
-    .unwrap();
+    .unwrap()
+    .with_reload_interval(Duration::from_secs(3600));
     let before = client.config();
     std::fs::write(&truststore, Pki::new("another-ca").ca_pem()).unwrap();
     assert!(
