@@ -340,3 +340,75 @@ async fn client_recovers_after_the_broker_restarts() {
         "{names:?}"
     );
 }
+
+/// The operator's user calls over the wire: a SCRAM credential set, described and removed, and
+/// ACLs created, described by principal and deleted by exact filter, against a broker with the
+/// StandardAuthorizer (ANONYMOUS a super user, as on a secured cluster's internal listener).
+#[tokio::test]
+async fn scram_credentials_and_acls_round_trip() {
+    use evenkeel::security::acl::{
+        AclBinding, AclBindingFilter, AclOperation, PatternType, PermissionType, ResourcePattern,
+        ResourceType,
+    };
+    use evenkeel::security::sasl::ScramMechanism;
+    let b = common::BrokerProcess::start(&[
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users=User:ANONYMOUS",
+    ]);
+    let a = AdminClient::connect(&b.bootstrap, TIMEOUT).await.unwrap();
+    assert!(a
+        .describe_scram_mechanisms("alice")
+        .await
+        .unwrap()
+        .is_empty());
+    a.upsert_scram_credential("alice", ScramMechanism::Sha512, "pw")
+        .await
+        .unwrap();
+    let deadline = Instant::now() + TIMEOUT;
+    while a.describe_scram_mechanisms("alice").await.unwrap() != [ScramMechanism::Sha512] {
+        assert!(Instant::now() < deadline, "the credential never showed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let acl = AclBinding {
+        pattern: ResourcePattern {
+            resource_type: ResourceType::Topic,
+            name: "orders".into(),
+            pattern_type: PatternType::Literal,
+        },
+        principal: "User:alice".into(),
+        host: "*".into(),
+        operation: AclOperation::Write,
+        permission: PermissionType::Allow,
+    };
+    a.create_acls(std::slice::from_ref(&acl)).await.unwrap();
+    let alice = AclBindingFilter {
+        principal: Some("User:alice".into()),
+        ..AclBindingFilter::any()
+    };
+    assert_eq!(
+        a.describe_acls(&alice).await.unwrap(),
+        std::slice::from_ref(&acl)
+    );
+    let removed = a
+        .delete_acls(&[AclBindingFilter::exactly(&acl)])
+        .await
+        .unwrap();
+    assert_eq!(removed, [acl]);
+    a.delete_scram_credentials("alice", &[ScramMechanism::Sha512])
+        .await
+        .unwrap();
+    let deadline = Instant::now() + TIMEOUT;
+    while !a
+        .describe_scram_mechanisms("alice")
+        .await
+        .unwrap()
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "the credential never went");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Removing what is already gone is not an error.
+    a.delete_scram_credentials("alice", &[ScramMechanism::Sha512])
+        .await
+        .unwrap();
+}

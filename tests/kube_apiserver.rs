@@ -1759,7 +1759,12 @@ async fn a_secured_cluster_gets_its_cas_broker_certificates_and_config() {
         assert!(props.lines().any(|l| l == line), "{line} not in {props}");
     }
     let sts_api: Api<StatefulSet> = Api::namespaced(admin.clone(), &ns);
-    let sts = serde_json::to_value(sts_api.get("sec-kafka").await.unwrap()).unwrap();
+    // The ConfigMap is applied just before the StatefulSet: wait for that too.
+    let sts = wait_for("the StatefulSet", 30, || async {
+        sts_api.get_opt("sec-kafka").await.ok()?
+    })
+    .await;
+    let sts = serde_json::to_value(sts).unwrap();
     let volumes = sts
         .pointer("/spec/template/spec/volumes")
         .unwrap()

@@ -50,6 +50,12 @@ pub const CLIENT_VERSIONS: &[(ApiKey, i16, i16)] = &[
     // SASL logins (inter-broker): v1 handshakes carry the tokens in SaslAuthenticate.
     (ApiKey::SaslHandshake, 1, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
+    // Users and their ACLs (the operator's KafkaUser); v1+ ACL requests carry the pattern type.
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
 ];
 
 /// For each API in `CLIENT_VERSIONS`, the highest version both sides speak; APIs with no
