@@ -188,9 +188,7 @@ async fn cel_rules_refuse_partition_decrease_and_immutable_changes() {
 #[tokio::test]
 async fn operator_runs_with_only_the_charts_rbac() {
     require_kube!();
-    let admin = kubeenv::admin().await;
-    kubeenv::install_base(&admin).await;
-    let ns = kubeenv::test_namespace(&admin, "rbac").await;
+    let (admin, ns) = kubeenv::operator_test("rbac").await;
     let sa = kubeenv::as_operator().await;
 
     // Least privilege: what the operator never needs is refused. It gets, creates and patches
@@ -281,9 +279,7 @@ async fn operator_runs_with_only_the_charts_rbac() {
 #[tokio::test]
 async fn kafkacluster_objects_status_config_hash_and_cleanup() {
     require_kube!();
-    let admin = kubeenv::admin().await;
-    kubeenv::install_base(&admin).await;
-    let ns = kubeenv::test_namespace(&admin, "kc").await;
+    let (admin, ns) = kubeenv::operator_test("kc").await;
     let op = Operator::start(&ns, "127.0.0.1:9", false);
     let clusters: Api<KafkaCluster> = Api::namespaced(admin.clone(), &ns);
     let created = clusters
@@ -508,9 +504,7 @@ async fn wait_topic_ready(topics: &Api<KafkaTopic>, name: &str, gen_at_least: i6
 #[tokio::test]
 async fn kafkatopic_lifecycle_against_a_real_broker() {
     require_kube!();
-    let admin = kubeenv::admin().await;
-    kubeenv::install_base(&admin).await;
-    let ns = kubeenv::test_namespace(&admin, "kt").await;
+    let (admin, ns) = kubeenv::operator_test("kt").await;
     let broker = common::BrokerProcess::start(&[]);
     let op = Operator::start(&ns, &broker.bootstrap, false);
     let clusters: Api<KafkaCluster> = Api::namespaced(admin.clone(), &ns);
@@ -593,9 +587,7 @@ async fn kafkatopic_lifecycle_against_a_real_broker() {
 #[tokio::test]
 async fn namespace_deletion_is_not_blocked_by_the_topic_finalizer() {
     require_kube!();
-    let admin = kubeenv::admin().await;
-    kubeenv::install_base(&admin).await;
-    let ns = kubeenv::test_namespace(&admin, "nsdel").await;
+    let (admin, ns) = kubeenv::operator_test("nsdel").await;
     let mut broker = common::BrokerProcess::start(&[]);
     let op = Operator::start(&ns, &broker.bootstrap, false);
     let clusters: Api<KafkaCluster> = Api::namespaced(admin.clone(), &ns);
@@ -873,9 +865,7 @@ async fn helm_chart_passes_kubeconform_strict_and_applies() {
 #[tokio::test]
 async fn a_proxy_becomes_a_deployment_and_service_and_goes_when_removed() {
     require_kube!();
-    let admin = kubeenv::admin().await;
-    kubeenv::install_base(&admin).await;
-    let ns = kubeenv::test_namespace(&admin, "proxy").await;
+    let (admin, ns) = kubeenv::operator_test("proxy").await;
     let op = Operator::start(&ns, "127.0.0.1:9", false);
     let clusters: Api<KafkaCluster> = Api::namespaced(admin.clone(), &ns);
     let mut kc = cluster("main", 1, &[]);
@@ -1049,9 +1039,7 @@ async fn ready_broker_pod(admin: &Client, ns: &str, cluster: &str, ordinal: i32)
 #[tokio::test]
 async fn proxy_config_becomes_producer_props_and_its_readiness_enters_the_status() {
     require_kube!();
-    let admin = kubeenv::admin().await;
-    kubeenv::install_base(&admin).await;
-    let ns = kubeenv::test_namespace(&admin, "proxycfg").await;
+    let (admin, ns) = kubeenv::operator_test("proxycfg").await;
     let clusters: Api<KafkaCluster> = Api::namespaced(admin.clone(), &ns);
     let mut kc = cluster("main", 1, &[]);
     kc.spec.proxy = Some(
@@ -1279,9 +1267,7 @@ async fn cluster_events(admin: &Client, ns: &str, name: &str) -> Vec<(String, St
 #[tokio::test]
 async fn the_rebalancer_gets_its_own_account_role_and_binding_and_loses_them_when_disabled() {
     require_kube!();
-    let admin = kubeenv::admin().await;
-    kubeenv::install_base(&admin).await;
-    let ns = kubeenv::test_namespace(&admin, "rebal").await;
+    let (admin, ns) = kubeenv::operator_test("rebal").await;
     let op = Operator::start(&ns, "127.0.0.1:9", false);
     let clusters: Api<KafkaCluster> = Api::namespaced(admin.clone(), &ns);
     let uid = clusters
@@ -1396,9 +1382,7 @@ async fn the_rebalancer_gets_its_own_account_role_and_binding_and_loses_them_whe
 #[tokio::test]
 async fn the_rebalancers_account_may_report_on_its_own_cluster_and_nothing_more() {
     require_kube!();
-    let admin = kubeenv::admin().await;
-    kubeenv::install_base(&admin).await;
-    let ns = kubeenv::test_namespace(&admin, "rebsa").await;
+    let (admin, ns) = kubeenv::operator_test("rebsa").await;
     let op = Operator::start(&ns, "127.0.0.1:9", false);
     let clusters: Api<KafkaCluster> = Api::namespaced(admin.clone(), &ns);
     let main = clusters
@@ -1548,9 +1532,7 @@ async fn topic_led_by_one_broker(bootstrap: &str, topic: &str, partitions: usize
 #[tokio::test]
 async fn the_sidecar_reports_a_dry_run_plan_as_an_event_and_status_rebalance() {
     require_kube!();
-    let admin = kubeenv::admin().await;
-    kubeenv::install_base(&admin).await;
-    let ns = kubeenv::test_namespace(&admin, "rebrun").await;
+    let (admin, ns) = kubeenv::operator_test("rebrun").await;
     let (bootstrap, _local) = match std::env::var("EVENKEEL_KAFKA_CLUSTER_BOOTSTRAP") {
         Ok(b) if !b.is_empty() => (b, None),
         _ => {
@@ -1693,9 +1675,7 @@ async fn security_secrets(api: &Api<Secret>, cluster: &str, brokers: i32) -> Vec
 async fn a_secured_cluster_gets_its_cas_broker_certificates_and_config() {
     use evenkeel::operator::certs::{dns_names, signed_by};
     require_kube!();
-    let admin = kubeenv::admin().await;
-    kubeenv::install_base(&admin).await;
-    let ns = kubeenv::test_namespace(&admin, "sec").await;
+    let (admin, ns) = kubeenv::operator_test("sec").await;
     let op = Operator::start(&ns, "127.0.0.1:9", false);
     let clusters: Api<KafkaCluster> = Api::namespaced(admin.clone(), &ns);
     let created = clusters
@@ -1984,9 +1964,7 @@ async fn kafkauser_credentials_and_acls_against_a_real_broker() {
     use evenkeel::operator::crd::USER_FINALIZER;
     use evenkeel::operator::kafka::UserAdmin;
     require_kube!();
-    let admin = kubeenv::admin().await;
-    kubeenv::install_base(&admin).await;
-    let ns = kubeenv::test_namespace(&admin, "ku").await;
+    let (admin, ns) = kubeenv::operator_test("ku").await;
     let sasl_port = common::free_port();
     let overrides = [
         "listener.name.sasl.sasl.enabled.mechanisms=SCRAM-SHA-512",
@@ -2147,9 +2125,7 @@ async fn kafkauser_credentials_and_acls_against_a_real_broker() {
 async fn a_tls_proxy_gets_a_certificate_the_cluster_ca_signs() {
     use evenkeel::operator::certs::{dns_names, signed_by};
     require_kube!();
-    let admin = kubeenv::admin().await;
-    kubeenv::install_base(&admin).await;
-    let ns = kubeenv::test_namespace(&admin, "ptls").await;
+    let (admin, ns) = kubeenv::operator_test("ptls").await;
     let op = Operator::start(&ns, "127.0.0.1:9", false);
     let clusters: Api<KafkaCluster> = Api::namespaced(admin.clone(), &ns);
     let mut kc = cluster("main", 1, &[]);

@@ -435,9 +435,7 @@ async fn ensure_ca<C: AdminConnector>(
     kind: CaKind,
 ) -> Result<Ca, Error> {
     let (cert_name, key_name) = (kind.cert_secret(names), kind.key_secret(names));
-    let cert = api.get_opt(&cert_name).await?;
-    let key = api.get_opt(&key_name).await?;
-    match (cert, key) {
+    match ca_secrets(api, names, kind).await? {
         (Some(cert), Some(key)) => Ok(stored_ca(&cert, &key, &cert_name, &key_name)?),
         (None, None) => {
             let ca = Ca::generate(&kind.key_secret(names))?;
@@ -471,14 +469,22 @@ async fn ensure_ca<C: AdminConnector>(
 /// secures nothing yet, or its operator pass has not made them).
 pub async fn clients_ca(api: &Api<Secret>, names: &Names) -> Result<Option<Ca>, Error> {
     let kind = CaKind::Clients;
-    let (cert_name, key_name) = (kind.cert_secret(names), kind.key_secret(names));
-    let (Some(cert), Some(key)) = (
-        api.get_opt(&cert_name).await?,
-        api.get_opt(&key_name).await?,
-    ) else {
+    let (Some(cert), Some(key)) = ca_secrets(api, names, kind).await? else {
         return Ok(None);
     };
+    let (cert_name, key_name) = (kind.cert_secret(names), kind.key_secret(names));
     Ok(Some(stored_ca(&cert, &key, &cert_name, &key_name)?))
+}
+
+/// The certificate Secret and the key Secret of the CA of `kind`, each if it exists.
+async fn ca_secrets(
+    api: &Api<Secret>,
+    names: &Names,
+    kind: CaKind,
+) -> Result<(Option<Secret>, Option<Secret>), Error> {
+    let cert = api.get_opt(&kind.cert_secret(names)).await?;
+    let key = api.get_opt(&kind.key_secret(names)).await?;
+    Ok((cert, key))
 }
 
 fn entry(key: &str, value: &str) -> BTreeMap<String, String> {

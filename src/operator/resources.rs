@@ -166,6 +166,11 @@ pub fn rebalancer_labels(cluster: &str) -> BTreeMap<String, String> {
     component_labels(cluster, "rebalancer")
 }
 
+/// Labels on a KafkaUser's Secret: the cluster's, with component `user`.
+pub fn user_labels(cluster: &str) -> BTreeMap<String, String> {
+    component_labels(cluster, "user")
+}
+
 fn component_labels(cluster: &str, component: &str) -> BTreeMap<String, String> {
     let mut l = component_selector(cluster, component);
     l.insert(
@@ -547,10 +552,7 @@ pub fn config_hash(properties: &str, image: &str) -> String {
     }
     h.update([0]);
     h.update(image.as_bytes());
-    h.finalize()[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::security::hex(&h.finalize()[..8])
 }
 
 fn owner_refs(kc: &KafkaCluster) -> Result<Value, BuildError> {

@@ -388,20 +388,7 @@ fn user_secret(ku: &KafkaUser, entries: BTreeMap<String, String>) -> Result<Secr
     s.metadata.name = Some(ku.name_any());
     s.metadata.namespace = ku.namespace();
     s.metadata.owner_references = Some(vec![owner]);
-    s.metadata.labels = Some(BTreeMap::from([
-        (
-            super::crd::CLUSTER_LABEL.to_string(),
-            ku.spec.cluster_ref.clone(),
-        ),
-        (
-            "app.kubernetes.io/managed-by".to_string(),
-            FIELD_MANAGER.to_string(),
-        ),
-        (
-            "kafka.evenkeel.dev/kind".to_string(),
-            "KafkaUser".to_string(),
-        ),
-    ]));
+    s.metadata.labels = Some(super::resources::user_labels(&ku.spec.cluster_ref));
     certs::set_entries(&mut s, entries);
     Ok(s)
 }
@@ -419,10 +406,7 @@ pub const PASSWORD_SET_ANNOTATION: &str = "kafka.evenkeel.dev/password-set";
 
 fn password_digest(password: &str) -> String {
     use sha2::{Digest, Sha256};
-    Sha256::digest(password.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::security::hex(&Sha256::digest(password.as_bytes()))
 }
 
 /// The user's password: the one its Secret holds (also one a person put there), or a new one
@@ -530,15 +514,10 @@ async fn write_status(ku: &KafkaUser, o: &Outcome, api: &Api<KafkaUser>) -> Resu
     if ku.status.as_ref() == Some(&st) {
         return Ok(());
     }
-    let mut status = json!(st);
-    if st.secret.is_none() {
-        // A merge patch keeps a field it does not name: a user without credentials has none.
-        status["secret"] = serde_json::Value::Null;
-    }
     api.patch_status(
         &ku.name_any(),
         &PatchParams::default(),
-        &Patch::Merge(json!({ "status": status })),
+        &Patch::Merge(json!({ "status": st })),
     )
     .await?;
     Ok(())

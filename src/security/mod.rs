@@ -8,3 +8,8 @@ pub mod sasl;
 pub mod ssl_principal;
 pub mod tls;
 pub mod wire;
+
+/// Lower-case hexadecimal of `bytes` (digests, DER values in principals).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

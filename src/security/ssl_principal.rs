@@ -103,7 +103,7 @@ fn attribute(oid: &[u8], value: &Der) -> String {
         (name, _) => format!(
             "{}=#{}",
             name.map_or_else(|| dotted(oid), str::to_string),
-            hex(value.whole)
+            super::hex(value.whole)
         ),
     }
 }
@@ -161,10 +161,6 @@ fn dotted(oid: &[u8]) -> String {
         .map(u64::to_string)
         .collect::<Vec<_>>()
         .join(".")
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

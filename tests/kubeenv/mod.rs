@@ -480,6 +480,15 @@ pub async fn create_namespace(client: &Client, name: &str) {
     }
 }
 
+/// What an operator test starts from: the admin client, the CRDs and the chart's RBAC
+/// installed, and a fresh namespace named after `prefix`.
+pub async fn operator_test(prefix: &str) -> (Client, String) {
+    let client = admin().await;
+    install_base(&client).await;
+    let ns = test_namespace(&client, prefix).await;
+    (client, ns)
+}
+
 /// A fresh namespace for one test.
 pub async fn test_namespace(client: &Client, prefix: &str) -> String {
     let name = format!(

@@ -176,8 +176,9 @@ pub struct KafkaUserStatus {
     /// The user's name in Kafka: `<name>` for SCRAM, `CN=<name>` for a certificate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub username: Option<String>,
-    /// The Secret with the user's credentials.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The Secret with the user's credentials. Always written (null without one), so that the
+    /// status merge patch clears it when the user stops having credentials.
+    #[serde(default)]
     pub secret: Option<String>,
 }
 
