@@ -283,9 +283,11 @@ pub fn create_partitions(
 }
 
 /// AlterConfigs and IncrementalAlterConfigs alike: the resources `session` may not alter are
-/// answered here, the rest forwarded to the active controller.
+/// answered here, the rest forwarded to the active controller; the answer waits until this
+/// broker's image shows what `$expected` says the alteration leaves, so a DescribeConfigs that
+/// follows reads the client's own write.
 macro_rules! forward_alteration {
-    ($broker:expr, $session:expr, $version:expr, $req:expr, $resp:ty, $refused:ty) => {{
+    ($broker:expr, $session:expr, $version:expr, $req:expr, $resp:ty, $refused:ty, $expected:expr) => {{
         let mut req = $req;
         let refused = take_unalterable(
             $broker,
@@ -303,13 +305,30 @@ macro_rules! forward_alteration {
         if req.resources.is_empty() {
             return Outcome::Now(<$resp>::default().with_responses(refused));
         }
+        let expected: Vec<ExpectedConfigs> = match req.validate_only {
+            true => Vec::new(),
+            false => req.resources.iter().map($expected).collect(),
+        };
         forward(
             $broker,
             $version,
             req,
             |r| r.responses.iter().any(|t| is_not_controller(t.error_code)),
             |_| <$resp>::default(),
-            move |_, mut resp| async move {
+            move |broker, mut resp| async move {
+                let applied: Vec<ExpectedConfigs> = expected
+                    .into_iter()
+                    .filter(|e| {
+                        resp.responses.iter().any(|r| {
+                            r.error_code == errors::NONE
+                                && r.resource_type == e.resource_type
+                                && r.resource_name.as_str() == e.name
+                        })
+                    })
+                    .collect();
+                broker
+                    .wait_for_image(|img| applied.iter().all(|e| e.shown_by(img)))
+                    .await;
                 resp.responses.extend(refused);
                 resp
             },
@@ -329,7 +348,17 @@ pub fn alter_configs(
         version,
         req,
         AlterConfigsResponse,
-        alter_configs_response::AlterConfigsResourceResponse
+        alter_configs_response::AlterConfigsResourceResponse,
+        |r| ExpectedConfigs {
+            resource_type: r.resource_type,
+            name: r.resource_name.to_string(),
+            keys: r
+                .configs
+                .iter()
+                .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+                .collect(),
+            exact: true,
+        }
     )
 }
 
@@ -345,8 +374,49 @@ pub fn incremental_alter_configs(
         version,
         req,
         IncrementalAlterConfigsResponse,
-        incremental_alter_configs_response::AlterConfigsResourceResponse
+        incremental_alter_configs_response::AlterConfigsResourceResponse,
+        |r| ExpectedConfigs {
+            resource_type: r.resource_type,
+            name: r.resource_name.to_string(),
+            // APPEND and SUBTRACT leave a list this broker cannot foresee; SET and DELETE a
+            // value it can.
+            keys: r
+                .configs
+                .iter()
+                .filter_map(|c| match c.config_operation {
+                    OP_SET => Some((c.name.to_string(), c.value.as_ref().map(|v| v.to_string()))),
+                    OP_DELETE => Some((c.name.to_string(), None)),
+                    _ => None,
+                })
+                .collect(),
+            exact: false,
+        }
     )
+}
+
+const OP_SET: i8 = 0;
+const OP_DELETE: i8 = 1;
+
+/// What an alteration leaves in one resource's dynamic configs: each key's value, or `None`
+/// where it is removed; `exact` when no other key remains (AlterConfigs replaces the whole set).
+struct ExpectedConfigs {
+    resource_type: i8,
+    name: String,
+    keys: Vec<(String, Option<String>)>,
+    exact: bool,
+}
+
+impl ExpectedConfigs {
+    fn shown_by(&self, img: &MetadataImage) -> bool {
+        let current = match self.resource_type {
+            RESOURCE_TOPIC => img.topic_configs(&self.name),
+            RESOURCE_BROKER => img.broker_configs(&self.name).cloned().unwrap_or_default(),
+            _ => return true,
+        };
+        let keys_match = self.keys.iter().all(|(k, v)| current.get(k) == v.as_ref());
+        let set = self.keys.iter().filter(|(_, v)| v.is_some()).count();
+        keys_match && (!self.exact || current.len() == set)
+    }
 }
 
 /// Takes out of `resources` the ones `session` may not alter, answered by `refused`.
