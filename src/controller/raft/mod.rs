@@ -2,6 +2,7 @@
 //! `controller.quorum.voters`. The Raft leader is the active controller; every voter applies
 //! committed entries to its MetadataImage. Broker-only nodes follow as observers (`observer`).
 
+pub mod election;
 pub mod entries;
 pub mod log_store;
 pub mod network;
@@ -24,6 +25,7 @@ use crate::config::cluster::Voter;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::records::MetadataRecord;
 use crate::storage::{LogManager, StorageError};
+use election::ElectionTimer;
 use entries::EntryContext;
 use log_store::{LogStore, MetadataLog};
 use network::{ClusterMismatch, Network};
@@ -127,12 +129,13 @@ pub struct Quorum {
     cluster_id: String,
     mismatch: ClusterMismatch,
     contacts: Arc<parking_lot::Mutex<Contacts>>,
+    election: ElectionTimer,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// openraft's timers from Kafka's. A follower that stops hearing from the leader waits out the
-/// leader's lease (openraft takes `election_timeout_max`) and then a random election timeout,
-/// so `controller.quorum.election.timeout.ms` (1 s) as the maximum gives 1.5-2 s before a vote,
+/// leader's lease (openraft takes `election_timeout_max`) and then a random election timeout
+/// (drawn afresh for every wait by `election`, which stands in for openraft's trigger), so `controller.quorum.election.timeout.ms` (1 s) as the maximum gives 1.5-2 s before a vote,
 /// close to Kafka's `controller.quorum.fetch.timeout.ms` (2 s). Heartbeats go out four times
 /// per election timeout. openraft also gives every AppendEntries the heartbeat interval to
 /// answer: a follower catching up must receive, write and fsync a payload within it, so the
@@ -151,10 +154,23 @@ fn openraft_config(cfg: &QuorumConfig) -> Result<openraft::Config, QuorumError> 
         max_in_snapshot_log_to_keep: 0,
         purge_batch_size: 1,
         max_payload_entries: 100,
+        // `election` decides when to stand.
+        enable_elect: false,
         ..Default::default()
     }
     .validate()
     .map_err(|e| QuorumError::Raft(e.to_string()))
+}
+
+/// The election timer's waits, as openraft would take them from `config`: the leader's lease
+/// is `election_timeout_max`, and a voter that met a longer log waits twice that more.
+fn election_timeouts(config: &openraft::Config) -> election::Timeouts {
+    election::Timeouts {
+        min: Duration::from_millis(config.election_timeout_min),
+        max: Duration::from_millis(config.election_timeout_max),
+        lease: Duration::from_millis(config.election_timeout_max),
+        defer: Duration::from_millis(config.election_timeout_max * 2),
+    }
 }
 
 impl Quorum {
@@ -180,15 +196,18 @@ impl Quorum {
         );
         let mismatch = ClusterMismatch::default();
         let contacts: Arc<parking_lot::Mutex<Contacts>> = Arc::default();
+        let config = openraft_config(&cfg)?;
+        let election = ElectionTimer::new(election_timeouts(&config));
         let net = Network::new(
             &cfg.cluster_id,
             cfg.node_id,
             mismatch.clone(),
             contacts.lock().last_ack.clone(),
+            election.clone(),
         );
         let raft = Raft::new(
             cfg.node_id as NodeId,
-            Arc::new(openraft_config(&cfg)?),
+            Arc::new(config),
             net,
             LogStore::new(log.clone()),
             sm.clone(),
@@ -211,11 +230,11 @@ impl Quorum {
                 Err(e) => return Err(QuorumError::Raft(e.to_string())),
             }
         }
-        if cfg.voters.len() == 1 {
-            // Alone, there is nobody to wait for: stand for election now.
-            let _ = raft.trigger().elect().await;
-        }
-        let mut tasks = Vec::new();
+        let mut tasks = vec![tokio::spawn(election::run(
+            raft.clone(),
+            cfg.node_id as NodeId,
+            election.clone(),
+        ))];
         let r = raft.clone();
         tasks.push(tokio::spawn(async move {
             loop {
@@ -234,6 +253,7 @@ impl Quorum {
             cluster_id: cfg.cluster_id,
             mismatch,
             contacts,
+            election,
             tasks,
         })
     }
@@ -340,7 +360,7 @@ impl Quorum {
 
     /// Answers a quorum request from another voter (see `network`).
     pub async fn serve(&self, frame: &[u8]) -> Result<Vec<u8>, network::WireError> {
-        network::serve(&self.raft, &self.cluster_id, frame).await
+        network::serve(&self.raft, &self.cluster_id, &self.election, frame).await
     }
 
     /// Notes an observer's fetch position (DescribeQuorum lists observers).

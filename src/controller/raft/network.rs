@@ -21,6 +21,7 @@ use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use super::election::ElectionTimer;
 use super::{NodeId, Raft, TypeConfig};
 use crate::protocol::errors;
 use crate::protocol::wire::{read_frame, FrameReadError};
@@ -68,6 +69,7 @@ pub struct Network {
     idle: Arc<parking_lot::Mutex<HashMap<String, Vec<TcpStream>>>>,
     mismatch: ClusterMismatch,
     acks: Acks,
+    election: ElectionTimer,
     /// Voters that do not answer: since when, and whether that was logged yet.
     down: Arc<parking_lot::Mutex<HashMap<NodeId, (std::time::Instant, bool)>>>,
 }
@@ -76,13 +78,20 @@ pub struct Network {
 pub type Acks = Arc<parking_lot::Mutex<HashMap<i32, i64>>>;
 
 impl Network {
-    pub fn new(cluster_id: &str, node_id: i32, mismatch: ClusterMismatch, acks: Acks) -> Network {
+    pub fn new(
+        cluster_id: &str,
+        node_id: i32,
+        mismatch: ClusterMismatch,
+        acks: Acks,
+        election: ElectionTimer,
+    ) -> Network {
         Network {
             cluster_id: cluster_id.into(),
             node_id,
             idle: Arc::default(),
             mismatch,
             acks,
+            election,
             down: Arc::default(),
         }
     }
@@ -147,19 +156,35 @@ fn request_frame(cluster_id: &str, node_id: i32, kind: i8, payload: &[u8]) -> By
 }
 
 impl Peer {
+    /// Sends `frame` and reads the answer, on an idle connection when there is one. A pooled
+    /// connection the peer closed meanwhile (it restarted) fails at once; the request is then
+    /// sent again on a new connection, as quorum requests may be repeated.
     async fn exchange(&self, frame: &[u8], timeout: Duration) -> Result<Bytes, WireError> {
+        let deadline = tokio::time::Instant::now() + timeout;
         let pooled = self.net.idle.lock().get_mut(&self.addr).and_then(Vec::pop);
-        let mut stream = match pooled {
-            Some(s) => s,
-            None => {
-                let s = tokio::time::timeout(timeout, TcpStream::connect(&self.addr))
-                    .await
-                    .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect"))??;
-                s.set_nodelay(true)?;
-                s
+        if let Some(stream) = pooled {
+            match self.exchange_on(stream, frame, deadline).await {
+                Err(WireError::Io(e)) if e.kind() != std::io::ErrorKind::TimedOut => {
+                    tracing::debug!(addr = %self.addr, error = %e, "an idle quorum connection was closed; reconnecting");
+                }
+                other => return other,
             }
-        };
-        let body = tokio::time::timeout(timeout, async {
+        }
+        let stream = tokio::time::timeout_at(deadline, TcpStream::connect(&self.addr))
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect"))??;
+        stream.set_nodelay(true)?;
+        self.exchange_on(stream, frame, deadline).await
+    }
+
+    /// One request and its answer on `stream`, which goes back to the pool afterwards.
+    async fn exchange_on(
+        &self,
+        mut stream: TcpStream,
+        frame: &[u8],
+        deadline: tokio::time::Instant,
+    ) -> Result<Bytes, WireError> {
+        let body = tokio::time::timeout_at(deadline, async {
             stream.write_all(frame).await?;
             match read_frame(&mut stream, 4, MAX_FRAME).await {
                 Ok(frame) => Ok(frame),
@@ -266,7 +291,13 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        self.call(KIND_VOTE, &rpc, option).await
+        let r: Result<VoteResponse<NodeId>, _> = self.call(KIND_VOTE, &rpc, option).await;
+        if let Ok(resp) = &r {
+            if !resp.vote_granted && resp.last_log_id > rpc.last_log_id {
+                self.net.election.defer();
+            }
+        }
+        r
     }
 }
 
@@ -279,8 +310,14 @@ fn response_body(code: i16, payload: &[u8]) -> Vec<u8> {
 }
 
 /// Answers one quorum request (the frame after its size prefix). Returns the response body
-/// (after the correlation id), or `None` for a frame that is not a quorum request.
-pub async fn serve(raft: &Raft, cluster_id: &str, frame: &[u8]) -> Result<Vec<u8>, WireError> {
+/// (after the correlation id), or `None` for a frame that is not a quorum request. An accepted
+/// AppendEntries or a granted vote restarts `election`'s wait.
+pub async fn serve(
+    raft: &Raft,
+    cluster_id: &str,
+    election: &ElectionTimer,
+    frame: &[u8],
+) -> Result<Vec<u8>, WireError> {
     let mut b = frame;
     if b.len() < 10 {
         return Err(WireError::Protocol("short quorum request".into()));
@@ -324,11 +361,22 @@ pub async fn serve(raft: &Raft, cluster_id: &str, frame: &[u8]) -> Result<Vec<u8
     match kind {
         KIND_APPEND => {
             let req: AppendEntriesRequest<TypeConfig> = bincode::deserialize(b).map_err(bad)?;
-            ok(bincode::serialize(&raft.append_entries(req).await))
+            let resp = raft.append_entries(req).await;
+            if resp
+                .as_ref()
+                .is_ok_and(|r| !matches!(r, AppendEntriesResponse::HigherVote(_)))
+            {
+                election.heard();
+            }
+            ok(bincode::serialize(&resp))
         }
         KIND_VOTE => {
             let req: VoteRequest<NodeId> = bincode::deserialize(b).map_err(bad)?;
-            ok(bincode::serialize(&raft.vote(req).await))
+            let resp = raft.vote(req).await;
+            if resp.as_ref().is_ok_and(|r| r.vote_granted) {
+                election.heard();
+            }
+            ok(bincode::serialize(&resp))
         }
         KIND_SNAPSHOT => {
             let req: InstallSnapshotRequest<TypeConfig> = bincode::deserialize(b).map_err(bad)?;
