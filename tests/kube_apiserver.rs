@@ -19,7 +19,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use evenkeel::operator::crd::{KafkaCluster, KafkaTopic, KafkaUser, TOPIC_FINALIZER};
+use evenkeel::operator::crd::{
+    KafkaCluster, KafkaTopic, KafkaUser, PASSWORD_NEEDS_SCRAM, TOPIC_FINALIZER,
+};
 use evenkeel::operator::kafka::{AdminConnector, ClientConnector, TopicAdmin};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -2004,6 +2006,7 @@ async fn kafkauser_credentials_and_acls_against_a_real_broker() {
     );
     assert_eq!(code, 422, "{msg}");
     assert!(msg.contains("resource.name is required"), "{msg}");
+    let writer_acls = writer.clone();
     for u in [
         kafka_user("alice", "scram-sha-512", writer),
         kafka_user("bob", "scram-sha-512", reader),
@@ -2090,6 +2093,57 @@ async fn kafkauser_credentials_and_acls_against_a_real_broker() {
     assert_eq!(carol_acls.len(), 1, "{carol_acls:?}");
     assert_eq!(carol_acls[0].pattern.name, "carol-");
     assert_eq!(kafka.acls_of("User:alice").await.unwrap().len(), 2);
+
+    // A password given in another Secret (Strimzi's password.valueFrom.secretKeyRef) is the
+    // one Kafka gets and the user's Secret copies; a missing key is reported, not invented.
+    let given: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "app-passwords"}, "stringData": {"erin": "erins-own-password-42"},
+    }))
+    .unwrap();
+    secrets.create(&pp, &given).await.unwrap();
+    let with_password = |name: &str, auth: &str, key: &str| -> KafkaUser {
+        let mut u = kafka_user(name, auth, writer_acls.clone());
+        u.spec.authentication.as_mut().unwrap().password = Some(
+            serde_json::from_value(
+                json!({"valueFrom": {"secretKeyRef": {"name": "app-passwords", "key": key}}}),
+            )
+            .unwrap(),
+        );
+        u
+    };
+    let (code, msg) = refusal(
+        users
+            .create(&pp, &with_password("tina", "tls", "erin"))
+            .await,
+    );
+    assert_eq!(code, 422, "{msg}");
+    assert!(msg.contains(PASSWORD_NEEDS_SCRAM), "{msg}");
+    users
+        .create(&pp, &with_password("erin", "scram-sha-512", "erin"))
+        .await
+        .unwrap();
+    users
+        .create(&pp, &with_password("frank", "scram-sha-512", "frank"))
+        .await
+        .unwrap();
+    wait_user_ready(&users, "erin").await;
+    let erin_secret = secret_entries(&secrets.get("erin").await.unwrap());
+    assert_eq!(erin_secret["password"], "erins-own-password-42");
+    assert!(erin_secret["sasl.jaas.config"].contains("erins-own-password-42"));
+    produce_as(&sasl, "erin", "erins-own-password-42", "orders")
+        .await
+        .expect("erin writes with the password she was given");
+    let frank = wait_for("KafkaUser frank to report the missing key", 60, || async {
+        let v = serde_json::to_value(users.get("frank").await.ok()?).unwrap();
+        let (status, reason, message) = condition(&v, "Ready")?;
+        (status == "False" && reason == "PasswordNotFound").then_some(message)
+    })
+    .await;
+    assert!(
+        frank.contains("app-passwords") && frank.contains("frank"),
+        "{frank}"
+    );
+    assert!(kafka.scram_mechanisms("frank").await.unwrap().is_empty());
 
     // Deleting alice: her credential and ACLs leave Kafka, her Secret goes, bob's stay.
     let ku = users.get("alice").await.unwrap();

@@ -16,7 +16,9 @@ use rand::distributions::{Alphanumeric, DistString};
 use serde_json::json;
 
 use super::certs::{self, CA_CERT};
-use super::crd::{AuthenticationType, KafkaCluster, KafkaUser, KafkaUserStatus, USER_FINALIZER};
+use super::crd::{
+    AuthenticationType, KafkaCluster, KafkaUser, KafkaUserStatus, SecretKeyRef, USER_FINALIZER,
+};
 use super::kafka::{AdminConnector, AdminError, UserAdmin};
 use super::resources::Names;
 use super::status::{self, set_condition};
@@ -329,7 +331,20 @@ async fn credentials(
         }
     };
     match authentication.type_ {
-        AuthenticationType::ScramSha512 => Ok(Ok(ensure_password(ku, secrets, existing).await?)),
+        AuthenticationType::ScramSha512 => {
+            let given = match &authentication.password {
+                None => None,
+                Some(p) => match given_password(&p.value_from.secret_key_ref, secrets).await? {
+                    Ok(given) => Some(given),
+                    Err(message) => {
+                        let requeue = Duration::from_secs(30);
+                        let outcome = Outcome::not_ready("PasswordNotFound", message, requeue);
+                        return Ok(Err(outcome));
+                    }
+                },
+            };
+            Ok(Ok(ensure_password(ku, secrets, existing, given).await?))
+        }
         AuthenticationType::Tls => {
             if ensure_certificate(ku, cluster, secrets, existing).await? {
                 return Ok(Ok(Credential::None));
@@ -409,18 +424,49 @@ fn password_digest(password: &str) -> String {
     crate::security::hex(&Sha256::digest(password.as_bytes()))
 }
 
-/// The user's password: the one its Secret holds (also one a person put there), or a new one
-/// written to the Secret first, so that Kafka is never given a password nobody can read. It is
-/// `confirmed` when the Secret records that Kafka was given this very password.
+/// The password `spec.authentication.password` names, or why there is none: the Secret or its
+/// key is missing, or the value is empty.
+async fn given_password(
+    from: &SecretKeyRef,
+    api: &Api<Secret>,
+) -> Result<Result<String, String>, Error> {
+    let Some(secret) = api.get_opt(&from.name).await? else {
+        return Ok(Err(format!(
+            "Secret {} with the user's password does not exist",
+            from.name
+        )));
+    };
+    match certs::secret_text(&secret).remove(&from.key) {
+        Some(p) if !p.is_empty() => Ok(Ok(p)),
+        Some(_) => Ok(Err(format!(
+            "key {} of Secret {} is empty: a password is needed",
+            from.key, from.name
+        ))),
+        None => Ok(Err(format!(
+            "Secret {} has no key {} with the user's password",
+            from.name, from.key
+        ))),
+    }
+}
+
+/// The user's password: `given` (from `spec.authentication.password`), else the one its
+/// Secret holds (also one a person put there), else a new one. A password the Secret does not
+/// hold yet is written to it first, so that Kafka is never given a password nobody can read.
+/// It is `confirmed` when the Secret records that Kafka was given this very password.
 async fn ensure_password(
     ku: &KafkaUser,
     api: &Api<Secret>,
     existing: Stored,
+    given: Option<String>,
 ) -> Result<Credential, Error> {
     let username = ku.username();
-    if let Some(password) = existing.entries.get(PASSWORD).filter(|p| !p.is_empty()) {
-        if existing.entries.get(JAAS_CONFIG) != Some(&jaas_config(&username, password)) {
-            let entries = password_entries(&username, password);
+    let kept = existing.entries.get(PASSWORD).filter(|p| !p.is_empty());
+    if let Some(password) = given.as_ref().or(kept) {
+        let entries = password_entries(&username, password);
+        if entries
+            .iter()
+            .any(|(k, v)| existing.entries.get(k) != Some(v))
+        {
             apply_secret(api, &user_secret(ku, entries)?).await?;
         }
         let set = existing.annotations.get(PASSWORD_SET_ANNOTATION);

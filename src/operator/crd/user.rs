@@ -51,11 +51,44 @@ pub struct KafkaUserSpec {
 
 /// `spec.authentication`.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[x_kube(
+    validation = Rule::new("self.type == 'scram-sha-512' || !has(self.password)").message(PASSWORD_NEEDS_SCRAM),
+)]
 pub struct UserAuthentication {
     /// `scram-sha-512`: a generated password (Secret key `password`, and `sasl.jaas.config`);
     /// `tls`: a certificate the clients CA signs, subject `CN=<name>` (`user.crt`, `user.key`).
     #[serde(rename = "type")]
     pub type_: super::AuthenticationType,
+    /// `scram-sha-512` only: the password to use instead of a generated one, from a key of
+    /// another Secret in the namespace. The user's own Secret gets a copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<UserPassword>,
+}
+
+/// Why a KafkaUser with a password and another authentication type is refused.
+pub const PASSWORD_NEEDS_SCRAM: &str = "authentication.password is only for type scram-sha-512";
+
+/// `spec.authentication.password`: `{valueFrom: {secretKeyRef: {name, key}}}`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct UserPassword {
+    pub value_from: PasswordSource,
+}
+
+/// Where a given password lives.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PasswordSource {
+    pub secret_key_ref: SecretKeyRef,
+}
+
+/// A key of a Secret in the KafkaUser's namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct SecretKeyRef {
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
 }
 
 /// `spec.authorization`: `{type: simple, acls: [...]}`.
