@@ -36,12 +36,18 @@ pub struct ElectionTimer(Arc<parking_lot::Mutex<Timer>>);
 
 struct Timer {
     timeouts: Timeouts,
-    /// When this node last heard from a leader, granted a vote, or stood itself.
+    /// When the wait began: this node last heard from a leader, granted a vote or stood
+    /// itself (a leader, learner or non-voter restarts it on every look).
     since: Instant,
     /// The random part of the current wait.
     drawn: Duration,
     /// A voter with a longer log refused this node's last campaign.
     deferred: bool,
+    /// AppendEntries and vote requests being handled (written and fsynced) right now: openraft
+    /// took note of their sender when they arrived, so this node must not stand meanwhile.
+    in_flight: usize,
+    /// When this node last stood.
+    stood: Option<Instant>,
 }
 
 impl Timer {
@@ -55,6 +61,16 @@ impl Timer {
     }
 }
 
+/// Held while a request from another voter is handled (`ElectionTimer::handling`).
+pub struct Handling(ElectionTimer);
+
+impl Drop for Handling {
+    fn drop(&mut self) {
+        let mut t = self.0 .0.lock();
+        t.in_flight = t.in_flight.saturating_sub(1);
+    }
+}
+
 impl ElectionTimer {
     pub fn new(timeouts: Timeouts) -> ElectionTimer {
         let mut t = Timer {
@@ -62,6 +78,8 @@ impl ElectionTimer {
             since: Instant::now(),
             drawn: timeouts.min,
             deferred: false,
+            in_flight: 0,
+            stood: None,
         };
         t.restart(Instant::now());
         ElectionTimer(Arc::new(parking_lot::Mutex::new(t)))
@@ -75,6 +93,14 @@ impl ElectionTimer {
         t.restart(Instant::now());
     }
 
+    /// Marks a request from another voter as being handled until the guard drops: a leader's
+    /// AppendEntries that takes long to write (a catch-up on a slow disk) must not look like
+    /// silence.
+    pub fn handling(&self) -> Handling {
+        self.0.lock().in_flight += 1;
+        Handling(self.clone())
+    }
+
     /// A voter with a longer log refused this node's vote request.
     pub fn defer(&self) {
         self.0.lock().deferred = true;
@@ -84,6 +110,9 @@ impl ElectionTimer {
     /// one, so it first waits out that leader's lease (the other voters refuse until then).
     fn due(&self, now: Instant, followed_leader: bool) -> bool {
         let t = self.0.lock();
+        if t.in_flight > 0 {
+            return false;
+        }
         let mut wait = t.drawn;
         if followed_leader {
             wait += t.timeouts.lease;
@@ -94,10 +123,20 @@ impl ElectionTimer {
         now.saturating_duration_since(t.since) >= wait
     }
 
+    /// Whether a voter alone in the quorum stands at `now`: at once the first time, then again
+    /// only after `min`, so that a campaign openraft has not finished (its vote still being
+    /// written) is not started over and over.
+    fn due_alone(&self, now: Instant) -> bool {
+        let t = self.0.lock();
+        t.stood
+            .is_none_or(|at| now.saturating_duration_since(at) >= t.timeouts.min)
+    }
+
     /// This node stands now: the next wait starts afresh.
     fn stood(&self, now: Instant) {
         let mut t = self.0.lock();
         t.deferred = false;
+        t.stood = Some(now);
         t.restart(now);
     }
 }
@@ -141,8 +180,7 @@ pub async fn run(raft: Raft, id: NodeId, timer: ElectionTimer) {
                 false
             }
             // Alone, there is nobody to wait for.
-            ServerState::Candidate if v.alone => false,
-            _ if v.alone => true,
+            _ if v.alone => timer.due_alone(Instant::now()),
             _ => timer.due(Instant::now(), v.followed_leader),
         };
         if !stand {
@@ -184,6 +222,30 @@ mod tests {
             seen.insert(d);
         }
         assert!(seen.len() > 10, "the waits repeat: {seen:?}");
+    }
+
+    #[test]
+    fn a_request_being_handled_holds_the_election_off() {
+        let t = ElectionTimer::new(timeouts());
+        let since = t.0.lock().since;
+        let late = since + Duration::from_secs(10);
+        let guard = t.handling();
+        assert!(
+            !t.due(late, false),
+            "stood while a leader's request was being written"
+        );
+        drop(guard);
+        assert!(t.due(late, false));
+    }
+
+    #[test]
+    fn a_lone_voter_stands_at_once_and_then_not_again_before_min() {
+        let t = ElectionTimer::new(timeouts());
+        let now = Instant::now();
+        assert!(t.due_alone(now));
+        t.stood(now);
+        assert!(!t.due_alone(now + Duration::from_millis(10)));
+        assert!(t.due_alone(now + timeouts().min));
     }
 
     #[test]

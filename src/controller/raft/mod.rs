@@ -135,7 +135,8 @@ pub struct Quorum {
 
 /// openraft's timers from Kafka's. A follower that stops hearing from the leader waits out the
 /// leader's lease (openraft takes `election_timeout_max`) and then a random election timeout
-/// (drawn afresh for every wait by `election`, which stands in for openraft's trigger), so `controller.quorum.election.timeout.ms` (1 s) as the maximum gives 1.5-2 s before a vote,
+/// (drawn afresh for every wait by `election`, which stands in for openraft's trigger), so
+/// `controller.quorum.election.timeout.ms` (1 s) as the maximum gives 1.5-2 s before a vote,
 /// close to Kafka's `controller.quorum.fetch.timeout.ms` (2 s). Heartbeats go out four times
 /// per election timeout. openraft also gives every AppendEntries the heartbeat interval to
 /// answer: a follower catching up must receive, write and fsync a payload within it, so the

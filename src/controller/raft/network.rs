@@ -310,7 +310,7 @@ fn response_body(code: i16, payload: &[u8]) -> Vec<u8> {
 }
 
 /// Answers one quorum request (the frame after its size prefix). Returns the response body
-/// (after the correlation id), or `None` for a frame that is not a quorum request. An accepted
+/// (after the correlation id), or an error for a frame that is not a quorum request. An accepted
 /// AppendEntries or a granted vote restarts `election`'s wait.
 pub async fn serve(
     raft: &Raft,
@@ -361,7 +361,9 @@ pub async fn serve(
     match kind {
         KIND_APPEND => {
             let req: AppendEntriesRequest<TypeConfig> = bincode::deserialize(b).map_err(bad)?;
+            let handling = election.handling();
             let resp = raft.append_entries(req).await;
+            drop(handling);
             if resp
                 .as_ref()
                 .is_ok_and(|r| !matches!(r, AppendEntriesResponse::HigherVote(_)))
@@ -372,7 +374,9 @@ pub async fn serve(
         }
         KIND_VOTE => {
             let req: VoteRequest<NodeId> = bincode::deserialize(b).map_err(bad)?;
+            let handling = election.handling();
             let resp = raft.vote(req).await;
+            drop(handling);
             if resp.as_ref().is_ok_and(|r| r.vote_granted) {
                 election.heard();
             }
