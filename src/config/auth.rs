@@ -364,13 +364,52 @@ fn jaas_options(jaas: &str, module: &str) -> Result<Vec<(String, String)>, Strin
         let value_and_rest = after
             .strip_prefix('"')
             .ok_or_else(|| format!("the value of {} must be quoted", name.trim()))?;
-        let end = value_and_rest
-            .find('"')
+        let (value, after) = quoted_value(value_and_rest)
             .ok_or_else(|| format!("the value of {} has no closing quote", name.trim()))?;
-        options.push((name.trim().to_string(), value_and_rest[..end].to_string()));
-        rest = value_and_rest[end + 1..].trim_start();
+        options.push((name.trim().to_string(), value));
+        rest = after.trim_start();
     }
     Ok(options)
+}
+
+/// A quoted JAAS value after its opening quote, and the text after its closing one. A
+/// backslash escapes the next character as in Java's StreamTokenizer, which Kafka's JaasConfig
+/// reads with: `\"` is a quote, `\\` a backslash, `\n`, `\t`, `\r`, `\b`, `\f` their controls.
+fn quoted_value(s: &str) -> Option<(String, &str)> {
+    let mut value = String::new();
+    let mut chars = s.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => return Some((value, &s[i + 1..])),
+            '\\' => {
+                let (_, e) = chars.next()?;
+                value.push(match e {
+                    'n' => '\n',
+                    't' => '\t',
+                    'r' => '\r',
+                    'b' => '\u{8}',
+                    'f' => '\u{c}',
+                    other => other,
+                });
+            }
+            c => value.push(c),
+        }
+    }
+    None
+}
+
+/// `value` quoted for a JAAS line: `quoted_value` reads it back unchanged.
+pub fn jaas_quote(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 2);
+    out.push('"');
+    for c in value.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
 }
 
 fn first_word(s: &str) -> &str {
@@ -380,6 +419,34 @@ fn first_word(s: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quoted_jaas_values_round_trip_quotes_and_backslashes() {
+        for v in [
+            "plain",
+            "with \"quotes\"",
+            "back\\slash\\",
+            "",
+            "x\"; y=\"z",
+        ] {
+            let line = format!(
+                "ScramLoginModule required username={} password=\"p\";",
+                jaas_quote(v)
+            );
+            let opts = jaas_options(
+                &line,
+                "org.apache.kafka.common.security.scram.ScramLoginModule",
+            )
+            .unwrap();
+            assert_eq!(opts[0], ("username".to_string(), v.to_string()), "{line}");
+            assert_eq!(opts[1].1, "p");
+        }
+        assert!(jaas_options(
+            "PlainLoginModule required a=\"open\\\";",
+            "PlainLoginModule"
+        )
+        .is_err());
+    }
 
     fn props(text: &str) -> BTreeMap<String, String> {
         text.lines()

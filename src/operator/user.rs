@@ -185,11 +185,14 @@ pub async fn forget_user<A: UserAdmin>(
     }
 }
 
-/// The `sasl.jaas.config` a client of this user sets.
+/// The `sasl.jaas.config` a client of this user sets (a given password may hold quotes or
+/// backslashes: they are escaped as Kafka's JAAS parser reads them).
 pub fn jaas_config(username: &str, password: &str) -> String {
+    use crate::config::auth::jaas_quote;
     format!(
-        "org.apache.kafka.common.security.scram.ScramLoginModule required \
-         username=\"{username}\" password=\"{password}\";"
+        "org.apache.kafka.common.security.scram.ScramLoginModule required username={} password={};",
+        jaas_quote(username),
+        jaas_quote(password)
     )
 }
 
@@ -436,8 +439,20 @@ async fn given_password(
             from.name
         )));
     };
+    let has_key = secret
+        .data
+        .as_ref()
+        .is_some_and(|d| d.contains_key(&from.key))
+        || secret
+            .string_data
+            .as_ref()
+            .is_some_and(|d| d.contains_key(&from.key));
     match certs::secret_text(&secret).remove(&from.key) {
         Some(p) if !p.is_empty() => Ok(Ok(p)),
+        None if has_key => Ok(Err(format!(
+            "key {} of Secret {} is not UTF-8 text",
+            from.key, from.name
+        ))),
         Some(_) => Ok(Err(format!(
             "key {} of Secret {} is empty: a password is needed",
             from.key, from.name

@@ -174,6 +174,12 @@ fn the_jaas_line_is_the_one_kafka_documents_for_scram() {
         "org.apache.kafka.common.security.scram.ScramLoginModule required \
          username=\"alice\" password=\"s3cret\";"
     );
+    // A given password with a quote or backslash cannot end the value early.
+    assert_eq!(
+        jaas_config("alice", "a\"b\\c"),
+        "org.apache.kafka.common.security.scram.ScramLoginModule required \
+         username=\"alice\" password=\"a\\\"b\\\\c\";"
+    );
 }
 
 #[tokio::test]
