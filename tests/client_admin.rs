@@ -245,6 +245,41 @@ async fn topic_configs_show_sources_and_incremental_changes() {
         api_and_name(&e),
         ("IncrementalAlterConfigs", "INVALID_CONFIG")
     );
+    // A key named twice, or a SET without a value, is INVALID_REQUEST and changes nothing.
+    let set = |value: Option<&str>| AlterConfigOp {
+        name: "retention.ms".into(),
+        op: AlterOpType::Set,
+        value: value.map(str::to_string),
+    };
+    let e = a
+        .alter_topic_configs(&name, &[set(Some("1000")), set(Some("2000"))])
+        .await
+        .unwrap_err();
+    let (_, kafka_name, message) = kafka_error(&e);
+    assert_eq!(kafka_name, "INVALID_REQUEST");
+    assert!(
+        message
+            .unwrap_or_default()
+            .contains("duplicate config keys"),
+        "{e}"
+    );
+    let e = a
+        .alter_topic_configs(&name, &[set(None)])
+        .await
+        .unwrap_err();
+    let (_, kafka_name, message) = kafka_error(&e);
+    assert_eq!(kafka_name, "INVALID_REQUEST");
+    assert!(
+        message
+            .unwrap_or_default()
+            .contains("Null value not supported for : retention.ms"),
+        "{e}"
+    );
+    let unchanged = a.describe_topic_configs(&name).await.unwrap();
+    assert_eq!(
+        entry(&unchanged, "retention.ms").value.as_deref(),
+        Some("604800000")
+    );
     let e = a
         .describe_topic_configs(&unique("missing"))
         .await

@@ -287,19 +287,21 @@ pub fn create_partitions(
 /// broker's image shows what `$expected` says the alteration leaves, so a DescribeConfigs that
 /// follows reads the client's own write.
 macro_rules! forward_alteration {
-    ($broker:expr, $session:expr, $version:expr, $req:expr, $resp:ty, $refused:ty, $expected:expr) => {{
+    ($broker:expr, $session:expr, $version:expr, $req:expr, $resp:ty, $refused:ty, $shape:expr, $expected:expr) => {{
         let mut req = $req;
+        let malformed: Vec<Option<String>> = $shape(&req.resources);
         let refused = take_unalterable(
             $broker,
             $session,
             &mut req.resources,
+            malformed,
             |r| (r.resource_type, &r.resource_name),
-            |r, code| {
+            |r, code, message| {
                 <$refused>::default()
                     .with_resource_type(r.resource_type)
                     .with_resource_name(r.resource_name.clone())
                     .with_error_code(code)
-                    .with_error_message(None)
+                    .with_error_message(message.map(s))
             },
         );
         if req.resources.is_empty() {
@@ -349,6 +351,12 @@ pub fn alter_configs(
         req,
         AlterConfigsResponse,
         alter_configs_response::AlterConfigsResourceResponse,
+        |rs: &[alter_configs_request::AlterConfigsResource]| {
+            repeated_resources(
+                rs.iter()
+                    .map(|r| (r.resource_type, r.resource_name.as_str())),
+            )
+        },
         |r| ExpectedConfigs {
             resource_type: r.resource_type,
             name: r.resource_name.to_string(),
@@ -375,6 +383,17 @@ pub fn incremental_alter_configs(
         req,
         IncrementalAlterConfigsResponse,
         incremental_alter_configs_response::AlterConfigsResourceResponse,
+        |rs: &[incremental_alter_configs_request::AlterConfigsResource]| {
+            let repeated = repeated_resources(
+                rs.iter()
+                    .map(|r| (r.resource_type, r.resource_name.as_str())),
+            );
+            repeated
+                .into_iter()
+                .zip(rs)
+                .map(|(repeated, r)| repeated.or_else(|| malformed_configs(&r.configs)))
+                .collect::<Vec<_>>()
+        },
         |r| ExpectedConfigs {
             resource_type: r.resource_type,
             name: r.resource_name.to_string(),
@@ -451,26 +470,62 @@ impl ExpectedConfigs {
     }
 }
 
-/// Takes out of `resources` the ones `session` may not alter, answered by `refused`.
+/// Takes out of `resources` the malformed ones (INVALID_REQUEST with the message at their index
+/// in `malformed`, as Kafka's broker checks before it forwards) and the ones `session` may not
+/// alter, answered by `refused`.
 fn take_unalterable<R, T>(
     broker: &Broker,
     session: &Session,
     resources: &mut Vec<R>,
+    malformed: Vec<Option<String>>,
     key: impl Fn(&R) -> (i8, &StrBytes),
-    refused: impl Fn(&R, i16) -> T,
+    refused: impl Fn(&R, i16, Option<String>) -> T,
 ) -> Vec<T> {
     let mut out = Vec::new();
+    let mut malformed = malformed.into_iter();
     resources.retain(|r| {
+        if let Some(message) = malformed.next().flatten() {
+            out.push(refused(r, errors::INVALID_REQUEST, Some(message)));
+            return false;
+        }
         let (resource_type, name) = key(r);
         match config_denied(broker, session, resource_type, name, true) {
             Some(code) => {
-                out.push(refused(r, code));
+                out.push(refused(r, code, None));
                 false
             }
             None => true,
         }
     });
     out
+}
+
+/// Kafka's refusal of a resource a request names more than once (all its occurrences).
+fn repeated_resources<'a>(keys: impl Iterator<Item = (i8, &'a str)>) -> Vec<Option<String>> {
+    let keys: Vec<(i8, &str)> = keys.collect();
+    keys.iter()
+        .map(|k| {
+            (keys.iter().filter(|o| *o == k).count() > 1)
+                .then(|| "Each resource must appear at most once.".to_string())
+        })
+        .collect()
+}
+
+/// Kafka's refusal of an IncrementalAlterConfigs resource that names a key twice, or gives no
+/// value to an operation other than DELETE.
+fn malformed_configs(
+    configs: &[incremental_alter_configs_request::AlterableConfig],
+) -> Option<String> {
+    let mut seen = std::collections::BTreeSet::new();
+    if !configs.iter().all(|c| seen.insert(c.name.as_str())) {
+        return Some("Error due to duplicate config keys".into());
+    }
+    let nulls: Vec<&str> = configs
+        .iter()
+        .filter(|c| c.config_operation != OP_DELETE && c.value.is_none())
+        .map(|c| c.name.as_str())
+        .collect();
+    (!nulls.is_empty()).then(|| format!("Null value not supported for : {}", nulls.join(", ")))
 }
 
 /// Why `session` may not describe (`alter`: alter) the configs of a resource: a topic's need
@@ -834,6 +889,37 @@ mod tests {
         .map(|(k, v)| (k.to_string(), v.map(str::to_string)))
         .collect();
         assert_eq!(keys, want);
+    }
+
+    #[test]
+    fn repeated_resources_and_keys_and_missing_values_are_refused_as_kafka_does() {
+        let repeated = repeated_resources(
+            [
+                (RESOURCE_TOPIC, "t"),
+                (RESOURCE_BROKER, "t"),
+                (RESOURCE_TOPIC, "t"),
+            ]
+            .into_iter(),
+        );
+        let once = "Each resource must appear at most once.".to_string();
+        assert_eq!(repeated, [Some(once.clone()), None, Some(once)]);
+        assert_eq!(
+            malformed_configs(&[op("a", OP_SET, Some("1")), op("a", OP_DELETE, None)]).as_deref(),
+            Some("Error due to duplicate config keys")
+        );
+        assert_eq!(
+            malformed_configs(&[
+                op("a", OP_SET, None),
+                op("b", OP_DELETE, None),
+                op("c", 2, None)
+            ])
+            .as_deref(),
+            Some("Null value not supported for : a, c")
+        );
+        assert_eq!(
+            malformed_configs(&[op("a", OP_SET, Some("1")), op("b", OP_DELETE, None)]),
+            None
+        );
     }
 
     #[test]
