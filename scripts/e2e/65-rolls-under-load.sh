@@ -8,9 +8,10 @@
 source "$(dirname "$0")/lib.sh"
 rolls="${E2E_ROLLS:-5}"
 rate="${E2E_ROLL_RATE:-500}"
-# Enough records to outlast the rolls (about 35 s each on kind here, 45 s allowed); the producer
-# finishes afterwards.
-records=$((rate * 45 * rolls))
+# Enough records to outlast the rolls (20-55 s each on kind here, 60 s allowed, and 20 s for the
+# steps between them); the producer finishes afterwards. With 45 s a roll, two rolls of 54 and
+# 50 s outlasted the producer, and the check below refused a fault without load.
+records=$((rate * (60 * rolls + 20)))
 topic="e2e-rolls-$(date +%s)"
 pod=e2e-roll-producer
 
