@@ -1927,6 +1927,20 @@ async fn wait_user_ready(users: &Api<KafkaUser>, name: &str) -> Value {
     .await
 }
 
+/// Waits until KafkaUser `name` is not ready for `reason`: the condition's message.
+async fn wait_user_not_ready(users: &Api<KafkaUser>, name: &str, reason: &str) -> String {
+    wait_for(
+        &format!("KafkaUser {name} not ready: {reason}"),
+        60,
+        || async {
+            let v = serde_json::to_value(users.get(name).await.ok()?).unwrap();
+            let (status, why, message) = condition(&v, "Ready")?;
+            (status == "False" && why == reason).then_some(message)
+        },
+    )
+    .await
+}
+
 /// One record to `topic` as a SCRAM-SHA-512 user over SASL_PLAINTEXT: the delivery result.
 async fn produce_as(
     bootstrap: &str,
@@ -2068,12 +2082,7 @@ async fn kafkauser_credentials_and_acls_against_a_real_broker() {
         .create(&pp, &kafka_user("dora", "scram-sha-512", json!([])))
         .await
         .unwrap();
-    wait_for("KafkaUser dora to report the conflict", 60, || async {
-        let v = serde_json::to_value(users.get("dora").await.ok()?).unwrap();
-        let (status, reason, _) = condition(&v, "Ready")?;
-        (status == "False" && reason == "SecretConflict").then_some(())
-    })
-    .await;
+    wait_user_not_ready(&users, "dora", "SecretConflict").await;
     let dora = secrets.get("dora").await.unwrap();
     assert_eq!(secret_entries(&dora)["password"], "the app's own");
     assert!(dora.owner_references().is_empty());
@@ -2133,12 +2142,7 @@ async fn kafkauser_credentials_and_acls_against_a_real_broker() {
     produce_as(&sasl, "erin", "erins-own-password-42", "orders")
         .await
         .expect("erin writes with the password she was given");
-    let frank = wait_for("KafkaUser frank to report the missing key", 60, || async {
-        let v = serde_json::to_value(users.get("frank").await.ok()?).unwrap();
-        let (status, reason, message) = condition(&v, "Ready")?;
-        (status == "False" && reason == "PasswordNotFound").then_some(message)
-    })
-    .await;
+    let frank = wait_user_not_ready(&users, "frank", "PasswordNotFound").await;
     assert!(
         frank.contains("app-passwords") && frank.contains("frank"),
         "{frank}"

@@ -309,7 +309,7 @@ macro_rules! forward_alteration {
         }
         let expected: Vec<ExpectedConfigs> = match req.validate_only {
             true => Vec::new(),
-            false => ExpectedConfigs::once_each(req.resources.iter().map($expected).collect()),
+            false => req.resources.iter().map($expected).collect(),
         };
         forward(
             $broker,
@@ -406,33 +406,25 @@ pub fn incremental_alter_configs(
 const OP_SET: i8 = 0;
 const OP_DELETE: i8 = 1;
 
-/// The values IncrementalAlterConfigs leaves, in order: SET and DELETE leave one this broker
-/// can foresee (a SET without a value is stored as ""); APPEND and SUBTRACT a list it cannot,
-/// until a later SET or DELETE of the key.
+/// The values IncrementalAlterConfigs leaves: SET and DELETE leave one this broker can foresee;
+/// APPEND and SUBTRACT a list it cannot. (A key named twice or a SET without a value was refused
+/// before forwarding, `malformed_configs`.)
 fn incremental_keys(
     configs: &[incremental_alter_configs_request::AlterableConfig],
 ) -> BTreeMap<String, Option<String>> {
-    let mut keys = BTreeMap::new();
-    for c in configs {
-        let name = c.name.to_string();
-        match c.config_operation {
-            OP_SET => {
-                let value = c.value.as_ref().map(|v| v.to_string()).unwrap_or_default();
-                keys.insert(name, Some(value));
+    configs
+        .iter()
+        .filter_map(|c| match c.config_operation {
+            OP_SET | OP_DELETE => {
+                Some((c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
             }
-            OP_DELETE => {
-                keys.insert(name, None);
-            }
-            _ => {
-                keys.remove(&name);
-            }
-        }
-    }
-    keys
+            _ => None,
+        })
+        .collect()
 }
 
 /// What an alteration leaves in one resource's dynamic configs: each key's value, or `None`
-/// where it is removed (the last operation on a key wins, as at the controller); `exact` when no
+/// where it is removed; `exact` when no
 /// other key remains (AlterConfigs replaces the whole set). Another writer's change at the same
 /// moment, or the topic's deletion, can keep the image from showing it: the wait is bounded.
 struct ExpectedConfigs {
@@ -443,21 +435,6 @@ struct ExpectedConfigs {
 }
 
 impl ExpectedConfigs {
-    /// Drops the resources a request names more than once: what they leave depends on the
-    /// order the controller applies them in.
-    fn once_each(all: Vec<ExpectedConfigs>) -> Vec<ExpectedConfigs> {
-        let named = |e: &ExpectedConfigs| {
-            all.iter()
-                .filter(|o| o.resource_type == e.resource_type && o.name == e.name)
-                .count()
-        };
-        let once: Vec<bool> = all.iter().map(|e| named(e) == 1).collect();
-        all.into_iter()
-            .zip(once)
-            .filter_map(|(e, once)| once.then_some(e))
-            .collect()
-    }
-
     fn shown_by(&self, img: &MetadataImage) -> bool {
         let current = match self.resource_type {
             RESOURCE_TOPIC => img.topic_configs(&self.name),
@@ -870,24 +847,17 @@ mod tests {
     }
 
     #[test]
-    fn the_last_foreseeable_operation_on_a_key_is_expected() {
+    fn set_and_delete_are_foreseen_and_append_is_not() {
         let keys = incremental_keys(&[
-            op("a", OP_SET, Some("1")),
             op("a", OP_SET, Some("2")),
-            op("b", OP_SET, Some("x")),
             op("b", 2, Some("y")), // APPEND: b's list is not foreseen
-            op("c", 2, Some("y")),
             op("c", OP_DELETE, None),
-            op("d", OP_SET, None),
         ]);
         let want: BTreeMap<String, Option<String>> = [
-            ("a", Some("2")),
-            ("c", None),
-            ("d", Some("")), // stored as "" by the controller
+            ("a".to_string(), Some("2".to_string())),
+            ("c".to_string(), None),
         ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.map(str::to_string)))
-        .collect();
+        .into();
         assert_eq!(keys, want);
     }
 
@@ -920,18 +890,5 @@ mod tests {
             malformed_configs(&[op("a", OP_SET, Some("1")), op("b", OP_DELETE, None)]),
             None
         );
-    }
-
-    #[test]
-    fn a_resource_named_twice_is_not_waited_for() {
-        let e = |name: &str| ExpectedConfigs {
-            resource_type: RESOURCE_TOPIC,
-            name: name.into(),
-            keys: BTreeMap::new(),
-            exact: false,
-        };
-        let kept = ExpectedConfigs::once_each(vec![e("t1"), e("t2"), e("t1")]);
-        let names: Vec<&str> = kept.iter().map(|e| e.name.as_str()).collect();
-        assert_eq!(names, ["t2"]);
     }
 }

@@ -76,12 +76,12 @@ impl ElectionTimer {
         let mut t = Timer {
             timeouts,
             since: Instant::now(),
-            drawn: timeouts.min,
+            drawn: Duration::ZERO,
             deferred: false,
             in_flight: 0,
             stood: None,
         };
-        t.restart(Instant::now());
+        t.restart(t.since);
         ElectionTimer(Arc::new(parking_lot::Mutex::new(t)))
     }
 
