@@ -47,6 +47,9 @@ pub struct RebalancerArgs {
     /// A broker whose NetworkProcessorAvgIdlePercent is under this (0-100) is overloaded.
     #[arg(long, default_value_t = 30.0)]
     pub min_network_idle_percent: f64,
+    /// A broker whose RequestHandlerAvgIdlePercent is under this (0-100) is overloaded.
+    #[arg(long, default_value_t = 30.0)]
+    pub min_handler_idle_percent: f64,
     /// A broker whose mean FetchFollower LocalTimeMs is over this is overloaded.
     #[arg(long, default_value_t = 10.0)]
     pub max_fetch_follower_local_ms: f64,
@@ -137,6 +140,7 @@ impl RebalancerArgs {
             broker_id: self.broker_id,
             thresholds: Thresholds {
                 min_network_idle: self.min_network_idle_percent / 100.0,
+                min_handler_idle: self.min_handler_idle_percent / 100.0,
                 max_fetch_follower_local_ms: self.max_fetch_follower_local_ms,
                 ..Thresholds::default()
             },

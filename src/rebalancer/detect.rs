@@ -141,13 +141,16 @@ impl Signals {
 }
 
 /// Mean time of one request kind over the interval: histogram sum/count deltas, else the
-/// 99th-percentile gauge a JMX exporter publishes (`quantile="0.99"`).
+/// 99th-percentile gauge a JMX exporter publishes (`quantile="0.99"`). Without a previous page
+/// (the first look at a broker) there is no interval yet, and the mean since the broker started
+/// (its startup included) says nothing about now: unknown.
 fn request_ms(page: &Page, previous: Option<&Page>, base: &str, request: &str) -> Option<f64> {
     let labels = [("request", request)];
     let (sum, count) = (format!("{base}_sum"), format!("{base}_count"));
     if let (Some(s), Some(c)) = (page.value(&sum, &labels), page.value(&count, &labels)) {
-        let (s0, c0) = previous
-            .and_then(|p| Some((p.value(&sum, &labels)?, p.value(&count, &labels)?)))
+        let (s0, c0) = previous?
+            .value(&sum, &labels)
+            .zip(previous?.value(&count, &labels))
             .unwrap_or((0.0, 0.0));
         let (ds, dc) = (s - s0, c - c0);
         // A restarted broker's counters start again from zero: use its totals.
@@ -162,13 +165,17 @@ fn request_ms(page: &Page, previous: Option<&Page>, base: &str, request: &str) -
 }
 
 /// Consumer fetches per partition over the interval, as a load weight: 1 for a partition no
-/// consumer fetched, plus the fetches covering it per second.
+/// consumer fetched, plus the fetches covering it per second. A broker seen for the first time
+/// has no interval yet and adds nothing.
 pub fn partition_loads(
     pages: &BTreeMap<i32, (Page, Option<Page>)>,
     interval_secs: f64,
 ) -> BTreeMap<(String, i32), f64> {
     let mut loads = BTreeMap::new();
     for (page, previous) in pages.values() {
+        let Some(previous) = previous else {
+            continue;
+        };
         for s in page.matching(PARTITION_FETCHES, &[]) {
             let (Some(topic), Some(partition)) = (
                 s.labels.get("topic"),
@@ -179,13 +186,10 @@ pub fn partition_loads(
                 continue;
             };
             let before = previous
-                .as_ref()
-                .and_then(|p| {
-                    p.value(
-                        PARTITION_FETCHES,
-                        &[("topic", topic), ("partition", &partition.to_string())],
-                    )
-                })
+                .value(
+                    PARTITION_FETCHES,
+                    &[("topic", topic), ("partition", &partition.to_string())],
+                )
                 .unwrap_or(0.0);
             let delta = if s.value >= before {
                 s.value - before
@@ -462,6 +466,11 @@ mod tests {
         assert_eq!(s.network_idle, Some(0.25));
         assert_eq!(s.produce_total_ms, Some(700.0));
         assert_eq!(s.handler_idle, None);
+        // A first look has no interval: the histogram's mean since start is not used, the
+        // exporter's windowed quantile gauge is.
+        let first = Signals::read(&after, None);
+        assert_eq!(first.fetch_follower_local_ms, None);
+        assert_eq!(first.produce_total_ms, Some(700.0));
         // No follower fetch in the interval: nothing to say.
         assert_eq!(
             Signals::read(&before, Some(&before)).fetch_follower_local_ms,
@@ -490,6 +499,11 @@ mod tests {
              evenkeel_partition_consumer_fetches_total{topic=\"t\",partition=\"1\"} 0\n",
         )
         .unwrap();
+        let first = [(1, (after.clone(), None))].into_iter().collect();
+        assert!(
+            partition_loads(&first, 10.0).is_empty(),
+            "a first look adds no load"
+        );
         let pages = [(1, (after, Some(before)))].into_iter().collect();
         let loads = partition_loads(&pages, 10.0);
         assert_eq!(loads[&("t".to_string(), 0)], 31.0);

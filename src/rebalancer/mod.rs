@@ -242,7 +242,13 @@ impl Rebalancer {
         let Some(reason) = finding.reason.clone() else {
             return Ok(Outcome::Balanced);
         };
-        tracing::info!(%reason, skew = finding.skew, "leadership is uneven; planning");
+        tracing::info!(
+            %reason,
+            skew = finding.skew,
+            overloaded = ?finding.symptomatic,
+            heavy = ?finding.heavy,
+            "leadership is uneven; planning (overloaded and heavy brokers gain no leadership)"
+        );
         let plan = self.plan(&layout, &finding, &loads);
         self.metrics.moves_planned.inc_by(plan.moves.len() as u64);
         if plan.moves.is_empty() {
