@@ -15,7 +15,7 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use common::pki::{Leaf, Pki};
+use common::pki::{ssl_listener_overrides, Leaf, Pki};
 use common::BrokerProcess;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -34,18 +34,11 @@ fn start(pki: &Pki, dir: tempfile::TempDir, server: &Leaf) -> TlsBroker {
     let keystore = dir.path().join("keystore.pem");
     server.write_keystore(&keystore);
     let (pp, sp) = (common::free_port(), common::free_port());
-    let overrides = [
-        format!("listeners=PLAINTEXT://127.0.0.1:{pp},SSL://127.0.0.1:{sp}"),
-        format!("advertised.listeners=SSL://127.0.0.1:{sp},PLAINTEXT://127.0.0.1:{pp}"),
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL".into(),
-        "inter.broker.listener.name=PLAINTEXT".into(),
-        "ssl.keystore.type=PEM".into(),
-        format!("ssl.keystore.location={}", keystore.display()),
-        "ssl.truststore.type=PEM".into(),
-        format!("ssl.truststore.location={}", pki.ca_file().display()),
+    let mut overrides = ssl_listener_overrides(pp, sp, &keystore, pki.ca_file());
+    overrides.extend([
         "listener.name.ssl.ssl.client.auth=required".into(),
         "ssl.principal.mapping.rules=RULE:^CN=(.*?),O=acme$/$1/,DEFAULT".into(),
-    ];
+    ]);
     let overrides: Vec<&str> = overrides.iter().map(String::as_str).collect();
     let broker = BrokerProcess::start(&overrides);
     TlsBroker {

@@ -1648,6 +1648,39 @@ fn secret_entries(s: &Secret) -> BTreeMap<String, String> {
     evenkeel::operator::certs::secret_text(s)
 }
 
+/// Java's keytool opens the certificate user's `user.p12` with its `user.password` and finds
+/// one key entry whose chain is the user's certificate (subject `subject`) and the clients CA.
+fn java_reads_the_keystore(secret: &Secret, subject: &str) {
+    let data = secret.data.as_ref().expect("the user's Secret has data");
+    let p12 = &data.get("user.p12").expect("the Secret has user.p12").0;
+    let password = String::from_utf8(data["user.password"].0.clone()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("user.p12");
+    fs::write(&path, p12).unwrap();
+    let out = Command::new("keytool")
+        .args(["-list", "-v", "-storetype", "PKCS12", "-keystore"])
+        .arg(&path)
+        .args(["-storepass", &password])
+        .output()
+        .expect("keytool runs (Java 17)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "keytool: {text}");
+    assert!(text.contains("Your keystore contains 1 entry"), "{text}");
+    assert!(text.contains("Entry type: PrivateKeyEntry"), "{text}");
+    assert!(text.contains("Certificate chain length: 2"), "{text}");
+    assert!(text.contains(&format!("Owner: {subject}")), "{text}");
+    let wrong = Command::new("keytool")
+        .args(["-list", "-storetype", "PKCS12", "-keystore"])
+        .arg(&path)
+        .args(["-storepass", "not-the-password"])
+        .output()
+        .unwrap();
+    assert!(
+        !wrong.status.success(),
+        "a wrong password opens the keystore"
+    );
+}
+
 /// The five Secrets of a secured cluster, with their resourceVersions, once they all exist.
 async fn security_secrets(api: &Api<Secret>, cluster: &str, brokers: i32) -> Vec<Secret> {
     let names = [
@@ -2098,6 +2131,26 @@ async fn kafkauser_credentials_and_acls_against_a_real_broker() {
     assert!(signed_by(&carol_secret["user.crt"], &clients_ca));
     assert!(carol_secret.contains_key("user.key"));
     assert_eq!(carol_secret["ca.crt"], clients_ca);
+    java_reads_the_keystore(&secrets.get("carol").await.unwrap(), "CN=carol");
+    // A Secret without the keystore (made before it, or edited) gains it again at the next
+    // pass, with the same certificate and keystore password.
+    let patch = json!({"data": {"user.p12": null}});
+    secrets
+        .patch("carol", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let restored = wait_for("carol's keystore to be made again", 60, || async {
+        let s = secrets.get("carol").await.ok()?;
+        s.data.as_ref()?.contains_key("user.p12").then_some(s)
+    })
+    .await;
+    let restored_entries = secret_entries(&restored);
+    assert_eq!(restored_entries["user.crt"], carol_secret["user.crt"]);
+    assert_eq!(
+        restored_entries["user.password"],
+        carol_secret["user.password"]
+    );
+    java_reads_the_keystore(&restored, "CN=carol");
     let carol_acls = kafka.acls_of("User:CN=carol").await.unwrap();
     assert_eq!(carol_acls.len(), 1, "{carol_acls:?}");
     assert_eq!(carol_acls[0].pattern.name, "carol-");

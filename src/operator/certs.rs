@@ -53,6 +53,8 @@ pub enum CertError {
     },
     #[error("Secret {secret}: {reason}")]
     Stored { secret: String, reason: String },
+    #[error("making the PKCS#12 keystore of {what}: {reason}")]
+    Keystore { what: String, reason: String },
 }
 
 /// Which of a cluster's two CAs.
@@ -269,6 +271,44 @@ pub fn signed_by(cert_pem: &str, ca_pem: &str) -> bool {
     cert.verify_signature(Some(ca.public_key())).is_ok()
 }
 
+/// A PKCS#12 keystore (what Java clients load with `ssl.keystore.type=PKCS12`) holding
+/// `issued`'s key under `alias`, with its certificate and the CA's as the chain, protected by
+/// `password`: PBES2 with AES-256 and an HMAC-SHA-256 MAC, which Java reads since 8u301.
+pub fn pkcs12(
+    issued: &Issued,
+    ca_pem: &str,
+    alias: &str,
+    password: &str,
+) -> Result<Vec<u8>, CertError> {
+    use p12_keystore::{Certificate, KeyStore, KeyStoreEntry, PrivateKeyChain};
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivatePkcs8KeyDer};
+    let err = |reason: String| CertError::Keystore {
+        what: alias.to_string(),
+        reason,
+    };
+    let certificate = |pem: &str| {
+        let der = CertificateDer::from_pem_slice(pem.as_bytes())
+            .map_err(|e| err(format!("certificate: {e}")))?;
+        Certificate::from_der(&der).map_err(|e| err(format!("certificate: {e}")))
+    };
+    let chain = vec![certificate(&issued.cert_pem)?, certificate(ca_pem)?];
+    let key = PrivatePkcs8KeyDer::from_pem_slice(issued.key_pem.as_bytes())
+        .map_err(|e| err(format!("key: {e}")))?;
+    // Java pairs the key with its certificate by this id; the certificate's digest is one.
+    let key_id = {
+        use sha2::{Digest, Sha256};
+        Sha256::digest(chain[0].as_der())[..20].to_vec()
+    };
+    let mut store = KeyStore::new();
+    let entry = PrivateKeyChain::new(key.secret_pkcs8_der(), key_id, chain);
+    store.add_entry(alias, KeyStoreEntry::PrivateKeyChain(entry));
+    store
+        .writer(password)
+        .write()
+        .map_err(|e| err(e.to_string()))
+}
+
 /// Whether the spec asks for certificates: a TLS listener, or client authentication.
 pub fn wants_certificates(kc: &KafkaCluster) -> bool {
     kc.spec
@@ -369,6 +409,13 @@ pub fn secret(
     let mut s: Secret = resources::owned_object(kc, "v1", "Secret", name)?;
     set_entries(&mut s, entries);
     Ok(s)
+}
+
+/// Adds a binary entry (a keystore) to `s`.
+pub fn set_binary_entry(s: &mut Secret, key: &str, value: Vec<u8>) {
+    s.data
+        .get_or_insert_with(BTreeMap::new)
+        .insert(key.to_string(), ByteString(value));
 }
 
 /// Makes `s` an Opaque Secret holding exactly `entries` (text).

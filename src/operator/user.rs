@@ -2,7 +2,7 @@
 //! password, or a certificate the clients CA signs), its SCRAM credential and ACLs in Kafka kept
 //! as the spec says, and both removed from Kafka through a finalizer when the KafkaUser goes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,6 +34,10 @@ pub const JAAS_CONFIG: &str = "sasl.jaas.config";
 /// The Secret keys of a certificate user's certificate and key.
 pub const USER_CERT: &str = "user.crt";
 pub const USER_KEY: &str = "user.key";
+/// The Secret keys of a certificate user's PKCS#12 keystore (key, certificate and CA, as Java
+/// clients load it) and of the keystore's password, as Strimzi names them.
+pub const USER_P12: &str = "user.p12";
+pub const USER_PASSWORD: &str = "user.password";
 /// Length of a generated password (alphanumeric: about 190 bits).
 const PASSWORD_LEN: usize = 32;
 /// How long a user certificate is valid.
@@ -383,6 +387,12 @@ async fn own_secret(ku: &KafkaUser, api: &Api<Secret>) -> Result<Result<Stored, 
     match controller {
         Some(r) if Some(r.uid.as_str()) == uid => Ok(Ok(Stored {
             entries: certs::secret_text(&secret),
+            keys: secret
+                .data
+                .iter()
+                .flatten()
+                .map(|(k, _)| k.clone())
+                .collect(),
             annotations: secret.metadata.annotations.clone().unwrap_or_default(),
         })),
         Some(r) => Ok(Err(format!("controlled by {} {}", r.kind, r.name))),
@@ -393,7 +403,10 @@ async fn own_secret(ku: &KafkaUser, api: &Api<Secret>) -> Result<Result<Stored, 
 /// What the user's Secret holds.
 #[derive(Default)]
 struct Stored {
+    /// The entries that are text.
     entries: BTreeMap<String, String>,
+    /// Every entry's key, binary ones (the keystore) included.
+    keys: BTreeSet<String>,
     annotations: BTreeMap<String, String>,
 }
 
@@ -416,6 +429,11 @@ async fn apply_secret(api: &Api<Secret>, secret: &Secret) -> Result<(), Error> {
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     api.patch(&name, &pp, &Patch::Apply(secret)).await?;
     Ok(())
+}
+
+/// A generated password: alphanumeric, `PASSWORD_LEN` long.
+fn new_password() -> String {
+    Alphanumeric.sample_string(&mut rand::thread_rng(), PASSWORD_LEN)
 }
 
 /// The annotation on a SCRAM user's Secret with the SHA-256 of the password Kafka was last
@@ -490,7 +508,7 @@ async fn ensure_password(
             confirmed: set == Some(&password_digest(password)),
         });
     }
-    let password = Alphanumeric.sample_string(&mut rand::thread_rng(), PASSWORD_LEN);
+    let password = new_password();
     apply_secret(
         api,
         &user_secret(ku, password_entries(&username, &password))?,
@@ -535,22 +553,44 @@ async fn ensure_certificate(
     let Some(ca) = certs::clients_ca(api, &names).await? else {
         return Ok(false);
     };
-    let existing = existing.entries;
-    let current = existing.get(USER_CERT).is_some_and(|c| {
-        existing.get(CA_CERT) == Some(&ca.cert_pem)
-            && certs::signed_by(c, &ca.cert_pem)
-            && !certs::expires_within(c, certs::RENEWAL_DAYS)
-    }) && existing.contains_key(USER_KEY);
-    if current {
+    let stored = &existing.entries;
+    let current = match (stored.get(USER_CERT), stored.get(USER_KEY)) {
+        (Some(cert), Some(key))
+            if stored.get(CA_CERT) == Some(&ca.cert_pem)
+                && certs::signed_by(cert, &ca.cert_pem)
+                && !certs::expires_within(cert, certs::RENEWAL_DAYS) =>
+        {
+            Some(certs::Issued {
+                cert_pem: cert.clone(),
+                key_pem: key.clone(),
+            })
+        }
+        _ => None,
+    };
+    let has_keystore = existing.keys.contains(USER_P12) && stored.contains_key(USER_PASSWORD);
+    if current.is_some() && has_keystore {
         return Ok(true);
     }
-    let issued = ca.sign_user(&ku.name_any(), USER_CERT_DAYS)?;
+    // A Secret from before the keystore keeps its certificate and gains the keystore.
+    let issued = match current {
+        Some(issued) => issued,
+        None => ca.sign_user(&ku.name_any(), USER_CERT_DAYS)?,
+    };
+    // The keystore's password stays the one clients were given, when there is one.
+    let password = stored
+        .get(USER_PASSWORD)
+        .cloned()
+        .unwrap_or_else(new_password);
+    let p12 = certs::pkcs12(&issued, &ca.cert_pem, &ku.name_any(), &password)?;
     let entries = BTreeMap::from([
         (CA_CERT.to_string(), ca.cert_pem.clone()),
         (USER_CERT.to_string(), issued.cert_pem),
         (USER_KEY.to_string(), issued.key_pem),
+        (USER_PASSWORD.to_string(), password),
     ]);
-    apply_secret(api, &user_secret(ku, entries)?).await?;
+    let mut secret = user_secret(ku, entries)?;
+    certs::set_binary_entry(&mut secret, USER_P12, p12);
+    apply_secret(api, &secret).await?;
     Ok(true)
 }
 

@@ -126,3 +126,24 @@ fn dn(cn: &str) -> rcgen::DistinguishedName {
     dn.push(rcgen::DnType::CommonName, cn);
     dn
 }
+
+/// A broker's overrides for a PLAINTEXT listener on `plain` (inter-broker) and an SSL listener
+/// on `ssl` (advertised first, so Metadata answers with it), with PEM files for its keystore
+/// and truststore.
+pub fn ssl_listener_overrides(
+    plain: u16,
+    ssl: u16,
+    keystore: &Path,
+    truststore: &Path,
+) -> Vec<String> {
+    vec![
+        format!("listeners=PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{ssl}"),
+        format!("advertised.listeners=SSL://127.0.0.1:{ssl},PLAINTEXT://127.0.0.1:{plain}"),
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL".into(),
+        "inter.broker.listener.name=PLAINTEXT".into(),
+        "ssl.keystore.type=PEM".into(),
+        format!("ssl.keystore.location={}", keystore.display()),
+        "ssl.truststore.type=PEM".into(),
+        format!("ssl.truststore.location={}", truststore.display()),
+    ]
+}

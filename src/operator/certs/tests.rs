@@ -238,3 +238,28 @@ async fn clients_trusting_the_cluster_ca_reach_a_broker_by_every_name_with_a_cli
     .await;
     assert!(refused.is_err(), "{refused:?}");
 }
+
+#[test]
+fn a_user_keystore_holds_the_key_and_the_chain_and_opens_only_with_its_password() {
+    use p12_keystore::{KeyStore, KeyStoreEntry};
+    use rustls::pki_types::pem::PemObject;
+    let ca = Ca::generate("main-clients-ca").unwrap();
+    let issued = ca.sign_user("carol", 30).unwrap();
+    let p12 = pkcs12(&issued, &ca.cert_pem, "carol", "s3cret").unwrap();
+    assert!(KeyStore::from_pkcs12(&p12, "wrong").is_err());
+    let store = KeyStore::from_pkcs12(&p12, "s3cret").unwrap();
+    assert_eq!(store.entries_count(), 1);
+    let Some(KeyStoreEntry::PrivateKeyChain(chain)) = store.entry("carol") else {
+        panic!("no key entry named carol: {store:?}");
+    };
+    let der = |pem: &str| {
+        rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes())
+            .unwrap()
+            .to_vec()
+    };
+    let certs: Vec<Vec<u8>> = chain.chain().iter().map(|c| c.as_der().to_vec()).collect();
+    assert_eq!(certs, [der(&issued.cert_pem), der(&ca.cert_pem)]);
+    let key =
+        rustls::pki_types::PrivatePkcs8KeyDer::from_pem_slice(issued.key_pem.as_bytes()).unwrap();
+    assert_eq!(chain.key(), key.secret_pkcs8_der());
+}
