@@ -229,6 +229,11 @@ pub struct Rebalancer {
     #[serde(default = "default_min_idle")]
     #[schemars(range(min = 0, max = 100))]
     pub min_network_idle_percent: i32,
+    /// A broker whose RequestHandlerAvgIdlePercent falls below this (0–100) counts as
+    /// overloaded, as above.
+    #[serde(default = "default_min_idle")]
+    #[schemars(range(min = 0, max = 100))]
+    pub min_handler_idle_percent: i32,
 }
 
 fn default_interval() -> i64 {
@@ -256,6 +261,7 @@ impl Default for Rebalancer {
             threshold: default_threshold(),
             mute_seconds: default_mute(),
             min_network_idle_percent: default_min_idle(),
+            min_handler_idle_percent: default_min_idle(),
         }
     }
 }

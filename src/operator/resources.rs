@@ -948,6 +948,7 @@ fn rebalancer_container(kc: &KafkaCluster, names: &Names, image: &str) -> Value 
             "--threshold", r.threshold.to_string(),
             "--mute", format!("{}s", r.mute_seconds.max(1)),
             "--min-network-idle-percent", r.min_network_idle_percent.to_string(),
+            "--min-handler-idle-percent", r.min_handler_idle_percent.to_string(),
             format!("--dry-run={}", r.dry_run),
             "--kafka-cluster", names.cluster.clone(),
         ],

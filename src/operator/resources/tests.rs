@@ -280,7 +280,7 @@ fn config_change_changes_the_hash_and_nothing_else_in_the_selector() {
 #[test]
 fn rack_awareness_and_the_rebalancer_sidecar() {
     let mut kc =
-        cluster("replicas: 3\nrebalancer: {enabled: true, dryRun: true, intervalSeconds: 20, threshold: 1.25}\n");
+        cluster("replicas: 3\nrebalancer: {enabled: true, dryRun: true, intervalSeconds: 20, threshold: 1.25, minHandlerIdlePercent: 15}\n");
     kc.spec.rack = Some(Rack {
         topology_key: "topology.kubernetes.io/zone".into(),
     });
@@ -314,6 +314,12 @@ fn rack_awareness_and_the_rebalancer_sidecar() {
     assert!(args.contains(&"--dry-run=true"));
     assert!(args.windows(2).any(|w| w == ["--interval", "20s"]));
     assert!(args.windows(2).any(|w| w == ["--threshold", "1.25"]));
+    assert!(args
+        .windows(2)
+        .any(|w| w == ["--min-handler-idle-percent", "15"]));
+    assert!(args
+        .windows(2)
+        .any(|w| w == ["--min-network-idle-percent", "30"]));
     assert!(args
         .windows(2)
         .any(|w| w == ["--broker-id", "$(POD_INDEX)"]));
