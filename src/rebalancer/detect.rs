@@ -148,9 +148,11 @@ fn request_ms(page: &Page, previous: Option<&Page>, base: &str, request: &str) -
     let labels = [("request", request)];
     let (sum, count) = (format!("{base}_sum"), format!("{base}_count"));
     if let (Some(s), Some(c)) = (page.value(&sum, &labels), page.value(&count, &labels)) {
-        let (s0, c0) = previous?
+        let previous = previous?;
+        // A series the previous page lacked began within the interval: count it from zero.
+        let (s0, c0) = previous
             .value(&sum, &labels)
-            .zip(previous?.value(&count, &labels))
+            .zip(previous.value(&count, &labels))
             .unwrap_or((0.0, 0.0));
         let (ds, dc) = (s - s0, c - c0);
         // A restarted broker's counters start again from zero: use its totals.
