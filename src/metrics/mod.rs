@@ -56,11 +56,17 @@ impl IdleMeter {
     /// Idle fraction of `workers` since the previous call, given their total busy time
     /// (`None` uses the time recorded with `add_busy`).
     pub fn idle_fraction(&self, workers: usize, total_busy_ns: Option<u64>) -> f64 {
+        self.idle_fraction_at(Instant::now(), workers, total_busy_ns)
+    }
+
+    /// `idle_fraction` as seen at `now`.
+    fn idle_fraction_at(&self, now: Instant, workers: usize, total_busy_ns: Option<u64>) -> f64 {
         let busy_now = total_busy_ns.unwrap_or_else(|| self.busy_ns.load(Ordering::Relaxed));
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        let elapsed = last.0.elapsed().as_nanos() as f64 * workers.max(1) as f64;
+        let elapsed = now.saturating_duration_since(last.0).as_nanos() as f64;
+        let elapsed = elapsed * workers.max(1) as f64;
         let busy = busy_now.saturating_sub(last.1) as f64;
-        *last = (Instant::now(), busy_now);
+        *last = (now, busy_now);
         if elapsed <= 0.0 {
             return 1.0;
         }
@@ -614,11 +620,18 @@ mod tests {
     #[test]
     fn idle_fraction_follows_busy_time() {
         let meter = IdleMeter::default();
-        std::thread::sleep(Duration::from_millis(40));
-        meter.add_busy(Duration::from_millis(30));
-        let idle = meter.idle_fraction(1, None);
-        assert!(idle > 0.05 && idle < 0.5, "{idle}");
-        std::thread::sleep(Duration::from_millis(20));
-        assert!(meter.idle_fraction(1, None) > 0.9);
+        let start = meter.last.lock().unwrap().0;
+        let ms = Duration::from_millis;
+        meter.add_busy(ms(30));
+        let idle = meter.idle_fraction_at(start + ms(40), 1, None);
+        assert!((idle - 0.25).abs() < 1e-9, "{idle}");
+        // Two workers over the next 20 ms, busy 10 ms in all: three quarters idle.
+        meter.add_busy(ms(10));
+        let idle = meter.idle_fraction_at(start + ms(60), 2, None);
+        assert!((idle - 0.75).abs() < 1e-9, "{idle}");
+        // A total given by the caller, and nothing busy since.
+        let busy_so_far = 40_000_000;
+        let idle = meter.idle_fraction_at(start + ms(80), 1, Some(busy_so_far));
+        assert!((idle - 1.0).abs() < 1e-9, "{idle}");
     }
 }
