@@ -484,7 +484,7 @@ async fn kafka_admin(bootstrap: &str) -> evenkeel::client::AdminClient {
     ClientConnector {
         timeout: Duration::from_secs(15),
     }
-    .connect(bootstrap)
+    .connect(bootstrap, evenkeel::client::ClientSecurity::plaintext())
     .await
     .expect("connects to the broker")
 }
@@ -1763,13 +1763,15 @@ async fn a_secured_cluster_gets_its_cas_broker_certificates_and_config() {
     })
     .await;
     for line in [
-        "listener.security.protocol.map=REPLICATION:PLAINTEXT,TLS:SASL_SSL,MTLS:SSL,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map=REPLICATION:SSL,TLS:SASL_SSL,MTLS:SSL,CONTROLLER:PLAINTEXT",
         "inter.broker.listener.name=REPLICATION",
+        "listener.name.replication.ssl.client.auth=required",
+        "listener.name.replication.ssl.truststore.location=/etc/evenkeel-tls/cluster-ca/ca.crt",
         "listener.name.tls.sasl.enabled.mechanisms=SCRAM-SHA-512",
         "listener.name.mtls.ssl.client.auth=required",
         "listener.name.mtls.ssl.truststore.location=/etc/evenkeel-tls/clients-ca/ca.crt",
         "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users=User:ANONYMOUS;User:admin",
+        "super.users=User:CN=sec-kafka,O=evenkeel.dev;User:CN=evenkeel-operator,O=evenkeel.dev;User:admin",
     ] {
         assert!(props.lines().any(|l| l == line), "{line} not in {props}");
     }
@@ -1915,10 +1917,11 @@ async fn a_secured_cluster_gets_its_cas_broker_certificates_and_config() {
     );
     let kept = cm_api.get("sec-kafka-config").await.unwrap().data.unwrap();
     assert!(kept["server.properties"].contains("inter.broker.listener.name=REPLICATION"));
-    // Authorization beside an unauthenticated listener: the operator refuses it, saying why.
+    // A super user that would smuggle in a second one: the operator refuses it, saying why.
     let mut open = secured_cluster("open", 1);
-    open.spec.listeners[1].authentication = None;
-    open.spec.listeners[1].tls = true;
+    if let Some(authz) = open.spec.authorization.as_mut() {
+        authz.super_users = vec!["admin;User:mallory".into()];
+    }
     clusters
         .create(&PostParams::default(), &open)
         .await
@@ -1929,7 +1932,7 @@ async fn a_secured_cluster_gets_its_cas_broker_certificates_and_config() {
     })
     .await;
     assert!(
-        why.contains("listener mtls: spec.authorization needs authentication on every listener"),
+        why.contains(r#"spec.authorization.superUsers: "admin;User:mallory" is not a user name"#),
         "{why}"
     );
     assert!(secrets.get_opt("open-cluster-ca").await.unwrap().is_none());

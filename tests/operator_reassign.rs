@@ -75,7 +75,7 @@ async fn drain_then_spread_moves_replicas_on_a_real_cluster() {
     let admin = ClientConnector {
         timeout: Duration::from_secs(30),
     }
-    .connect(&bootstrap)
+    .connect(&bootstrap, evenkeel::client::ClientSecurity::plaintext())
     .await
     .expect("connects to the Kafka cluster");
     let topic = format!("moves-{}", std::process::id());

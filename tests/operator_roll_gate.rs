@@ -60,7 +60,10 @@ async fn the_roll_waits_while_a_partition_is_at_min_insync_replicas() {
     let admin = ClientConnector {
         timeout: Duration::from_secs(20),
     }
-    .connect(&c.bootstrap())
+    .connect(
+        &c.bootstrap(),
+        evenkeel::client::ClientSecurity::plaintext(),
+    )
     .await
     .unwrap();
     let configs = BTreeMap::from([("min.insync.replicas".to_string(), "2".to_string())]);

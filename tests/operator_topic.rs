@@ -28,7 +28,7 @@ async fn connect(bootstrap: &str) -> AdminClient {
     ClientConnector {
         timeout: Duration::from_secs(15),
     }
-    .connect(bootstrap)
+    .connect(bootstrap, evenkeel::client::ClientSecurity::plaintext())
     .await
     .expect("connects to the broker")
 }

@@ -207,7 +207,16 @@ impl AdminClient {
     /// Connects to the first reachable broker of `bootstrap` ("host:port[,host:port…]").
     /// `timeout` bounds each connect and each call.
     pub async fn connect(bootstrap: &str, timeout: Duration) -> Result<AdminClient, ClientError> {
-        let client = AdminClient::new(bootstrap, timeout)?;
+        AdminClient::connect_with(bootstrap, timeout, ClientSecurity::plaintext()).await
+    }
+
+    /// `connect`, its connections secured as `security` says (TLS, SASL login).
+    pub async fn connect_with(
+        bootstrap: &str,
+        timeout: Duration,
+        security: ClientSecurity,
+    ) -> Result<AdminClient, ClientError> {
+        let client = AdminClient::new(bootstrap, timeout)?.with_security(security);
         client.any_connection().await?;
         Ok(client)
     }

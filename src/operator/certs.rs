@@ -4,10 +4,11 @@
 //! `<cluster>-clients-ca`, key `ca.key`), made once and never regenerated while they exist; the
 //! brokers' certificates and keys live in `<cluster>-kafka-brokers` (`<pod>.crt`, `<pod>.key`,
 //! and `<pod>.pem`: key, certificate and CA in one file, the broker's PEM keystore), the producer
-//! proxy's in `<cluster>-proxy-certs`. A server certificate names every DNS name a client
-//! reaches it by, and is issued again when those names change, the cluster CA no longer signs
-//! it, or it expires within `RENEWAL_DAYS`. KafkaUsers' certificates (`Ca::sign_user`) come
-//! from the clients CA.
+//! proxy's in `<cluster>-proxy-certs`, the rebalancer sidecar's in `<cluster>-rebalancer-certs`
+//! (the cluster CA signs those two as clients of the internal listener too). A server
+//! certificate names every DNS name a client reaches it by, and is issued again when those
+//! names change, the cluster CA no longer signs it, or it expires within `RENEWAL_DAYS`.
+//! KafkaUsers' certificates (`Ca::sign_user`) come from the clients CA.
 //!
 //! Not done yet: renewing the CAs themselves (with a rolling restart).
 
@@ -100,6 +101,12 @@ impl std::fmt::Debug for Ca {
 pub struct Issued {
     pub cert_pem: String,
     pub key_pem: String,
+}
+
+/// The Kafka principal of a certificate `Ca::sign` made for `cn`: its subject as Kafka's
+/// default `ssl.principal.mapping.rules` read it (RFC 2253, the last RDN first).
+pub fn principal(cn: &str) -> String {
+    format!("User:CN={cn},O={ORGANIZATION}")
 }
 
 fn subject(cn: &str) -> DistinguishedName {
@@ -354,8 +361,26 @@ pub fn proxy_entries(
 /// The file name stem of the proxy's certificate in its Secret (`proxy.pem`, …).
 pub const PROXY_ENTRY: &str = "proxy";
 
+/// The rebalancer sidecar's Secret entries (`rebalancer.crt`, `.key`, `.pem`): a client
+/// certificate (no DNS name) for `<cluster>-rebalancer`, kept or issued again as a broker's are.
+/// True when issued.
+pub fn rebalancer_entries(
+    ca: &Ca,
+    names: &Names,
+    existing: &BTreeMap<String, String>,
+) -> Result<(BTreeMap<String, String>, bool), CertError> {
+    let mut out = BTreeMap::new();
+    let cn = names.rebalancer();
+    let issued = server_entries(ca, &cn, &[], REBALANCER_ENTRY, existing, &mut out)?;
+    Ok((out, issued))
+}
+
+/// The file name stem of the rebalancer sidecar's certificate in its Secret.
+pub const REBALANCER_ENTRY: &str = "rebalancer";
+
 /// Puts `<stem>.crt`, `<stem>.key` and `<stem>.pem` (key, certificate and CA: a PEM keystore)
-/// into `out`: those of `existing` while the certificate names exactly `dns`, `ca` signs it and
+/// into `out`: those of `existing` while the certificate names exactly `dns` (none for a
+/// client-only certificate), `ca` signs it and
 /// it has more than `RENEWAL_DAYS` to live, else a new certificate for `cn`. True when issued.
 fn server_entries(
     ca: &Ca,
@@ -430,16 +455,19 @@ pub fn set_entries(s: &mut Secret, entries: BTreeMap<String, String>) {
 }
 
 /// The certificates step of a KafkaCluster pass: when the spec secures a listener, both CAs
-/// (made once) and the broker Secret for `replicas` brokers. Returns the cluster CA certificate
-/// (for `status.listeners`), `None` when the spec secures nothing.
+/// (made once), the broker Secret for `replicas` brokers and the rebalancer sidecar's Secret;
+/// the producer proxy's Secret when the proxy serves HTTPS or reaches a secured cluster.
+/// Returns the cluster CA certificate (for `status.listeners`), `None` when the spec secures
+/// nothing.
 pub async fn reconcile<C: AdminConnector>(
     ctx: &Context<C>,
     kc: &KafkaCluster,
     names: &Names,
     replicas: i32,
 ) -> Result<Option<String>, Error> {
-    let (secured, proxy_tls) = (resources::is_secured(kc), resources::proxy_tls(kc));
-    if !secured && !proxy_tls {
+    let secured = resources::is_secured(kc);
+    let proxy_certificate = resources::proxy_tls(kc) || (secured && resources::wants_proxy(kc));
+    if !secured && !proxy_certificate {
         return Ok(None);
     }
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &names.namespace);
@@ -454,7 +482,14 @@ pub async fn reconcile<C: AdminConnector>(
             let note = (!issued.is_empty()).then_some(note);
             apply_entries(ctx, &api, kc, name, existing, entries, note).await?;
         }
-        if proxy_tls {
+        if secured && kc.spec.rebalancer.enabled {
+            let name = names.rebalancer_secret();
+            let existing = stored_entries(&api, &name).await?;
+            let (entries, issued) = rebalancer_entries(&cluster_ca, names, &existing)?;
+            let note = issued.then(|| "issued the rebalancer sidecar's certificate".to_string());
+            apply_entries(ctx, &api, kc, name, existing, entries, note).await?;
+        }
+        if proxy_certificate {
             let name = names.proxy_secret();
             let existing = stored_entries(&api, &name).await?;
             let (entries, issued) = proxy_entries(&cluster_ca, names, &existing)?;
@@ -512,10 +547,13 @@ async fn ensure_ca<C: AdminConnector>(
     }
 }
 
-/// The cluster's clients CA, read from its Secrets; `None` while either is missing (the cluster
-/// secures nothing yet, or its operator pass has not made them).
-pub async fn clients_ca(api: &Api<Secret>, names: &Names) -> Result<Option<Ca>, Error> {
-    let kind = CaKind::Clients;
+/// The cluster's CA of `kind`, read from its Secrets; `None` while either is missing (the
+/// cluster secures nothing yet, or its operator pass has not made them).
+pub async fn stored_ca_of(
+    api: &Api<Secret>,
+    names: &Names,
+    kind: CaKind,
+) -> Result<Option<Ca>, Error> {
     let (Some(cert), Some(key)) = ca_secrets(api, names, kind).await? else {
         return Ok(None);
     };

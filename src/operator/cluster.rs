@@ -17,6 +17,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::certs;
+use super::components;
 use super::crd::{BrokerStatus, KafkaCluster, KafkaClusterStatus, ListenerStatus, ProxyStatus};
 use super::kafka::{AdminConnector, ClusterState, TopicAdmin};
 use super::placement;
@@ -231,6 +232,7 @@ async fn reconcile_inner<C: AdminConnector>(
     let step = next_roll_step(&views, current.min(replicas), brokers.state.as_ref().ok());
     roll(ctx, kc, &step, &mut pass).await?;
     spread_after_scale_up(ctx, kc, &brokers, &views, &step, replicas, &mut pass).await;
+    sync_component_acls(ctx, kc, &brokers, &mut pass).await;
 
     let mut st = pass.status.clone();
     fill_status(&mut st, kc, &views, &brokers, &objects.sts)?;
@@ -429,11 +431,6 @@ fn unregistered<A>(views: &[PodView], brokers: &BrokerView<A>) -> Vec<i32> {
         .collect()
 }
 
-/// Whether the spec asks for producer proxies: `spec.proxy` with at least one replica.
-fn wants_proxy(kc: &KafkaCluster) -> bool {
-    kc.spec.proxy.as_ref().is_some_and(|p| p.replicas > 0)
-}
-
 /// The objects a KafkaCluster becomes.
 struct Objects {
     cm: ConfigMap,
@@ -459,7 +456,7 @@ impl ProxyObjects {
         kc: &KafkaCluster,
         image: &str,
     ) -> Result<Option<ProxyObjects>, resources::BuildError> {
-        if !wants_proxy(kc) {
+        if !resources::wants_proxy(kc) {
             return Ok(None);
         }
         Ok(Some(ProxyObjects {
@@ -746,10 +743,7 @@ async fn observe_brokers<C: AdminConnector>(
     current: i32,
 ) -> BrokerView<C::Admin> {
     let admin = if current > 0 {
-        match ctx.bootstrap_of(kc) {
-            Ok(b) => ctx.connector.connect(&b).await.map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        }
+        ctx.connect(kc).await.map_err(|e| e.to_string())
     } else {
         Err("no brokers yet".to_string())
     };
@@ -758,6 +752,30 @@ async fn observe_brokers<C: AdminConnector>(
         Err(e) => Err(e.clone()),
     };
     BrokerView { admin, state }
+}
+
+/// Gives the rebalancer sidecar and the producer proxy their ACLs (`components`), once the
+/// brokers answer; a failure is logged and tried again soon.
+async fn sync_component_acls<C: AdminConnector>(
+    ctx: &Context<C>,
+    kc: &KafkaCluster,
+    brokers: &BrokerView<C::Admin>,
+    pass: &mut Pass,
+) {
+    let Ok(admin) = &brokers.admin else {
+        return;
+    };
+    match components::sync_component_acls(admin, kc).await {
+        Ok(notes) => {
+            for note in notes {
+                ctx.event(kc, EventType::Normal, "AclsChanged", &note).await;
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not set the sidecar's and the proxy's ACLs");
+            pass.requeue_within(Duration::from_secs(15));
+        }
+    }
 }
 
 /// The replica count to apply: the spec's, unless a scale-down is unsafe (brokers to remove

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
-use crate::client::{AdminClient, AlterConfigOp, AlterOpType, ClientError, ConfigSource};
+use crate::client::{
+    AdminClient, AlterConfigOp, AlterOpType, ClientError, ClientSecurity, ConfigSource,
+};
 use crate::protocol::errors;
 use crate::security::acl::{AclBinding, AclBindingFilter};
 use crate::security::sasl::ScramMechanism;
@@ -168,6 +170,7 @@ pub trait AdminConnector: Send + Sync + 'static {
     fn connect(
         &self,
         bootstrap: &str,
+        security: ClientSecurity,
     ) -> impl Future<Output = Result<Self::Admin, AdminError>> + Send;
 }
 
@@ -201,8 +204,12 @@ pub struct ClientConnector {
 
 impl AdminConnector for ClientConnector {
     type Admin = AdminClient;
-    async fn connect(&self, bootstrap: &str) -> Result<AdminClient, AdminError> {
-        Ok(AdminClient::connect(bootstrap, self.timeout).await?)
+    async fn connect(
+        &self,
+        bootstrap: &str,
+        security: ClientSecurity,
+    ) -> Result<AdminClient, AdminError> {
+        Ok(AdminClient::connect_with(bootstrap, self.timeout, security).await?)
     }
 }
 

@@ -5,6 +5,7 @@
 pub mod backoff;
 pub mod certs;
 pub mod cluster;
+pub mod components;
 pub mod crd;
 pub mod kafka;
 pub mod leader;
@@ -22,7 +23,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::Api;
@@ -32,6 +33,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 
+use crate::client::ClientSecurity;
 use crd::{KafkaCluster, KafkaTopic, KafkaUser};
 use kafka::{AdminConnector, AdminError, ClientConnector};
 
@@ -69,6 +71,8 @@ pub struct Context<C: AdminConnector> {
     pub bootstrap_override: Option<String>,
     /// When each object's failed reconcile is tried again.
     pub backoff: backoff::Backoff,
+    /// The operator's client certificates for secured clusters' internal listeners.
+    pub identities: components::Identities,
 }
 
 impl<C: AdminConnector> Context<C> {
@@ -86,6 +90,7 @@ impl<C: AdminConnector> Context<C> {
             metrics: Arc::new(metrics::Metrics::default()),
             bootstrap_override: None,
             backoff: backoff::Backoff::default(),
+            identities: components::Identities::default(),
         }
     }
 
@@ -104,6 +109,34 @@ impl<C: AdminConnector> Context<C> {
             names.pod_host("0"),
             names.bootstrap_address(port)
         ))
+    }
+
+    /// How the operator connects to a cluster: on a secured one, mutual TLS with its own
+    /// certificate from the cluster's CA (`components::Identities`); else, and with
+    /// `bootstrap_override` (an operator outside the cluster, and tests), PLAINTEXT.
+    pub async fn security_of(&self, kc: &KafkaCluster) -> Result<ClientSecurity, AdminError> {
+        if self.bootstrap_override.is_some() || !resources::is_secured(kc) {
+            return Ok(ClientSecurity::plaintext());
+        }
+        let transport = |e: String| AdminError::transport(e);
+        let names = resources::Names::of(kc).map_err(|e| transport(e.to_string()))?;
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &names.namespace);
+        let ca = certs::stored_ca_of(&api, &names, certs::CaKind::Cluster)
+            .await
+            .map_err(|e| transport(format!("reading the cluster CA: {e}")))?
+            .ok_or_else(|| transport("the cluster CA is not made yet".into()))?;
+        self.identities
+            .operator(&ca)
+            .map_err(|e| transport(e.to_string()))
+    }
+
+    /// An admin connection to the brokers of `kc` (`bootstrap_of`, `security_of`).
+    pub async fn connect(&self, kc: &KafkaCluster) -> Result<C::Admin, AdminError> {
+        let bootstrap = self
+            .bootstrap_of(kc)
+            .map_err(|e| AdminError::transport(e.to_string()))?;
+        let security = self.security_of(kc).await?;
+        self.connector.connect(&bootstrap, security).await
     }
 
     /// Publishes a Kubernetes event about `obj`; a failure to publish is only logged.
@@ -154,7 +187,8 @@ pub struct OperatorArgs {
     /// Seconds between checks of a healthy resource (drift correction).
     #[arg(long, default_value_t = 120)]
     pub resync_seconds: u64,
-    /// Reach every cluster's brokers at this address instead of their bootstrap Service.
+    /// Reach every cluster's brokers at this address, on PLAINTEXT, instead of their bootstrap
+    /// Service (an operator run outside the cluster, and tests).
     #[arg(long)]
     pub bootstrap_override: Option<String>,
 }

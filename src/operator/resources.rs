@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use super::certs::{self, CaKind, CA_CERT};
+use super::components;
 use super::crd::{
     AuthenticationType, KafkaCluster, Listener, Proxy, CLUSTER_LABEL, GROUP, PROXY_RESERVED_KEYS,
     TLS_AUTH_NEEDS_TLS,
@@ -41,7 +42,8 @@ pub const DATA_DIR: &str = "/var/lib/evenkeel/data";
 const CONFIG_DIR: &str = "/etc/evenkeel";
 /// The internal listener of a secured cluster (Strimzi's `replication` on 9091): brokers
 /// replicate over it, and the operator, the rebalancer sidecar and the producer proxy reach
-/// the brokers on it. PLAINTEXT for now, its ANONYMOUS principal a super user (docs/security.md).
+/// the brokers on it. SSL with client certificates the cluster CA signs: each client is known
+/// by its own certificate's subject (docs/security.md).
 pub const INTERNAL_LISTENER: &str = "replication";
 pub const INTERNAL_PORT: i32 = 9091;
 /// Where a secured cluster's certificates are mounted in the broker pods: `brokers/` (the
@@ -110,9 +112,13 @@ impl Names {
             self.namespace
         )
     }
-    /// The producer proxy's certificate and key (`spec.proxy.tls`).
+    /// The producer proxy's certificate and key (`spec.proxy.tls`, or a secured cluster).
     pub fn proxy_secret(&self) -> String {
         format!("{}-proxy-certs", self.cluster)
+    }
+    /// The rebalancer sidecar's client certificate and key (a secured cluster).
+    pub fn rebalancer_secret(&self) -> String {
+        format!("{}-rebalancer-certs", self.cluster)
     }
     /// The rebalancer sidecar's ServiceAccount, Role and RoleBinding (one name for all three).
     pub fn rebalancer(&self) -> String {
@@ -279,7 +285,7 @@ pub fn server_properties(kc: &KafkaCluster, controllers: i32) -> Result<String, 
             format!("0.0.0.0:{METRICS_PORT}"),
         ),
     ];
-    for (k, v) in fixed.into_iter().chain(security_properties(kc)) {
+    for (k, v) in fixed.into_iter().chain(security_properties(kc)?) {
         out.push_str(&format!("{k}={v}\n"));
     }
     for (k, v) in &kc.spec.config {
@@ -342,9 +348,9 @@ fn check_listeners(kc: &KafkaCluster) -> Result<(), BuildError> {
     Ok(())
 }
 
-/// Refuses what the brokers could not secure: client certificates without TLS, and
-/// authorization while a listener lets clients in unauthenticated (the internal listener's
-/// ANONYMOUS principal is a super user, so an unauthenticated client would be one too).
+/// Refuses what the brokers could not secure: client certificates without TLS, and a super
+/// user that is no user name. (A listener without authentication under authorization is
+/// Kafka's: its clients are `User:ANONYMOUS`, allowed what ACLs give that principal.)
 fn check_security(kc: &KafkaCluster) -> Result<(), BuildError> {
     let spec = &kc.spec;
     if let Some(l) = spec
@@ -360,14 +366,6 @@ fn check_security(kc: &KafkaCluster) -> Result<(), BuildError> {
     let Some(authz) = &spec.authorization else {
         return Ok(());
     };
-    if let Some(l) = spec.listeners.iter().find(|l| l.authentication.is_none()) {
-        return Err(BuildError::Invalid(format!(
-            "listener {}: spec.authorization needs authentication on every listener (its \
-             clients would be ANONYMOUS, a super user while the internal listener is not \
-             secured)",
-            l.name
-        )));
-    }
     if let Some(u) = authz
         .super_users
         .iter()
@@ -415,6 +413,11 @@ pub fn check_internal_listener_change(
     )))
 }
 
+/// Whether the spec asks for producer proxies: `spec.proxy` with at least one replica.
+pub fn wants_proxy(kc: &KafkaCluster) -> bool {
+    kc.spec.proxy.as_ref().is_some_and(|p| p.replicas > 0)
+}
+
 /// Whether the spec asks for producer proxies serving HTTPS (`spec.proxy.tls`, replicas > 0).
 pub fn proxy_tls(kc: &KafkaCluster) -> bool {
     kc.spec
@@ -455,7 +458,7 @@ fn broker_listeners(kc: &KafkaCluster) -> Vec<BrokerListener> {
         out.push(BrokerListener {
             name: listener_name(INTERNAL_LISTENER),
             port: INTERNAL_PORT,
-            protocol: "PLAINTEXT",
+            protocol: "SSL",
         });
     }
     out.extend(kc.spec.listeners.iter().map(|l| BrokerListener {
@@ -481,23 +484,22 @@ pub const AUTHORIZATION_KEYS: &[&str] = &["authorizer.class.name", "super.users"
 
 /// The listeners' TLS and SASL keys and the authorizer's: a TLS listener's PEM keystore type
 /// (its location is the pod's own file, `keystore_overrides`), client certificates checked
-/// against the clients CA, SCRAM-SHA-512 on SASL listeners, and `super.users`.
-fn security_properties(kc: &KafkaCluster) -> Vec<(String, String)> {
+/// against the clients CA (the cluster CA on the internal listener), SCRAM-SHA-512 on SASL
+/// listeners, and `super.users`: the brokers, the operator and the spec's.
+fn security_properties(kc: &KafkaCluster) -> Result<Vec<(String, String)>, BuildError> {
     let mut out = Vec::new();
+    if is_secured(kc) {
+        let prefix = listener_prefix(INTERNAL_LISTENER);
+        out.push((format!("{prefix}ssl.keystore.type"), "PEM".into()));
+        out.extend(client_certificates(&prefix, "cluster-ca"));
+    }
     for l in &kc.spec.listeners {
-        let prefix = format!("listener.name.{}.", listener_name(&l.name).to_lowercase());
+        let prefix = listener_prefix(&l.name);
         if l.tls {
             out.push((format!("{prefix}ssl.keystore.type"), "PEM".into()));
         }
         match l.authentication_type() {
-            Some(AuthenticationType::Tls) => {
-                out.push((format!("{prefix}ssl.client.auth"), "required".into()));
-                out.push((format!("{prefix}ssl.truststore.type"), "PEM".into()));
-                out.push((
-                    format!("{prefix}ssl.truststore.location"),
-                    format!("{TLS_DIR}/clients-ca/{CA_CERT}"),
-                ));
-            }
+            Some(AuthenticationType::Tls) => out.extend(client_certificates(&prefix, "clients-ca")),
             Some(AuthenticationType::ScramSha512) => {
                 out.push((
                     format!("{prefix}sasl.enabled.mechanisms"),
@@ -508,7 +510,11 @@ fn security_properties(kc: &KafkaCluster) -> Vec<(String, String)> {
         }
     }
     if let Some(authz) = &kc.spec.authorization {
-        let mut users = vec!["User:ANONYMOUS".to_string()];
+        let names = Names::of(kc)?;
+        let mut users = vec![
+            certs::principal(&names.statefulset()),
+            certs::principal(components::OPERATOR_CN),
+        ];
         users.extend(
             authz
                 .super_users
@@ -518,18 +524,43 @@ fn security_properties(kc: &KafkaCluster) -> Vec<(String, String)> {
         out.push(("authorizer.class.name".into(), STANDARD_AUTHORIZER.into()));
         out.push(("super.users".into(), users.join(";")));
     }
-    out
+    Ok(out)
 }
 
-/// `--override` arguments giving each TLS listener the pod's own certificate and key
-/// (`<pod>.pem` of the broker Secret); `$(POD_NAME)` is expanded by the kubelet.
+/// `listener.name.<name>.` for a listener of the spec (or the internal one).
+fn listener_prefix(name: &str) -> String {
+    format!("listener.name.{}.", listener_name(name).to_lowercase())
+}
+
+/// Client certificates required on the listener of `prefix`, checked against the CA mounted
+/// under `TLS_DIR/<ca_dir>`.
+fn client_certificates(prefix: &str, ca_dir: &str) -> [(String, String); 3] {
+    [
+        (format!("{prefix}ssl.client.auth"), "required".into()),
+        (format!("{prefix}ssl.truststore.type"), "PEM".into()),
+        (
+            format!("{prefix}ssl.truststore.location"),
+            format!("{TLS_DIR}/{ca_dir}/{CA_CERT}"),
+        ),
+    ]
+}
+
+/// `--override` arguments giving each TLS listener (the internal one included) the pod's own
+/// certificate and key (`<pod>.pem` of the broker Secret); `$(POD_NAME)` is expanded by the
+/// kubelet.
 fn keystore_overrides(kc: &KafkaCluster) -> Vec<String> {
-    kc.spec
+    let internal = is_secured(kc).then_some(INTERNAL_LISTENER);
+    let tls = kc
+        .spec
         .listeners
         .iter()
         .filter(|l| l.tls)
-        .flat_map(|l| {
-            let prefix = format!("listener.name.{}.", listener_name(&l.name).to_lowercase());
+        .map(|l| l.name.as_str());
+    internal
+        .into_iter()
+        .chain(tls)
+        .flat_map(|name| {
+            let prefix = listener_prefix(name);
             [
                 "--override".to_string(),
                 format!("{prefix}ssl.keystore.location={TLS_DIR}/brokers/$(POD_NAME).pem"),
@@ -609,10 +640,28 @@ pub fn config_map(kc: &KafkaCluster, controllers: i32) -> Result<ConfigMap, Buil
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": metadata(kc, names.config_map())?,
-            "data": { "server.properties": server_properties(kc, controllers)? },
+            "data": config_map_data(kc, controllers)?,
         }),
     )
 }
+
+/// The brokers' `server.properties`, and on a secured cluster with the rebalancer the sidecar's
+/// `rebalancer.properties` (its client keys, `--command-config`).
+fn config_map_data(kc: &KafkaCluster, controllers: i32) -> Result<Value, BuildError> {
+    let mut data = json!({ "server.properties": server_properties(kc, controllers)? });
+    if is_secured(kc) && kc.spec.rebalancer.enabled {
+        let keystore = format!("{TLS_DIR}/rebalancer/{}.pem", certs::REBALANCER_ENTRY);
+        let props: String = components::client_properties(&keystore)
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}\n"))
+            .collect();
+        data[REBALANCER_PROPERTIES] = json!(props);
+    }
+    Ok(data)
+}
+
+/// The sidecar's client configuration in the brokers' ConfigMap.
+const REBALANCER_PROPERTIES: &str = "rebalancer.properties";
 
 fn service_ports(kc: &KafkaCluster, with_controller: bool) -> Vec<Value> {
     let mut ports: Vec<Value> = kc
@@ -832,12 +881,21 @@ fn pod_volumes(kc: &KafkaCluster, names: &Names) -> Value {
             CaKind::Clients.cert_secret(names),
         ];
         for ((volume, _), secret) in TLS_VOLUMES.iter().zip(secrets) {
-            volumes.push(
-                json!({"name": volume, "secret": {"secretName": secret, "defaultMode": 0o440}}),
-            );
+            volumes.push(secret_volume(volume, &secret));
+        }
+        if kc.spec.rebalancer.enabled {
+            volumes.push(secret_volume(
+                "rebalancer-certs",
+                &names.rebalancer_secret(),
+            ));
         }
     }
     json!(volumes)
+}
+
+/// A volume of Secret `secret`, readable by the pod's group only.
+fn secret_volume(volume: &str, secret: &str) -> Value {
+    json!({"name": volume, "secret": {"secretName": secret, "defaultMode": 0o440}})
 }
 
 /// `evenkeel format` before the broker starts (a formatted directory is left alone).
@@ -932,32 +990,68 @@ fn broker_container(kc: &KafkaCluster, names: &Names, image: &str) -> Value {
     })
 }
 
-/// The rebalancer sidecar (`spec.rebalancer`), talking to its own broker over localhost.
+/// The rebalancer sidecar (`spec.rebalancer`), talking to its own broker: over localhost, or on
+/// a secured cluster to the pod's name on the internal listener, with its own certificate
+/// (`rebalancer.properties`).
 fn rebalancer_container(kc: &KafkaCluster, names: &Names, image: &str) -> Value {
     let r = &kc.spec.rebalancer;
-    json!({
+    let secured = is_secured(kc);
+    let host = match secured {
+        true => format!(
+            "$(POD_NAME).{}.{}.svc",
+            names.headless_service(),
+            names.namespace
+        ),
+        false => "localhost".into(),
+    };
+    let mut args: Vec<String> = [
+        "rebalancer",
+        "--bootstrap",
+        &format!("{host}:{}", internal_port(kc)),
+        "--broker-id",
+        "$(POD_INDEX)",
+        "--metrics-port",
+        &METRICS_PORT.to_string(),
+        "--listen",
+        &format!("0.0.0.0:{SIDECAR_PORT}"),
+        "--interval",
+        &format!("{}s", r.interval_seconds),
+        "--threshold",
+        &r.threshold.to_string(),
+        "--mute",
+        &format!("{}s", r.mute_seconds.max(1)),
+        "--min-network-idle-percent",
+        &r.min_network_idle_percent.to_string(),
+        "--min-handler-idle-percent",
+        &r.min_handler_idle_percent.to_string(),
+        &format!("--dry-run={}", r.dry_run),
+        "--kafka-cluster",
+        &names.cluster,
+    ]
+    .map(String::from)
+    .to_vec();
+    if secured {
+        args.push("--command-config".into());
+        args.push(format!("{CONFIG_DIR}/{REBALANCER_PROPERTIES}"));
+    }
+    let mut container = json!({
         "name": "rebalancer",
         "image": image,
-        "args": [
-            "rebalancer",
-            "--bootstrap", format!("localhost:{}", internal_port(kc)),
-            "--broker-id", "$(POD_INDEX)",
-            "--metrics-port", METRICS_PORT.to_string(),
-            "--listen", format!("0.0.0.0:{SIDECAR_PORT}"),
-            "--interval", format!("{}s", r.interval_seconds),
-            "--threshold", r.threshold.to_string(),
-            "--mute", format!("{}s", r.mute_seconds.max(1)),
-            "--min-network-idle-percent", r.min_network_idle_percent.to_string(),
-            "--min-handler-idle-percent", r.min_handler_idle_percent.to_string(),
-            format!("--dry-run={}", r.dry_run),
-            "--kafka-cluster", names.cluster.clone(),
-        ],
+        "args": args,
         "env": pod_env(),
         "ports": [{"name": "rebalancer", "containerPort": SIDECAR_PORT, "protocol": "TCP"}],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": SIDECAR_PORT}},
         "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}},
         "securityContext": container_security(),
-    })
+    });
+    if secured {
+        container["volumeMounts"] = json!([
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": true},
+            {"name": "rebalancer-certs", "mountPath": format!("{TLS_DIR}/rebalancer"), "readOnly": true},
+            {"name": "cluster-ca-cert", "mountPath": format!("{TLS_DIR}/cluster-ca"), "readOnly": true},
+        ]);
+    }
+    container
 }
 
 /// Each broker's data volume (`spec.storage`).
@@ -999,7 +1093,10 @@ fn proxy_args(
     let bootstrap = names.bootstrap_address(internal_port(kc));
     let listen = std::net::SocketAddr::from(([0, 0, 0, 0], PROXY_PORT as u16));
     for key in proxy.config.keys() {
-        if PROXY_RESERVED_KEYS.contains(&key.as_str()) {
+        let security_key = ["security.", "ssl.", "sasl."]
+            .iter()
+            .any(|p| key.starts_with(p));
+        if PROXY_RESERVED_KEYS.contains(&key.as_str()) || (security_key && is_secured(kc)) {
             return Err(BuildError::Invalid(format!(
                 "spec.proxy.config.{key} is set by the operator and cannot be overridden"
             )));
@@ -1027,11 +1124,18 @@ fn proxy_args(
         "--shutdown-delay-ms".into(),
         PROXY_SHUTDOWN_DELAY.as_millis().to_string(),
     ];
+    let keystore = format!("{TLS_DIR}/proxy/{}.pem", certs::PROXY_ENTRY);
     if proxy.tls {
         args.push("--ssl-keystore-location".into());
-        args.push(format!("{TLS_DIR}/proxy/{}.pem", certs::PROXY_ENTRY));
+        args.push(keystore.clone());
     }
-    for (k, v) in props {
+    // On a secured cluster the proxy's producer logs in with the proxy's certificate; its
+    // files exist only in the pod, so they join after the check above.
+    let security = match is_secured(kc) {
+        true => components::client_properties(&keystore),
+        false => Vec::new(),
+    };
+    for (k, v) in props.into_iter().chain(security) {
         args.push("--producer-props".into());
         args.push(format!("{k}={v}"));
     }
@@ -1078,14 +1182,21 @@ pub fn proxy_deployment(kc: &KafkaCluster, image: &str) -> Result<Deployment, Bu
         "securityContext": pod_security(),
         "terminationGracePeriodSeconds": grace_seconds,
     });
-    if proxy.tls {
-        container["volumeMounts"] = json!([
-            {"name": "proxy-certs", "mountPath": format!("{TLS_DIR}/proxy"), "readOnly": true},
-        ]);
-        pod["volumes"] = json!([{
-            "name": "proxy-certs",
-            "secret": {"secretName": names.proxy_secret(), "defaultMode": 0o440},
-        }]);
+    let (mut mounts, mut volumes) = (Vec::new(), Vec::new());
+    if proxy.tls || is_secured(kc) {
+        mounts.push(json!({"name": "proxy-certs", "mountPath": format!("{TLS_DIR}/proxy"), "readOnly": true}));
+        volumes.push(secret_volume("proxy-certs", &names.proxy_secret()));
+    }
+    if is_secured(kc) {
+        mounts.push(json!({"name": "cluster-ca-cert", "mountPath": format!("{TLS_DIR}/cluster-ca"), "readOnly": true}));
+        volumes.push(secret_volume(
+            "cluster-ca-cert",
+            &CaKind::Cluster.cert_secret(&names),
+        ));
+    }
+    if !mounts.is_empty() {
+        container["volumeMounts"] = json!(mounts);
+        pod["volumes"] = json!(volumes);
     }
     pod["containers"] = json!([container]);
     typed(

@@ -396,7 +396,11 @@ impl UserAdmin for FakeKafka {
 
 impl AdminConnector for FakeKafka {
     type Admin = FakeKafka;
-    async fn connect(&self, _bootstrap: &str) -> Result<FakeKafka, AdminError> {
+    async fn connect(
+        &self,
+        _bootstrap: &str,
+        _security: crate::client::ClientSecurity,
+    ) -> Result<FakeKafka, AdminError> {
         Ok(self.clone())
     }
 }

@@ -219,7 +219,7 @@ async fn decide<C: AdminConnector>(
             Duration::from_secs(30),
         ));
     };
-    let admin = match ctx.connector.connect(&ctx.bootstrap_of(&cluster)?).await {
+    let admin = match ctx.connect(&cluster).await {
         Ok(a) => a,
         Err(e) => return Ok(not_ready(&e.reason(), e.message, Duration::from_secs(30))),
     };
@@ -331,11 +331,7 @@ async fn cleanup<C: AdminConnector>(
         Some(c) if c.metadata.deletion_timestamp.is_none() => c,
         _ => return Ok(Action::await_change()),
     };
-    let admin = ctx
-        .connector
-        .connect(&ctx.bootstrap_of(&cluster)?)
-        .await
-        .map_err(Error::Kafka)?;
+    let admin = ctx.connect(&cluster).await.map_err(Error::Kafka)?;
     admin.delete_topic(&name).await.map_err(Error::Kafka)?;
     ctx.event(
         kt,

@@ -139,7 +139,7 @@ async fn sync_credential<A: UserAdmin>(
 }
 
 /// Creates the ACLs of `principal` that `desired` adds and deletes those it lacks.
-async fn sync_acls<A: UserAdmin>(
+pub(super) async fn sync_acls<A: UserAdmin>(
     admin: &A,
     principal: &str,
     desired: &[AclBinding],
@@ -276,7 +276,7 @@ async fn decide<C: AdminConnector>(ku: &KafkaUser, ctx: &Context<C>) -> Result<O
         Ok(c) => c,
         Err(not_ready) => return Ok(not_ready),
     };
-    let admin = match ctx.connector.connect(&ctx.bootstrap_of(&cluster)?).await {
+    let admin = match ctx.connect(&cluster).await {
         Ok(a) => a,
         Err(e) => {
             return Ok(Outcome::not_ready(
@@ -550,7 +550,7 @@ async fn ensure_certificate(
     existing: Stored,
 ) -> Result<bool, Error> {
     let names = Names::of(cluster)?;
-    let Some(ca) = certs::clients_ca(api, &names).await? else {
+    let Some(ca) = certs::stored_ca_of(api, &names, certs::CaKind::Clients).await? else {
         return Ok(false);
     };
     let stored = &existing.entries;
@@ -633,11 +633,7 @@ async fn cleanup<C: AdminConnector>(ku: &KafkaUser, ctx: &Context<C>) -> Result<
         Some(c) if c.metadata.deletion_timestamp.is_none() => c,
         _ => return Ok(Action::await_change()),
     };
-    let admin = ctx
-        .connector
-        .connect(&ctx.bootstrap_of(&cluster)?)
-        .await
-        .map_err(Error::Kafka)?;
+    let admin = ctx.connect(&cluster).await.map_err(Error::Kafka)?;
     let mut names = vec![ku.username()];
     if let Some(prev) = ku.status.as_ref().and_then(|s| s.username.clone()) {
         if !names.contains(&prev) {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::detect::Thresholds;
 use super::execute::Limits;
 use super::{MetricsSource, Rebalancer, RebalancerConfig};
+use crate::client::ClientSecurity;
 
 /// `evenkeel rebalancer` options.
 #[derive(clap::Args, Debug, Clone)]
@@ -14,6 +15,10 @@ pub struct RebalancerArgs {
     /// Kafka bootstrap servers, host:port[,host:port...].
     #[arg(long)]
     pub bootstrap: String,
+    /// A properties file of Kafka client keys: security.protocol, ssl.* (PEM) and sasl.*, as
+    /// Kafka's tools take it.
+    #[arg(long, value_name = "FILE")]
+    pub command_config: Option<std::path::PathBuf>,
     /// Scrape http://<broker host>:PORT/metrics on every broker.
     #[arg(long, default_value_t = 9404, conflicts_with_all = ["metrics", "no_metrics"])]
     pub metrics_port: u16,
@@ -152,6 +157,16 @@ impl RebalancerArgs {
     }
 }
 
+/// How the rebalancer connects: as `--command-config` says, else PLAINTEXT.
+fn client_security(args: &RebalancerArgs) -> anyhow::Result<ClientSecurity> {
+    let Some(path) = &args.command_config else {
+        return Ok(ClientSecurity::plaintext());
+    };
+    let props = crate::config::load_properties(path)?;
+    ClientSecurity::from_properties(&props)
+        .map_err(|e| anyhow::anyhow!("--command-config {}: {e}", path.display()))
+}
+
 /// Runs the rebalancer until SIGTERM or Ctrl-C (or after one round with `--once`).
 pub fn run(args: RebalancerArgs) -> anyhow::Result<()> {
     let config = args.config().map_err(anyhow::Error::msg)?;
@@ -162,10 +177,11 @@ pub fn run(args: RebalancerArgs) -> anyhow::Result<()> {
     rt.block_on(async move {
         // Beside a broker that is still starting, a sidecar waits for it (its rounds fail until
         // the broker answers); a one-off round needs a broker now.
+        let security = client_security(&args)?;
         let mut rebalancer = if args.once {
-            Rebalancer::connect(config).await?
+            Rebalancer::connect_with(config, security).await?
         } else {
-            Rebalancer::new(config)?
+            Rebalancer::new(config, security)?
         };
         if let Some(name) = &args.kafka_cluster {
             let reporter = super::report::KubeReporter::connect(name, &args.namespace)

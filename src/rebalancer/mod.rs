@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::admin::AdminClient;
+use crate::client::ClientSecurity;
 
 use detect::{Finding, Signals, Thresholds};
 use execute::{Execution, Limits};
@@ -136,16 +137,28 @@ pub struct Rebalancer {
 
 impl Rebalancer {
     pub async fn connect(config: RebalancerConfig) -> Result<Rebalancer, RebalancerError> {
-        let admin = AdminClient::connect(&config.bootstrap, Duration::from_secs(15)).await?;
+        Self::connect_with(config, ClientSecurity::plaintext()).await
+    }
+
+    /// `connect`, its connections secured as `security` says (`--command-config`).
+    pub async fn connect_with(
+        config: RebalancerConfig,
+        security: ClientSecurity,
+    ) -> Result<Rebalancer, RebalancerError> {
+        let timeout = Duration::from_secs(15);
+        let admin = AdminClient::connect_with(&config.bootstrap, timeout, security).await?;
         Ok(Self::with_admin(config, admin))
     }
 
     /// A rebalancer that reaches its brokers on its first round, so it can start before they
     /// answer (a sidecar starts beside its broker): until then each round fails and is retried
     /// the next interval. Only an empty bootstrap list is refused.
-    pub fn new(config: RebalancerConfig) -> Result<Rebalancer, RebalancerError> {
+    pub fn new(
+        config: RebalancerConfig,
+        security: ClientSecurity,
+    ) -> Result<Rebalancer, RebalancerError> {
         let admin = AdminClient::new(&config.bootstrap, Duration::from_secs(15))?;
-        Ok(Self::with_admin(config, admin))
+        Ok(Self::with_admin(config, admin.with_security(security)))
     }
 
     fn with_admin(config: RebalancerConfig, admin: AdminClient) -> Rebalancer {

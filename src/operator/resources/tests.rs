@@ -634,6 +634,92 @@ fn a_tls_proxy_serves_https_with_its_secret_mounted_and_probed_over_https() {
 }
 
 #[test]
+fn on_a_secured_cluster_the_sidecar_and_the_proxy_log_in_with_their_own_certificates() {
+    let kc = cluster(
+        &format!("{SECURED}rebalancer: {{enabled: true}}\nproxy: {{replicas: 1}}\n")
+            .replace("port: 9093", "port: 9095"),
+    );
+    // The sidecar: the pod's own name on the internal listener, its client keys in the ConfigMap.
+    let st = yaml(&statefulset(&kc, "img", 3).unwrap());
+    let side = at(&st, "spec.template.spec.containers.1");
+    let args: Vec<&str> = side["args"].as_sequence().unwrap().iter().map(s).collect();
+    assert!(
+        args.windows(2).any(|w| w
+            == [
+                "--bootstrap",
+                "$(POD_NAME).main-kafka-brokers.streams.svc:9091"
+            ]),
+        "{args:?}"
+    );
+    assert!(args
+        .windows(2)
+        .any(|w| w == ["--command-config", "/etc/evenkeel/rebalancer.properties"]));
+    let mounts: Vec<&str> = side["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|m| s(&m["mountPath"]))
+        .collect();
+    assert!(
+        mounts.contains(&"/etc/evenkeel-tls/rebalancer"),
+        "{mounts:?}"
+    );
+    let volumes = at(&st, "spec.template.spec.volumes").as_sequence().unwrap();
+    assert!(volumes
+        .iter()
+        .any(|v| s(at(v, "secret.secretName")) == "main-rebalancer-certs"));
+    let cm = config_map(&kc, 3).unwrap();
+    let client = &cm.data.unwrap()["rebalancer.properties"];
+    let props = crate::config::parse_properties(client);
+    assert_eq!(props["security.protocol"], "SSL");
+    assert_eq!(
+        props["ssl.keystore.location"],
+        "/etc/evenkeel-tls/rebalancer/rebalancer.pem"
+    );
+    assert_eq!(
+        props["ssl.truststore.location"],
+        "/etc/evenkeel-tls/cluster-ca/ca.crt"
+    );
+    // The proxy: its certificate and the cluster CA mounted, its producer on mutual TLS.
+    let d = proxy_deployment(&kc, "img").unwrap();
+    let pod = d.spec.unwrap().template.spec.unwrap();
+    let args = pod.containers[0].args.clone().unwrap();
+    for kv in [
+        "security.protocol=SSL",
+        "ssl.keystore.location=/etc/evenkeel-tls/proxy/proxy.pem",
+        "ssl.truststore.location=/etc/evenkeel-tls/cluster-ca/ca.crt",
+    ] {
+        assert!(
+            args.windows(2)
+                .any(|w| w[0] == "--producer-props" && w[1] == kv),
+            "{kv} missing from {args:?}"
+        );
+    }
+    let secrets: Vec<String> = pod
+        .volumes
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
+        .collect();
+    assert_eq!(secrets, ["main-proxy-certs", "main-cluster-ca-cert"]);
+    // The operator owns the proxy's security keys on a secured cluster.
+    let mut own = kc.clone();
+    own.spec.proxy.as_mut().unwrap().config =
+        [("security.protocol".to_string(), "PLAINTEXT".to_string())].into();
+    let err = proxy_deployment(&own, "img").unwrap_err().to_string();
+    assert!(
+        err.contains("spec.proxy.config.security.protocol is set by the operator"),
+        "{err}"
+    );
+    // Unsecured: neither gets anything of that.
+    let plain = cluster("replicas: 3\nrebalancer: {enabled: true}\n");
+    let st = yaml(&statefulset(&plain, "img", 3).unwrap());
+    let side = at(&st, "spec.template.spec.containers.1");
+    assert!(side.get("volumeMounts").is_none());
+    assert!(config_map(&plain, 3).unwrap().data.unwrap().len() == 1);
+}
+
+#[test]
 fn cluster_id_is_the_uid_in_kafka_form() {
     let kc = cluster("replicas: 1");
     let id = cluster_id(&kc).unwrap();
@@ -808,9 +894,22 @@ fn a_secured_cluster_renders_ssl_sasl_the_internal_listener_and_the_authorizer()
     );
     assert_eq!(
         p("listener.security.protocol.map"),
-        Some("REPLICATION:PLAINTEXT,TLS:SASL_SSL,MTLS:SSL,CONTROLLER:PLAINTEXT")
+        Some("REPLICATION:SSL,TLS:SASL_SSL,MTLS:SSL,CONTROLLER:PLAINTEXT")
     );
     assert_eq!(p("inter.broker.listener.name"), Some("REPLICATION"));
+    // The internal listener: mutual TLS against the cluster CA, not the clients CA.
+    assert_eq!(
+        p("listener.name.replication.ssl.keystore.type"),
+        Some("PEM")
+    );
+    assert_eq!(
+        p("listener.name.replication.ssl.client.auth"),
+        Some("required")
+    );
+    assert_eq!(
+        p("listener.name.replication.ssl.truststore.location"),
+        Some("/etc/evenkeel-tls/cluster-ca/ca.crt")
+    );
     assert_eq!(p("listener.name.tls.ssl.keystore.type"), Some("PEM"));
     assert_eq!(
         p("listener.name.tls.sasl.enabled.mechanisms"),
@@ -830,7 +929,10 @@ fn a_secured_cluster_renders_ssl_sasl_the_internal_listener_and_the_authorizer()
     );
     assert_eq!(
         p("super.users"),
-        Some("User:ANONYMOUS;User:admin;User:CN=ops,O=acme")
+        Some(
+            "User:CN=main-kafka,O=evenkeel.dev;User:CN=evenkeel-operator,O=evenkeel.dev;\
+             User:admin;User:CN=ops,O=acme"
+        )
     );
 }
 
@@ -845,7 +947,7 @@ fn the_rendered_properties_are_what_the_broker_accepts() {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     map.insert("node.id".into(), "0".into());
-    for l in ["tls", "mtls"] {
+    for l in ["replication", "tls", "mtls"] {
         map.insert(
             format!("listener.name.{l}.ssl.keystore.location"),
             "/etc/evenkeel-tls/brokers/main-kafka-0.pem".into(),
@@ -966,13 +1068,6 @@ fn insecure_combinations_are_refused_with_a_message() {
         refusal("replicas: 1\nlisteners:\n- {name: m, port: 9094, authentication: {type: tls}}\n");
     assert!(
         err.contains("authentication type tls needs tls: true"),
-        "{err}"
-    );
-    let err = refusal(
-        "replicas: 1\nlisteners:\n- {name: a, port: 9094, tls: true}\nauthorization: {type: simple}\n",
-    );
-    assert!(
-        err.contains("listener a: spec.authorization needs authentication on every listener"),
         "{err}"
     );
     let err = refusal(
