@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole e2e on a fresh kind cluster: create it, build and load the image, install the chart,
-# apply the examples, produce and consume, faults under load, scale 3 -> 4 -> 3, the rebalancer,
-# rolls with an operator failover, bad input; then delete the cluster.
+# apply the examples (secured), produce and consume, two KafkaUsers, faults under load,
+# scale 3 -> 4 -> 3, the rebalancer, rolls with an operator failover, bad input; then delete the
+# cluster.
 # E2E_KEEP=1 keeps the kind cluster afterwards (to look around); diagnostics print on failure.
 # The steps are those of lib.sh (E2E_CLUSTER_STEPS, E2E_TEST_STEPS), shared with scripts/e2e/local.
 source "$(dirname "$0")/lib.sh"

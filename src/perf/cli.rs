@@ -174,12 +174,11 @@ fn produce(a: ProduceArgs) -> anyhow::Result<()> {
         round_robin: None,
     };
     let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(kafka::ensure_topic(
-        &o.bootstrap,
-        &o.topic,
-        a.partitions,
-        a.replication_factor,
-    ))?;
+    let (partitions, rf) = (a.partitions, a.replication_factor);
+    match a.client.as_str() {
+        "evenkeel" => rt.block_on(super::producer::ensure_topic(&o, partitions, rf))?,
+        _ => rt.block_on(kafka::ensure_topic(&o.bootstrap, &o.topic, partitions, rf))?,
+    }
     let report = match a.client.as_str() {
         "evenkeel" => rt.block_on(super::producer::produce(&o, &mut |line| println!("{line}")))?,
         _ => kafka::produce(&o, &mut |line| println!("{line}"))?,

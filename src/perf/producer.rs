@@ -13,6 +13,42 @@ use parking_lot::Mutex;
 use super::kafka::{PerfError, ProduceOptions, ProduceReport};
 use crate::client::producer::{Producer, ProducerConfig, ProducerRecord};
 
+/// Creates the topic unless it exists, through our admin client logged in as the producer's
+/// properties say (`security.protocol`, `ssl.*`, `sasl.*`), so a secured listener works as for
+/// the workload; -1 replicas is the brokers' default.
+pub async fn ensure_topic(
+    o: &ProduceOptions,
+    partitions: i32,
+    replication_factor: i32,
+) -> Result<(), PerfError> {
+    use crate::client::{AdminClient, ClientError, ClientSecurity};
+    let setup = |what: &str, e: String| PerfError::Setup(format!("{what}: {e}"));
+    let props: BTreeMap<String, String> = o.props.iter().cloned().collect();
+    let security = ClientSecurity::from_properties(&props)
+        .map_err(|e| setup("client security", e.to_string()))?;
+    let rf = i16::try_from(replication_factor)
+        .map_err(|_| setup("replication factor", replication_factor.to_string()))?;
+    let timeout = Duration::from_secs(30);
+    let admin = AdminClient::connect_with(&o.bootstrap, timeout, security)
+        .await
+        .map_err(|e| setup("connecting", e.to_string()))?;
+    match admin
+        .create_topic(&o.topic, partitions, rf, &BTreeMap::new())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(ClientError::Kafka { code, .. })
+            if code == crate::protocol::errors::TOPIC_ALREADY_EXISTS =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(setup(
+            &format!("cannot create topic {}", o.topic),
+            e.to_string(),
+        )),
+    }
+}
+
 /// Runs the workload; `progress` receives a line every five seconds.
 pub async fn produce(
     o: &ProduceOptions,

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Users of the secured e2e cluster on real nodes. Two KafkaUsers: alice (SCRAM-SHA-512) may create,
+# write and describe topics named e2e-users*; carol (a certificate from the clients CA) may only
+# describe them. alice's producer (ours, with Java's keys: the Secret's sasl.jaas.config and the
+# cluster CA) writes on the SCRAM listener and every record is acknowledged; carol's logs in
+# on the mutual-TLS listener with her certificate and is refused by the authorizer, not at the
+# handshake. The operator gave the rebalancer sidecar and the proxy their ACLs (AclsChanged).
+source "$(dirname "$0")/lib.sh"
+topic="e2e-users-$(date +%s)"
+SEP=$'\x1f'
+bootstrap_on() { echo "${CLUSTER}-kafka-bootstrap.${NS}.svc:$1"; }
+
+[[ -n "$(kc_field '{.spec.authorization.type}')" ]] || die "the e2e cluster has no spec.authorization"
+
+# A KafkaUser of the e2e cluster: kafka_user NAME AUTHENTICATION OPERATIONS...
+kafka_user() {
+    local name="$1" auth="$2" ops
+    shift 2
+    ops="$(printf '"%s",' "$@")"
+    k apply -f - <<EOF >/dev/null
+{"apiVersion": "kafka.evenkeel.dev/v1alpha1", "kind": "KafkaUser",
+ "metadata": {"name": "${name}"},
+ "spec": {"clusterRef": "${CLUSTER}", "authentication": {"type": "${auth}"},
+   "authorization": {"type": "simple", "acls": [
+     {"resource": {"type": "topic", "name": "e2e-users", "patternType": "prefix"},
+      "operations": [${ops%,}]}]}}}
+EOF
+}
+
+wait_user_ready() { # NAME
+    local deadline=$((SECONDS + E2E_TIMEOUT)) status=""
+    while ((SECONDS < deadline)); do
+        status="$(k get kafkauser "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null || true)"
+        [[ "$status" == True ]] && return 0
+        sleep 2
+    done
+    die "KafkaUser $1 not Ready after ${E2E_TIMEOUT}s: $(k get kafkauser "$1" -o jsonpath='{.status.conditions}')"
+}
+
+secret_entry() { # SECRET KEY
+    k get secret "$1" -o "jsonpath={.data.${2//./\\.}}" | base64 -d
+}
+
+# Runs `evenkeel perf produce --client evenkeel` in a pod to its end, with the cluster CA mounted
+# at /ca and PROPS as --producer-props (key=value items separated by $SEP: a PEM value spans
+# lines); prints its log and succeeds when the pod did: user_produce POD PORT PROPS
+user_produce() {
+    local pod="$1" port="$2" props="$3" manifest phase
+    manifest="$(POD="$pod" IMAGE="$E2E_IMAGE" NODE="${KIND_CLUSTER}-control-plane" CA="${CLUSTER}-cluster-ca-cert" \
+        BOOTSTRAP="$(bootstrap_on "$port")" TOPIC="$topic" PROPS="$props" python3 -c '
+import json, os
+e = os.environ
+args = ["perf", "produce", "--client", "evenkeel", "--bootstrap", e["BOOTSTRAP"], "--topic", e["TOPIC"],
+        "--partitions", "3", "--num-records", "2000", "--record-size", "100", "--producer-props", "acks=all"]
+args += e["PROPS"].split("\x1f")
+print(json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": e["POD"]},
+  "spec": {"restartPolicy": "Never", "nodeSelector": {"kubernetes.io/hostname": e["NODE"]},
+    "containers": [{"name": "client", "image": e["IMAGE"], "imagePullPolicy": "IfNotPresent", "args": args,
+      "volumeMounts": [{"name": "ca", "mountPath": "/ca", "readOnly": True}]}],
+    "volumes": [{"name": "ca", "secret": {"secretName": e["CA"]}}]}}))')"
+    k delete pod "$pod" --ignore-not-found --wait=true >/dev/null
+    k apply -f - <<<"$manifest" >/dev/null
+    phase="$(pod_wait_ended "$pod" 300)"
+    k logs "$pod" 2>&1 | tail -n 5 || true
+    k delete pod "$pod" --wait=false >/dev/null 2>&1 || true
+    [[ "$phase" == Succeeded ]]
+}
+
+step "KafkaUsers alice (scram-sha-512: Create, Write, Describe on e2e-users*) and carol (tls: Describe)"
+kafka_user alice scram-sha-512 Create Write Describe
+kafka_user carol tls Describe
+wait_user_ready alice
+wait_user_ready carol
+ok "both Ready, Secrets alice and carol made"
+
+step "alice writes ${topic} on the SCRAM listener (SASL_SSL, port 9095)"
+jaas="$(secret_entry alice sasl.jaas.config)"
+[[ -n "$jaas" ]] || die "Secret alice has no sasl.jaas.config"
+props="$(printf "%s${SEP}" security.protocol=SASL_SSL sasl.mechanism=SCRAM-SHA-512 "sasl.jaas.config=${jaas}" \
+    ssl.truststore.type=PEM ssl.truststore.location=/ca/ca.crt)"
+out="$(user_produce e2e-alice 9095 "${props%"$SEP"}")" || die "alice's producer failed: ${out}"
+printf '%s\n' "$out" | tail -2 | sed 's/^/    /'
+grep -q "^2000 records sent" <<<"$out" || die "alice's producer did not send 2000 records: ${out}"
+ok "2000 records acknowledged"
+
+step "carol, with her certificate on the mutual-TLS listener (SSL, port 9094), may not write"
+props="$(printf "%s${SEP}" security.protocol=SSL ssl.keystore.type=PEM \
+    "ssl.keystore.certificate.chain=$(secret_entry carol user.crt)" "ssl.keystore.key=$(secret_entry carol user.key)" \
+    ssl.truststore.type=PEM ssl.truststore.location=/ca/ca.crt)"
+if out="$(user_produce e2e-carol 9094 "${props%"$SEP"}")"; then
+    die "carol wrote to ${topic} without Write: ${out}"
+fi
+printf '%s\n' "$out" | tail -2 | sed 's/^/    /'
+grep -qi "authorization" <<<"$out" || die "carol was refused, but not by the authorizer: ${out}"
+ok "refused by the authorizer: she logged in, her principal has only Describe"
+
+step "the rebalancer sidecar's and the proxy's ACLs (the operator's AclsChanged events)"
+events="$(k get events.events.k8s.io --field-selector "regarding.name=${CLUSTER},reason=AclsChanged" \
+    -o jsonpath='{range .items[*]}{.note}{"\n"}{end}')"
+printf '%s\n' "$events" | sed 's/^/    /'
+for who in "CN=${CLUSTER}-rebalancer,O=evenkeel.dev" "CN=${CLUSTER}-proxy,O=evenkeel.dev"; do
+    grep -q "User:${who}" <<<"$events" || die "no AclsChanged event for User:${who}"
+done
+ok "both got their ACLs"
+k delete kafkauser alice carol --wait=true >/dev/null
+ok "KafkaUsers deleted"
