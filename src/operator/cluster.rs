@@ -765,16 +765,16 @@ async fn sync_component_acls<C: AdminConnector>(
     let Ok(admin) = &brokers.admin else {
         return;
     };
-    match components::sync_component_acls(admin, kc).await {
-        Ok(notes) => {
-            for note in notes {
-                ctx.event(kc, EventType::Normal, "AclsChanged", &note).await;
-            }
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "could not set the sidecar's and the proxy's ACLs");
-            pass.requeue_within(Duration::from_secs(15));
-        }
+    let sync = components::sync_component_acls(admin, kc).await;
+    // One event: the recorder counts a second one of the same reason as a repeat of the first
+    // and keeps the first note.
+    if !sync.notes.is_empty() {
+        let note = sync.notes.join("; ");
+        ctx.event(kc, EventType::Normal, "AclsChanged", &note).await;
+    }
+    if let Some(e) = sync.error {
+        tracing::warn!(error = %e, "could not set the sidecar's and the proxy's ACLs");
+        pass.requeue_within(Duration::from_secs(15));
     }
 }
 

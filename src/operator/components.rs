@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use super::certs::{self, Ca, BROKER_VALIDITY_DAYS, CA_CERT};
+use super::certs::{self, Ca, Issued, BROKER_VALIDITY_DAYS, CA_CERT, RENEWAL_DAYS};
 use super::crd::KafkaCluster;
 use super::kafka::{AdminError, UserAdmin};
 use super::resources::{self, Names, TLS_DIR};
@@ -43,21 +43,34 @@ pub fn client_properties(keystore: &str) -> Vec<(String, String)> {
 }
 
 /// The operator's client identities, one per cluster CA, made on first use: a certificate the
-/// CA signs for `OPERATOR_CN`, kept in memory only (a restarted operator makes new ones).
+/// CA signs for `OPERATOR_CN`, kept in memory only (a restarted operator makes new ones) and
+/// made again `RENEWAL_DAYS` before it expires.
 #[derive(Default)]
 pub struct Identities {
-    by_ca: Mutex<BTreeMap<String, ClientSecurity>>,
+    by_ca: Mutex<BTreeMap<String, Identity>>,
+}
+
+struct Identity {
+    cert_pem: String,
+    security: ClientSecurity,
 }
 
 impl Identities {
     /// How the operator connects to the internal listener of the cluster `ca` signs for.
     pub fn operator(&self, ca: &Ca) -> Result<ClientSecurity, IdentityError> {
         let mut by_ca = self.by_ca.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = by_ca.get(&ca.cert_pem) {
-            return Ok(s.clone());
+        if let Some(id) = by_ca.get(&ca.cert_pem) {
+            if !certs::expires_within(&id.cert_pem, RENEWAL_DAYS) {
+                return Ok(id.security.clone());
+            }
         }
-        let security = operator_security(ca)?;
-        by_ca.insert(ca.cert_pem.clone(), security.clone());
+        let issued = ca.sign(OPERATOR_CN, &[], BROKER_VALIDITY_DAYS)?;
+        let security = operator_security(ca, &issued)?;
+        let id = Identity {
+            cert_pem: issued.cert_pem,
+            security: security.clone(),
+        };
+        by_ca.insert(ca.cert_pem.clone(), id);
         Ok(security)
     }
 }
@@ -70,14 +83,13 @@ pub enum IdentityError {
     Client(String),
 }
 
-/// A new operator certificate from `ca`, as a TLS client that trusts only `ca`.
-pub fn operator_security(ca: &Ca) -> Result<ClientSecurity, IdentityError> {
-    let issued = ca.sign(OPERATOR_CN, &[], BROKER_VALIDITY_DAYS)?;
+/// `issued` (the operator's certificate from `ca`) as a TLS client that trusts only `ca`.
+fn operator_security(ca: &Ca, issued: &Issued) -> Result<ClientSecurity, IdentityError> {
     let props: BTreeMap<String, String> = [
         ("security.protocol", "SSL".to_string()),
         ("ssl.keystore.type", "PEM".into()),
-        ("ssl.keystore.certificate.chain", issued.cert_pem),
-        ("ssl.keystore.key", issued.key_pem),
+        ("ssl.keystore.certificate.chain", issued.cert_pem.clone()),
+        ("ssl.keystore.key", issued.key_pem.clone()),
         ("ssl.truststore.type", "PEM".into()),
         ("ssl.truststore.certificates", ca.cert_pem.clone()),
     ]
@@ -151,17 +163,29 @@ fn every_topic() -> ResourcePattern {
     }
 }
 
+/// What `sync_component_acls` changed (one note per principal whose ACLs changed), and the
+/// error that stopped it, if one did: the notes of what was done before it are kept.
+#[derive(Debug, Default)]
+pub struct AclSync {
+    pub notes: Vec<String>,
+    pub error: Option<AdminError>,
+}
+
 /// Makes the sidecar's and the proxy's ACLs what the spec asks for: theirs while they are
 /// enabled, none once they are not. Only under `spec.authorization` (without it the brokers
-/// have no authorizer). Returns one note per principal whose ACLs changed.
-pub async fn sync_component_acls<A: UserAdmin>(
-    admin: &A,
-    kc: &KafkaCluster,
-) -> Result<Vec<String>, AdminError> {
+/// have no authorizer).
+pub async fn sync_component_acls<A: UserAdmin>(admin: &A, kc: &KafkaCluster) -> AclSync {
+    let mut out = AclSync::default();
     if kc.spec.authorization.is_none() {
-        return Ok(Vec::new());
+        return out;
     }
-    let names = Names::of(kc).map_err(|e| AdminError::transport(e.to_string()))?;
+    let names = match Names::of(kc) {
+        Ok(n) => n,
+        Err(e) => {
+            out.error = Some(AdminError::transport(e.to_string()));
+            return out;
+        }
+    };
     let wanted = |on: bool, acls: Vec<AclBinding>| if on { acls } else { Vec::new() };
     let components = [
         (
@@ -173,13 +197,17 @@ pub async fn sync_component_acls<A: UserAdmin>(
             wanted(resources::wants_proxy(kc), proxy_acls(&names)),
         ),
     ];
-    let mut notes = Vec::new();
     for (principal, desired) in components {
-        if let Some((_, note)) = sync_acls(admin, &principal, &desired).await? {
-            notes.push(note);
+        match sync_acls(admin, &principal, &desired).await {
+            Ok(Some((_, note))) => out.notes.push(note),
+            Ok(None) => {}
+            Err(e) => {
+                out.error = Some(e);
+                break;
+            }
         }
     }
-    Ok(notes)
+    out
 }
 
 #[cfg(test)]
@@ -192,9 +220,29 @@ mod tests {
         let a = Ca::generate("a").unwrap();
         let b = Ca::generate("b").unwrap();
         ids.operator(&a).unwrap();
+        let first = ids.by_ca.lock().unwrap()[&a.cert_pem].cert_pem.clone();
         ids.operator(&a).unwrap();
+        assert_eq!(
+            ids.by_ca.lock().unwrap()[&a.cert_pem].cert_pem,
+            first,
+            "made again"
+        );
         ids.operator(&b).unwrap();
         assert_eq!(ids.by_ca.lock().unwrap().len(), 2);
+        // One about to expire is made again.
+        let short = a.sign(OPERATOR_CN, &[], RENEWAL_DAYS - 1).unwrap();
+        ids.by_ca
+            .lock()
+            .unwrap()
+            .get_mut(&a.cert_pem)
+            .unwrap()
+            .cert_pem = short.cert_pem;
+        ids.operator(&a).unwrap();
+        let renewed = ids.by_ca.lock().unwrap()[&a.cert_pem].cert_pem.clone();
+        assert!(
+            !certs::expires_within(&renewed, RENEWAL_DAYS),
+            "not renewed"
+        );
     }
 
     #[test]

@@ -389,15 +389,34 @@ pub fn check_internal_listener_change(
     let Some(sts) = existing else {
         return Ok(());
     };
-    let has_internal = sts
+    let broker = sts
         .spec
         .as_ref()
         .and_then(|s| s.template.spec.as_ref())
         .into_iter()
         .flat_map(|p| &p.containers)
-        .filter(|c| c.name == "broker")
+        .find(|c| c.name == "broker");
+    let has_internal = broker
+        .into_iter()
         .flat_map(|c| c.ports.iter().flatten())
         .any(|p| p.name.as_deref() == Some(INTERNAL_LISTENER));
+    // The internal listener's keystore is on the command line since it is mutual TLS.
+    let keystore = format!(
+        "{}ssl.keystore.location=",
+        listener_prefix(INTERNAL_LISTENER)
+    );
+    let internal_tls = broker
+        .into_iter()
+        .flat_map(|c| c.args.iter().flatten())
+        .any(|a| a.starts_with(&keystore));
+    if has_internal && !internal_tls {
+        return Err(BuildError::Invalid(format!(
+            "this cluster's internal listener {INTERNAL_LISTENER} on {INTERNAL_PORT} is \
+             PLAINTEXT (it was secured by an earlier operator); this operator makes it mutual \
+             TLS, and brokers on either side of that roll could not replicate: recreate the \
+             cluster (a migration is not done)"
+        )));
+    }
     if has_internal == is_secured(kc) {
         return Ok(());
     }

@@ -68,6 +68,7 @@ pub async fn produce(
     );
     let latencies = Arc::new(Mutex::new(Vec::with_capacity(o.num_records as usize)));
     let failed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let first_error: Arc<Mutex<Option<String>>> = Arc::default();
     let mut waiting = Vec::with_capacity(o.num_records as usize);
     let start = Instant::now();
     let mut last_report = start;
@@ -88,16 +89,19 @@ pub async fn produce(
             .send(&o.topic, partition, record)
             .await
             .map_err(|e| PerfError::Setup(format!("record {sent}: {e}")))?;
-        let (done, failures) = (latencies.clone(), failed.clone());
+        let (done, failures, why) = (latencies.clone(), failed.clone(), first_error.clone());
         waiting.push(tokio::spawn(async move {
-            match rx.await {
-                Ok(Ok(_)) => done
-                    .lock()
-                    .push(called.elapsed().as_micros().min(u32::MAX as u128) as u32),
-                _ => {
-                    failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let error = match rx.await {
+                Ok(Ok(_)) => {
+                    let us = called.elapsed().as_micros().min(u32::MAX as u128) as u32;
+                    done.lock().push(us);
+                    return;
                 }
-            }
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "the producer dropped the record".to_string(),
+            };
+            failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            why.lock().get_or_insert(error);
         }));
         if last_report.elapsed() >= Duration::from_secs(5) {
             last_report = Instant::now();
@@ -116,10 +120,12 @@ pub async fn produce(
     let seconds = start.elapsed().as_secs_f64();
     producer.close(Duration::from_secs(30)).await;
     let lat = std::mem::take(&mut *latencies.lock());
-    Ok(ProduceReport::from_latencies(
+    let mut report = ProduceReport::from_latencies(
         lat,
         failed.load(std::sync::atomic::Ordering::Relaxed),
         seconds,
         o.record_size,
-    ))
+    );
+    report.first_error = first_error.lock().take();
+    Ok(report)
 }

@@ -1118,4 +1118,23 @@ fn securing_or_unsecuring_a_running_cluster_is_refused() {
         .unwrap_err()
         .to_string();
     assert!(err.starts_with("unsecuring a running cluster"), "{err}");
+    // A cluster an earlier operator secured: its internal listener has no keystore (PLAINTEXT).
+    let mut earlier = running_tls.clone();
+    let pod = earlier
+        .spec
+        .as_mut()
+        .unwrap()
+        .template
+        .spec
+        .as_mut()
+        .unwrap();
+    let args = pod.containers[0].args.as_mut().unwrap();
+    args.retain(|a| !a.starts_with("listener.name.replication.ssl.keystore.location="));
+    let err = check_internal_listener_change(&tls, Some(&earlier))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("is PLAINTEXT (it was secured by an earlier operator)"),
+        "{err}"
+    );
 }
