@@ -53,7 +53,7 @@ fn keystore(dir: &Path, entries: &BTreeMap<String, String>, stem: &str) -> Strin
 
 /// The client keys the operator gives a component (`components::client_properties`), with
 /// the cluster CA where this test keeps it.
-fn component_security(keystore: &str, ca_file: &Path) -> ClientSecurity {
+fn component_props(keystore: &str, ca_file: &Path) -> BTreeMap<String, String> {
     let mut props: BTreeMap<String, String> = components::client_properties(keystore)
         .into_iter()
         .collect();
@@ -61,7 +61,17 @@ fn component_security(keystore: &str, ca_file: &Path) -> ClientSecurity {
         "ssl.truststore.location".into(),
         ca_file.display().to_string(),
     );
-    ClientSecurity::from_properties(&props).unwrap()
+    props
+}
+
+fn component_security(keystore: &str, ca_file: &Path) -> ClientSecurity {
+    ClientSecurity::from_properties(&component_props(keystore, ca_file)).unwrap()
+}
+
+/// `result` is Kafka's refusal `code`.
+fn assert_refused<T: std::fmt::Debug>(result: Result<T, ClientError>, code: i16, what: &str) {
+    let e = result.expect_err(what);
+    assert_eq!(kafka_code(&e), Some(code), "{what}: {e}");
 }
 
 async fn admin_as(bootstrap: &str, security: ClientSecurity) -> Result<AdminClient, ClientError> {
@@ -199,13 +209,7 @@ async fn the_internal_listener_knows_each_component_by_its_certificate() {
     let (proxy_entries, _) = certs::proxy_entries(&ca, &names, &BTreeMap::new()).unwrap();
     let proxy_keystore = keystore(tls.path(), &proxy_entries, certs::PROXY_ENTRY);
     let proxy = component_security(&proxy_keystore, &ca_file);
-    let mut props: BTreeMap<String, String> = components::client_properties(&proxy_keystore)
-        .into_iter()
-        .collect();
-    props.insert(
-        "ssl.truststore.location".into(),
-        ca_file.display().to_string(),
-    );
+    let mut props = component_props(&proxy_keystore, &ca_file);
     props.insert("bootstrap.servers".into(), bootstrap.clone());
     props.insert("acks".into(), "all".into());
     let producer = Producer::start(ProducerConfig::from_properties(&props).unwrap())
@@ -226,23 +230,17 @@ async fn the_internal_listener_knows_each_component_by_its_certificate() {
     }
     // The proxy may not create topics nor alter the cluster.
     let proxy_admin = admin_as(&bootstrap, proxy.clone()).await.unwrap();
-    let refused = proxy_admin
-        .create_topic("mine", 1, 1, &BTreeMap::new())
-        .await
-        .expect_err("the proxy created a topic");
-    assert_eq!(
-        kafka_code(&refused),
-        Some(errors::TOPIC_AUTHORIZATION_FAILED),
-        "{refused}"
+    assert_refused(
+        proxy_admin
+            .create_topic("mine", 1, 1, &BTreeMap::new())
+            .await,
+        errors::TOPIC_AUTHORIZATION_FAILED,
+        "the proxy created a topic",
     );
-    let refused = proxy_admin
-        .list_partition_reassignments()
-        .await
-        .expect_err("the proxy listed reassignments");
-    assert_eq!(
-        kafka_code(&refused),
-        Some(errors::CLUSTER_AUTHORIZATION_FAILED),
-        "{refused}"
+    assert_refused(
+        proxy_admin.list_partition_reassignments().await,
+        errors::CLUSTER_AUTHORIZATION_FAILED,
+        "the proxy listed reassignments",
     );
 
     // The sidecar may elect leaders and list reassignments, and write nothing.
@@ -258,14 +256,10 @@ async fn the_internal_listener_knows_each_component_by_its_certificate() {
         .unwrap();
     assert_eq!(elected.len(), 1, "{elected:?}");
     assert_eq!(elected[0].2, errors::ELECTION_NOT_NEEDED, "{elected:?}");
-    let refused = sidecar
-        .create_topic("mine", 1, 1, &BTreeMap::new())
-        .await
-        .expect_err("the sidecar created a topic");
-    assert_eq!(
-        kafka_code(&refused),
-        Some(errors::TOPIC_AUTHORIZATION_FAILED),
-        "{refused}"
+    assert_refused(
+        sidecar.create_topic("mine", 1, 1, &BTreeMap::new()).await,
+        errors::TOPIC_AUTHORIZATION_FAILED,
+        "the sidecar created a topic",
     );
     let mut config = evenkeel::rebalancer::RebalancerConfig::new(&bootstrap);
     config.metrics = evenkeel::rebalancer::MetricsSource::None;

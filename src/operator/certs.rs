@@ -352,10 +352,8 @@ pub fn proxy_entries(
     names: &Names,
     existing: &BTreeMap<String, String>,
 ) -> Result<(BTreeMap<String, String>, bool), CertError> {
-    let mut out = BTreeMap::new();
     let dns = service_dns_names(&names.proxy(), &names.namespace);
-    let issued = server_entries(ca, &names.proxy(), &dns, PROXY_ENTRY, existing, &mut out)?;
-    Ok((out, issued))
+    entries_of(ca, &names.proxy(), &dns, PROXY_ENTRY, existing)
 }
 
 /// The file name stem of the proxy's certificate in its Secret (`proxy.pem`, …).
@@ -369,14 +367,24 @@ pub fn rebalancer_entries(
     names: &Names,
     existing: &BTreeMap<String, String>,
 ) -> Result<(BTreeMap<String, String>, bool), CertError> {
-    let mut out = BTreeMap::new();
-    let cn = names.rebalancer();
-    let issued = server_entries(ca, &cn, &[], REBALANCER_ENTRY, existing, &mut out)?;
-    Ok((out, issued))
+    entries_of(ca, &names.rebalancer(), &[], REBALANCER_ENTRY, existing)
 }
 
 /// The file name stem of the rebalancer sidecar's certificate in its Secret.
 pub const REBALANCER_ENTRY: &str = "rebalancer";
+
+/// A Secret holding one certificate (`server_entries`), and whether it was issued.
+fn entries_of(
+    ca: &Ca,
+    cn: &str,
+    dns: &[String],
+    stem: &str,
+    existing: &BTreeMap<String, String>,
+) -> Result<(BTreeMap<String, String>, bool), CertError> {
+    let mut out = BTreeMap::new();
+    let issued = server_entries(ca, cn, dns, stem, existing, &mut out)?;
+    Ok((out, issued))
+}
 
 /// Puts `<stem>.crt`, `<stem>.key` and `<stem>.pem` (key, certificate and CA: a PEM keystore)
 /// into `out`: those of `existing` while the certificate names exactly `dns` (none for a

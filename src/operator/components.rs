@@ -113,26 +113,35 @@ pub fn proxy_principal(names: &Names) -> String {
 /// ListPartitionReassignments and DescribeQuorum (DESCRIBE on the cluster, implied by ALTER),
 /// ElectLeaders and AlterPartitionReassignments (ALTER on the cluster).
 pub fn rebalancer_acls(names: &Names) -> Vec<AclBinding> {
-    let principal = rebalancer_principal(names);
-    sorted(vec![
-        allow(&principal, cluster(), AclOperation::Alter),
-        allow(&principal, cluster(), AclOperation::Describe),
-        allow(&principal, every_topic(), AclOperation::Describe),
-    ])
+    grants(
+        &rebalancer_principal(names),
+        &[
+            (cluster(), AclOperation::Alter),
+            (cluster(), AclOperation::Describe),
+            (every_topic(), AclOperation::Describe),
+        ],
+    )
 }
 
 /// What the proxy's producer calls: Metadata (DESCRIBE on topics), Produce (WRITE on topics),
 /// InitProducerId (IDEMPOTENT_WRITE on the cluster).
 pub fn proxy_acls(names: &Names) -> Vec<AclBinding> {
-    let principal = proxy_principal(names);
-    sorted(vec![
-        allow(&principal, every_topic(), AclOperation::Write),
-        allow(&principal, every_topic(), AclOperation::Describe),
-        allow(&principal, cluster(), AclOperation::IdempotentWrite),
-    ])
+    grants(
+        &proxy_principal(names),
+        &[
+            (every_topic(), AclOperation::Write),
+            (every_topic(), AclOperation::Describe),
+            (cluster(), AclOperation::IdempotentWrite),
+        ],
+    )
 }
 
-fn sorted(mut acls: Vec<AclBinding>) -> Vec<AclBinding> {
+/// ALLOW ACLs of `principal` from any host, sorted.
+fn grants(principal: &str, operations: &[(ResourcePattern, AclOperation)]) -> Vec<AclBinding> {
+    let mut acls: Vec<AclBinding> = operations
+        .iter()
+        .map(|(pattern, op)| allow(principal, pattern.clone(), *op))
+        .collect();
     acls.sort();
     acls
 }
