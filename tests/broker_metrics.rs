@@ -53,6 +53,17 @@ async fn metrics_health_and_readiness_are_served() {
         common::metric_value(&text, "kafka_server_replicamanager_partitioncount"),
         3.0
     );
+    // The image's counts: one topic of three partitions, each led.
+    for (metric, want) in [
+        ("kafka_controller_kafkacontroller_globaltopiccount", 1.0),
+        ("kafka_controller_kafkacontroller_globalpartitioncount", 3.0),
+        (
+            "kafka_controller_kafkacontroller_offlinepartitionscount",
+            0.0,
+        ),
+    ] {
+        assert_eq!(common::metric_value(&text, metric), want, "{metric}");
+    }
     assert!(
         common::metric_value(
             &text,

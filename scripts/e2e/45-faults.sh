@@ -28,7 +28,27 @@ leaders_elsewhere() {
     done
     echo "$total"
 }
-total_leaders() { leaders_elsewhere none; }
+
+# Waits until the brokers' leader counts add up to the partitions in the metadata image, none of
+# them leaderless (a move in flight counts a partition twice or not at all while the brokers
+# apply it, and the sidecar may be moving leaders back to a broker that returned); prints that
+# partition count. A broker that kept leading a partition another leads never settles.
+settled_partitions() {
+    local deadline=$((SECONDS + E2E_TIMEOUT)) first partitions offline leaders
+    while :; do
+        first="$(broker_pod_names | head -n1)"
+        partitions="$(broker_metric "$first" kafka_controller_kafkacontroller_globalpartitioncount)"
+        offline="$(broker_metric "$first" kafka_controller_kafkacontroller_offlinepartitionscount)"
+        leaders="$(leaders_elsewhere none)"
+        if [[ -n "$partitions" && "$offline" == 0 ]] && ((leaders == partitions)); then
+            echo "$partitions"
+            return
+        fi
+        ((SECONDS < deadline)) ||
+            die "the brokers lead ${leaders} partitions in all, the image holds ${partitions:-?} (${offline:-?} leaderless), ${E2E_TIMEOUT}s on"
+        sleep 1
+    done
+}
 
 # Waits until the brokers other than pod $1 lead all $2 partitions; $3 says what happened to it.
 wait_leaders_moved() { # POD PARTITIONS WHAT
@@ -43,10 +63,10 @@ wait_leaders_moved() { # POD PARTITIONS WHAT
 step "force-delete the broker pod that leads the most partitions"
 wait_all_in_isr "with the producer running"
 producer_running "$pod" "the force-delete"
+partitions="$(settled_partitions)"
 busiest="$(busiest_leader)"
 [[ -n "$busiest" ]] || die "no broker answered with its leader count"
 victim="${CLUSTER}-kafka-${busiest}"
-partitions="$(total_leaders)"
 uid="$(k get pod "$victim" -o jsonpath='{.metadata.uid}')"
 volume="$(k get pvc "data-${victim}" -o jsonpath='{.spec.volumeName}')"
 info "${victim} leads $(broker_metric "$victim" kafka_server_replicamanager_leadercount) of ${partitions} partitions; its PVC data-${victim} is on ${volume}"
@@ -75,7 +95,7 @@ done
 [[ -n "$node" ]] || die "no broker runs on a worker node"
 info "${victim} runs on ${node}"
 producer_running "$pod" "the node stop"
-partitions="$(total_leaders)"
+partitions="$(settled_partitions)"
 t=$SECONDS
 # Whatever fails from here, the node is started again (a later step or run needs it).
 trap '"$docker_" start "$node" >/dev/null 2>&1 || true' EXIT

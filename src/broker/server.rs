@@ -374,6 +374,11 @@ fn refresh_hook(
             m.log_size.with_label_values(&labels).set(load.size as f64);
         }
         m.leader_count.set(g.leaders);
+        let image = broker.published.borrow().clone();
+        m.global_topic_count.set(image.topic_count() as i64);
+        m.global_partition_count.set(image.partition_count() as i64);
+        m.offline_partitions
+            .set(image.offline_partition_count() as i64);
         m.under_replicated.set(g.under_replicated);
         m.under_min_isr.set(g.under_min_isr);
         m.at_min_isr.set(g.at_min_isr);

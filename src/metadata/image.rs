@@ -218,6 +218,17 @@ impl MetadataImage {
     pub fn partition_count(&self) -> usize {
         self.topics.values().map(|t| t.partitions.len()).sum()
     }
+    /// Partitions with no leader (every replica that could lead is gone).
+    pub fn offline_partition_count(&self) -> usize {
+        self.topics
+            .values()
+            .flat_map(|t| t.partitions.values())
+            .filter(|p| !p.has_leader())
+            .count()
+    }
+    pub fn topic_count(&self) -> usize {
+        self.topics.len()
+    }
 
     /// Applies one record written at `offset`. Records that refer to unknown topics or brokers
     /// are ignored, as Kafka's replay does.
@@ -619,6 +630,35 @@ mod tests {
         );
         let p = img.partition("t", 0).unwrap();
         assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (2, 1, 2));
+    }
+
+    #[test]
+    fn a_partition_whose_leader_went_with_no_successor_counts_offline() {
+        let id = KafkaUuid::random();
+        let mut img = MetadataImage::empty();
+        img.apply(
+            &MetadataRecord::Topic {
+                name: "t".into(),
+                topic_id: id,
+            },
+            0,
+        );
+        img.apply(&partition(id, 0, vec![1, 2]), 1);
+        img.apply(&partition(id, 1, vec![1]), 2);
+        assert_eq!((img.topic_count(), img.partition_count()), (1, 2));
+        assert_eq!(img.offline_partition_count(), 0);
+        img.apply(
+            &MetadataRecord::PartitionChange(PartitionChange {
+                partition_id: 1,
+                topic_id: id,
+                isr: Some(vec![1]),
+                leader: NO_LEADER,
+                ..Default::default()
+            }),
+            3,
+        );
+        assert_eq!(img.offline_partition_count(), 1);
+        assert_eq!(img.partition_count(), 2);
     }
 
     #[test]

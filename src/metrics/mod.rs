@@ -179,6 +179,23 @@ broker_metrics! {
         "kafka_server_replicamanager_partitioncount",
         "Partitions on this broker",
     ),
+    /// The cluster's topics, partitions and leaderless partitions in the metadata image this
+    /// broker published (Kafka reports them on its controllers, under these names).
+    global_topic_count: IntGauge = int_gauge(
+        &r,
+        "kafka_controller_kafkacontroller_globaltopiccount",
+        "Topics in the cluster, by this broker's metadata image",
+    ),
+    global_partition_count: IntGauge = int_gauge(
+        &r,
+        "kafka_controller_kafkacontroller_globalpartitioncount",
+        "Partitions in the cluster, by this broker's metadata image",
+    ),
+    offline_partitions: IntGauge = int_gauge(
+        &r,
+        "kafka_controller_kafkacontroller_offlinepartitionscount",
+        "Partitions with no leader, by this broker's metadata image",
+    ),
     under_replicated: IntGauge = int_gauge(
         &r,
         "kafka_server_replicamanager_underreplicatedpartitions",
