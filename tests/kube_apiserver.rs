@@ -1859,6 +1859,67 @@ async fn a_secured_cluster_gets_its_cas_broker_certificates_and_config() {
         );
     }
 
+    // A renewal of the cluster CA, asked for with the annotation: a new certificate with the
+    // same key, generation 1 on its Secret and on the brokers' pod template (which rolls
+    // them), the annotation gone; the brokers' certificates are kept (the same key signed
+    // them) and their keystores and the listeners' status carry the new CA certificate.
+    let template_generation = || async {
+        sts_api
+            .get("sec-kafka")
+            .await
+            .ok()?
+            .spec?
+            .template
+            .metadata?
+            .annotations?
+            .remove("kafka.evenkeel.dev/cluster-ca-cert-generation")
+    };
+    assert_eq!(template_generation().await, None);
+    let force = json!({"metadata": {"annotations": {"kafka.evenkeel.dev/force-renew": "true"}}});
+    secrets
+        .patch(
+            "sec-cluster-ca-cert",
+            &PatchParams::default(),
+            &Patch::Merge(force),
+        )
+        .await
+        .unwrap();
+    let renewed = wait_for("the renewed cluster CA", 60, || async {
+        let s = secrets.get("sec-cluster-ca-cert").await.ok()?;
+        let a = s.metadata.annotations.clone().unwrap_or_default();
+        let renewed = a
+            .get("kafka.evenkeel.dev/ca-cert-generation")
+            .map(String::as_str)
+            == Some("1")
+            && !a.contains_key("kafka.evenkeel.dev/force-renew");
+        renewed.then(|| secret_entries(&s).remove("ca.crt"))?
+    })
+    .await;
+    assert_ne!(renewed, ca);
+    wait_for("generation 1 on the pod template", 60, || async {
+        (template_generation().await.as_deref() == Some("1")).then_some(())
+    })
+    .await;
+    let keystores = wait_for("the keystores with the renewed CA", 60, || async {
+        let entries = secret_entries(&secrets.get("sec-kafka-brokers").await.ok()?);
+        entries["sec-kafka-0.pem"]
+            .ends_with(renewed.as_str())
+            .then_some(entries)
+    })
+    .await;
+    assert_eq!(keystores["sec-kafka-0.crt"], after["sec-kafka-0.crt"]);
+    assert!(signed_by(&keystores["sec-kafka-0.crt"], &renewed));
+    wait_for("status.listeners with the renewed CA", 60, || async {
+        let kc = clusters.get("sec").await.ok()?;
+        (kc.status?.listeners[0].certificates == std::slice::from_ref(&renewed)).then_some(())
+    })
+    .await;
+    let events = cluster_events(&admin, &ns, "sec").await;
+    assert!(
+        events.iter().any(|(reason, _)| reason == "CaRenewed"),
+        "{events:?}"
+    );
+
     // Half a CA is not made anew (that would change every certificate it signed): a Warning
     // event says so, and neither Secret is written.
     secrets

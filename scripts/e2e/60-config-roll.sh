@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Changes spec.config and watches the safe rolling restart: every broker pod is replaced (new UID),
 # and at no sample is more than one broker missing or not ready. Samples every second.
+# E2E_ROLL_CAUSE=cluster-ca: the roll comes from renewing the cluster CA instead (its Secret
+# annotated kafka.evenkeel.dev/force-renew): a new CA certificate with the same key and the next
+# generation, which the pods then carry, and which the listeners' status shows.
 # E2E_OPERATOR_FAILOVER=1: once the first broker is replaced, the operator pod holding the Lease
 # is deleted; another replica (the standby, or the one the Deployment starts) must take the
 # Lease and finish the roll.
@@ -13,20 +16,52 @@ done < <(broker_pods)
 ((${#before[@]} == want)) || die "expected ${want} broker pods before the roll, found ${#before[@]}"
 
 props() { k get configmap "${CLUSTER}-kafka-config" -o jsonpath='{.data.server\.properties}'; }
-# A value the brokers do not have yet (rolls run several times in a row).
-current="$(props | sed -n 's/^log.retention.hours=//p')"
-value="$((RANDOM % 100 + 100))"
-[[ "$value" != "$current" ]] || value=$((value + 1))
-step "change spec.config: log.retention.hours=${value}"
-old_hash="$(kc_field '{.status.configHash}')"
-k patch kafkacluster "$CLUSTER" --type merge -p "{\"spec\":{\"config\":{\"log.retention.hours\":\"${value}\"}}}"
-for _ in $(seq 1 20); do
-    grep -qx "log.retention.hours=${value}" <<<"$(props)" && break
-    sleep 3
-done
-grep -qx "log.retention.hours=${value}" <<<"$(props)" \
-    || die "ConfigMap ${CLUSTER}-kafka-config does not carry log.retention.hours=${value}"
-ok "ConfigMap updated"
+ca_secret="${CLUSTER}-cluster-ca-cert"
+ca_cert() { k get secret "$ca_secret" -o jsonpath='{.data.ca\.crt}' | base64 -d; }
+ca_generation() { k get secret "$ca_secret" -o jsonpath='{.metadata.annotations.kafka\.evenkeel\.dev/ca-cert-generation}'; }
+cause="${E2E_ROLL_CAUSE:-config}"
+
+change_config() {
+    # A value the brokers do not have yet (rolls run several times in a row).
+    local current value
+    current="$(props | sed -n 's/^log.retention.hours=//p')"
+    value="$((RANDOM % 100 + 100))"
+    [[ "$value" != "$current" ]] || value=$((value + 1))
+    step "change spec.config: log.retention.hours=${value}"
+    old_hash="$(kc_field '{.status.configHash}')"
+    k patch kafkacluster "$CLUSTER" --type merge -p "{\"spec\":{\"config\":{\"log.retention.hours\":\"${value}\"}}}"
+    for _ in $(seq 1 20); do
+        grep -qx "log.retention.hours=${value}" <<<"$(props)" && break
+        sleep 3
+    done
+    grep -qx "log.retention.hours=${value}" <<<"$(props)" ||
+        die "ConfigMap ${CLUSTER}-kafka-config does not carry log.retention.hours=${value}"
+    ok "ConfigMap updated"
+}
+
+renew_cluster_ca() {
+    step "renew the cluster CA (annotate ${ca_secret} kafka.evenkeel.dev/force-renew=true)"
+    old_cert="$(ca_cert)"
+    [[ -n "$old_cert" ]] || die "no ${ca_secret}: the cluster is not secured"
+    old_generation="$(ca_generation)"
+    k annotate secret "$ca_secret" kafka.evenkeel.dev/force-renew=true >/dev/null
+    local deadline=$((SECONDS + E2E_TIMEOUT))
+    until [[ "$(ca_generation)" == "$((${old_generation:-0} + 1))" ]]; do
+        ((SECONDS < deadline)) || die "${ca_secret} not renewed ${E2E_TIMEOUT}s after the annotation"
+        sleep 2
+    done
+    new_cert="$(ca_cert)"
+    [[ "$new_cert" != "$old_cert" ]] || die "${ca_secret}'s certificate did not change"
+    [[ -z "$(k get secret "$ca_secret" -o jsonpath='{.metadata.annotations.kafka\.evenkeel\.dev/force-renew}')" ]] ||
+        die "the force-renew annotation is still on ${ca_secret}"
+    ok "a new CA certificate, generation ${old_generation:-0} -> $(ca_generation)"
+}
+
+case "$cause" in
+config) change_config ;;
+cluster-ca) renew_cluster_ca ;;
+*) die "E2E_ROLL_CAUSE=${cause}: config or cluster-ca" ;;
+esac
 
 step "watch the roll (at most one broker down at a time)"
 failover="${E2E_OPERATOR_FAILOVER:-0}" deleted_holder=""
@@ -73,8 +108,19 @@ if [[ -n "$deleted_holder" ]]; then
         die "the Lease is held by '${holder}' after ${deleted_holder} was deleted"
     ok "the Lease moved from ${deleted_holder} to ${holder}, which finished the roll"
 fi
-new_hash="$(kc_field '{.status.configHash}')"
-[[ "$new_hash" != "$old_hash" ]] || die "status.configHash did not change (${old_hash})"
-ok "configHash ${old_hash} -> ${new_hash}"
+if [[ "$cause" == config ]]; then
+    new_hash="$(kc_field '{.status.configHash}')"
+    [[ "$new_hash" != "$old_hash" ]] || die "status.configHash did not change (${old_hash})"
+    ok "configHash ${old_hash} -> ${new_hash}"
+else
+    generation="$(ca_generation)"
+    for pod in $(broker_pods | cut -d'|' -f1 | grep .); do
+        carried="$(k get pod "$pod" -o jsonpath='{.metadata.annotations.kafka\.evenkeel\.dev/cluster-ca-cert-generation}')"
+        [[ "$carried" == "$generation" ]] || die "${pod} carries cluster CA generation '${carried}', not ${generation}"
+    done
+    listed="$(kc_field '{.status.listeners[?(@.name=="mtls")].certificates[0]}')"
+    [[ "$listed" == "$new_cert" ]] || die "status.listeners[mtls] does not name the new CA certificate"
+    ok "every broker pod carries CA generation ${generation}; the listeners' status names the new certificate"
+fi
 info "events:"
 k get events --field-selector reason=RollingRestart --sort-by=.lastTimestamp 2>/dev/null | tail -n 8 | sed 's/^/    /' || true

@@ -3,8 +3,9 @@
 # client pod the whole time; each roll must finish without a manual step (60-config-roll.sh's
 # checks: every broker replaced, at most one down at a time, Ready again). During the last roll
 # the operator pod holding the Lease is deleted: another replica takes the Lease and finishes
-# the roll. Then every record the producer was told was written is read back: prints acked /
-# consumed / lost (lost must be 0).
+# the roll. On a secured cluster the first roll is a renewal of the cluster CA instead
+# (E2E_ROLL_CAUSE=cluster-ca). Then every record the producer was told was written is read
+# back: prints acked / consumed / lost (lost must be 0).
 source "$(dirname "$0")/lib.sh"
 rolls="${E2E_ROLLS:-5}"
 rate="${E2E_ROLL_RATE:-500}"
@@ -17,17 +18,22 @@ pod=e2e-roll-producer
 
 producer_start "$pod" "$topic" "$records" "$rate"
 start=$SECONDS
+secured=0
+k get secret "${CLUSTER}-cluster-ca-cert" >/dev/null 2>&1 && secured=1
 for i in $(seq 1 "$rolls"); do
-    step "roll ${i} of ${rolls}$( ((i == rolls)) && echo ', the operator holding the Lease deleted mid-roll')"
+    cause=config
+    ((i == 1 && secured)) && cause=cluster-ca
+    step "roll ${i} of ${rolls} (${cause})$( ((i == rolls)) && echo ', the operator holding the Lease deleted mid-roll')"
     t=$SECONDS
     failover=0
     ((i == rolls)) && failover=1
     producer_running "$pod" "roll ${i}"
-    E2E_OPERATOR_FAILOVER=$failover "$ROOT/scripts/e2e/60-config-roll.sh" || die "roll ${i} did not finish on its own"
+    E2E_ROLL_CAUSE=$cause E2E_OPERATOR_FAILOVER=$failover "$ROOT/scripts/e2e/60-config-roll.sh" ||
+        die "roll ${i} did not finish on its own"
     producer_running "$pod" "the end of roll ${i}"
     info "roll ${i}: $((SECONDS - t)) s, the producer still running"
 done
 ok "${rolls} rolls in $((SECONDS - start)) s"
 
 producer_finish "$pod" "$records"
-read_back "$topic" "$ACKED" "${rolls} rolls, one with an operator failover"
+read_back "$topic" "$ACKED" "${rolls} rolls$( ((secured)) && echo ", a CA renewal among them"), one with an operator failover"

@@ -9,8 +9,8 @@
 //! certificate names every DNS name a client reaches it by, and is issued again when those
 //! names change, the cluster CA no longer signs it, or it expires within `RENEWAL_DAYS`.
 //! KafkaUsers' certificates (`Ca::sign_user`) come from the clients CA.
-//!
-//! Not done yet: renewing the CAs themselves (with a rolling restart).
+//! A CA certificate is made again with the same key (`Ca::renewed`) `RENEWAL_DAYS` before it
+//! expires or when its Secret carries `FORCE_RENEW`; its generation then rolls the brokers.
 
 use std::collections::BTreeMap;
 
@@ -41,6 +41,13 @@ pub const RENEWAL_DAYS: i64 = 30;
 pub const CA_CERT: &str = "ca.crt";
 /// Key of the CA private key in a `*-ca` Secret.
 pub const CA_KEY: &str = "ca.key";
+/// Annotation of a `*-ca-cert` Secret: how many times its certificate was renewed (Strimzi's
+/// `ca-cert-generation`). The brokers' pod template carries it (`generation_annotation`), so a
+/// renewal rolls them.
+pub const CA_CERT_GENERATION: &str = "kafka.evenkeel.dev/ca-cert-generation";
+/// Annotation a user puts on a `*-ca-cert` Secret to renew that CA's certificate now (Strimzi's
+/// `force-renew`); the operator removes it with the renewal.
+pub const FORCE_RENEW: &str = "kafka.evenkeel.dev/force-renew";
 /// Organization in the subject of every certificate the operator makes.
 const ORGANIZATION: &str = "evenkeel.dev";
 
@@ -81,6 +88,13 @@ impl CaKind {
     /// The Secret that holds the CA key (`ca.key`).
     pub fn key_secret(self, names: &Names) -> String {
         self.base(names)
+    }
+    /// The brokers' pod template annotation that carries this CA's certificate generation.
+    pub fn generation_annotation(self) -> &'static str {
+        match self {
+            CaKind::Cluster => "kafka.evenkeel.dev/cluster-ca-cert-generation",
+            CaKind::Clients => "kafka.evenkeel.dev/clients-ca-cert-generation",
+        }
     }
 }
 
@@ -123,6 +137,41 @@ fn validity(params: &mut CertificateParams, days: i64) {
     params.not_after = now + time::Duration::days(days);
 }
 
+/// A CA certificate's parameters for subject `O=evenkeel.dev, CN=<cn>`.
+fn ca_params(cn: &str) -> Result<CertificateParams, rcgen::Error> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.distinguished_name = subject(cn);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    validity(&mut params, CA_VALIDITY_DAYS);
+    Ok(params)
+}
+
+/// Parses a PEM certificate and hands it to `f`.
+fn with_certificate<T>(
+    cert_pem: &str,
+    f: impl FnOnce(&x509_parser::certificate::X509Certificate<'_>) -> T,
+) -> Result<T, String> {
+    let (_, pem) =
+        x509_parser::pem::parse_x509_pem(cert_pem.as_bytes()).map_err(|e| e.to_string())?;
+    let cert = pem.parse_x509().map_err(|e| e.to_string())?;
+    Ok(f(&cert))
+}
+
+/// The common name in a certificate's subject.
+fn subject_cn(cert_pem: &str) -> Result<String, String> {
+    with_certificate(cert_pem, |c| {
+        let cn = c.subject().iter_common_name().next()?;
+        cn.as_str().ok().map(str::to_string)
+    })?
+    .ok_or_else(|| "its certificate has no common name".to_string())
+}
+
+/// A certificate's subject as encoded, or `None` when it cannot be read.
+fn raw_subject(cert_pem: &str) -> Option<Vec<u8>> {
+    with_certificate(cert_pem, |c| c.subject().as_raw().to_vec()).ok()
+}
+
 impl Ca {
     /// A new self-signed CA whose subject is `O=evenkeel.dev, CN=<cn>`.
     pub fn generate(cn: &str) -> Result<Ca, CertError> {
@@ -130,17 +179,44 @@ impl Ca {
             what: format!("CA {cn}"),
             source,
         };
-        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
-        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        params.distinguished_name = subject(cn);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        validity(&mut params, CA_VALIDITY_DAYS);
         let key = KeyPair::generate().map_err(err)?;
-        let issuer = CertifiedIssuer::self_signed(params, key).map_err(err)?;
+        let issuer = CertifiedIssuer::self_signed(ca_params(cn).map_err(err)?, key).map_err(err)?;
         Ok(Ca {
             cert_pem: issuer.pem(),
             key_pem: issuer.key().serialize_pem(),
         })
+    }
+
+    /// This CA's certificate made again with the same key and subject, valid
+    /// `CA_VALIDITY_DAYS` from now: whatever the old certificate signed verifies under the new
+    /// one, and the old one still verifies what the new one signs, so nothing is issued again
+    /// and no client that trusts either is cut off. `secret` names the CA in errors.
+    pub fn renewed(&self, secret: &str) -> Result<Ca, CertError> {
+        let stored = |reason: String| CertError::Stored {
+            secret: secret.to_string(),
+            reason,
+        };
+        let cn = subject_cn(&self.cert_pem).map_err(stored)?;
+        let err = |source| CertError::Generate {
+            what: format!("the renewed CA {cn}"),
+            source,
+        };
+        let key = KeyPair::from_pem(&self.key_pem).map_err(err)?;
+        let cert = ca_params(&cn)
+            .map_err(err)?
+            .self_signed(&key)
+            .map_err(err)?;
+        let renewed = Ca {
+            cert_pem: cert.pem(),
+            key_pem: self.key_pem.clone(),
+        };
+        if raw_subject(&renewed.cert_pem) != raw_subject(&self.cert_pem) {
+            return Err(stored(format!(
+                "its subject is not O={ORGANIZATION}, CN={cn} as this operator makes it, so a \
+                 renewed certificate would not verify what it signed; renew it yourself"
+            )));
+        }
+        Ok(renewed)
     }
 
     /// A CA read back from its Secrets; `secret` names them in errors.
@@ -230,52 +306,38 @@ pub fn service_dns_names(host: &str, namespace: &str) -> Vec<String> {
 
 /// The DNS names of a PEM certificate, sorted.
 pub fn dns_names(cert_pem: &str) -> Result<Vec<String>, String> {
-    let (_, pem) =
-        x509_parser::pem::parse_x509_pem(cert_pem.as_bytes()).map_err(|e| e.to_string())?;
-    let cert = pem.parse_x509().map_err(|e| e.to_string())?;
-    let mut out: Vec<String> = match cert.subject_alternative_name() {
-        Ok(Some(san)) => san
-            .value
-            .general_names
+    with_certificate(cert_pem, |cert| {
+        let san = cert.subject_alternative_name().map_err(|e| e.to_string())?;
+        let mut out: Vec<String> = san
             .iter()
+            .flat_map(|san| san.value.general_names.iter())
             .filter_map(|n| match n {
                 x509_parser::extensions::GeneralName::DNSName(d) => Some(d.to_string()),
                 _ => None,
             })
-            .collect(),
-        Ok(None) => Vec::new(),
-        Err(e) => return Err(e.to_string()),
-    };
-    out.sort();
-    Ok(out)
+            .collect();
+        out.sort();
+        Ok(out)
+    })?
 }
 
 /// Whether `cert_pem` expires within `days` (or cannot be read: then it is due too).
 pub fn expires_within(cert_pem: &str, days: i64) -> bool {
-    let Ok((_, pem)) = x509_parser::pem::parse_x509_pem(cert_pem.as_bytes()) else {
-        return true;
-    };
-    let Ok(cert) = pem.parse_x509() else {
-        return true;
-    };
     let deadline = time::OffsetDateTime::now_utc() + time::Duration::days(days);
-    cert.validity().not_after.to_datetime() <= deadline
+    with_certificate(cert_pem, |c| {
+        c.validity().not_after.to_datetime() <= deadline
+    })
+    .unwrap_or(true)
 }
 
 /// Whether `ca_pem`'s key signed `cert_pem`.
 pub fn signed_by(cert_pem: &str, ca_pem: &str) -> bool {
-    let parse = |pem: &str| {
-        x509_parser::pem::parse_x509_pem(pem.as_bytes())
-            .ok()
-            .map(|(_, p)| p)
-    };
-    let (Some(cert), Some(ca)) = (parse(cert_pem), parse(ca_pem)) else {
-        return false;
-    };
-    let (Ok(cert), Ok(ca)) = (cert.parse_x509(), ca.parse_x509()) else {
-        return false;
-    };
-    cert.verify_signature(Some(ca.public_key())).is_ok()
+    let verified = with_certificate(ca_pem, |ca| {
+        with_certificate(cert_pem, |cert| {
+            cert.verify_signature(Some(ca.public_key())).is_ok()
+        })
+    });
+    matches!(verified, Ok(Ok(true)))
 }
 
 /// A PKCS#12 keystore (what Java clients load with `ssl.keystore.type=PKCS12`) holding
@@ -467,22 +529,35 @@ pub fn set_entries(s: &mut Secret, entries: BTreeMap<String, String>) {
 /// the producer proxy's Secret when the proxy serves HTTPS or reaches a secured cluster.
 /// Returns the cluster CA certificate (for `status.listeners`), `None` when the spec secures
 /// nothing.
+/// What `reconcile` leaves for the rest of the pass: the cluster CA's certificate (for the
+/// status) and the CA generations the brokers' pod template carries.
+#[derive(Debug, Default)]
+pub struct Cas {
+    pub cluster_ca_pem: Option<String>,
+    /// `(pod template annotation, generation)` of each CA renewed at least once; a CA never
+    /// renewed adds nothing, so clusters made before renewal existed do not roll for it.
+    pub generations: Vec<(&'static str, u64)>,
+}
+
 pub async fn reconcile<C: AdminConnector>(
     ctx: &Context<C>,
     kc: &KafkaCluster,
     names: &Names,
     replicas: i32,
-) -> Result<Option<String>, Error> {
+) -> Result<Cas, Error> {
     let secured = resources::is_secured(kc);
     let proxy_certificate = resources::proxy_tls(kc) || (secured && resources::wants_proxy(kc));
     if !secured && !proxy_certificate {
-        return Ok(None);
+        return Ok(Cas::default());
     }
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &names.namespace);
     let result = async {
-        let cluster_ca = ensure_ca(ctx, &api, kc, names, CaKind::Cluster).await?;
+        let mut cas = Cas::default();
+        let (cluster_ca, generation) = ensure_ca(ctx, &api, kc, names, CaKind::Cluster).await?;
         if secured {
-            ensure_ca(ctx, &api, kc, names, CaKind::Clients).await?;
+            cas.add_generation(CaKind::Cluster, generation);
+            let (_, generation) = ensure_ca(ctx, &api, kc, names, CaKind::Clients).await?;
+            cas.add_generation(CaKind::Clients, generation);
             let name = names.broker_secret();
             let existing = stored_entries(&api, &name).await?;
             let (entries, issued) = broker_entries(&cluster_ca, names, replicas, &existing)?;
@@ -504,29 +579,48 @@ pub async fn reconcile<C: AdminConnector>(
             let note = issued.then(|| "issued the producer proxy's certificate".to_string());
             apply_entries(ctx, &api, kc, name, existing, entries, note).await?;
         }
-        Ok(Some(cluster_ca.cert_pem))
+        cas.cluster_ca_pem = Some(cluster_ca.cert_pem);
+        Ok(cas)
     }
     .await;
     if let Err(Error::Certs(e @ CertError::Stored { .. })) = &result {
-        // Only a person can repair a CA's Secrets: say so where they look.
         let note = e.to_string();
         ctx.event(kc, EventType::Warning, "CaUnusable", &note).await;
     }
     result
 }
 
-/// The CA of `kind`: read from its two Secrets, or made and stored when neither exists. One
-/// without the other is an error: a new CA would change every certificate it signed.
+impl Cas {
+    fn add_generation(&mut self, kind: CaKind, generation: u64) {
+        if generation > 0 {
+            self.generations
+                .push((kind.generation_annotation(), generation));
+        }
+    }
+}
+
+/// The CA of `kind`, made when neither of its Secrets exists and renewed when due; returns it
+/// with its certificate's generation.
 async fn ensure_ca<C: AdminConnector>(
     ctx: &Context<C>,
     api: &Api<Secret>,
     kc: &KafkaCluster,
     names: &Names,
     kind: CaKind,
-) -> Result<Ca, Error> {
+) -> Result<(Ca, u64), Error> {
     let (cert_name, key_name) = (kind.cert_secret(names), kind.key_secret(names));
     match ca_secrets(api, names, kind).await? {
-        (Some(cert), Some(key)) => Ok(stored_ca(&cert, &key, &cert_name, &key_name)?),
+        (Some(cert), Some(key)) => {
+            let ca = stored_ca(&cert, &key, &cert_name, &key_name)?;
+            let generation = generation_of(&cert);
+            match renewal_reason(&cert, &ca) {
+                None => Ok((ca, generation)),
+                Some(why) => {
+                    let renewed = renew_ca(ctx, api, kc, &cert_name, &ca, generation, why).await?;
+                    Ok((renewed, generation + 1))
+                }
+            }
+        }
         (None, None) => {
             let ca = Ca::generate(&kind.key_secret(names))?;
             let pp = PostParams::default();
@@ -536,7 +630,7 @@ async fn ensure_ca<C: AdminConnector>(
             api.create(&pp, &cert_secret).await?;
             let note = format!("made the CA {cert_name}");
             ctx.event(kc, EventType::Normal, "CaCreated", &note).await;
-            Ok(ca)
+            Ok((ca, 0))
         }
         (cert, _) => {
             let (present, missing) = match cert {
@@ -555,8 +649,59 @@ async fn ensure_ca<C: AdminConnector>(
     }
 }
 
-/// The cluster's CA of `kind`, read from its Secrets; `None` while either is missing (the
-/// cluster secures nothing yet, or its operator pass has not made them).
+/// The generation a `*-ca-cert` Secret records (0: never renewed).
+fn generation_of(cert: &Secret) -> u64 {
+    cert.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CA_CERT_GENERATION)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Why a CA's certificate is renewed now, if it is: a user asked (`FORCE_RENEW` on its
+/// Secret), or it expires within `RENEWAL_DAYS`.
+fn renewal_reason(cert: &Secret, ca: &Ca) -> Option<String> {
+    let asked = cert
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(FORCE_RENEW));
+    if asked {
+        Some(format!("asked for with the annotation {FORCE_RENEW}"))
+    } else if expires_within(&ca.cert_pem, RENEWAL_DAYS) {
+        Some(format!("it expires within {RENEWAL_DAYS} days"))
+    } else {
+        None
+    }
+}
+
+/// Stores `ca`'s renewed certificate in its Secret `name` with the next generation (and
+/// without `FORCE_RENEW`); returns the renewed CA.
+async fn renew_ca<C: AdminConnector>(
+    ctx: &Context<C>,
+    api: &Api<Secret>,
+    kc: &KafkaCluster,
+    name: &str,
+    ca: &Ca,
+    generation: u64,
+    why: String,
+) -> Result<Ca, Error> {
+    let renewed = ca.renewed(name)?;
+    let next = generation + 1;
+    let patch = serde_json::json!({
+        "metadata": {"annotations": {CA_CERT_GENERATION: next.to_string(), FORCE_RENEW: null}},
+        "data": {CA_CERT: ByteString(renewed.cert_pem.clone().into_bytes())},
+    });
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    let note = format!(
+        "renewed the CA certificate {name} with the same key ({why}): generation {next}; the \
+         brokers roll to load it"
+    );
+    ctx.event(kc, EventType::Normal, "CaRenewed", &note).await;
+    Ok(renewed)
+}
+
 pub async fn stored_ca_of(
     api: &Api<Secret>,
     names: &Names,

@@ -213,7 +213,8 @@ async fn reconcile_inner<C: AdminConnector>(
     let replicas = decide_replicas(ctx, kc, &brokers, current, controllers, &mut pass).await;
     objects.set_replicas(replicas);
     // The certificates before the pods that mount them (a new pod finds its own).
-    let cluster_ca = certs::reconcile(ctx, kc, &names, replicas).await?;
+    let cas = certs::reconcile(ctx, kc, &names, replicas).await?;
+    objects.set_ca_generations(&cas.generations);
     // The sidecar's account before the pods that name it, and gone only after them.
     if let Some(identity) = &objects.rebalancer {
         identity.apply(ctx, &names).await?;
@@ -236,7 +237,7 @@ async fn reconcile_inner<C: AdminConnector>(
 
     let mut st = pass.status.clone();
     fill_status(&mut st, kc, &views, &brokers, &objects.sts)?;
-    st.listeners = listener_status(kc, &names, cluster_ca.as_deref());
+    st.listeners = listener_status(kc, &names, cas.cluster_ca_pem.as_deref());
     let (proxy_status, proxy_waiting) = match &proxy {
         Some(d) => {
             let (status, waiting) = proxy_view(d, names.proxy_url(resources::proxy_tls(kc)));
@@ -555,6 +556,23 @@ impl Objects {
     fn set_replicas(&mut self, replicas: i32) {
         if let Some(spec) = self.sts.spec.as_mut() {
             spec.replicas = Some(replicas);
+        }
+    }
+
+    /// Puts each renewed CA's generation on the brokers' pod template: a renewal rolls them,
+    /// safely, as a config change does.
+    fn set_ca_generations(&mut self, generations: &[(&'static str, u64)]) {
+        let Some(spec) = self.sts.spec.as_mut() else {
+            return;
+        };
+        let annotations = spec
+            .template
+            .metadata
+            .get_or_insert_with(Default::default)
+            .annotations
+            .get_or_insert_with(Default::default);
+        for (name, generation) in generations {
+            annotations.insert(name.to_string(), generation.to_string());
         }
     }
 

@@ -263,3 +263,97 @@ fn a_user_keystore_holds_the_key_and_the_chain_and_opens_only_with_its_password(
         rustls::pki_types::PrivatePkcs8KeyDer::from_pem_slice(issued.key_pem.as_bytes()).unwrap();
     assert_eq!(chain.key(), key.secret_pkcs8_der());
 }
+
+/// A renewed CA certificate replaces the old one without a gap: a broker certificate the old
+/// one signed is trusted by clients that hold only the new one, and a server that still holds
+/// the old one accepts a client certificate signed after the renewal.
+#[tokio::test]
+async fn a_renewed_ca_keeps_its_key_and_both_certificates_verify_either_side() {
+    use crate::security::tls::test_pki::{handshake_as, ssl_config};
+    let ca = Ca::generate("main-cluster-ca").unwrap();
+    let (entries, _) = broker_entries(&ca, &names(), 1, &BTreeMap::new()).unwrap();
+    let renewed = ca.renewed("main-cluster-ca-cert").unwrap();
+    assert_ne!(renewed.cert_pem, ca.cert_pem);
+    assert_eq!(renewed.key_pem, ca.key_pem);
+    assert_eq!(raw_subject(&renewed.cert_pem), raw_subject(&ca.cert_pem));
+    let not_after = |pem: &str| with_certificate(pem, |c| c.validity().not_after).unwrap();
+    assert!(not_after(&renewed.cert_pem) >= not_after(&ca.cert_pem));
+    assert!(signed_by(&entries["main-kafka-0.crt"], &renewed.cert_pem));
+
+    let dir = tempfile::tempdir().unwrap();
+    let keystore = dir.path().join("main-kafka-0.pem");
+    std::fs::write(&keystore, &entries["main-kafka-0.pem"]).unwrap();
+    let truststore = dir.path().join("ca.crt");
+    std::fs::write(&truststore, &ca.cert_pem).unwrap();
+    let server = crate::security::tls::TlsServer::new(ssl_config(&[
+        ("ssl.keystore.type", "PEM"),
+        ("ssl.keystore.location", keystore.to_str().unwrap()),
+        ("ssl.truststore.type", "PEM"),
+        ("ssl.truststore.location", truststore.to_str().unwrap()),
+        ("ssl.client.auth", "required"),
+    ]))
+    .unwrap();
+    let client = leaf(renewed.sign("main-rebalancer", &[], 1).unwrap());
+    let (_, principal) = handshake_as(
+        &server,
+        &renewed.cert_pem,
+        Some(&client),
+        "main-kafka-bootstrap",
+    )
+    .await
+    .unwrap();
+    assert!(principal.contains("CN=main-rebalancer"), "{principal}");
+    // Another CA of the same name is not the same CA.
+    let impostor = Ca::generate("main-cluster-ca").unwrap();
+    let refused = handshake_as(
+        &server,
+        &impostor.cert_pem,
+        Some(&client),
+        "main-kafka-bootstrap",
+    )
+    .await;
+    assert!(refused.is_err(), "{refused:?}");
+}
+
+#[test]
+fn a_ca_renewal_is_due_when_asked_for_or_near_its_end_and_counts_generations() {
+    let ca = Ca::generate("main-cluster-ca").unwrap();
+    let mut secret = Secret::default();
+    assert_eq!(generation_of(&secret), 0);
+    assert_eq!(renewal_reason(&secret, &ca), None);
+    secret.metadata.annotations = Some(BTreeMap::from([
+        (FORCE_RENEW.to_string(), "true".to_string()),
+        (CA_CERT_GENERATION.to_string(), "4".to_string()),
+    ]));
+    assert_eq!(generation_of(&secret), 4);
+    assert!(renewal_reason(&secret, &ca).unwrap().contains(FORCE_RENEW));
+    // A CA with fewer than RENEWAL_DAYS left, as a stored one would be after 11 months.
+    let key = KeyPair::generate().unwrap();
+    let mut params = ca_params("main-cluster-ca").unwrap();
+    params.not_after = time::OffsetDateTime::now_utc() + time::Duration::days(RENEWAL_DAYS - 1);
+    let cert = params.self_signed(&key).unwrap();
+    let old = Ca::from_pem(cert.pem(), key.serialize_pem(), "main-cluster-ca-cert").unwrap();
+    let why = renewal_reason(&Secret::default(), &old).unwrap();
+    assert!(why.contains("expires within 30 days"), "{why}");
+    assert_eq!(
+        renewal_reason(&Secret::default(), &old.renewed("x").unwrap()),
+        None
+    );
+}
+
+#[test]
+fn a_ca_of_another_subject_is_not_renewed() {
+    let key = KeyPair::generate().unwrap();
+    let mut params = ca_params("main-cluster-ca").unwrap();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "main-cluster-ca");
+    dn.push(DnType::OrganizationalUnitName, "platform");
+    params.distinguished_name = dn;
+    let cert = params.self_signed(&key).unwrap();
+    let theirs = Ca::from_pem(cert.pem(), key.serialize_pem(), "main-cluster-ca-cert").unwrap();
+    let err = theirs
+        .renewed("main-cluster-ca-cert")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("renew it yourself"), "{err}");
+}
