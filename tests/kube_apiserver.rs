@@ -1732,6 +1732,16 @@ async fn a_secured_cluster_gets_its_cas_broker_certificates_and_config() {
     let ca = secret_entries(&first[0]).remove("ca.crt").expect("ca.crt");
     assert!(secret_entries(&first[1]).contains_key("ca.key"));
     assert!(secret_entries(&first[2]).contains_key("ca.crt"));
+    // Strimzi's truststore for Java clients beside each CA certificate.
+    for cert in [&first[0], &first[2]] {
+        let data = cert.data.clone().unwrap_or_default();
+        assert!(
+            data.contains_key("ca.p12"),
+            "{} has no ca.p12",
+            cert.name_any()
+        );
+        assert_eq!(data["ca.password"].0.len(), 32, "{}", cert.name_any());
+    }
     assert!(secret_entries(&first[3]).contains_key("ca.key"));
     let brokers = secret_entries(&first[4]);
     for pod in ["sec-kafka-0", "sec-kafka-1"] {
@@ -1896,6 +1906,13 @@ async fn a_secured_cluster_gets_its_cas_broker_certificates_and_config() {
     })
     .await;
     assert_ne!(renewed, ca);
+    let renewed_secret = secrets.get("sec-cluster-ca-cert").await.unwrap();
+    let (before, after_renewal) = (
+        first[0].data.clone().unwrap_or_default(),
+        renewed_secret.data.unwrap_or_default(),
+    );
+    assert_eq!(before["ca.password"], after_renewal["ca.password"]);
+    assert_ne!(before["ca.p12"], after_renewal["ca.p12"]);
     wait_for("generation 1 on the pod template", 60, || async {
         (template_generation().await.as_deref() == Some("1")).then_some(())
     })

@@ -41,6 +41,13 @@ pub const RENEWAL_DAYS: i64 = 30;
 pub const CA_CERT: &str = "ca.crt";
 /// Key of the CA private key in a `*-ca` Secret.
 pub const CA_KEY: &str = "ca.key";
+/// Key of the CA certificate as a PKCS#12 truststore in a `*-ca-cert` Secret (for Java
+/// clients: `ssl.truststore.type=PKCS12`), and of its password.
+pub const CA_P12: &str = "ca.p12";
+pub const CA_PASSWORD: &str = "ca.password";
+/// Length of the passwords the operator generates (SCRAM users', keystores'): alphanumeric,
+/// about 190 bits.
+const PASSWORD_LEN: usize = 32;
 /// Annotation of a `*-ca-cert` Secret: how many times its certificate was renewed (Strimzi's
 /// `ca-cert-generation`). The brokers' pod template carries it (`generation_annotation`), so a
 /// renewal rolls them.
@@ -340,6 +347,33 @@ pub fn signed_by(cert_pem: &str, ca_pem: &str) -> bool {
     matches!(verified, Ok(Ok(true)))
 }
 
+/// A generated password: alphanumeric, `PASSWORD_LEN` long.
+pub fn new_password() -> String {
+    use rand::distributions::{Alphanumeric, DistString};
+    Alphanumeric.sample_string(&mut rand::thread_rng(), PASSWORD_LEN)
+}
+
+/// A PKCS#12 truststore (what Java clients load with `ssl.truststore.type=PKCS12`) holding
+/// `ca_pem` as a trusted certificate under the alias `ca.crt`, protected by `password`.
+pub fn truststore(ca_pem: &str, password: &str) -> Result<Vec<u8>, CertError> {
+    use p12_keystore::{Certificate, KeyStore, KeyStoreEntry};
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let err = |reason: String| CertError::Keystore {
+        what: "the CA truststore".to_string(),
+        reason,
+    };
+    let der = CertificateDer::from_pem_slice(ca_pem.as_bytes()).map_err(|e| err(e.to_string()))?;
+    let cert = Certificate::from_der(&der).map_err(|e| err(e.to_string()))?;
+    let mut store = KeyStore::new();
+    // Written with Java's trusted-certificate attribute: without it Java loads no entry.
+    store.add_entry(CA_CERT, KeyStoreEntry::Certificate(cert));
+    store
+        .writer(password)
+        .write()
+        .map_err(|e| err(e.to_string()))
+}
+
 /// A PKCS#12 keystore (what Java clients load with `ssl.keystore.type=PKCS12`) holding
 /// `issued`'s key under `alias`, with its certificate and the CA's as the chain, protected by
 /// `password`: PBES2 with AES-256 and an HMAC-SHA-256 MAC, which Java reads since 8u301.
@@ -613,12 +647,31 @@ async fn ensure_ca<C: AdminConnector>(
         (Some(cert), Some(key)) => {
             let ca = stored_ca(&cert, &key, &cert_name, &key_name)?;
             let generation = generation_of(&cert);
-            match renewal_reason(&cert, &ca) {
-                None => Ok((ca, generation)),
-                Some(why) => {
-                    let renewed = renew_ca(ctx, api, kc, &cert_name, &ca, generation, why).await?;
-                    Ok((renewed, generation + 1))
+            let password = secret_text(&cert).remove(CA_PASSWORD);
+            let Some(why) = renewal_reason(&cert, &ca) else {
+                // A Secret an earlier operator made gains the truststore.
+                let has_truststore = cert.data.as_ref().is_some_and(|d| d.contains_key(CA_P12));
+                if !has_truststore {
+                    store_ca_cert(api, &cert_name, &ca, password, None).await?;
                 }
+                return Ok((ca, generation));
+            };
+            // A CA that cannot be renewed stays in use (a Warning each pass) rather than
+            // stopping the rest of the cluster's reconcile.
+            let renewal = Renewal {
+                generation,
+                why,
+                password,
+            };
+            match renew_ca(ctx, api, kc, &cert_name, &ca, renewal).await {
+                Ok(renewed) => Ok((renewed, generation + 1)),
+                Err(Error::Certs(e)) => {
+                    let note = format!("cannot renew: {e}");
+                    ctx.event(kc, EventType::Warning, "CaRenewalFailed", &note)
+                        .await;
+                    Ok((ca, generation))
+                }
+                Err(e) => Err(e),
             }
         }
         (None, None) => {
@@ -626,7 +679,8 @@ async fn ensure_ca<C: AdminConnector>(
             let pp = PostParams::default();
             let key_secret = secret(kc, key_name, entry(CA_KEY, &ca.key_pem))?;
             api.create(&pp, &key_secret).await?;
-            let cert_secret = secret(kc, cert_name.clone(), entry(CA_CERT, &ca.cert_pem))?;
+            let mut cert_secret = secret(kc, cert_name.clone(), BTreeMap::new())?;
+            cert_secret.data = Some(ca_cert_data(&ca, &new_password())?);
             api.create(&pp, &cert_secret).await?;
             let note = format!("made the CA {cert_name}");
             ctx.event(kc, EventType::Normal, "CaCreated", &note).await;
@@ -675,6 +729,13 @@ fn renewal_reason(cert: &Secret, ca: &Ca) -> Option<String> {
     }
 }
 
+/// Why and from which generation a CA's certificate is renewed, and its truststore's password.
+struct Renewal {
+    generation: u64,
+    why: String,
+    password: Option<String>,
+}
+
 /// Stores `ca`'s renewed certificate in its Secret `name` with the next generation (and
 /// without `FORCE_RENEW`); returns the renewed CA.
 async fn renew_ca<C: AdminConnector>(
@@ -683,23 +744,57 @@ async fn renew_ca<C: AdminConnector>(
     kc: &KafkaCluster,
     name: &str,
     ca: &Ca,
-    generation: u64,
-    why: String,
+    renewal: Renewal,
 ) -> Result<Ca, Error> {
     let renewed = ca.renewed(name)?;
-    let next = generation + 1;
-    let patch = serde_json::json!({
-        "metadata": {"annotations": {CA_CERT_GENERATION: next.to_string(), FORCE_RENEW: null}},
-        "data": {CA_CERT: ByteString(renewed.cert_pem.clone().into_bytes())},
-    });
-    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
+    let next = renewal.generation + 1;
+    store_ca_cert(api, name, &renewed, renewal.password, Some(next)).await?;
     let note = format!(
-        "renewed the CA certificate {name} with the same key ({why}): generation {next}; the \
-         brokers roll to load it"
+        "renewed the CA certificate {name} with the same key ({}): generation {next}; the \
+         brokers roll to load it",
+        renewal.why
     );
     ctx.event(kc, EventType::Normal, "CaRenewed", &note).await;
     Ok(renewed)
+}
+
+/// Writes `ca`'s certificate and truststore into its Secret `name` (the truststore's
+/// `password`, or a new one); with `generation`, records it and drops `FORCE_RENEW`.
+async fn store_ca_cert(
+    api: &Api<Secret>,
+    name: &str,
+    ca: &Ca,
+    password: Option<String>,
+    generation: Option<u64>,
+) -> Result<(), Error> {
+    let password = password.unwrap_or_else(new_password);
+    let mut patch = serde_json::json!({"data": ca_cert_data(ca, &password)?});
+    if let Some(next) = generation {
+        patch["metadata"] = serde_json::json!(
+            {"annotations": {CA_CERT_GENERATION: next.to_string(), FORCE_RENEW: null}}
+        );
+    }
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// The entries of a `*-ca-cert` Secret, Strimzi's: the certificate (`ca.crt`) and, for Java
+/// clients, a PKCS#12 truststore of it (`ca.p12`) and that truststore's password
+/// (`ca.password`).
+fn ca_cert_data(ca: &Ca, password: &str) -> Result<BTreeMap<String, ByteString>, CertError> {
+    let p12 = truststore(&ca.cert_pem, password)?;
+    Ok(BTreeMap::from([
+        (
+            CA_CERT.to_string(),
+            ByteString(ca.cert_pem.clone().into_bytes()),
+        ),
+        (CA_P12.to_string(), ByteString(p12)),
+        (
+            CA_PASSWORD.to_string(),
+            ByteString(password.as_bytes().to_vec()),
+        ),
+    ]))
 }
 
 pub async fn stored_ca_of(

@@ -12,7 +12,6 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::Event as Finalizer;
 use kube::{Resource, ResourceExt};
-use rand::distributions::{Alphanumeric, DistString};
 use serde_json::json;
 
 use super::certs::{self, CA_CERT};
@@ -38,8 +37,6 @@ pub const USER_KEY: &str = "user.key";
 /// clients load it) and of the keystore's password, as Strimzi names them.
 pub const USER_P12: &str = "user.p12";
 pub const USER_PASSWORD: &str = "user.password";
-/// Length of a generated password (alphanumeric: about 190 bits).
-const PASSWORD_LEN: usize = 32;
 /// How long a user certificate is valid.
 const USER_CERT_DAYS: i64 = 365;
 
@@ -431,11 +428,6 @@ async fn apply_secret(api: &Api<Secret>, secret: &Secret) -> Result<(), Error> {
     Ok(())
 }
 
-/// A generated password: alphanumeric, `PASSWORD_LEN` long.
-fn new_password() -> String {
-    Alphanumeric.sample_string(&mut rand::thread_rng(), PASSWORD_LEN)
-}
-
 /// The annotation on a SCRAM user's Secret with the SHA-256 of the password Kafka was last
 /// given (as protected as the password itself, beside it).
 pub const PASSWORD_SET_ANNOTATION: &str = "kafka.evenkeel.dev/password-set";
@@ -508,7 +500,7 @@ async fn ensure_password(
             confirmed: set == Some(&password_digest(password)),
         });
     }
-    let password = new_password();
+    let password = certs::new_password();
     apply_secret(
         api,
         &user_secret(ku, password_entries(&username, &password))?,
@@ -580,7 +572,7 @@ async fn ensure_certificate(
     let password = stored
         .get(USER_PASSWORD)
         .cloned()
-        .unwrap_or_else(new_password);
+        .unwrap_or_else(certs::new_password);
     let p12 = certs::pkcs12(&issued, &ca.cert_pem, &ku.name_any(), &password)?;
     let entries = BTreeMap::from([
         (CA_CERT.to_string(), ca.cert_pem.clone()),

@@ -357,3 +357,28 @@ fn a_ca_of_another_subject_is_not_renewed() {
         .to_string();
     assert!(err.contains("renew it yourself"), "{err}");
 }
+
+#[test]
+fn the_ca_truststore_holds_the_certificate_as_trusted_and_opens_only_with_its_password() {
+    use p12_keystore::{KeyStore, KeyStoreEntry};
+    let ca = Ca::generate("main-cluster-ca").unwrap();
+    let password = new_password();
+    assert_eq!(password.len(), 32);
+    let data = ca_cert_data(&ca, &password).unwrap();
+    assert_eq!(data[CA_CERT].0, ca.cert_pem.as_bytes());
+    assert_eq!(data[CA_PASSWORD].0, password.as_bytes());
+    let store = KeyStore::from_pkcs12(&data[CA_P12].0, &password).unwrap();
+    let entries: Vec<_> = store.entries().collect();
+    assert_eq!(entries.len(), 1);
+    let (alias, entry) = entries[0];
+    assert_eq!(alias, "ca.crt");
+    let KeyStoreEntry::Certificate(cert) = entry else {
+        panic!("not a trusted certificate entry");
+    };
+    let der = x509_parser::pem::parse_x509_pem(ca.cert_pem.as_bytes())
+        .unwrap()
+        .1
+        .contents;
+    assert_eq!(cert.as_der(), der.as_slice());
+    assert!(KeyStore::from_pkcs12(&data[CA_P12].0, "not-the-password").is_err());
+}
