@@ -558,21 +558,21 @@ pub fn set_entries(s: &mut Secret, entries: BTreeMap<String, String>) {
     );
 }
 
-/// The certificates step of a KafkaCluster pass: when the spec secures a listener, both CAs
-/// (made once), the broker Secret for `replicas` brokers and the rebalancer sidecar's Secret;
-/// the producer proxy's Secret when the proxy serves HTTPS or reaches a secured cluster.
-/// Returns the cluster CA certificate (for `status.listeners`), `None` when the spec secures
-/// nothing.
 /// What `reconcile` leaves for the rest of the pass: the cluster CA's certificate (for the
 /// status) and the CA generations the brokers' pod template carries.
 #[derive(Debug, Default)]
 pub struct Cas {
+    /// `None` when the spec secures nothing.
     pub cluster_ca_pem: Option<String>,
     /// `(pod template annotation, generation)` of each CA renewed at least once; a CA never
     /// renewed adds nothing, so clusters made before renewal existed do not roll for it.
     pub generations: Vec<(&'static str, u64)>,
 }
 
+/// The certificates step of a KafkaCluster pass: when the spec secures a listener, both CAs
+/// (made once, renewed when due), the broker Secret for `replicas` brokers and the rebalancer
+/// sidecar's Secret; the producer proxy's Secret when the proxy serves HTTPS or reaches a
+/// secured cluster.
 pub async fn reconcile<C: AdminConnector>(
     ctx: &Context<C>,
     kc: &KafkaCluster,
@@ -618,6 +618,7 @@ pub async fn reconcile<C: AdminConnector>(
     }
     .await;
     if let Err(Error::Certs(e @ CertError::Stored { .. })) = &result {
+        // Only a person can repair a CA's Secrets: say so where they look.
         let note = e.to_string();
         ctx.event(kc, EventType::Warning, "CaUnusable", &note).await;
     }
@@ -633,8 +634,9 @@ impl Cas {
     }
 }
 
-/// The CA of `kind`, made when neither of its Secrets exists and renewed when due; returns it
-/// with its certificate's generation.
+/// The CA of `kind`: read from its two Secrets (and renewed when due), or made and stored
+/// when neither exists; returned with its certificate's generation. One Secret without the
+/// other is an error: a new CA would change every certificate it signed.
 async fn ensure_ca<C: AdminConnector>(
     ctx: &Context<C>,
     api: &Api<Secret>,
@@ -797,6 +799,8 @@ fn ca_cert_data(ca: &Ca, password: &str) -> Result<BTreeMap<String, ByteString>,
     ]))
 }
 
+/// The cluster's CA of `kind`, read from its Secrets; `None` while either is missing (the
+/// cluster secures nothing yet, or its operator pass has not made them).
 pub async fn stored_ca_of(
     api: &Api<Secret>,
     names: &Names,
