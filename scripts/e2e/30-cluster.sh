@@ -64,9 +64,20 @@ done
 [[ "$status" == True ]] \
     || die "KafkaTopic ${TOPIC} not Ready after ${E2E_TIMEOUT}s: ${status:-no status} ${reason} ${msg}"
 ok "Ready: ${msg}"
-leaders="$(kc_field '{range .status.brokers[*]}{.leaders} {end}')"
-total=0; for n in $leaders; do total=$((total + n)); done
-(( total >= 6 )) || die "status.brokers[*].leaders is '${leaders}': the brokers do not share one image of the 6 partitions"
+# The cluster's status counts the leaders at its next pass (a topic's change starts one, which
+# may read the brokers before they publish the new partitions): wait for it.
+leaders_total() {
+    leaders="$(kc_field '{range .status.brokers[*]}{.leaders} {end}')"
+    total=0
+    for n in $leaders; do total=$((total + n)); done
+    ((total >= 6))
+}
+deadline=$((SECONDS + E2E_TIMEOUT))
+until leaders_total; do
+    ((SECONDS < deadline)) ||
+        die "status.brokers[*].leaders is '${leaders}' ${E2E_TIMEOUT}s on: the brokers do not share one image of the 6 partitions"
+    sleep 2
+done
 ok "one cluster: leaders per broker ${leaders} (replication factor 3 over 3 brokers: every partition in all 3 zones)"
 grep -q 'kafka.evenkeel.dev/topic' <<<"$(k get kafkatopic "$TOPIC" -o jsonpath='{.metadata.finalizers}')" \
     || die "KafkaTopic ${TOPIC} has no finalizer kafka.evenkeel.dev/topic"
