@@ -559,17 +559,23 @@ mod tests {
         }
     }
 
-    #[test]
-    fn replay_builds_and_removes_topics() {
+    /// An image holding one topic `name` (at offset 0), and the topic's id.
+    fn image_with_topic(name: &str) -> (KafkaUuid, MetadataImage) {
         let id = KafkaUuid::random();
         let mut img = MetadataImage::empty();
         img.apply(
             &MetadataRecord::Topic {
-                name: "a".into(),
+                name: name.into(),
                 topic_id: id,
             },
             0,
         );
+        (id, img)
+    }
+
+    #[test]
+    fn replay_builds_and_removes_topics() {
+        let (id, mut img) = image_with_topic("a");
         img.apply(&partition(id, 0, vec![1]), 1);
         img.apply(
             &MetadataRecord::Config {
@@ -591,15 +597,7 @@ mod tests {
 
     #[test]
     fn partition_changes_move_epochs_as_kafka_does() {
-        let id = KafkaUuid::random();
-        let mut img = MetadataImage::empty();
-        img.apply(
-            &MetadataRecord::Topic {
-                name: "t".into(),
-                topic_id: id,
-            },
-            0,
-        );
+        let (id, mut img) = image_with_topic("t");
         img.apply(&partition(id, 0, vec![1, 2, 3]), 1);
         // An ISR shrink alone: partition epoch only.
         img.apply(
@@ -634,15 +632,7 @@ mod tests {
 
     #[test]
     fn a_partition_whose_leader_went_with_no_successor_counts_offline() {
-        let id = KafkaUuid::random();
-        let mut img = MetadataImage::empty();
-        img.apply(
-            &MetadataRecord::Topic {
-                name: "t".into(),
-                topic_id: id,
-            },
-            0,
-        );
+        let (id, mut img) = image_with_topic("t");
         img.apply(&partition(id, 0, vec![1, 2]), 1);
         img.apply(&partition(id, 1, vec![1]), 2);
         assert_eq!((img.topic_count(), img.partition_count()), (1, 2));

@@ -190,27 +190,42 @@ fn leaf(issued: Issued) -> crate::security::tls::test_pki::Leaf {
     }
 }
 
-#[tokio::test]
-async fn clients_trusting_the_cluster_ca_reach_a_broker_by_every_name_with_a_clients_ca_certificate(
-) {
-    use crate::security::tls::test_pki::{handshake_as, ssl_config};
-    let cluster_ca = Ca::generate("main-cluster-ca").unwrap();
-    let clients_ca = Ca::generate("main-clients-ca").unwrap();
-    let (entries, _) = broker_entries(&cluster_ca, &names(), 1, &BTreeMap::new()).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let keystore = dir.path().join("main-kafka-0.pem");
-    std::fs::write(&keystore, &entries["main-kafka-0.pem"]).unwrap();
-    let truststore = dir.path().join("ca.crt");
-    std::fs::write(&truststore, &clients_ca.cert_pem).unwrap();
-    // What an `authentication: {type: tls}` listener gets (resources::security_properties).
-    let server = crate::security::tls::TlsServer::new(ssl_config(&[
+/// A TLS listener as an `authentication: {type: tls}` one gets (resources::security_properties):
+/// the PEM keystore `keystore_pem`, client certificates required and checked against
+/// `trusted_pem`. Its files are written into `dir`.
+fn mtls_server(
+    dir: &std::path::Path,
+    keystore_pem: &str,
+    trusted_pem: &str,
+) -> crate::security::tls::TlsServer {
+    use crate::security::tls::test_pki::ssl_config;
+    let keystore = dir.join("main-kafka-0.pem");
+    std::fs::write(&keystore, keystore_pem).unwrap();
+    let truststore = dir.join("ca.crt");
+    std::fs::write(&truststore, trusted_pem).unwrap();
+    crate::security::tls::TlsServer::new(ssl_config(&[
         ("ssl.keystore.type", "PEM"),
         ("ssl.keystore.location", keystore.to_str().unwrap()),
         ("ssl.truststore.type", "PEM"),
         ("ssl.truststore.location", truststore.to_str().unwrap()),
         ("ssl.client.auth", "required"),
     ]))
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test]
+async fn clients_trusting_the_cluster_ca_reach_a_broker_by_every_name_with_a_clients_ca_certificate(
+) {
+    use crate::security::tls::test_pki::handshake_as;
+    let cluster_ca = Ca::generate("main-cluster-ca").unwrap();
+    let clients_ca = Ca::generate("main-clients-ca").unwrap();
+    let (entries, _) = broker_entries(&cluster_ca, &names(), 1, &BTreeMap::new()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = mtls_server(
+        dir.path(),
+        &entries["main-kafka-0.pem"],
+        &clients_ca.cert_pem,
+    );
     let alice = leaf(clients_ca.sign("alice", &[], 1).unwrap());
     for name in broker_dns_names(&names(), 0) {
         let (_, principal) = handshake_as(&server, &cluster_ca.cert_pem, Some(&alice), &name)
@@ -269,7 +284,7 @@ fn a_user_keystore_holds_the_key_and_the_chain_and_opens_only_with_its_password(
 /// the old one accepts a client certificate signed after the renewal.
 #[tokio::test]
 async fn a_renewed_ca_keeps_its_key_and_both_certificates_verify_either_side() {
-    use crate::security::tls::test_pki::{handshake_as, ssl_config};
+    use crate::security::tls::test_pki::handshake_as;
     let ca = Ca::generate("main-cluster-ca").unwrap();
     let (entries, _) = broker_entries(&ca, &names(), 1, &BTreeMap::new()).unwrap();
     let renewed = ca.renewed("main-cluster-ca-cert").unwrap();
@@ -281,18 +296,7 @@ async fn a_renewed_ca_keeps_its_key_and_both_certificates_verify_either_side() {
     assert!(signed_by(&entries["main-kafka-0.crt"], &renewed.cert_pem));
 
     let dir = tempfile::tempdir().unwrap();
-    let keystore = dir.path().join("main-kafka-0.pem");
-    std::fs::write(&keystore, &entries["main-kafka-0.pem"]).unwrap();
-    let truststore = dir.path().join("ca.crt");
-    std::fs::write(&truststore, &ca.cert_pem).unwrap();
-    let server = crate::security::tls::TlsServer::new(ssl_config(&[
-        ("ssl.keystore.type", "PEM"),
-        ("ssl.keystore.location", keystore.to_str().unwrap()),
-        ("ssl.truststore.type", "PEM"),
-        ("ssl.truststore.location", truststore.to_str().unwrap()),
-        ("ssl.client.auth", "required"),
-    ]))
-    .unwrap();
+    let server = mtls_server(dir.path(), &entries["main-kafka-0.pem"], &ca.cert_pem);
     let client = leaf(renewed.sign("main-rebalancer", &[], 1).unwrap());
     let (_, principal) = handshake_as(
         &server,
