@@ -11,6 +11,7 @@ use crate::broker::controller_channel::ControllerChannel;
 use crate::broker::lifecycle::Lifecycle;
 use crate::broker::server::Server;
 use crate::broker::{open_log_dir, Broker, BrokerError, BrokerParts};
+use crate::client::ClientSecurity;
 use crate::config::broker::BrokerConfig;
 use crate::controller::apis::ControllerNode;
 use crate::controller::listener::ControllerListener;
@@ -19,8 +20,10 @@ use crate::controller::raft::entries::DEFAULT_CONTROLLER_LISTENER;
 use crate::controller::raft::observer::{Observer, ObserverConfig};
 use crate::controller::raft::state_machine::SnapshotPolicy;
 use crate::controller::raft::{Quorum, QuorumConfig};
+use crate::controller::refusals::ListenerAuthorizer;
 use crate::controller::replication::TopicDefaults;
 use crate::metadata::image::MetadataImage;
+use crate::security::tls::TlsServer;
 use crate::storage::LogManager;
 
 /// Where this node's metadata comes from.
@@ -76,6 +79,40 @@ fn controller_listener_name(cfg: &BrokerConfig) -> String {
         .unwrap_or_else(|| DEFAULT_CONTROLLER_LISTENER.to_string())
 }
 
+/// How this node connects to the controller listener (as a voter to the other voters, as a
+/// broker to the active controller): PLAINTEXT, or SSL with that listener's `ssl.*` settings
+/// (its keystore presented as the client certificate; the files read now, so that a bad one
+/// stops the start).
+fn controller_security(cfg: &BrokerConfig) -> Result<ClientSecurity, BrokerError> {
+    let listener = controller_listener_name(cfg);
+    let protocol = cfg.cluster.security_protocols.protocol(&listener);
+    ClientSecurity::for_listener(protocol, cfg.ssl.get(&listener), None)
+        .map_err(|source| BrokerError::ControllerListener { listener, source })
+}
+
+/// Who may call the controller listener: with an authorizer configured and the listener SSL,
+/// callers are known by their certificates and checked (Kafka's ControllerApis). A PLAINTEXT
+/// controller listener knows no caller and is not checked: it must stay private.
+fn controller_authorizer(cfg: &BrokerConfig, quorum: &Quorum) -> Option<ListenerAuthorizer> {
+    let settings = cfg.auth.authorizer.as_ref()?;
+    let listener = controller_listener_name(cfg);
+    if !cfg.cluster.security_protocols.protocol(&listener).is_tls() {
+        return None;
+    }
+    Some(ListenerAuthorizer::new(settings, quorum.images()))
+}
+
+/// The TLS side of the controller listener when it is SSL.
+fn controller_tls(cfg: &BrokerConfig) -> Result<Option<Arc<TlsServer>>, BrokerError> {
+    let listener = controller_listener_name(cfg);
+    let Some(ssl) = cfg.ssl.get(&listener) else {
+        return Ok(None);
+    };
+    let tls =
+        TlsServer::new(ssl.clone()).map_err(|source| BrokerError::Tls { listener, source })?;
+    Ok(Some(Arc::new(tls)))
+}
+
 impl Node {
     /// Opens the log directory and starts every role; for a broker, returns once the
     /// controller has unfenced it. A node that cannot join (another cluster, a refused
@@ -120,6 +157,7 @@ impl Node {
                     cluster_id: cluster_id.to_string(),
                     voters: c.voters.clone(),
                     listener: controller_listener_name(config),
+                    security: controller_security(config)?,
                     election_timeout_ms: c.election_timeout_ms,
                     snapshot: snapshot_policy(config),
                     segment_bytes: c.metadata_segment_bytes,
@@ -137,6 +175,7 @@ impl Node {
                 cluster_id: cluster_id.to_string(),
                 controllers,
                 listener: controller_listener_name(config),
+                security: controller_security(config)?,
                 segment_bytes: c.metadata_segment_bytes,
                 snapshot: snapshot_policy(config),
                 request_timeout: Duration::from_millis(c.request_timeout_ms.max(1000)),
@@ -165,12 +204,14 @@ impl Node {
                 .map_err(|e| BrokerError::Fatal(e.to_string()))?,
         };
         let controller = QuorumController::start(quorum.clone(), settings);
+        let authorizer = controller_authorizer(cfg, &quorum);
         let node = Arc::new(ControllerNode {
             quorum,
             controller,
             listener: controller_listener_name(cfg),
             voters: cfg.cluster.voters.clone(),
             broker_props: cfg.raw.clone(),
+            authorizer,
         });
         // A cluster of one may have no controller listener: its broker reaches it on loopback.
         let (host, port) = match cfg.cluster.controller_listeners.first() {
@@ -183,6 +224,7 @@ impl Node {
             &host,
             port,
             cfg.socket_request_max_bytes,
+            controller_tls(cfg)?,
         )
         .await
         .map_err(|source| BrokerError::Bind {
@@ -208,10 +250,12 @@ impl Node {
         let cfg = &self.config;
         let timeout = Duration::from_millis(cfg.cluster.request_timeout_ms.max(1000));
         let addrs = self.controller_addresses();
+        let security = controller_security(cfg)?;
         let forwarding = Arc::new(ControllerChannel::new(
             addrs.clone(),
             self.metadata.leader_changes(),
             timeout,
+            security.clone(),
             4,
         ));
         let inter_broker = crate::broker::server::inter_broker_security(cfg)?;
@@ -225,6 +269,7 @@ impl Node {
                 addrs,
                 self.metadata.leader_changes(),
                 timeout,
+                security,
                 1,
             )),
             controller_id: self.metadata.leader_changes(),

@@ -1,18 +1,14 @@
 //! Who a request comes from and what they may do: a connection's session (its principal, the
-//! client's address, the listener) and the broker's authorizer, Kafka's StandardAuthorizer over
-//! the ACLs of the metadata image this broker has published.
+//! client's address, the listener) and the broker's questions to its authorizer (Kafka's
+//! StandardAuthorizer over the ACLs of the metadata image this broker has published).
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use parking_lot::RwLock;
-
-use crate::config::auth::AuthorizerSettings;
+pub use crate::metadata::authorizer::Authorizer;
 use crate::metadata::image::MetadataImage;
-use crate::security::acl::{AclBinding, AclOperation, ResourceType, CLUSTER_NAME};
-use crate::security::authorizer::{AuthorizerConfig, Decision, StandardAuthorizer};
-use crate::storage::KafkaUuid;
+use crate::security::acl::{AclOperation, ResourceType, CLUSTER_NAME};
+use crate::security::authorizer::{Decision, StandardAuthorizer};
 
 /// One connection's identity, as every request on it is authorized.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,42 +32,6 @@ impl Session {
             peer,
             listener: listener.to_string(),
         }
-    }
-}
-
-type AclTable = Arc<BTreeMap<KafkaUuid, AclBinding>>;
-
-/// The StandardAuthorizer over the published image's ACLs: rebuilt when a published image
-/// brings other ACLs (the metadata publisher's work), read by every request.
-pub struct Authorizer {
-    config: AuthorizerConfig,
-    current: RwLock<(AclTable, Arc<StandardAuthorizer>)>,
-}
-
-impl Authorizer {
-    pub fn new(settings: &AuthorizerSettings) -> Authorizer {
-        let config = AuthorizerConfig::from(settings);
-        let empty = Arc::new(StandardAuthorizer::new(config.clone(), []));
-        Authorizer {
-            config,
-            current: RwLock::new((AclTable::default(), empty)),
-        }
-    }
-
-    /// Follows `img`'s ACLs; nothing to do when they are the ones it holds. Returns how many
-    /// ACLs it now holds.
-    pub fn publish(&self, img: &MetadataImage) -> usize {
-        let acls = img.security().acls();
-        if !Arc::ptr_eq(&self.current.read().0, acls) {
-            let built = StandardAuthorizer::new(self.config.clone(), acls.values().cloned());
-            *self.current.write() = (acls.clone(), Arc::new(built));
-        }
-        acls.len()
-    }
-
-    /// The decisions over the ACLs last published.
-    pub fn current(&self) -> Arc<StandardAuthorizer> {
-        self.current.read().1.clone()
     }
 }
 
@@ -156,8 +116,10 @@ impl super::Broker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::auth::AuthorizerSettings;
     use crate::metadata::records::MetadataRecord;
-    use crate::security::acl::{PatternType, PermissionType, ResourcePattern};
+    use crate::security::acl::{AclBinding, PatternType, PermissionType, ResourcePattern};
+    use crate::storage::KafkaUuid;
 
     fn grant(img: &mut MetadataImage, principal: &str, op: AclOperation, topic: &str) {
         let acl = AclBinding {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use kafka_protocol::protocol::Request;
 use tokio::sync::watch;
 
-use crate::client::{ClientError, Connection};
+use crate::client::{ClientError, ClientSecurity, Connection};
 use crate::protocol::errors;
 
 /// How long a forwarded request may keep looking for the controller.
@@ -20,6 +20,8 @@ pub struct ControllerChannel {
     controllers: Vec<(i32, String)>,
     leader: watch::Receiver<Option<i32>>,
     request_timeout: Duration,
+    /// How to connect to the controller listener (PLAINTEXT or TLS).
+    security: ClientSecurity,
     idle: parking_lot::Mutex<Vec<(String, Arc<Connection>)>>,
     next: std::sync::atomic::AtomicUsize,
     max_idle: usize,
@@ -30,12 +32,14 @@ impl ControllerChannel {
         controllers: Vec<(i32, String)>,
         leader: watch::Receiver<Option<i32>>,
         request_timeout: Duration,
+        security: ClientSecurity,
         max_idle: usize,
     ) -> ControllerChannel {
         ControllerChannel {
             controllers,
             leader,
             request_timeout,
+            security,
             idle: parking_lot::Mutex::new(Vec::new()),
             next: std::sync::atomic::AtomicUsize::new(0),
             max_idle: max_idle.max(1),
@@ -70,7 +74,7 @@ impl ControllerChannel {
         match pooled {
             Some(c) => Ok(c),
             None => Ok(Arc::new(
-                Connection::connect(addr, self.request_timeout).await?,
+                Connection::connect_with(addr, self.request_timeout, &self.security).await?,
             )),
         }
     }

@@ -72,6 +72,12 @@ pub enum BrokerError {
         source: crate::client::SecurityError,
     },
     /// A TLS listener's key, certificates or truststore cannot be used.
+    #[error("controller listener {listener}: {source}")]
+    ControllerListener {
+        listener: String,
+        #[source]
+        source: crate::client::SecurityError,
+    },
     #[error("listener {listener}: {source}")]
     Tls {
         listener: String,

@@ -230,14 +230,7 @@ pub(super) async fn open(
     timeout: Duration,
     security: &ClientSecurity,
 ) -> Result<Opened, ClientError> {
-    let tcp = tcp_connect(addr, timeout).await?;
-    let stream = match security.tls() {
-        Some(config) => {
-            let shake = security::tls_handshake(tcp, addr, config);
-            within(timeout, "TLS handshake", shake).await?
-        }
-        None => Stream::Plain(tcp),
-    };
+    let stream = open_stream(addr, timeout, security).await?;
     let mut io = Io {
         stream,
         next_correlation_id: 1,
@@ -255,6 +248,24 @@ pub(super) async fn open(
         versions,
         session,
     })
+}
+
+/// A byte stream to `addr`: TCP, then the TLS handshake when `security` has a TLS config (the
+/// server's certificate checked against `addr`'s host), each step within `timeout`. No SASL:
+/// for the quorum's own connections, which carry no Kafka login.
+pub async fn open_stream(
+    addr: &str,
+    timeout: Duration,
+    security: &ClientSecurity,
+) -> Result<Stream, ClientError> {
+    let tcp = tcp_connect(addr, timeout).await?;
+    match security.tls() {
+        Some(config) => {
+            let shake = security::tls_handshake(tcp, addr, config);
+            within(timeout, "TLS handshake", shake).await
+        }
+        None => Ok(Stream::Plain(tcp)),
+    }
 }
 
 /// A TCP connection to `addr` with TCP_NODELAY, within `timeout`.

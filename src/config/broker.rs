@@ -172,7 +172,11 @@ impl BrokerConfig {
         let protocols = &cluster.security_protocols;
         let auth = super::auth::AuthConfig::from_props(props, &names, protocols, inter_broker)?;
         if let Some(ssl) = inter_broker.and_then(|l| ssl.get(l)) {
-            inter_broker_truststore(ssl)?;
+            peer_truststore(
+                ssl,
+                "the inter-broker listener",
+                "brokers check each other's",
+            )?;
         }
         let c = BrokerConfig {
             node_id,
@@ -215,27 +219,44 @@ impl BrokerConfig {
     }
 }
 
-/// The `ssl.*` settings of each listener that `listener.security.protocol.map` makes TLS.
+/// The `ssl.*` settings of each listener that `listener.security.protocol.map` makes TLS, and
+/// of the controller listener this node connects to when that one is SSL (a broker-only node
+/// has none of its own, but presents its keystore to the controllers and checks theirs).
 fn tls_listeners(
     props: &BTreeMap<String, String>,
     cluster: &ClusterConfig,
     listeners: &[Listener],
 ) -> Result<BTreeMap<String, super::ssl::SslConfig>, ConfigError> {
-    listeners
+    let protocols = &cluster.security_protocols;
+    let mut names: Vec<&str> = listeners
         .iter()
-        .filter(|l| cluster.security_protocols.protocol(&l.name).is_tls())
-        .map(|l| {
-            Ok((
-                l.name.clone(),
-                super::ssl::SslConfig::from_props(props, &l.name)?,
-            ))
-        })
-        .collect()
+        .map(|l| l.name.as_str())
+        .filter(|n| protocols.protocol(n).is_tls())
+        .collect();
+    let controller = cluster.controller_listener_names.first();
+    if let Some(c) = controller.filter(|c| protocols.protocol(c).is_tls()) {
+        if !names.contains(&c.as_str()) {
+            names.push(c);
+        }
+    }
+    let ssl = names
+        .into_iter()
+        .map(|n| Ok((n.to_string(), super::ssl::SslConfig::from_props(props, n)?)))
+        .collect::<Result<BTreeMap<_, _>, ConfigError>>()?;
+    if let Some(c) = controller.and_then(|c| ssl.get(c)) {
+        peer_truststore(
+            c,
+            "the controller listener",
+            "voters and brokers check the controllers'",
+        )?;
+    }
+    Ok(ssl)
 }
 
-/// A TLS inter-broker listener's truststore: the CAs this broker checks other brokers'
-/// certificates against when it connects to them (evenkeel reads no system trust store).
-fn inter_broker_truststore(ssl: &super::ssl::SslConfig) -> Result<(), ConfigError> {
+/// A TLS listener this node connects to as well as serves (the inter-broker or the controller
+/// listener) needs a truststore: the CAs it checks the other side's certificate against
+/// (evenkeel reads no system trust store).
+fn peer_truststore(ssl: &super::ssl::SslConfig, role: &str, who: &str) -> Result<(), ConfigError> {
     if ssl.truststore.is_some() {
         return Ok(());
     }
@@ -244,8 +265,8 @@ fn inter_broker_truststore(ssl: &super::ssl::SslConfig) -> Result<(), ConfigErro
         ssl.listener.to_lowercase()
     );
     let reason = format!(
-        "the inter-broker listener {} uses TLS: brokers check each other's certificates against \
-         its truststore (ssl.truststore.location or ssl.truststore.certificates)",
+        "{role} {} uses TLS: {who} certificates against its truststore \
+         (ssl.truststore.location or ssl.truststore.certificates)",
         ssl.listener
     );
     Err(bad(&key, "", reason))
@@ -613,6 +634,37 @@ mod tests {
             e.contains("configuration sasl.mechanism.inter.broker.protocol:"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_broker_only_node_reads_the_ssl_controller_listeners_settings_and_needs_a_truststore() {
+        let p = parse_properties(
+            "node.id=4\nprocess.roles=broker\nlisteners=INTERNAL://:9092\n\
+             controller.quorum.voters=1@c1:9093\ncontroller.listener.names=CONTROLLER\n\
+             listener.security.protocol.map=INTERNAL:PLAINTEXT,CONTROLLER:SSL\n\
+             listener.name.controller.ssl.keystore.type=PEM\n\
+             listener.name.controller.ssl.keystore.location=/tls/node.pem\n\
+             listener.name.controller.ssl.truststore.type=PEM\n\
+             listener.name.controller.ssl.truststore.location=/tls/ca.pem\n",
+        );
+        let (c, unknown) = BrokerConfig::from_props(&p).unwrap();
+        assert!(unknown.is_empty(), "{unknown:?}");
+        assert_eq!(c.ssl.keys().collect::<Vec<_>>(), vec!["CONTROLLER"]);
+        let mut bad = p.clone();
+        bad.remove("listener.name.controller.ssl.truststore.location");
+        let e = BrokerConfig::from_props(&bad).unwrap_err().to_string();
+        assert!(
+            e.contains("configuration listener.name.controller.ssl.truststore.location:")
+                && e.contains("the controller listener CONTROLLER uses TLS"),
+            "{e}"
+        );
+        let mut plain = p.clone();
+        plain.insert(
+            "listener.security.protocol.map".into(),
+            "INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT".into(),
+        );
+        let (c, _) = BrokerConfig::from_props(&plain).unwrap();
+        assert!(c.ssl.is_empty());
     }
 
     #[test]

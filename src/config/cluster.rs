@@ -578,7 +578,7 @@ mod tests {
             (
                 "node.id=1\nprocess.roles=broker,controller\ncontroller.quorum.voters=1@a:9093\n\
                  listeners=PLAINTEXT://:9092,CONTROLLER://:9093\ncontroller.listener.names=CONTROLLER\n\
-                 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:SSL\n",
+                 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_SSL\n",
                 "listener.security.protocol.map",
             ),
             (

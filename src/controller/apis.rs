@@ -14,13 +14,15 @@ use super::cluster::{Heartbeat, RegistrationRequest};
 use super::partition_change::Election;
 use super::quorum_controller::{ConfigOp, QuorumController};
 use super::raft::log_store::METADATA_TOPIC_ID;
-use super::raft::network::RAFT_API_KEY;
+use super::raft::network::{response_body, RAFT_API_KEY};
 use super::raft::{snapshot, Quorum};
+use super::refusals::{self, Caller, ListenerAuthorizer};
 use super::replication::{IsrChange, ReassignmentSpec, TopicSpec};
 use super::{ControllerError, METADATA_TOPIC};
 use crate::config::cluster::Voter;
 use crate::metadata::records::{BrokerEndpoint, BrokerFeature, RESOURCE_BROKER, RESOURCE_TOPIC};
 use crate::protocol::{self, api_versions, errors, DecodedRequest, FrameError};
+use crate::security::acl::AclOperation;
 use crate::storage::KafkaUuid;
 
 /// The longest an observer's fetch waits for new metadata.
@@ -35,6 +37,9 @@ pub struct ControllerNode {
     pub voters: Vec<Voter>,
     /// `server.properties` as given, to tell where topic config values come from.
     pub broker_props: BTreeMap<String, String>,
+    /// Who may call: set when the controller listener is SSL and an authorizer is configured
+    /// (a PLAINTEXT controller listener knows no caller: it must stay private).
+    pub authorizer: Option<ListenerAuthorizer>,
 }
 
 use crate::protocol::str_bytes as s;
@@ -54,10 +59,34 @@ fn frame<R: kafka_protocol::protocol::Encodable + kafka_protocol::protocol::Head
 }
 
 impl ControllerNode {
-    /// Answers one request frame (without its size prefix). An error closes the connection.
-    pub async fn handle(&self, frame_bytes: Bytes) -> Result<Option<Bytes>, FrameError> {
+    /// Whether `caller` may do `op` on the cluster (always, without an authorizer).
+    fn allows(&self, caller: &Caller, op: AclOperation) -> bool {
+        let Some(a) = &self.authorizer else {
+            return true;
+        };
+        let allowed = a.allows(caller, op);
+        if !allowed {
+            tracing::info!(
+                principal = %caller.principal, host = %caller.host, operation = %op,
+                "refused a request on the controller listener"
+            );
+        }
+        allowed
+    }
+
+    /// Answers one request frame (without its size prefix) from `caller`. An error closes the
+    /// connection.
+    pub async fn handle(
+        &self,
+        frame_bytes: Bytes,
+        caller: &Caller,
+    ) -> Result<Option<Bytes>, FrameError> {
         let raw = protocol::peek_header(&frame_bytes)?;
         if raw.api_key == RAFT_API_KEY {
+            if !self.allows(caller, AclOperation::ClusterAction) {
+                let body = response_body(errors::CLUSTER_AUTHORIZATION_FAILED, &[]);
+                return Ok(Some(raw_response(raw.correlation_id, &body)));
+            }
             let body = self
                 .quorum
                 .serve(&frame_bytes)
@@ -82,6 +111,14 @@ impl ControllerNode {
             protocol::decode_request_for(frame_bytes, api_versions::CONTROLLER)?;
         let v = header.request_api_version;
         let cid = header.correlation_id;
+        if let Some(op) = refusals::required_operation(&request) {
+            if !self.allows(caller, op) {
+                let code = errors::CLUSTER_AUTHORIZATION_FAILED;
+                if let Some(refusal) = refusals::refusal(&request, v, code) {
+                    return refusal.encode(v, cid).map(Some);
+                }
+            }
+        }
         match request {
             DecodedRequest::ApiVersions(_) => {
                 frame(v, cid, &api_versions::CONTROLLER.response(errors::NONE))
@@ -107,7 +144,7 @@ impl ControllerNode {
             DecodedRequest::ListPartitionReassignments(r) => {
                 frame(v, cid, &self.list_reassignments(r).await)
             }
-            DecodedRequest::DescribeQuorum(_) => frame(v, cid, &self.describe_quorum()),
+            DecodedRequest::DescribeQuorum(_) => frame(v, cid, &self.describe_quorum(v)),
             DecodedRequest::DescribeCluster(r) => frame(v, cid, &self.describe_cluster(v, r)),
             DecodedRequest::Fetch(r) => frame(v, cid, &self.fetch_metadata(r).await),
             DecodedRequest::FetchSnapshot(r) => frame(v, cid, &self.fetch_snapshot(r)),
@@ -669,7 +706,9 @@ impl ControllerNode {
         }
     }
 
-    fn describe_quorum(&self) -> DescribeQuorumResponse {
+    /// The quorum as the leader sees it, with what version `v` carries: the replicas' fetch
+    /// times from v1, the voters' endpoints from v2.
+    fn describe_quorum(&self, v: i16) -> DescribeQuorumResponse {
         use kafka_protocol::messages::describe_quorum_response::{
             Listener, Node, PartitionData, ReplicaState, TopicData,
         };
@@ -688,15 +727,20 @@ impl ControllerNode {
             }
         };
         let state = |r: &super::raft::ReplicaProgress| {
-            ReplicaState::default()
+            let state = ReplicaState::default()
                 .with_replica_id(BrokerId(r.id))
-                .with_log_end_offset(r.log_end_offset)
-                .with_last_fetch_timestamp(r.last_fetch_ms)
-                .with_last_caught_up_timestamp(r.last_caught_up_ms)
+                .with_log_end_offset(r.log_end_offset);
+            match v {
+                0 => state,
+                _ => state
+                    .with_last_fetch_timestamp(r.last_fetch_ms)
+                    .with_last_caught_up_timestamp(r.last_caught_up_ms),
+            }
         };
         let nodes = self
             .voters
             .iter()
+            .filter(|_| v >= 2)
             .map(|v| {
                 Node::default()
                     .with_node_id(BrokerId(v.id))

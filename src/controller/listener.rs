@@ -1,6 +1,6 @@
 //! The controller listener: accepts connections from voters, brokers and admin tools through
-//! the shared accept loop (`protocol::listener`) and answers their frames in order, one
-//! request in flight per connection, through `ControllerNode::handle`.
+//! the shared accept loop (`protocol::listener`), over TLS when it is SSL, and answers their
+//! frames in order, one request in flight per connection, through `ControllerNode::handle`.
 //!
 //! Kafka's controller applies the broker's connection limits on its own socket server; here
 //! the controller listener has none (no `max.connections`, no per-ip limit, no idle timeout):
@@ -15,9 +15,11 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::apis::ControllerNode;
+use super::refusals::Caller;
 use crate::protocol::listener::{
     serve, CloseReason, Connection, ConnectionQuotas, Handler, ListenerSettings, DEFAULT_DRAIN,
 };
+use crate::security::tls::TlsServer;
 
 /// A bound controller listener.
 pub struct ControllerListener {
@@ -27,20 +29,23 @@ pub struct ControllerListener {
 }
 
 impl ControllerListener {
-    /// Binds `host:port` (port 0: any) and serves `node` on it as the listener `name`.
+    /// Binds `host:port` (port 0: any) and serves `node` on it as the listener `name`: plain
+    /// TCP, or TLS with `tls` (an SSL controller listener, whose callers are known by their
+    /// client certificates).
     pub async fn start(
         node: Arc<ControllerNode>,
         name: &str,
         host: &str,
         port: u16,
         max_request_bytes: usize,
+        tls: Option<Arc<TlsServer>>,
     ) -> std::io::Result<ControllerListener> {
         let host = if host.is_empty() { "0.0.0.0" } else { host };
         let listener = TcpListener::bind((host, port)).await?;
         let addr = listener.local_addr()?;
         let (stop, rx) = watch::channel(false);
-        // PLAINTEXT only: the config refuses a TLS controller listener.
-        let settings = ListenerSettings::plaintext(name, max_request_bytes);
+        let mut settings = ListenerSettings::plaintext(name, max_request_bytes);
+        settings.tls = tls;
         let handler: Handler = Arc::new(move |conn| Box::pin(connection(conn, node.clone())));
         let task = tokio::spawn(serve(
             listener,
@@ -65,11 +70,15 @@ impl ControllerListener {
 }
 
 async fn connection(mut conn: Connection, node: Arc<ControllerNode>) -> Result<(), CloseReason> {
+    let caller = Caller {
+        principal: conn.principal().to_string(),
+        host: conn.peer().ip().to_canonical().to_string(),
+    };
     loop {
         let Some(frame) = conn.next_request().await? else {
             return Ok(());
         };
-        match node.handle(frame).await {
+        match node.handle(frame, &caller).await {
             Ok(Some(resp)) => conn.write(&resp).await?,
             Ok(None) => {}
             Err(e) => return Err(CloseReason::Handler(e.to_string())),

@@ -10,6 +10,7 @@ pub mod partition_change;
 pub mod placement;
 pub mod quorum_controller;
 pub mod raft;
+pub mod refusals;
 pub mod replication;
 pub mod scram;
 mod security_apis;

@@ -2,6 +2,7 @@
 //! log, the image they build, and the internal topics' names and rules. Below broker and
 //! controller alike, so neither has to reach into the other for them.
 
+pub mod authorizer;
 pub mod bootstrap;
 pub mod image;
 pub mod records;

@@ -87,6 +87,8 @@ pub struct QuorumConfig {
     pub voters: Vec<Voter>,
     /// The controller listener's name, written into voter records.
     pub listener: String,
+    /// How this voter connects to the others' controller listeners (PLAINTEXT or TLS).
+    pub security: crate::client::ClientSecurity,
     pub election_timeout_ms: u64,
     pub snapshot: SnapshotPolicy,
     pub segment_bytes: u64,
@@ -202,6 +204,7 @@ impl Quorum {
         let net = Network::new(
             &cfg.cluster_id,
             cfg.node_id,
+            cfg.security.clone(),
             mismatch.clone(),
             contacts.lock().last_ack.clone(),
             election.clone(),

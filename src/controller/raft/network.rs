@@ -19,11 +19,12 @@ use openraft::BasicNode;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use super::election::ElectionTimer;
 use super::{NodeId, Raft, TypeConfig};
+use crate::client::{ClientError, ClientSecurity};
 use crate::protocol::errors;
+use crate::protocol::listener::Stream;
 use crate::protocol::wire::{read_frame, FrameReadError};
 
 /// The API key of quorum requests: outside Kafka's range, never sent by a client.
@@ -61,12 +62,14 @@ impl ClusterMismatch {
     }
 }
 
-/// Dials voters and keeps idle connections for reuse.
+/// Dials voters (over TLS when the controller listener is SSL) and keeps idle connections for
+/// reuse.
 #[derive(Clone)]
 pub struct Network {
     cluster_id: Arc<str>,
     node_id: i32,
-    idle: Arc<parking_lot::Mutex<HashMap<String, Vec<TcpStream>>>>,
+    security: ClientSecurity,
+    idle: Arc<parking_lot::Mutex<HashMap<String, Vec<Stream>>>>,
     mismatch: ClusterMismatch,
     acks: Acks,
     election: ElectionTimer,
@@ -81,6 +84,7 @@ impl Network {
     pub fn new(
         cluster_id: &str,
         node_id: i32,
+        security: ClientSecurity,
         mismatch: ClusterMismatch,
         acks: Acks,
         election: ElectionTimer,
@@ -88,6 +92,7 @@ impl Network {
         Network {
             cluster_id: cluster_id.into(),
             node_id,
+            security,
             idle: Arc::default(),
             mismatch,
             acks,
@@ -170,17 +175,25 @@ impl Peer {
                 other => return other,
             }
         }
-        let stream = tokio::time::timeout_at(deadline, TcpStream::connect(&self.addr))
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let stream = crate::client::connection::open_stream(&self.addr, left, &self.net.security)
             .await
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect"))??;
-        stream.set_nodelay(true)?;
+            .map_err(|e| match e {
+                ClientError::Io(e) => e,
+                ClientError::Timeout(what) => {
+                    std::io::Error::new(std::io::ErrorKind::TimedOut, what)
+                }
+                // A refused TLS handshake: the voter is as good as unreachable, and the reason
+                // is what the outage warning shows.
+                other => std::io::Error::other(other.to_string()),
+            })?;
         self.exchange_on(stream, frame, deadline).await
     }
 
     /// One request and its answer on `stream`, which goes back to the pool afterwards.
     async fn exchange_on(
         &self,
-        mut stream: TcpStream,
+        mut stream: Stream,
         frame: &[u8],
         deadline: tokio::time::Instant,
     ) -> Result<Bytes, WireError> {
@@ -302,7 +315,7 @@ impl RaftNetwork<TypeConfig> for Peer {
 }
 
 /// A response body: error code, then the payload.
-fn response_body(code: i16, payload: &[u8]) -> Vec<u8> {
+pub fn response_body(code: i16, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(2 + payload.len());
     out.extend_from_slice(&code.to_be_bytes());
     out.extend_from_slice(payload);

@@ -21,7 +21,7 @@ use super::network::ClusterMismatch;
 use super::snapshot::{self, SnapshotFile};
 use super::state_machine::{apply_entry, SnapshotPolicy};
 use super::NodeId;
-use crate::client::Connection;
+use crate::client::{ClientError, ClientSecurity, Connection};
 use crate::metadata::image::MetadataImage;
 use crate::protocol::errors;
 use crate::storage::batch::BatchHeader;
@@ -38,6 +38,8 @@ pub struct ObserverConfig {
     /// `(voter id, host:port)`; the id is -1 for bootstrap servers.
     pub controllers: Vec<(i32, String)>,
     pub listener: String,
+    /// How to connect to the controller listener (PLAINTEXT or TLS).
+    pub security: ClientSecurity,
     pub segment_bytes: u64,
     pub snapshot: SnapshotPolicy,
     pub request_timeout: Duration,
@@ -148,12 +150,19 @@ impl Observer {
     pub async fn run(self: Arc<Self>) {
         let mut next = 0usize;
         let mut conn: Option<(i32, Connection)> = None;
+        let mut refused_once = false;
         loop {
             if conn.as_ref().is_none_or(|(_, c)| c.is_broken()) {
                 let (id, addr) = self.pick(&mut next);
-                match Connection::connect(&addr, self.cfg.request_timeout).await {
+                let timeout = self.cfg.request_timeout;
+                match Connection::connect_with(&addr, timeout, &self.cfg.security).await {
                     Ok(c) => conn = Some((id, c)),
                     Err(e) => {
+                        // A refused TLS handshake will not mend itself: say so once.
+                        if matches!(e, ClientError::Security { .. }) && !refused_once {
+                            refused_once = true;
+                            tracing::warn!(%addr, error = %e, "cannot connect to a controller");
+                        }
                         tracing::debug!(%addr, error = %e, "cannot reach a controller");
                         tokio::time::sleep(Duration::from_millis(200)).await;
                         continue;

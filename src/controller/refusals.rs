@@ -1,0 +1,464 @@
+//! Who may use an SSL controller listener: each request's principal (its client certificate's)
+//! asked of the StandardAuthorizer over the quorum's ACLs, and the answer a refused one gets.
+//!
+//! As in Kafka's ControllerApis, the quorum's own traffic, brokers' registrations, heartbeats
+//! and metadata fetches need CLUSTER_ACTION on the cluster, DescribeQuorum and DescribeCluster
+//! DESCRIBE. The admin requests brokers forward need CLUSTER_ACTION too (Kafka wraps them in an
+//! Envelope, which needs it): an admin tool pointed at the controllers (`--bootstrap-controller`)
+//! needs CLUSTER_ACTION for them, where Kafka would check the operation on its resource.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use tokio::sync::watch;
+
+use crate::config::auth::AuthorizerSettings;
+use crate::metadata::authorizer::Authorizer;
+use crate::metadata::image::MetadataImage;
+use crate::protocol::{self, DecodedRequest, FrameError};
+use crate::security::acl::{AclOperation, ResourceType, CLUSTER_NAME};
+use crate::security::authorizer::Decision;
+
+/// Who sent a request on the controller listener.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// `User:CN=main-kafka,O=evenkeel.dev`, or `User:ANONYMOUS` without a certificate.
+    pub principal: String,
+    /// The caller's address, as ACL hosts name it.
+    pub host: String,
+}
+
+/// The authorizer of an SSL controller listener, following the quorum's published images.
+pub struct ListenerAuthorizer {
+    authorizer: Authorizer,
+    images: watch::Receiver<Arc<MetadataImage>>,
+}
+
+impl ListenerAuthorizer {
+    pub fn new(
+        settings: &AuthorizerSettings,
+        images: watch::Receiver<Arc<MetadataImage>>,
+    ) -> ListenerAuthorizer {
+        ListenerAuthorizer {
+            authorizer: Authorizer::new(settings),
+            images,
+        }
+    }
+
+    /// Whether `caller` may do `op` on the cluster, over the ACLs of the latest image.
+    pub fn allows(&self, caller: &Caller, op: AclOperation) -> bool {
+        let image = self.images.borrow().clone();
+        self.authorizer.publish(&image);
+        let decision = self.authorizer.current().authorize(
+            &caller.principal,
+            &caller.host,
+            op,
+            ResourceType::Cluster,
+            CLUSTER_NAME,
+        );
+        decision == Decision::Allowed
+    }
+}
+
+/// The operation on the cluster a request needs; `None` for ApiVersions, which anyone may send.
+pub fn required_operation(request: &DecodedRequest) -> Option<AclOperation> {
+    match request {
+        DecodedRequest::ApiVersions(_) => None,
+        DecodedRequest::DescribeQuorum(_) | DecodedRequest::DescribeCluster(_) => {
+            Some(AclOperation::Describe)
+        }
+        _ => Some(AclOperation::ClusterAction),
+    }
+}
+
+fn message() -> Option<StrBytes> {
+    Some(protocol::str_bytes(
+        "the controller listener's caller lacks the right on the cluster",
+    ))
+}
+
+/// `request`, at version `v`, refused with `code` (CLUSTER_AUTHORIZATION_FAILED), on every item
+/// the response carries and with a message where the version has one; `None` for a request the
+/// controller listener does not serve.
+pub fn refusal(request: &DecodedRequest, v: i16, code: i16) -> Option<Refusal> {
+    use DecodedRequest as D;
+    let message_from = |first: i16| if v >= first { message() } else { None };
+    let r = match request {
+        D::BrokerRegistration(_) => Refusal::Registration(
+            BrokerRegistrationResponse::default()
+                .with_error_code(code)
+                .with_broker_epoch(-1),
+        ),
+        D::BrokerHeartbeat(_) => Refusal::Heartbeat(
+            BrokerHeartbeatResponse::default()
+                .with_error_code(code)
+                .with_is_fenced(true),
+        ),
+        D::UnregisterBroker(_) => Refusal::Unregister(
+            UnregisterBrokerResponse::default()
+                .with_error_code(code)
+                .with_error_message(message()),
+        ),
+        D::AllocateProducerIds(_) => {
+            Refusal::ProducerIds(AllocateProducerIdsResponse::default().with_error_code(code))
+        }
+        D::AlterPartition(_) => {
+            Refusal::AlterPartition(AlterPartitionResponse::default().with_error_code(code))
+        }
+        D::ElectLeaders(r) => Refusal::Elect(elect_refusal(r, v, code)),
+        D::AlterPartitionReassignments(_) => Refusal::Reassign(
+            AlterPartitionReassignmentsResponse::default()
+                .with_error_code(code)
+                .with_error_message(message()),
+        ),
+        D::ListPartitionReassignments(_) => Refusal::ListReassignments(
+            ListPartitionReassignmentsResponse::default()
+                .with_error_code(code)
+                .with_error_message(message()),
+        ),
+        D::DescribeQuorum(_) => Refusal::Quorum(
+            DescribeQuorumResponse::default()
+                .with_error_code(code)
+                .with_error_message(message_from(2)),
+        ),
+        D::DescribeCluster(_) => Refusal::Cluster(
+            DescribeClusterResponse::default()
+                .with_error_code(code)
+                .with_error_message(message()),
+        ),
+        D::Fetch(_) => Refusal::Fetch(FetchResponse::default().with_error_code(code)),
+        D::FetchSnapshot(_) => {
+            Refusal::FetchSnapshot(FetchSnapshotResponse::default().with_error_code(code))
+        }
+        other => return item_refusal(other, v, code),
+    };
+    Some(r)
+}
+
+/// ElectLeaders refused: the error on every partition asked for, and on the whole from v1.
+fn elect_refusal(r: &ElectLeadersRequest, v: i16, code: i16) -> ElectLeadersResponse {
+    let results = r.topic_partitions.iter().flatten().map(|t| {
+        let partitions = t.partitions.iter().map(|p| {
+            elect_leaders_response::PartitionResult::default()
+                .with_partition_id(*p)
+                .with_error_code(code)
+        });
+        elect_leaders_response::ReplicaElectionResult::default()
+            .with_topic(t.topic.clone())
+            .with_partition_result(partitions.collect())
+    });
+    ElectLeadersResponse::default()
+        .with_error_code(if v >= 1 { code } else { 0 })
+        .with_replica_election_results(results.collect())
+}
+
+/// The admin requests, whose responses carry an error per item.
+fn item_refusal(request: &DecodedRequest, v: i16, code: i16) -> Option<Refusal> {
+    use DecodedRequest as D;
+    let message_from = |first: i16| if v >= first { message() } else { None };
+    let r = match request {
+        D::CreateTopics(r) => Refusal::CreateTopics(
+            CreateTopicsResponse::default().with_topics(
+                r.topics
+                    .iter()
+                    .map(|t| {
+                        create_topics_response::CreatableTopicResult::default()
+                            .with_name(t.name.clone())
+                            .with_error_code(code)
+                            .with_error_message(message())
+                    })
+                    .collect(),
+            ),
+        ),
+        D::DeleteTopics(r) => {
+            let by_state = r.topics.iter().map(|t| (t.name.clone(), t.topic_id));
+            let by_name = r
+                .topic_names
+                .iter()
+                .map(|n| (Some(n.clone()), Default::default()));
+            Refusal::DeleteTopics(
+                DeleteTopicsResponse::default().with_responses(
+                    by_state
+                        .chain(by_name)
+                        .map(|(name, id)| {
+                            delete_topics_response::DeletableTopicResult::default()
+                                .with_name(name)
+                                .with_topic_id(id)
+                                .with_error_code(code)
+                                .with_error_message(message_from(5))
+                        })
+                        .collect(),
+                ),
+            )
+        }
+        D::CreatePartitions(r) => Refusal::CreatePartitions(
+            CreatePartitionsResponse::default().with_results(
+                r.topics
+                    .iter()
+                    .map(|t| {
+                        create_partitions_response::CreatePartitionsTopicResult::default()
+                            .with_name(t.name.clone())
+                            .with_error_code(code)
+                            .with_error_message(message())
+                    })
+                    .collect(),
+            ),
+        ),
+        D::AlterConfigs(r) => Refusal::AlterConfigs(
+            AlterConfigsResponse::default().with_responses(
+                r.resources
+                    .iter()
+                    .map(|c| {
+                        alter_configs_response::AlterConfigsResourceResponse::default()
+                            .with_resource_type(c.resource_type)
+                            .with_resource_name(c.resource_name.clone())
+                            .with_error_code(code)
+                            .with_error_message(message())
+                    })
+                    .collect(),
+            ),
+        ),
+        D::IncrementalAlterConfigs(r) => Refusal::IncrementalAlterConfigs(
+            IncrementalAlterConfigsResponse::default().with_responses(
+                r.resources
+                    .iter()
+                    .map(|c| {
+                        incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+                            .with_resource_type(c.resource_type)
+                            .with_resource_name(c.resource_name.clone())
+                            .with_error_code(code)
+                            .with_error_message(message())
+                    })
+                    .collect(),
+            ),
+        ),
+        D::CreateAcls(r) => Refusal::CreateAcls(
+            CreateAclsResponse::default().with_results(
+                r.creations
+                    .iter()
+                    .map(|_| {
+                        create_acls_response::AclCreationResult::default()
+                            .with_error_code(code)
+                            .with_error_message(message())
+                    })
+                    .collect(),
+            ),
+        ),
+        D::DeleteAcls(r) => Refusal::DeleteAcls(
+            DeleteAclsResponse::default().with_filter_results(
+                r.filters
+                    .iter()
+                    .map(|_| {
+                        delete_acls_response::DeleteAclsFilterResult::default()
+                            .with_error_code(code)
+                            .with_error_message(message())
+                    })
+                    .collect(),
+            ),
+        ),
+        D::AlterUserScramCredentials(r) => {
+            let users = r.deletions.iter().map(|d| d.name.clone());
+            let users = users.chain(r.upsertions.iter().map(|u| u.name.clone()));
+            let mut users: Vec<StrBytes> = users.collect();
+            users.sort();
+            users.dedup();
+            Refusal::Scram(
+                AlterUserScramCredentialsResponse::default().with_results(
+                    users
+                        .into_iter()
+                        .map(|user| {
+                            alter_user_scram_credentials_response::AlterUserScramCredentialsResult::default()
+                                .with_user(user)
+                                .with_error_code(code)
+                                .with_error_message(message())
+                        })
+                        .collect(),
+                ),
+            )
+        }
+        _ => return None,
+    };
+    Some(r)
+}
+
+/// A refused request's response.
+pub enum Refusal {
+    Registration(BrokerRegistrationResponse),
+    Heartbeat(BrokerHeartbeatResponse),
+    Unregister(UnregisterBrokerResponse),
+    ProducerIds(AllocateProducerIdsResponse),
+    AlterPartition(AlterPartitionResponse),
+    Elect(ElectLeadersResponse),
+    Reassign(AlterPartitionReassignmentsResponse),
+    ListReassignments(ListPartitionReassignmentsResponse),
+    Quorum(DescribeQuorumResponse),
+    Cluster(DescribeClusterResponse),
+    Fetch(FetchResponse),
+    FetchSnapshot(FetchSnapshotResponse),
+    CreateTopics(CreateTopicsResponse),
+    DeleteTopics(DeleteTopicsResponse),
+    CreatePartitions(CreatePartitionsResponse),
+    AlterConfigs(AlterConfigsResponse),
+    IncrementalAlterConfigs(IncrementalAlterConfigsResponse),
+    CreateAcls(CreateAclsResponse),
+    DeleteAcls(DeleteAclsResponse),
+    Scram(AlterUserScramCredentialsResponse),
+}
+
+impl Refusal {
+    /// The response frame at version `v` for correlation id `cid`.
+    pub fn encode(&self, v: i16, cid: i32) -> Result<Bytes, FrameError> {
+        fn enc<R>(v: i16, cid: i32, body: &R) -> Result<Bytes, FrameError>
+        where
+            R: kafka_protocol::protocol::Encodable + kafka_protocol::protocol::HeaderVersion,
+        {
+            protocol::encode_response(v, cid, body)
+                .map_err(|e| FrameError::Malformed(format!("cannot encode the response: {e:#}")))
+        }
+        match self {
+            Refusal::Registration(b) => enc(v, cid, b),
+            Refusal::Heartbeat(b) => enc(v, cid, b),
+            Refusal::Unregister(b) => enc(v, cid, b),
+            Refusal::ProducerIds(b) => enc(v, cid, b),
+            Refusal::AlterPartition(b) => enc(v, cid, b),
+            Refusal::Elect(b) => enc(v, cid, b),
+            Refusal::Reassign(b) => enc(v, cid, b),
+            Refusal::ListReassignments(b) => enc(v, cid, b),
+            Refusal::Quorum(b) => enc(v, cid, b),
+            Refusal::Cluster(b) => enc(v, cid, b),
+            Refusal::Fetch(b) => enc(v, cid, b),
+            Refusal::FetchSnapshot(b) => enc(v, cid, b),
+            Refusal::CreateTopics(b) => enc(v, cid, b),
+            Refusal::DeleteTopics(b) => enc(v, cid, b),
+            Refusal::CreatePartitions(b) => enc(v, cid, b),
+            Refusal::AlterConfigs(b) => enc(v, cid, b),
+            Refusal::IncrementalAlterConfigs(b) => enc(v, cid, b),
+            Refusal::CreateAcls(b) => enc(v, cid, b),
+            Refusal::DeleteAcls(b) => enc(v, cid, b),
+            Refusal::Scram(b) => enc(v, cid, b),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::errors;
+
+    #[test]
+    fn describe_needs_describe_and_everything_else_cluster_action() {
+        let quorum = DecodedRequest::DescribeQuorum(Default::default());
+        assert_eq!(required_operation(&quorum), Some(AclOperation::Describe));
+        let versions = DecodedRequest::ApiVersions(Default::default());
+        assert_eq!(required_operation(&versions), None);
+        let heartbeat = DecodedRequest::BrokerHeartbeat(Default::default());
+        assert_eq!(
+            required_operation(&heartbeat),
+            Some(AclOperation::ClusterAction)
+        );
+    }
+
+    #[test]
+    fn a_refused_admin_request_names_every_item() {
+        let req = CreateTopicsRequest::default().with_topics(vec![
+            create_topics_request::CreatableTopic::default()
+                .with_name(TopicName(protocol::str_bytes("a"))),
+            create_topics_request::CreatableTopic::default()
+                .with_name(TopicName(protocol::str_bytes("b"))),
+        ]);
+        let code = errors::CLUSTER_AUTHORIZATION_FAILED;
+        let Some(Refusal::CreateTopics(r)) = refusal(&DecodedRequest::CreateTopics(req), 7, code)
+        else {
+            panic!("no CreateTopics refusal");
+        };
+        let names: Vec<&str> = r.topics.iter().map(|t| t.name.0.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert!(r.topics.iter().all(|t| t.error_code == code));
+    }
+
+    /// A default request of each API the controller listener serves (ApiVersions aside).
+    fn served() -> Vec<(ApiKey, DecodedRequest)> {
+        use DecodedRequest as D;
+        vec![
+            (ApiKey::Fetch, D::Fetch(Default::default())),
+            (ApiKey::CreateTopics, D::CreateTopics(Default::default())),
+            (ApiKey::DeleteTopics, D::DeleteTopics(Default::default())),
+            (ApiKey::AlterConfigs, D::AlterConfigs(Default::default())),
+            (
+                ApiKey::CreatePartitions,
+                D::CreatePartitions(Default::default()),
+            ),
+            (
+                ApiKey::IncrementalAlterConfigs,
+                D::IncrementalAlterConfigs(Default::default()),
+            ),
+            (
+                ApiKey::DescribeCluster,
+                D::DescribeCluster(Default::default()),
+            ),
+            (ApiKey::ElectLeaders, D::ElectLeaders(Default::default())),
+            (
+                ApiKey::AlterPartitionReassignments,
+                D::AlterPartitionReassignments(Default::default()),
+            ),
+            (
+                ApiKey::ListPartitionReassignments,
+                D::ListPartitionReassignments(Default::default()),
+            ),
+            (
+                ApiKey::DescribeQuorum,
+                D::DescribeQuorum(Default::default()),
+            ),
+            (
+                ApiKey::AlterPartition,
+                D::AlterPartition(Default::default()),
+            ),
+            (ApiKey::FetchSnapshot, D::FetchSnapshot(Default::default())),
+            (
+                ApiKey::BrokerRegistration,
+                D::BrokerRegistration(Default::default()),
+            ),
+            (
+                ApiKey::BrokerHeartbeat,
+                D::BrokerHeartbeat(Default::default()),
+            ),
+            (
+                ApiKey::UnregisterBroker,
+                D::UnregisterBroker(Default::default()),
+            ),
+            (
+                ApiKey::AllocateProducerIds,
+                D::AllocateProducerIds(Default::default()),
+            ),
+            (ApiKey::CreateAcls, D::CreateAcls(Default::default())),
+            (ApiKey::DeleteAcls, D::DeleteAcls(Default::default())),
+            (
+                ApiKey::AlterUserScramCredentials,
+                D::AlterUserScramCredentials(Default::default()),
+            ),
+        ]
+    }
+
+    #[test]
+    fn every_served_request_has_a_refusal_that_encodes_at_every_version() {
+        let table = crate::protocol::api_versions::CONTROLLER;
+        let requests = served();
+        let code = errors::CLUSTER_AUTHORIZATION_FAILED;
+        for (key, _, _) in table.0.iter().filter(|(k, _, _)| *k != ApiKey::ApiVersions) {
+            let (_, request) = requests
+                .iter()
+                .find(|(k, _)| k == key)
+                .unwrap_or_else(|| panic!("{key:?} is served but has no refusal here"));
+            let (low, high) = table.range(*key).unwrap();
+            for v in low..=high {
+                let refused =
+                    refusal(request, v, code).unwrap_or_else(|| panic!("{key:?} v{v}: no refusal"));
+                if let Err(e) = refused.encode(v, 1) {
+                    panic!("{key:?} v{v}: {e}");
+                }
+            }
+        }
+    }
+}
