@@ -23,7 +23,6 @@ use crate::controller::raft::{Quorum, QuorumConfig};
 use crate::controller::refusals::ListenerAuthorizer;
 use crate::controller::replication::TopicDefaults;
 use crate::metadata::image::MetadataImage;
-use crate::security::tls::TlsServer;
 use crate::storage::LogManager;
 
 /// Where this node's metadata comes from.
@@ -100,17 +99,6 @@ fn controller_authorizer(cfg: &BrokerConfig, quorum: &Quorum) -> Option<Listener
         return None;
     }
     Some(ListenerAuthorizer::new(settings, quorum.images()))
-}
-
-/// The TLS side of the controller listener when it is SSL.
-fn controller_tls(cfg: &BrokerConfig) -> Result<Option<Arc<TlsServer>>, BrokerError> {
-    let listener = controller_listener_name(cfg);
-    let Some(ssl) = cfg.ssl.get(&listener) else {
-        return Ok(None);
-    };
-    let tls =
-        TlsServer::new(ssl.clone()).map_err(|source| BrokerError::Tls { listener, source })?;
-    Ok(Some(Arc::new(tls)))
 }
 
 impl Node {
@@ -224,7 +212,7 @@ impl Node {
             &host,
             port,
             cfg.socket_request_max_bytes,
-            controller_tls(cfg)?,
+            crate::broker::server::tls_server(cfg, &controller_listener_name(cfg))?,
         )
         .await
         .map_err(|source| BrokerError::Bind {

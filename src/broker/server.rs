@@ -267,9 +267,10 @@ pub fn inter_broker_security(
     })
 }
 
-/// The TLS side of listener `name` when it is an SSL or SASL_SSL listener: its key and
-/// certificates read now, so that a bad one stops the start.
-fn tls_server(
+/// The TLS side of listener `name` when it is an SSL or SASL_SSL listener (a client listener,
+/// or the controller listener): its key and certificates read now, so that a bad one stops the
+/// start.
+pub fn tls_server(
     config: &BrokerConfig,
     name: &str,
 ) -> Result<Option<Arc<TlsServer>>, super::BrokerError> {
