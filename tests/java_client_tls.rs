@@ -1,8 +1,10 @@
 //! Kafka's own Java client over mutual TLS with the PKCS#12 keystore the operator makes for a
 //! certificate KafkaUser (`user.p12`): it loads the keystore with its password, the broker takes
 //! the certificate's subject as the principal, and a wrong password or an unauthorized user is
-//! refused. It builds only with the `tier-kafka-cluster` feature (it runs Kafka's tools through
-//! `bench/kafka/tool`, which that tier installs); `.ci/run` runs it.
+//! refused. And Kafka's `kafka-metadata-quorum --bootstrap-controller` over mutual TLS against
+//! an SSL controller listener, allowed only with the right on the cluster. It builds only with
+//! the `tier-kafka-cluster` feature (it runs Kafka's tools through `bench/kafka/tool`, which that
+//! tier installs); `.ci/run` runs it.
 
 mod common;
 
@@ -176,4 +178,87 @@ fn a_java_client_trusts_the_renewed_cluster_cas_pkcs12_truststore() {
         "{}",
         text(&out)
     );
+}
+
+/// One node whose controller listener is SSL with client certificates against `pki`, the
+/// StandardAuthorizer on and `User:CN=node,O=acme` (the node's own certificate) and
+/// `User:CN=admin,O=acme` super users. Returns the node and its controller listener's address.
+fn ssl_controller_node(dir: &Path, pki: &Pki) -> (common::cluster::Cluster, String) {
+    let keystore = dir.join("node.pem");
+    pki.leaf("node").write_keystore(&keystore);
+    let prefix = "listener.name.controller.ssl";
+    let overrides = [
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:SSL".to_string(),
+        format!("{prefix}.keystore.type=PEM"),
+        format!("{prefix}.keystore.location={}", keystore.display()),
+        format!("{prefix}.truststore.type=PEM"),
+        format!("{prefix}.truststore.location={}", pki.ca_file().display()),
+        format!("{prefix}.client.auth=required"),
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer".into(),
+        "allow.everyone.if.no.acl.found=false".into(),
+        "super.users=User:CN=node,O=acme;User:CN=admin,O=acme;User:ANONYMOUS".into(),
+    ];
+    let overrides: Vec<&str> = overrides.iter().map(String::as_str).collect();
+    let controller = std::sync::Mutex::new(String::new());
+    let node = common::cluster::Cluster::start_with(1, &overrides, |_, ports| {
+        *controller.lock().unwrap() = format!("127.0.0.1:{}", ports.controller);
+        Vec::new()
+    });
+    let controller = controller.into_inner().unwrap();
+    (node, controller)
+}
+
+/// `kafka-metadata-quorum --bootstrap-controller <controller> describe --status` over mutual TLS
+/// with the PEM keystore of `leaf` (none: TLS without a client certificate).
+fn describe_quorum(dir: &Path, pki: &Pki, controller: &str, leaf: Option<&str>) -> Output {
+    let mut config = format!("security.protocol=SSL\n{}", pem_truststore(pki.ca_file()));
+    if let Some(name) = leaf {
+        let keystore = dir.join(format!("{name}.pem"));
+        pki.leaf(name).write_keystore(&keystore);
+        config.push_str(&format!(
+            "ssl.keystore.type=PEM\nssl.keystore.location={}\n",
+            keystore.display()
+        ));
+    }
+    let props = dir.join(format!("{}.properties", leaf.unwrap_or("anonymous")));
+    std::fs::write(&props, config).unwrap();
+    let tool = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/kafka/tool");
+    Command::new(tool)
+        .args([
+            "kafka-metadata-quorum",
+            "--bootstrap-controller",
+            controller,
+        ])
+        .arg("--command-config")
+        .arg(&props)
+        .args(["describe", "--status"])
+        .output()
+        .unwrap()
+}
+
+/// Kafka's own `kafka-metadata-quorum --bootstrap-controller` against an SSL controller
+/// listener: a super user's certificate reads the quorum; a certificate of the same CA without
+/// the right gets Kafka's ClusterAuthorizationException; no certificate gets nowhere.
+#[test]
+fn kafka_metadata_quorum_reads_an_ssl_controller_listener_only_with_the_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "quorum-ca");
+    let (_node, controller) = ssl_controller_node(dir.path(), &pki);
+
+    let out = describe_quorum(dir.path(), &pki, &controller, Some("admin"));
+    assert!(out.status.success(), "{}", text(&out));
+    for line in ["LeaderId:               1", "CurrentVoters:"] {
+        assert!(text(&out).contains(line), "{line} not in {}", text(&out));
+    }
+
+    let out = describe_quorum(dir.path(), &pki, &controller, Some("mallory"));
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("ClusterAuthorizationException"),
+        "{}",
+        text(&out)
+    );
+
+    let out = describe_quorum(dir.path(), &pki, &controller, None);
+    assert!(!out.status.success(), "{}", text(&out));
 }

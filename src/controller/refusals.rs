@@ -73,9 +73,11 @@ pub fn required_operation(request: &DecodedRequest) -> Option<AclOperation> {
     }
 }
 
+/// What a refusal says: which right on the cluster the principal lacks.
 fn message() -> Option<StrBytes> {
     Some(protocol::str_bytes(
-        "the controller listener's caller lacks the right on the cluster",
+        "this principal may not call the controller listener: it needs CLUSTER_ACTION on the \
+         cluster (DESCRIBE to describe the quorum or the cluster)",
     ))
 }
 
