@@ -1,9 +1,10 @@
-//! A secured KafkaCluster's internal listener as the operator renders it, on real brokers:
-//! mutual TLS against the cluster CA; the brokers replicate as the super user their certificate
-//! names; the operator logs in with a certificate it makes itself; the rebalancer sidecar and the
-//! producer proxy are allowed only what the ACLs the operator gives them allow, and lose them
-//! when the spec turns them off. A client without a certificate, or with one from another CA,
-//! gets nowhere.
+//! A secured KafkaCluster's internal and controller listeners as the operator renders them, on
+//! real brokers: mutual TLS against the cluster CA; the brokers replicate, and the voters and
+//! brokers keep the quorum, as the super user their certificate names; the operator logs in with
+//! a certificate it makes itself; the rebalancer sidecar and the producer proxy are allowed only
+//! what the ACLs the operator gives them allow, and lose them when the spec turns them off. A
+//! client without a certificate, or with one from another CA, gets nowhere; on the controller
+//! listener a component's certificate gets CLUSTER_AUTHORIZATION_FAILED.
 
 mod common;
 
@@ -14,12 +15,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::cluster::{until, Cluster};
 use evenkeel::client::producer::{Producer, ProducerConfig, ProducerRecord};
-use evenkeel::client::{AdminClient, ClientError, ClientSecurity};
+use evenkeel::client::{AdminClient, ClientError, ClientSecurity, Connection};
 use evenkeel::operator::certs::{self, Ca};
 use evenkeel::operator::components;
 use evenkeel::operator::crd::KafkaCluster;
 use evenkeel::operator::resources::Names;
 use evenkeel::protocol::errors;
+use kafka_protocol::messages::{BrokerHeartbeatRequest, BrokerId, DescribeQuorumRequest};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -85,9 +87,10 @@ fn kafka_code(e: &ClientError) -> Option<i16> {
     }
 }
 
-/// The operator's own rendering of `kc`'s internal listener and authorizer: the
-/// `listener.name.replication.*` keys (the pod's certificate paths made this test's),
-/// `inter.broker.listener.name`, `authorizer.class.name` and `super.users`.
+/// The operator's own rendering of `kc`'s internal and controller listeners and authorizer: the
+/// `listener.name.replication.*` and `listener.name.controller.*` keys (the pod's certificate
+/// paths made this test's), the protocol map, `inter.broker.listener.name`,
+/// `authorizer.class.name` and `super.users`.
 fn rendered_security(kc: &KafkaCluster, keystore: &Path, ca_file: &Path) -> Vec<String> {
     let props = evenkeel::operator::resources::server_properties(kc, 3).unwrap();
     let pod_ca = format!(
@@ -98,6 +101,7 @@ fn rendered_security(kc: &KafkaCluster, keystore: &Path, ca_file: &Path) -> Vec<
         .lines()
         .filter(|l| {
             l.starts_with("listener.name.replication.")
+                || l.starts_with("listener.name.controller.")
                 || l.starts_with("inter.broker.listener.name=")
                 || l.starts_with("authorizer.class.name=")
                 || l.starts_with("super.users=")
@@ -105,20 +109,30 @@ fn rendered_security(kc: &KafkaCluster, keystore: &Path, ca_file: &Path) -> Vec<
         .map(|l| l.replace(&pod_ca, &ca_file.display().to_string()))
         .collect();
     assert!(
-        out.len() >= 6,
-        "the operator rendered no internal listener: {props}"
+        out.len() >= 10,
+        "the operator rendered no internal or controller listener: {props}"
     );
-    out.push(format!(
-        "listener.name.replication.ssl.keystore.location={}",
-        keystore.display()
-    ));
-    out.push("listener.security.protocol.map=REPLICATION:SSL,CONTROLLER:PLAINTEXT".into());
+    for l in ["replication", "controller"] {
+        out.push(format!(
+            "listener.name.{l}.ssl.keystore.location={}",
+            keystore.display()
+        ));
+    }
+    // The operator's map, without the client listener this test leaves out.
+    assert!(
+        props.contains(",CONTROLLER:SSL\n"),
+        "the controller listener is not SSL: {props}"
+    );
+    out.push("listener.security.protocol.map=REPLICATION:SSL,CONTROLLER:SSL".into());
     out
 }
 
-/// Three brokers whose only broker listener is the internal one, configured as the operator
-/// renders it (`rendered_security`), each serving the certificate the operator issues brokers.
-fn start(tls: &Path, ca: &Ca, kc: &KafkaCluster) -> (Cluster, Vec<String>) {
+/// Four brokers whose only broker listener is the internal one, configured as the operator
+/// renders it (`rendered_security`), each serving the certificate the operator issues brokers:
+/// the first three are the voters, the fourth a broker that follows the quorum over the
+/// controller listener's TLS. With the internal listeners' addresses and the controller
+/// listeners'.
+fn start(tls: &Path, ca: &Ca, kc: &KafkaCluster) -> (Cluster, Vec<String>, Vec<String>) {
     let names = Names::of(kc).unwrap();
     let broker = ca
         .sign(&names.statefulset(), &["127.0.0.1".to_string()], 30)
@@ -133,18 +147,24 @@ fn start(tls: &Path, ca: &Ca, kc: &KafkaCluster) -> (Cluster, Vec<String>) {
     std::fs::write(&ca_file, &ca.cert_pem).unwrap();
     let overrides = rendered_security(kc, &pem, &ca_file);
     let overrides: Vec<&str> = overrides.iter().map(String::as_str).collect();
-    let internal: Vec<u16> = (0..3).map(|_| common::free_port()).collect();
+    let internal: Vec<u16> = (0..4).map(|_| common::free_port()).collect();
     let addresses: Vec<String> = internal.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let controllers = std::sync::Mutex::new(Vec::new());
     let c = Cluster::start_prepared(
-        3,
+        4,
         &overrides,
         |id, ports| {
             let (int, ctrl) = (internal[id - 1], ports.controller);
+            let mut listeners = format!("REPLICATION://127.0.0.1:{int}");
+            if id <= 3 {
+                listeners.push_str(&format!(",CONTROLLER://127.0.0.1:{ctrl}"));
+                controllers
+                    .lock()
+                    .unwrap()
+                    .push(format!("127.0.0.1:{ctrl}"));
+            }
             vec![
-                (
-                    "listeners".into(),
-                    format!("REPLICATION://127.0.0.1:{int},CONTROLLER://127.0.0.1:{ctrl}"),
-                ),
+                ("listeners".into(), listeners),
                 (
                     "advertised.listeners".into(),
                     format!("REPLICATION://127.0.0.1:{int}"),
@@ -153,7 +173,39 @@ fn start(tls: &Path, ca: &Ca, kc: &KafkaCluster) -> (Cluster, Vec<String>) {
         },
         |_| {},
     );
-    (c, addresses)
+    let mut controllers = controllers.into_inner().unwrap();
+    controllers.sort();
+    controllers.dedup();
+    (c, addresses, controllers)
+}
+
+/// TLS trusting the cluster CA, without a client certificate.
+fn anonymous_security(ca_file: &Path) -> ClientSecurity {
+    let props: BTreeMap<String, String> = [
+        ("security.protocol", "SSL"),
+        ("ssl.truststore.type", "PEM"),
+        ("ssl.truststore.location", &ca_file.display().to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    ClientSecurity::from_properties(&props).unwrap()
+}
+
+/// What the controller listener answers `security`: the error codes of a BrokerHeartbeat and
+/// of a DescribeQuorum.
+async fn controller_answers(
+    controller: &str,
+    security: &ClientSecurity,
+) -> Result<(i16, i16), ClientError> {
+    let conn = Connection::connect_with(controller, WAIT, security).await?;
+    let heartbeat = BrokerHeartbeatRequest::default()
+        .with_broker_id(BrokerId(7))
+        .with_broker_epoch(1);
+    let heartbeat = conn.call_at(&heartbeat, 1).await?.error_code;
+    let quorum = DescribeQuorumRequest::default();
+    let quorum = conn.call_at(&quorum, 1).await?.error_code;
+    Ok((heartbeat, quorum))
 }
 
 async fn produce(producer: &Producer, value: &str) -> Result<(), String> {
@@ -180,7 +232,7 @@ async fn the_internal_listener_knows_each_component_by_its_certificate() {
     let kc = kafka_cluster(true, 1);
     let names = Names::of(&kc).unwrap();
     let ca = Ca::generate(&format!("{}-cluster-ca", names.cluster)).unwrap();
-    let (c, addresses) = start(tls.path(), &ca, &kc);
+    let (c, addresses, controllers) = start(tls.path(), &ca, &kc);
     let bootstrap = addresses.join(",");
     let ca_file = tls.path().join("ca.crt");
 
@@ -193,7 +245,7 @@ async fn the_internal_listener_knows_each_component_by_its_certificate() {
     .await;
     let configs = [("min.insync.replicas".to_string(), "2".to_string())].into();
     operator
-        .create_topic_with_assignment("orders", &[vec![1, 2, 3]], &configs)
+        .create_topic_with_assignment("orders", &[vec![1, 2, 4]], &configs)
         .await
         .expect("the operator creates a topic");
     let sync = components::sync_component_acls(&operator, &kc).await;
@@ -215,13 +267,17 @@ async fn the_internal_listener_knows_each_component_by_its_certificate() {
     let producer = Producer::start(ProducerConfig::from_properties(&props).unwrap())
         .await
         .unwrap();
-    until("the ISR to hold all three brokers", WAIT, || async {
-        let t = operator
-            .describe_topics(Some(&["orders".to_string()]))
-            .await
-            .ok()?;
-        (t.first()?.partitions.first()?.isr.len() == 3).then_some(())
-    })
+    until(
+        "the ISR to hold its three brokers, the broker-only one too",
+        WAIT,
+        || async {
+            let t = operator
+                .describe_topics(Some(&["orders".to_string()]))
+                .await
+                .ok()?;
+            (t.first()?.partitions.first()?.isr.len() == 3).then_some(())
+        },
+    )
     .await;
     for i in 0..20 {
         produce(&producer, &format!("order-{i}"))
@@ -275,18 +331,10 @@ async fn the_internal_listener_knows_each_component_by_its_certificate() {
         .expect("a rebalancer round as the sidecar");
 
     // Without a certificate, or with one another CA signed, nothing gets through.
-    let mut anonymous: BTreeMap<String, String> =
-        [("security.protocol", "SSL"), ("ssl.truststore.type", "PEM")]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-    anonymous.insert(
-        "ssl.truststore.location".into(),
-        ca_file.display().to_string(),
-    );
-    let anonymous = ClientSecurity::from_properties(&anonymous).unwrap();
     assert!(
-        admin_as(&bootstrap, anonymous).await.is_err(),
+        admin_as(&bootstrap, anonymous_security(&ca_file))
+            .await
+            .is_err(),
         "a client without a certificate got in"
     );
     let other = Ca::generate("other-cluster-ca").unwrap();
@@ -299,6 +347,39 @@ async fn the_internal_listener_knows_each_component_by_its_certificate() {
             .is_err(),
         "a certificate of another CA got in"
     );
+
+    // The controller listener: the components' certificates pass the handshake, but neither
+    // has CLUSTER_ACTION, so neither may heartbeat as a broker; the sidecar's ALTER on the
+    // cluster implies DESCRIBE, so it may describe the quorum, and the proxy may not. Without a
+    // certificate, with another CA's, or in plain TCP, nothing gets through.
+    let refused = errors::CLUSTER_AUTHORIZATION_FAILED;
+    let sidecar_security = component_security(&sidecar_keystore, &ca_file);
+    let answers = controller_answers(&controllers[0], &sidecar_security).await;
+    assert_eq!(
+        answers.ok(),
+        Some((refused, errors::NONE)),
+        "the sidecar\n{}",
+        c.log_tails(20)
+    );
+    let answers = controller_answers(&controllers[1], &proxy).await;
+    assert_eq!(
+        answers.ok(),
+        Some((refused, refused)),
+        "the proxy\n{}",
+        c.log_tails(20)
+    );
+    for (what, security) in [
+        ("no certificate", anonymous_security(&ca_file)),
+        (
+            "another CA's certificate",
+            component_security(&foreign, &ca_file),
+        ),
+        ("plain TCP", ClientSecurity::plaintext()),
+    ] {
+        let connected =
+            Connection::connect_with(&controllers[0], Duration::from_secs(5), &security).await;
+        assert!(connected.is_err(), "{what} reached the controller listener");
+    }
 
     // The spec turns both off: their ACLs go, and with them what they could do.
     let sync = components::sync_component_acls(&operator, &kafka_cluster(false, 0)).await;

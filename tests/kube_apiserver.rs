@@ -1773,10 +1773,12 @@ async fn a_secured_cluster_gets_its_cas_broker_certificates_and_config() {
     })
     .await;
     for line in [
-        "listener.security.protocol.map=REPLICATION:SSL,TLS:SASL_SSL,MTLS:SSL,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map=REPLICATION:SSL,TLS:SASL_SSL,MTLS:SSL,CONTROLLER:SSL",
         "inter.broker.listener.name=REPLICATION",
         "listener.name.replication.ssl.client.auth=required",
         "listener.name.replication.ssl.truststore.location=/etc/evenkeel-tls/cluster-ca/ca.crt",
+        "listener.name.controller.ssl.client.auth=required",
+        "listener.name.controller.ssl.truststore.location=/etc/evenkeel-tls/cluster-ca/ca.crt",
         "listener.name.tls.sasl.enabled.mechanisms=SCRAM-SHA-512",
         "listener.name.mtls.ssl.client.auth=required",
         "listener.name.mtls.ssl.truststore.location=/etc/evenkeel-tls/clients-ca/ca.crt",
@@ -1792,6 +1794,21 @@ async fn a_secured_cluster_gets_its_cas_broker_certificates_and_config() {
     })
     .await;
     let sts = serde_json::to_value(sts).unwrap();
+    // A new secured cluster's controller listener is SSL, recorded for the operator's next
+    // passes, and each pod presents its own certificate there.
+    assert_eq!(
+        sts.pointer("/metadata/annotations/kafka.evenkeel.dev~1controller-tls"),
+        Some(&json!("true")),
+        "{sts}"
+    );
+    let args = sts
+        .pointer("/spec/template/spec/containers/0/args")
+        .unwrap()
+        .to_string();
+    assert!(
+        args.contains("listener.name.controller.ssl.keystore.location=/etc/evenkeel-tls/brokers/$(POD_NAME).pem"),
+        "{args}"
+    );
     let volumes = sts
         .pointer("/spec/template/spec/volumes")
         .unwrap()

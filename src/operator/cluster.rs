@@ -198,10 +198,10 @@ async fn reconcile_inner<C: AdminConnector>(
         .as_ref()
         .and_then(|s| s.spec.as_ref()?.replicas)
         .unwrap_or(0);
-    let controllers = resources::controller_count(kc, existing.as_ref());
+    let quorum = resources::quorum_shape(kc, existing.as_ref());
     let image = resources::image_of(kc, &ctx.default_image).to_string();
     let built = resources::check_internal_listener_change(kc, existing.as_ref())
-        .and_then(|()| Objects::build(kc, &image, controllers));
+        .and_then(|()| Objects::build(kc, &image, quorum));
     let mut objects = match built {
         Ok(objects) => objects,
         Err(resources::BuildError::Invalid(msg)) => {
@@ -210,7 +210,7 @@ async fn reconcile_inner<C: AdminConnector>(
         Err(e) => return Err(e.into()),
     };
     let brokers = observe_brokers(ctx, kc, current).await;
-    let replicas = decide_replicas(ctx, kc, &brokers, current, controllers, &mut pass).await;
+    let replicas = decide_replicas(ctx, kc, &brokers, current, quorum.controllers, &mut pass).await;
     objects.set_replicas(replicas);
     // The certificates before the pods that mount them (a new pod finds its own).
     let cas = certs::reconcile(ctx, kc, &names, replicas).await?;
@@ -540,14 +540,14 @@ impl Objects {
     fn build(
         kc: &KafkaCluster,
         image: &str,
-        controllers: i32,
+        quorum: resources::QuorumShape,
     ) -> Result<Objects, resources::BuildError> {
         Ok(Objects {
-            cm: resources::config_map(kc, controllers)?,
+            cm: resources::config_map(kc, quorum)?,
             headless: resources::headless_service(kc)?,
             bootstrap: resources::bootstrap_service(kc)?,
             pdb: resources::pod_disruption_budget(kc)?,
-            sts: resources::statefulset(kc, image, controllers)?,
+            sts: resources::statefulset(kc, image, quorum)?,
             proxy: ProxyObjects::build(kc, image)?,
             rebalancer: RebalancerIdentity::build(kc)?,
         })

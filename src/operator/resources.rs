@@ -26,6 +26,8 @@ use crate::config::auth::STANDARD_AUTHORIZER;
 pub const METRICS_PORT: i32 = 9404;
 /// Port of the controller quorum listener.
 pub const CONTROLLER_PORT: i32 = 9093;
+/// The controller listener's name (`controller.listener.names`).
+pub const CONTROLLER_LISTENER: &str = "CONTROLLER";
 /// Port of the rebalancer sidecar's health and metrics.
 pub const SIDECAR_PORT: i32 = 8081;
 /// Port of the producer proxy's HTTP API, `/healthz`, `/readyz` and `/metrics`.
@@ -230,6 +232,54 @@ pub const RESERVED_KEYS: &[&str] = &[
     "broker.rack",
 ];
 
+/// StatefulSet annotation that records whether the controller listener is SSL (`true`): mutual
+/// TLS with the cluster CA for a secured cluster this operator created. Fixed at creation, as
+/// voters on either side of a change could not reach each other; a secured cluster an earlier
+/// operator created keeps its PLAINTEXT controller listener.
+pub const CONTROLLER_TLS_ANNOTATION: &str = "kafka.evenkeel.dev/controller-tls";
+
+/// The metadata quorum the cluster's pods form, as the StatefulSet fixes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuorumShape {
+    /// How many of the first pods are controllers.
+    pub controllers: i32,
+    /// Whether the controller listener is SSL, as recorded; `None` for a new cluster.
+    pub tls: Option<bool>,
+}
+
+impl From<i32> for QuorumShape {
+    /// A new cluster's quorum of `controllers` voters.
+    fn from(controllers: i32) -> QuorumShape {
+        QuorumShape {
+            controllers,
+            tls: None,
+        }
+    }
+}
+
+impl QuorumShape {
+    /// Whether `kc`'s controller listener is SSL: a secured cluster's is, unless the
+    /// StatefulSet records a PLAINTEXT one.
+    pub fn controller_tls(&self, kc: &KafkaCluster) -> bool {
+        is_secured(kc) && self.tls.unwrap_or(true)
+    }
+}
+
+/// The quorum of `kc`: what the existing StatefulSet recorded, else a new cluster's.
+pub fn quorum_shape(kc: &KafkaCluster, existing: Option<&StatefulSet>) -> QuorumShape {
+    let recorded = |s: &StatefulSet| {
+        let annotations = s.metadata.annotations.as_ref();
+        annotations
+            .and_then(|a| a.get(CONTROLLER_TLS_ANNOTATION))
+            .map(String::as_str)
+            == Some("true")
+    };
+    QuorumShape {
+        controllers: controller_count(kc, existing),
+        tls: existing.map(recorded),
+    }
+}
+
 /// How many of the cluster's first pods are controllers: what the StatefulSet recorded when the
 /// cluster was created (a static quorum keeps its voters), else up to three for a new cluster.
 pub fn controller_count(kc: &KafkaCluster, existing: Option<&StatefulSet>) -> i32 {
@@ -245,7 +295,13 @@ pub fn controller_count(kc: &KafkaCluster, existing: Option<&StatefulSet>) -> i3
 /// on the command line. `process.roles` is left out: a pod whose node id is one of the voters
 /// (the first `controllers` pods) runs broker and controller, every other pod is a broker that
 /// follows the quorum.
-pub fn server_properties(kc: &KafkaCluster, controllers: i32) -> Result<String, BuildError> {
+pub fn server_properties(
+    kc: &KafkaCluster,
+    quorum: impl Into<QuorumShape>,
+) -> Result<String, BuildError> {
+    let quorum = quorum.into();
+    let controllers = quorum.controllers;
+    let controller_tls = quorum.controller_tls(kc);
     let names = Names::of(kc)?;
     check_config_keys(kc)?;
     check_listeners(kc)?;
@@ -255,12 +311,13 @@ pub fn server_properties(kc: &KafkaCluster, controllers: i32) -> Result<String, 
         .iter()
         .map(|l| format!("{}://0.0.0.0:{}", l.name, l.port))
         .collect();
-    listeners.push(format!("CONTROLLER://0.0.0.0:{CONTROLLER_PORT}"));
+    listeners.push(format!("{CONTROLLER_LISTENER}://0.0.0.0:{CONTROLLER_PORT}"));
     let mut protocol_map: Vec<String> = brokers
         .iter()
         .map(|l| format!("{}:{}", l.name, l.protocol))
         .collect();
-    protocol_map.push("CONTROLLER:PLAINTEXT".into());
+    let controller_protocol = if controller_tls { "SSL" } else { "PLAINTEXT" };
+    protocol_map.push(format!("{CONTROLLER_LISTENER}:{controller_protocol}"));
     let voters: Vec<String> = (0..controllers)
         .map(|i| format!("{i}@{}:{CONTROLLER_PORT}", names.pod_host(&i.to_string())))
         .collect();
@@ -276,7 +333,10 @@ pub fn server_properties(kc: &KafkaCluster, controllers: i32) -> Result<String, 
             "listener.security.protocol.map".into(),
             protocol_map.join(","),
         ),
-        ("controller.listener.names".into(), "CONTROLLER".into()),
+        (
+            "controller.listener.names".into(),
+            CONTROLLER_LISTENER.into(),
+        ),
         ("inter.broker.listener.name".into(), brokers[0].name.clone()),
         ("controller.quorum.voters".into(), voters.join(",")),
         ("log.dirs".into(), DATA_DIR.into()),
@@ -285,7 +345,8 @@ pub fn server_properties(kc: &KafkaCluster, controllers: i32) -> Result<String, 
             format!("0.0.0.0:{METRICS_PORT}"),
         ),
     ];
-    for (k, v) in fixed.into_iter().chain(security_properties(kc)?) {
+    let security = security_properties(kc, controller_tls)?;
+    for (k, v) in fixed.into_iter().chain(security) {
         out.push_str(&format!("{k}={v}\n"));
     }
     for (k, v) in &kc.spec.config {
@@ -505,10 +566,15 @@ pub const AUTHORIZATION_KEYS: &[&str] = &["authorizer.class.name", "super.users"
 /// (its location is the pod's own file, `keystore_overrides`), client certificates checked
 /// against the clients CA (the cluster CA on the internal listener), SCRAM-SHA-512 on SASL
 /// listeners, and `super.users`: the brokers, the operator and the spec's.
-fn security_properties(kc: &KafkaCluster) -> Result<Vec<(String, String)>, BuildError> {
+fn security_properties(
+    kc: &KafkaCluster,
+    controller_tls: bool,
+) -> Result<Vec<(String, String)>, BuildError> {
     let mut out = Vec::new();
-    if is_secured(kc) {
-        let prefix = listener_prefix(INTERNAL_LISTENER);
+    let internal = is_secured(kc).then_some(INTERNAL_LISTENER);
+    let controller = controller_tls.then_some(CONTROLLER_LISTENER);
+    for name in internal.into_iter().chain(controller) {
+        let prefix = listener_prefix(name);
         out.push((format!("{prefix}ssl.keystore.type"), "PEM".into()));
         out.extend(client_certificates(&prefix, "cluster-ca"));
     }
@@ -567,8 +633,9 @@ fn client_certificates(prefix: &str, ca_dir: &str) -> [(String, String); 3] {
 /// `--override` arguments giving each TLS listener (the internal one included) the pod's own
 /// certificate and key (`<pod>.pem` of the broker Secret); `$(POD_NAME)` is expanded by the
 /// kubelet.
-fn keystore_overrides(kc: &KafkaCluster) -> Vec<String> {
+fn keystore_overrides(kc: &KafkaCluster, controller_tls: bool) -> Vec<String> {
     let internal = is_secured(kc).then_some(INTERNAL_LISTENER);
+    let controller = controller_tls.then_some(CONTROLLER_LISTENER);
     let tls = kc
         .spec
         .listeners
@@ -577,6 +644,7 @@ fn keystore_overrides(kc: &KafkaCluster) -> Vec<String> {
         .map(|l| l.name.as_str());
     internal
         .into_iter()
+        .chain(controller)
         .chain(tls)
         .flat_map(|name| {
             let prefix = listener_prefix(name);
@@ -651,7 +719,10 @@ pub fn owned_object<T: serde::de::DeserializeOwned>(
     )
 }
 
-pub fn config_map(kc: &KafkaCluster, controllers: i32) -> Result<ConfigMap, BuildError> {
+pub fn config_map(
+    kc: &KafkaCluster,
+    quorum: impl Into<QuorumShape>,
+) -> Result<ConfigMap, BuildError> {
     let names = Names::of(kc)?;
     typed(
         "ConfigMap",
@@ -659,15 +730,15 @@ pub fn config_map(kc: &KafkaCluster, controllers: i32) -> Result<ConfigMap, Buil
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": metadata(kc, names.config_map())?,
-            "data": config_map_data(kc, controllers)?,
+            "data": config_map_data(kc, quorum.into())?,
         }),
     )
 }
 
 /// The brokers' `server.properties`, and on a secured cluster with the rebalancer the sidecar's
 /// `rebalancer.properties` (its client keys, `--command-config`).
-fn config_map_data(kc: &KafkaCluster, controllers: i32) -> Result<Value, BuildError> {
-    let mut data = json!({ "server.properties": server_properties(kc, controllers)? });
+fn config_map_data(kc: &KafkaCluster, quorum: QuorumShape) -> Result<Value, BuildError> {
+    let mut data = json!({ "server.properties": server_properties(kc, quorum)? });
     if is_secured(kc) && kc.spec.rebalancer.enabled {
         let keystore = format!("{TLS_DIR}/rebalancer/{}.pem", certs::REBALANCER_ENTRY);
         let props: String = components::client_properties(&keystore)
@@ -783,11 +854,12 @@ fn pod_security() -> Value {
 pub fn statefulset(
     kc: &KafkaCluster,
     image: &str,
-    controllers: i32,
+    quorum: impl Into<QuorumShape>,
 ) -> Result<StatefulSet, BuildError> {
+    let quorum = quorum.into();
     let names = Names::of(kc)?;
     let spec = &kc.spec;
-    let props = server_properties(kc, controllers)?;
+    let props = server_properties(kc, quorum)?;
     let hash = config_hash(&props, image);
     let when_deleted = if spec.storage.delete_claim {
         "Delete"
@@ -799,7 +871,7 @@ pub fn statefulset(
         json!({
             "apiVersion": "apps/v1",
             "kind": "StatefulSet",
-            "metadata": statefulset_metadata(kc, &names, controllers)?,
+            "metadata": statefulset_metadata(kc, &names, quorum)?,
             "spec": {
                 "replicas": spec.replicas,
                 "serviceName": names.headless_service(),
@@ -812,7 +884,7 @@ pub fn statefulset(
                         "labels": labels(&names.cluster),
                         "annotations": {CONFIG_HASH_ANNOTATION: hash},
                     },
-                    "spec": broker_pod_spec(kc, &names, image)?,
+                    "spec": broker_pod_spec(kc, &names, image, quorum.controller_tls(kc))?,
                 },
                 "volumeClaimTemplates": [{
                     "metadata": {"name": "data", "labels": selector(&names.cluster)},
@@ -824,16 +896,21 @@ pub fn statefulset(
 }
 
 /// A broker pod: the format init container, the broker, and the rebalancer sidecar if asked.
-fn broker_pod_spec(kc: &KafkaCluster, names: &Names, image: &str) -> Result<Value, BuildError> {
+fn broker_pod_spec(
+    kc: &KafkaCluster,
+    names: &Names,
+    image: &str,
+    controller_tls: bool,
+) -> Result<Value, BuildError> {
     let spec = &kc.spec;
-    let mut containers = vec![broker_container(kc, names, image)];
+    let mut containers = vec![broker_container(kc, names, image, controller_tls)];
     if spec.rebalancer.enabled {
         containers.push(rebalancer_container(kc, names, image));
     }
     let mut pod_spec = json!({
         "securityContext": pod_security(),
         "terminationGracePeriodSeconds": 60,
-        "initContainers": [format_container(kc, image, &cluster_id(kc)?)],
+        "initContainers": [format_container(kc, image, &cluster_id(kc)?, controller_tls)],
         "containers": containers,
         "volumes": pod_volumes(kc, names),
     });
@@ -919,7 +996,12 @@ fn secret_volume(volume: &str, secret: &str) -> Value {
 
 /// `evenkeel format` before the broker starts (a formatted directory is left alone).
 /// It reads the whole configuration, so it gets the TLS listeners' keystores too.
-fn format_container(kc: &KafkaCluster, image: &str, cluster_id: &str) -> Value {
+fn format_container(
+    kc: &KafkaCluster,
+    image: &str,
+    cluster_id: &str,
+    controller_tls: bool,
+) -> Value {
     // `--cluster-id=ID` in one argument: an id can start with '-' (one cluster in 64: it is
     // the uid's bytes in URL-safe base64), which a parser would take for a flag.
     let mut args = vec![
@@ -931,7 +1013,7 @@ fn format_container(kc: &KafkaCluster, image: &str, cluster_id: &str) -> Value {
         "--override".into(),
         "node.id=$(POD_INDEX)".into(),
     ];
-    args.extend(keystore_overrides(kc));
+    args.extend(keystore_overrides(kc, controller_tls));
     json!({
         "name": "format",
         "image": image,
@@ -947,7 +1029,7 @@ fn format_container(kc: &KafkaCluster, image: &str, cluster_id: &str) -> Value {
 
 /// The broker: its node id from the pod index, its advertised listeners from the pod's DNS
 /// name, its rack from the node's topology label.
-fn broker_container(kc: &KafkaCluster, names: &Names, image: &str) -> Value {
+fn broker_container(kc: &KafkaCluster, names: &Names, image: &str, controller_tls: bool) -> Value {
     let spec = &kc.spec;
     let advertised: Vec<String> = broker_listeners(kc)
         .iter()
@@ -971,7 +1053,7 @@ fn broker_container(kc: &KafkaCluster, names: &Names, image: &str) -> Value {
         "--override".into(),
         format!("advertised.listeners={}", advertised.join(",")),
     ];
-    args.extend(keystore_overrides(kc));
+    args.extend(keystore_overrides(kc, controller_tls));
     if let Some(rack) = &spec.rack {
         env.push(json!({"name": "BROKER_RACK", "valueFrom": {"fieldRef": {"fieldPath": format!("metadata.labels['{}']", rack.topology_key)}}}));
         args.push("--override".into());
@@ -1089,10 +1171,13 @@ fn data_claim_spec(kc: &KafkaCluster) -> Value {
 fn statefulset_metadata(
     kc: &KafkaCluster,
     names: &Names,
-    controllers: i32,
+    quorum: QuorumShape,
 ) -> Result<Value, BuildError> {
     let mut m = metadata(kc, names.statefulset())?;
-    m["annotations"] = json!({ CONTROLLERS_ANNOTATION: controllers.to_string() });
+    m["annotations"] = json!({
+        CONTROLLERS_ANNOTATION: quorum.controllers.to_string(),
+        CONTROLLER_TLS_ANNOTATION: quorum.controller_tls(kc).to_string(),
+    });
     Ok(m)
 }
 

@@ -894,22 +894,22 @@ fn a_secured_cluster_renders_ssl_sasl_the_internal_listener_and_the_authorizer()
     );
     assert_eq!(
         p("listener.security.protocol.map"),
-        Some("REPLICATION:SSL,TLS:SASL_SSL,MTLS:SSL,CONTROLLER:PLAINTEXT")
+        Some("REPLICATION:SSL,TLS:SASL_SSL,MTLS:SSL,CONTROLLER:SSL")
     );
     assert_eq!(p("inter.broker.listener.name"), Some("REPLICATION"));
-    // The internal listener: mutual TLS against the cluster CA, not the clients CA.
-    assert_eq!(
-        p("listener.name.replication.ssl.keystore.type"),
-        Some("PEM")
-    );
-    assert_eq!(
-        p("listener.name.replication.ssl.client.auth"),
-        Some("required")
-    );
-    assert_eq!(
-        p("listener.name.replication.ssl.truststore.location"),
-        Some("/etc/evenkeel-tls/cluster-ca/ca.crt")
-    );
+    // The internal and the controller listener: mutual TLS against the cluster CA, not the
+    // clients CA.
+    for l in ["replication", "controller"] {
+        let ssl =
+            |k: &str| property(&props, &format!("listener.name.{l}.ssl.{k}")).map(str::to_string);
+        assert_eq!(ssl("keystore.type").as_deref(), Some("PEM"), "{l}");
+        assert_eq!(ssl("client.auth").as_deref(), Some("required"), "{l}");
+        assert_eq!(
+            ssl("truststore.location").as_deref(),
+            Some("/etc/evenkeel-tls/cluster-ca/ca.crt"),
+            "{l}"
+        );
+    }
     assert_eq!(p("listener.name.tls.ssl.keystore.type"), Some("PEM"));
     assert_eq!(
         p("listener.name.tls.sasl.enabled.mechanisms"),
@@ -947,7 +947,7 @@ fn the_rendered_properties_are_what_the_broker_accepts() {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     map.insert("node.id".into(), "0".into());
-    for l in ["replication", "tls", "mtls"] {
+    for l in ["replication", "controller", "tls", "mtls"] {
         map.insert(
             format!("listener.name.{l}.ssl.keystore.location"),
             "/etc/evenkeel-tls/brokers/main-kafka-0.pem".into(),
@@ -1096,6 +1096,65 @@ fn insecure_combinations_are_refused_with_a_message() {
         .replace("port: 9093", "port: 9095")
         .replace("[admin,", "['a;b',");
     assert!(refusal(&spec).contains("is not a user name"));
+}
+
+#[test]
+fn the_controller_listener_stays_as_the_statefulset_records_it() {
+    let tls = secured();
+    let protocols = |q: QuorumShape| {
+        let props = server_properties(&tls, q).unwrap();
+        property(&props, "listener.security.protocol.map").map(str::to_string)
+    };
+    let new = quorum_shape(&tls, None);
+    assert_eq!(new.tls, None);
+    assert!(protocols(new).unwrap().ends_with(",CONTROLLER:SSL"));
+    // Recorded on the StatefulSet, with each pod's keystore on its command line.
+    let running = statefulset(&tls, "img", new).unwrap();
+    let annotations = running.metadata.annotations.clone().unwrap();
+    assert_eq!(annotations[CONTROLLER_TLS_ANNOTATION], "true");
+    let pod = running
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap();
+    let keystore = "listener.name.controller.ssl.keystore.location=";
+    for c in pod
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&pod.containers[..1])
+    {
+        let args = c.args.as_ref().unwrap();
+        assert!(args.iter().any(|a| a.starts_with(keystore)), "{args:?}");
+    }
+    assert_eq!(quorum_shape(&tls, Some(&running)).tls, Some(true));
+    // A secured cluster an earlier operator made: no record, so its PLAINTEXT listener stays
+    // (voters on either side of a change could not reach each other).
+    let mut earlier = running.clone();
+    earlier.metadata.annotations = Some([(CONTROLLERS_ANNOTATION.to_string(), "3".into())].into());
+    let kept = quorum_shape(&tls, Some(&earlier));
+    assert_eq!(
+        kept,
+        QuorumShape {
+            controllers: 3,
+            tls: Some(false)
+        }
+    );
+    assert!(protocols(kept).unwrap().ends_with(",CONTROLLER:PLAINTEXT"));
+    let old = statefulset(&tls, "img", kept).unwrap();
+    assert_eq!(
+        old.metadata.annotations.unwrap()[CONTROLLER_TLS_ANNOTATION],
+        "false"
+    );
+    // An unsecured cluster's controller listener is PLAINTEXT.
+    let plain = cluster("replicas: 3\nlisteners:\n- {name: tls, port: 9095}\n");
+    let props = server_properties(&plain, 3).unwrap();
+    assert!(property(&props, "listener.security.protocol.map")
+        .unwrap()
+        .ends_with(",CONTROLLER:PLAINTEXT"));
 }
 
 #[test]
