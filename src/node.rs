@@ -58,6 +58,8 @@ pub struct Node {
     pub cluster_id: String,
     logs: Arc<LogManager>,
     metadata: Metadata,
+    /// How this node connects to the controller listener (one TLS client for every use).
+    controller_security: ClientSecurity,
     controller: Option<(Arc<ControllerNode>, ControllerListener)>,
     broker: Option<(Arc<Broker>, Server)>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -110,10 +112,12 @@ impl Node {
         let (meta, logs) = open_log_dir(&config)?;
         let cluster_id = meta.cluster_id.clone();
         logs.start_background();
+        let security = controller_security(&config)?;
         let mut node = Node {
             cluster_id: cluster_id.clone(),
             logs: logs.clone(),
-            metadata: Self::open_metadata(&config, &cluster_id, &logs).await?,
+            metadata: Self::open_metadata(&config, &cluster_id, &logs, &security).await?,
+            controller_security: security,
             config,
             controller: None,
             broker: None,
@@ -135,6 +139,7 @@ impl Node {
         config: &BrokerConfig,
         cluster_id: &str,
         logs: &LogManager,
+        security: &ClientSecurity,
     ) -> Result<Metadata, BrokerError> {
         let c = &config.cluster;
         if c.roles.controller {
@@ -145,7 +150,7 @@ impl Node {
                     cluster_id: cluster_id.to_string(),
                     voters: c.voters.clone(),
                     listener: controller_listener_name(config),
-                    security: controller_security(config)?,
+                    security: security.clone(),
                     election_timeout_ms: c.election_timeout_ms,
                     snapshot: snapshot_policy(config),
                     segment_bytes: c.metadata_segment_bytes,
@@ -163,7 +168,7 @@ impl Node {
                 cluster_id: cluster_id.to_string(),
                 controllers,
                 listener: controller_listener_name(config),
-                security: controller_security(config)?,
+                security: security.clone(),
                 segment_bytes: c.metadata_segment_bytes,
                 snapshot: snapshot_policy(config),
                 request_timeout: Duration::from_millis(c.request_timeout_ms.max(1000)),
@@ -223,10 +228,16 @@ impl Node {
     }
 
     /// Where the broker finds the active controller: the voters' controller listeners (this
-    /// node's own bound address for a cluster of one).
+    /// node's own bound address for a cluster of one, unless that listener is SSL: then the
+    /// voter's own address, whose host its certificate names).
     fn controller_addresses(&self) -> Vec<(i32, String)> {
         let c = &self.config.cluster;
-        if c.is_single_node() {
+        let tls = c
+            .security_protocols
+            .protocol(&controller_listener_name(&self.config))
+            .is_tls();
+        let named = c.voters.first().is_some_and(|v| !v.host.is_empty());
+        if c.is_single_node() && !(tls && named) {
             if let Some((_, l)) = &self.controller {
                 return vec![(self.config.node_id, format!("127.0.0.1:{}", l.addr.port()))];
             }
@@ -238,7 +249,7 @@ impl Node {
         let cfg = &self.config;
         let timeout = Duration::from_millis(cfg.cluster.request_timeout_ms.max(1000));
         let addrs = self.controller_addresses();
-        let security = controller_security(cfg)?;
+        let security = self.controller_security.clone();
         let forwarding = Arc::new(ControllerChannel::new(
             addrs.clone(),
             self.metadata.leader_changes(),

@@ -395,3 +395,49 @@ async fn the_internal_listener_knows_each_component_by_its_certificate() {
     .await;
     drop(c);
 }
+
+/// A cluster of one whose controller listener is SSL with a certificate for its DNS name only
+/// (as the operator issues them): its broker reaches its own controller by the voter's name,
+/// which the certificate carries, not by 127.0.0.1, which it does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_voter_reaches_its_ssl_controller_listener_by_the_name_its_certificate_carries() {
+    let tls = tempfile::tempdir().unwrap();
+    let ca = Ca::generate("solo-cluster-ca").unwrap();
+    let node = ca
+        .sign("solo-kafka", &["localhost".to_string()], 30)
+        .unwrap();
+    let pem = tls.path().join("node.pem");
+    std::fs::write(
+        &pem,
+        format!("{}{}{}", node.key_pem, node.cert_pem, ca.cert_pem),
+    )
+    .unwrap();
+    let ca_file = tls.path().join("ca.crt");
+    std::fs::write(&ca_file, &ca.cert_pem).unwrap();
+    let prefix = "listener.name.controller.ssl";
+    let overrides = [
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:SSL".to_string(),
+        format!("{prefix}.keystore.type=PEM"),
+        format!("{prefix}.keystore.location={}", pem.display()),
+        format!("{prefix}.truststore.type=PEM"),
+        format!("{prefix}.truststore.location={}", ca_file.display()),
+        format!("{prefix}.client.auth=required"),
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer".into(),
+        "super.users=User:CN=solo-kafka,O=evenkeel.dev;User:ANONYMOUS".into(),
+    ];
+    let overrides: Vec<&str> = overrides.iter().map(String::as_str).collect();
+    // Cluster::start_with waits until the node is ready: registered and unfenced by its own
+    // controller over TLS.
+    let c = Cluster::start_with(1, &overrides, |_, ports| {
+        vec![(
+            "controller.quorum.voters".into(),
+            format!("1@localhost:{}", ports.controller),
+        )]
+    });
+    // A topic created on the broker is forwarded to the controller over the same TLS.
+    let admin = AdminClient::connect(&c.bootstrap(), WAIT).await.unwrap();
+    admin
+        .create_topic("solo", 1, 1, &BTreeMap::new())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.log_tails(20)));
+}

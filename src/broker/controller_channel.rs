@@ -116,9 +116,14 @@ impl ControllerChannel {
             let retry = match &outcome {
                 Ok(resp) if not_controller(resp) => true,
                 Ok(_) => return outcome,
-                Err(ClientError::Io(_) | ClientError::Timeout(_) | ClientError::NoBroker(_)) => {
-                    true
-                }
+                // A TLS handshake cut short by a controller that restarts is a Security error
+                // too; a bad certificate fails again each time, and its error ends the wait.
+                Err(
+                    ClientError::Io(_)
+                    | ClientError::Timeout(_)
+                    | ClientError::NoBroker(_)
+                    | ClientError::Security { .. },
+                ) => true,
                 Err(_) => return outcome,
             };
             if !retry || Instant::now() + backoff > deadline {

@@ -71,13 +71,14 @@ pub enum BrokerError {
         #[source]
         source: crate::client::SecurityError,
     },
-    /// A TLS listener's key, certificates or truststore cannot be used.
+    /// The node cannot connect to the controller listener as configured.
     #[error("controller listener {listener}: {source}")]
     ControllerListener {
         listener: String,
         #[source]
         source: crate::client::SecurityError,
     },
+    /// A TLS listener's key, certificates or truststore cannot be used.
     #[error("listener {listener}: {source}")]
     Tls {
         listener: String,

@@ -178,6 +178,7 @@ impl BrokerConfig {
                 "brokers check each other's",
             )?;
         }
+        controller_client_auth(&cluster, &ssl, &auth)?;
         let c = BrokerConfig {
             node_id,
             listeners,
@@ -251,6 +252,40 @@ fn tls_listeners(
         )?;
     }
     Ok(ssl)
+}
+
+/// Under an authorizer, an SSL controller listener must ask for client certificates: without
+/// one every voter and broker is `User:ANONYMOUS`, refused unless that is a super user, and the
+/// quorum could never form.
+fn controller_client_auth(
+    cluster: &ClusterConfig,
+    ssl: &BTreeMap<String, super::ssl::SslConfig>,
+    auth: &super::auth::AuthConfig,
+) -> Result<(), ConfigError> {
+    let Some(authorizer) = &auth.authorizer else {
+        return Ok(());
+    };
+    let Some(c) = cluster
+        .controller_listener_names
+        .first()
+        .and_then(|c| ssl.get(c))
+    else {
+        return Ok(());
+    };
+    let anonymous = authorizer.super_users.iter().any(|u| u == "User:ANONYMOUS");
+    if c.client_auth == super::ssl::ClientAuth::Required || anonymous {
+        return Ok(());
+    }
+    let key = format!(
+        "listener.name.{}.ssl.client.auth",
+        c.listener.to_lowercase()
+    );
+    let reason = format!(
+        "the controller listener {} is SSL under authorizer.class.name: its callers (the voters \
+         and brokers) must show certificates (required), or each is User:ANONYMOUS and refused",
+        c.listener
+    );
+    Err(bad(&key, "", reason))
 }
 
 /// A TLS listener this node connects to as well as serves (the inter-broker or the controller
@@ -665,6 +700,24 @@ mod tests {
         );
         let (c, _) = BrokerConfig::from_props(&plain).unwrap();
         assert!(c.ssl.is_empty());
+        // Under an authorizer, the callers must show certificates.
+        let mut authorized = p.clone();
+        authorized.insert(
+            "authorizer.class.name".into(),
+            "org.apache.kafka.metadata.authorizer.StandardAuthorizer".into(),
+        );
+        let e = BrokerConfig::from_props(&authorized)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("configuration listener.name.controller.ssl.client.auth:"),
+            "{e}"
+        );
+        authorized.insert(
+            "listener.name.controller.ssl.client.auth".into(),
+            "required".into(),
+        );
+        BrokerConfig::from_props(&authorized).unwrap();
     }
 
     #[test]

@@ -61,17 +61,32 @@ fn frame<R: kafka_protocol::protocol::Encodable + kafka_protocol::protocol::Head
 impl ControllerNode {
     /// Whether `caller` may do `op` on the cluster (always, without an authorizer).
     fn allows(&self, caller: &Caller, op: AclOperation) -> bool {
-        let Some(a) = &self.authorizer else {
-            return true;
-        };
-        let allowed = a.allows(caller, op);
-        if !allowed {
-            tracing::info!(
-                principal = %caller.principal, host = %caller.host, operation = %op,
-                "refused a request on the controller listener"
-            );
+        self.authorizer
+            .as_ref()
+            .is_none_or(|a| a.allows(caller, op))
+    }
+
+    /// The answer to a request `caller` may not make: CLUSTER_AUTHORIZATION_FAILED, or the
+    /// connection closed for one without a refusal (it fails closed); `None` when allowed.
+    fn refuse(
+        &self,
+        request: &DecodedRequest,
+        v: i16,
+        cid: i32,
+        caller: &Caller,
+    ) -> Option<Result<Bytes, FrameError>> {
+        let op = refusals::required_operation(request)?;
+        if self.allows(caller, op) {
+            return None;
         }
-        allowed
+        let code = errors::CLUSTER_AUTHORIZATION_FAILED;
+        Some(match refusals::refusal(request, v, code) {
+            Some(refusal) => refusal.encode(v, cid),
+            None => Err(FrameError::Malformed(format!(
+                "{} may not make this request on the controller listener",
+                caller.principal
+            ))),
+        })
     }
 
     /// Answers one request frame (without its size prefix) from `caller`. An error closes the
@@ -111,13 +126,8 @@ impl ControllerNode {
             protocol::decode_request_for(frame_bytes, api_versions::CONTROLLER)?;
         let v = header.request_api_version;
         let cid = header.correlation_id;
-        if let Some(op) = refusals::required_operation(&request) {
-            if !self.allows(caller, op) {
-                let code = errors::CLUSTER_AUTHORIZATION_FAILED;
-                if let Some(refusal) = refusals::refusal(&request, v, code) {
-                    return refusal.encode(v, cid).map(Some);
-                }
-            }
+        if let Some(refused) = self.refuse(&request, v, cid, caller) {
+            return refused.map(Some);
         }
         match request {
             DecodedRequest::ApiVersions(_) => {

@@ -7,11 +7,14 @@
 //! Envelope, which needs it): an admin tool pointed at the controllers (`--bootstrap-controller`)
 //! needs CLUSTER_ACTION for them, where Kafka would check the operation on its resource.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
+use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use crate::config::auth::AuthorizerSettings;
@@ -30,10 +33,19 @@ pub struct Caller {
     pub host: String,
 }
 
+/// How often a refused principal is logged at INFO (a refused voter or broker retries at
+/// every heartbeat); in between, at DEBUG.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The most principals whose last INFO line is remembered.
+const MAX_LOGGED: usize = 1024;
+
 /// The authorizer of an SSL controller listener, following the quorum's published images.
 pub struct ListenerAuthorizer {
     authorizer: Authorizer,
     images: watch::Receiver<Arc<MetadataImage>>,
+    /// When each refused principal was last logged at INFO.
+    logged: Mutex<HashMap<String, Instant>>,
 }
 
 impl ListenerAuthorizer {
@@ -44,10 +56,12 @@ impl ListenerAuthorizer {
         ListenerAuthorizer {
             authorizer: Authorizer::new(settings),
             images,
+            logged: Mutex::default(),
         }
     }
 
-    /// Whether `caller` may do `op` on the cluster, over the ACLs of the latest image.
+    /// Whether `caller` may do `op` on the cluster, over the ACLs of the latest image; a
+    /// refusal is logged.
     pub fn allows(&self, caller: &Caller, op: AclOperation) -> bool {
         let image = self.images.borrow().clone();
         self.authorizer.publish(&image);
@@ -58,7 +72,34 @@ impl ListenerAuthorizer {
             ResourceType::Cluster,
             CLUSTER_NAME,
         );
-        decision == Decision::Allowed
+        let allowed = decision == Decision::Allowed;
+        if !allowed {
+            self.log_refusal(caller, op);
+        }
+        allowed
+    }
+
+    /// At INFO once per `REFUSAL_LOG_INTERVAL` and principal, else at DEBUG.
+    fn log_refusal(&self, caller: &Caller, op: AclOperation) {
+        let now = Instant::now();
+        let due = {
+            let mut logged = self.logged.lock();
+            let last = logged.get(&caller.principal).copied();
+            let due = last.is_none_or(|t| now.duration_since(t) >= REFUSAL_LOG_INTERVAL);
+            if due {
+                if logged.len() >= MAX_LOGGED {
+                    logged.clear();
+                }
+                logged.insert(caller.principal.clone(), now);
+            }
+            due
+        };
+        let (principal, host) = (&caller.principal, &caller.host);
+        if due {
+            tracing::info!(%principal, %host, operation = %op, "refused a request on the controller listener");
+        } else {
+            tracing::debug!(%principal, %host, operation = %op, "refused a request on the controller listener");
+        }
     }
 }
 
@@ -158,6 +199,13 @@ fn elect_refusal(r: &ElectLeadersRequest, v: i16, code: i16) -> ElectLeadersResp
 
 /// The admin requests, whose responses carry an error per item.
 fn item_refusal(request: &DecodedRequest, v: i16, code: i16) -> Option<Refusal> {
+    topic_refusal(request, v, code)
+        .or_else(|| config_refusal(request, code))
+        .or_else(|| security_refusal(request, code))
+}
+
+/// CreateTopics, DeleteTopics and CreatePartitions refused on every topic.
+fn topic_refusal(request: &DecodedRequest, v: i16, code: i16) -> Option<Refusal> {
     use DecodedRequest as D;
     let message_from = |first: i16| if v >= first { message() } else { None };
     let r = match request {
@@ -208,6 +256,15 @@ fn item_refusal(request: &DecodedRequest, v: i16, code: i16) -> Option<Refusal> 
                     .collect(),
             ),
         ),
+        _ => return None,
+    };
+    Some(r)
+}
+
+/// AlterConfigs and IncrementalAlterConfigs refused on every resource.
+fn config_refusal(request: &DecodedRequest, code: i16) -> Option<Refusal> {
+    use DecodedRequest as D;
+    let r = match request {
         D::AlterConfigs(r) => Refusal::AlterConfigs(
             AlterConfigsResponse::default().with_responses(
                 r.resources
@@ -236,6 +293,15 @@ fn item_refusal(request: &DecodedRequest, v: i16, code: i16) -> Option<Refusal> 
                     .collect(),
             ),
         ),
+        _ => return None,
+    };
+    Some(r)
+}
+
+/// CreateAcls, DeleteAcls and AlterUserScramCredentials refused on every item.
+fn security_refusal(request: &DecodedRequest, code: i16) -> Option<Refusal> {
+    use DecodedRequest as D;
+    let r = match request {
         D::CreateAcls(r) => Refusal::CreateAcls(
             CreateAclsResponse::default().with_results(
                 r.creations

@@ -176,8 +176,10 @@ impl Peer {
             }
         }
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let stream = crate::client::connection::open_stream(&self.addr, left, &self.net.security)
+        let open = crate::client::connection::open_stream(&self.addr, left, &self.net.security);
+        let stream = tokio::time::timeout_at(deadline, open)
             .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect"))?
             .map_err(|e| match e {
                 ClientError::Io(e) => e,
                 ClientError::Timeout(what) => {
@@ -260,10 +262,12 @@ impl Peer {
             return Err(RPCError::Unreachable(Unreachable::new(&e)));
         }
         if code != errors::NONE {
-            let e = WireError::Protocol(format!(
-                "quorum request refused with {}",
-                errors::error_name(code)
-            ));
+            let why = format!("quorum request refused with {}", errors::error_name(code));
+            // Refused (CLUSTER_AUTHORIZATION_FAILED: this node's certificate lacks the right):
+            // as good as unreachable, and logged as such when it lasts.
+            self.net
+                .note_reachable(self.target, &self.addr, false, &why);
+            let e = WireError::Protocol(why);
             return Err(RPCError::Network(NetworkError::new(&e)));
         }
         let result: Result<Resp, RaftError<NodeId, E>> =

@@ -21,7 +21,7 @@ use super::network::ClusterMismatch;
 use super::snapshot::{self, SnapshotFile};
 use super::state_machine::{apply_entry, SnapshotPolicy};
 use super::NodeId;
-use crate::client::{ClientError, ClientSecurity, Connection};
+use crate::client::{ClientSecurity, Connection};
 use crate::metadata::image::MetadataImage;
 use crate::protocol::errors;
 use crate::storage::batch::BatchHeader;
@@ -150,7 +150,7 @@ impl Observer {
     pub async fn run(self: Arc<Self>) {
         let mut next = 0usize;
         let mut conn: Option<(i32, Connection)> = None;
-        let mut refused_once = false;
+        let mut outage = Outage::default();
         loop {
             if conn.as_ref().is_none_or(|(_, c)| c.is_broken()) {
                 let (id, addr) = self.pick(&mut next);
@@ -158,12 +158,7 @@ impl Observer {
                 match Connection::connect_with(&addr, timeout, &self.cfg.security).await {
                     Ok(c) => conn = Some((id, c)),
                     Err(e) => {
-                        // A refused TLS handshake will not mend itself: say so once.
-                        if matches!(e, ClientError::Security { .. }) && !refused_once {
-                            refused_once = true;
-                            tracing::warn!(%addr, error = %e, "cannot connect to a controller");
-                        }
-                        tracing::debug!(%addr, error = %e, "cannot reach a controller");
+                        outage.failed(&format!("cannot connect to {addr}: {e}"));
                         tokio::time::sleep(Duration::from_millis(200)).await;
                         continue;
                     }
@@ -173,14 +168,14 @@ impl Observer {
                 continue;
             };
             match self.fetch_once(c).await {
-                Ok(true) => {}
+                Ok(true) => outage.ended(),
                 Ok(false) => {
                     // Not the leader: try the one it named, or the next address.
                     conn = None;
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 Err(e) => {
-                    tracing::debug!(error = %e, "metadata fetch failed");
+                    outage.failed(&format!("metadata fetch failed: {e}"));
                     conn = None;
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
@@ -412,4 +407,33 @@ fn apply_batches(
         pos += size;
     }
     (next, bytes)
+}
+
+/// How long the controllers must stay out of reach before it is logged as a warning.
+const OUTAGE_WARNING: Duration = Duration::from_secs(5);
+
+/// The observer's time without metadata: logged at WARN once it lasts `OUTAGE_WARNING` (a
+/// refused TLS handshake or a certificate without the right does not mend itself), and its end.
+#[derive(Default)]
+struct Outage {
+    since: Option<std::time::Instant>,
+    warned: bool,
+}
+
+impl Outage {
+    fn failed(&mut self, why: &str) {
+        tracing::debug!(reason = why, "cannot follow the quorum");
+        let since = *self.since.get_or_insert_with(std::time::Instant::now);
+        if !self.warned && since.elapsed() >= OUTAGE_WARNING {
+            self.warned = true;
+            tracing::warn!(reason = why, "cannot connect to a controller");
+        }
+    }
+
+    fn ended(&mut self) {
+        if std::mem::take(&mut self.warned) {
+            tracing::info!("following the quorum again");
+        }
+        self.since = None;
+    }
 }
