@@ -173,9 +173,7 @@ fn start(tls: &Path, ca: &Ca, kc: &KafkaCluster) -> (Cluster, Vec<String>, Vec<S
         },
         |_| {},
     );
-    let mut controllers = controllers.into_inner().unwrap();
-    controllers.sort();
-    controllers.dedup();
+    let controllers = controllers.into_inner().unwrap();
     (c, addresses, controllers)
 }
 

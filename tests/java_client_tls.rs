@@ -44,6 +44,11 @@ fn user_keystore(dir: &Path, clients: &Ca, cn: &str, password: &str) -> PathBuf 
     path
 }
 
+/// One of Kafka's tools, run through `bench/kafka/tool`.
+fn kafka_tool() -> Command {
+    Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/kafka/tool"))
+}
+
 /// The client properties that trust the CA certificates of the PEM file `ca`.
 fn pem_truststore(ca: &Path) -> String {
     format!(
@@ -69,8 +74,7 @@ fn create_topic(
         keystore.display()
     );
     std::fs::write(&props, config).unwrap();
-    let tool = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/kafka/tool");
-    Command::new(tool)
+    kafka_tool()
         .args([
             "kafka-topics",
             "--bootstrap-server",
@@ -222,8 +226,7 @@ fn describe_quorum(dir: &Path, pki: &Pki, controller: &str, leaf: Option<&str>) 
     }
     let props = dir.join(format!("{}.properties", leaf.unwrap_or("anonymous")));
     std::fs::write(&props, config).unwrap();
-    let tool = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/kafka/tool");
-    Command::new(tool)
+    kafka_tool()
         .args([
             "kafka-metadata-quorum",
             "--bootstrap-controller",

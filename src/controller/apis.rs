@@ -53,9 +53,7 @@ fn frame<R: kafka_protocol::protocol::Encodable + kafka_protocol::protocol::Head
     cid: i32,
     body: &R,
 ) -> Result<Option<Bytes>, FrameError> {
-    protocol::encode_response(v, cid, body)
-        .map(Some)
-        .map_err(|e| FrameError::Malformed(format!("cannot encode the response: {e:#}")))
+    protocol::frame_response(v, cid, body).map(Some)
 }
 
 impl ControllerNode {
@@ -80,13 +78,12 @@ impl ControllerNode {
             return None;
         }
         let code = errors::CLUSTER_AUTHORIZATION_FAILED;
-        Some(match refusals::refusal(request, v, code) {
-            Some(refusal) => refusal.encode(v, cid),
-            None => Err(FrameError::Malformed(format!(
+        Some(refusals::refusal(request, v, cid, code).unwrap_or_else(|| {
+            Err(FrameError::Malformed(format!(
                 "{} may not make this request on the controller listener",
                 caller.principal
-            ))),
-        })
+            )))
+        }))
     }
 
     /// Answers one request frame (without its size prefix) from `caller`. An error closes the

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use crate::config::auth::AuthorizerSettings;
 use crate::metadata::authorizer::Authorizer;
 use crate::metadata::image::MetadataImage;
-use crate::protocol::{self, DecodedRequest, FrameError};
+use crate::protocol::{self, frame_response as frame, DecodedRequest, FrameError};
 use crate::security::acl::{AclOperation, ResourceType, CLUSTER_NAME};
 use crate::security::authorizer::Decision;
 
@@ -122,60 +122,85 @@ fn message() -> Option<StrBytes> {
     ))
 }
 
-/// `request`, at version `v`, refused with `code` (CLUSTER_AUTHORIZATION_FAILED), on every item
-/// the response carries and with a message where the version has one; `None` for a request the
-/// controller listener does not serve.
-pub fn refusal(request: &DecodedRequest, v: i16, code: i16) -> Option<Refusal> {
+/// The response frame refusing `request` (version `v`, correlation id `cid`) with `code`
+/// (CLUSTER_AUTHORIZATION_FAILED), on every item the response carries and with a message where
+/// the version has one; `None` for a request the controller listener does not serve.
+pub fn refusal(
+    request: &DecodedRequest,
+    v: i16,
+    cid: i32,
+    code: i16,
+) -> Option<Result<Bytes, FrameError>> {
     use DecodedRequest as D;
     let message_from = |first: i16| if v >= first { message() } else { None };
     let r = match request {
-        D::BrokerRegistration(_) => Refusal::Registration(
-            BrokerRegistrationResponse::default()
+        D::BrokerRegistration(_) => frame(
+            v,
+            cid,
+            &BrokerRegistrationResponse::default()
                 .with_error_code(code)
                 .with_broker_epoch(-1),
         ),
-        D::BrokerHeartbeat(_) => Refusal::Heartbeat(
-            BrokerHeartbeatResponse::default()
+        D::BrokerHeartbeat(_) => frame(
+            v,
+            cid,
+            &BrokerHeartbeatResponse::default()
                 .with_error_code(code)
                 .with_is_fenced(true),
         ),
-        D::UnregisterBroker(_) => Refusal::Unregister(
-            UnregisterBrokerResponse::default()
+        D::UnregisterBroker(_) => frame(
+            v,
+            cid,
+            &UnregisterBrokerResponse::default()
                 .with_error_code(code)
                 .with_error_message(message()),
         ),
-        D::AllocateProducerIds(_) => {
-            Refusal::ProducerIds(AllocateProducerIdsResponse::default().with_error_code(code))
-        }
-        D::AlterPartition(_) => {
-            Refusal::AlterPartition(AlterPartitionResponse::default().with_error_code(code))
-        }
-        D::ElectLeaders(r) => Refusal::Elect(elect_refusal(r, v, code)),
-        D::AlterPartitionReassignments(_) => Refusal::Reassign(
-            AlterPartitionReassignmentsResponse::default()
+        D::AllocateProducerIds(_) => frame(
+            v,
+            cid,
+            &AllocateProducerIdsResponse::default().with_error_code(code),
+        ),
+        D::AlterPartition(_) => frame(
+            v,
+            cid,
+            &AlterPartitionResponse::default().with_error_code(code),
+        ),
+        D::ElectLeaders(r) => frame(v, cid, &elect_refusal(r, v, code)),
+        D::AlterPartitionReassignments(_) => frame(
+            v,
+            cid,
+            &AlterPartitionReassignmentsResponse::default()
                 .with_error_code(code)
                 .with_error_message(message()),
         ),
-        D::ListPartitionReassignments(_) => Refusal::ListReassignments(
-            ListPartitionReassignmentsResponse::default()
+        D::ListPartitionReassignments(_) => frame(
+            v,
+            cid,
+            &ListPartitionReassignmentsResponse::default()
                 .with_error_code(code)
                 .with_error_message(message()),
         ),
-        D::DescribeQuorum(_) => Refusal::Quorum(
-            DescribeQuorumResponse::default()
+        D::DescribeQuorum(_) => frame(
+            v,
+            cid,
+            &DescribeQuorumResponse::default()
                 .with_error_code(code)
                 .with_error_message(message_from(2)),
         ),
-        D::DescribeCluster(_) => Refusal::Cluster(
-            DescribeClusterResponse::default()
+        D::DescribeCluster(_) => frame(
+            v,
+            cid,
+            &DescribeClusterResponse::default()
                 .with_error_code(code)
                 .with_error_message(message()),
         ),
-        D::Fetch(_) => Refusal::Fetch(FetchResponse::default().with_error_code(code)),
-        D::FetchSnapshot(_) => {
-            Refusal::FetchSnapshot(FetchSnapshotResponse::default().with_error_code(code))
-        }
-        other => return item_refusal(other, v, code),
+        D::Fetch(_) => frame(v, cid, &FetchResponse::default().with_error_code(code)),
+        D::FetchSnapshot(_) => frame(
+            v,
+            cid,
+            &FetchSnapshotResponse::default().with_error_code(code),
+        ),
+        other => return item_refusal(other, v, cid, code),
     };
     Some(r)
 }
@@ -198,19 +223,31 @@ fn elect_refusal(r: &ElectLeadersRequest, v: i16, code: i16) -> ElectLeadersResp
 }
 
 /// The admin requests, whose responses carry an error per item.
-fn item_refusal(request: &DecodedRequest, v: i16, code: i16) -> Option<Refusal> {
-    topic_refusal(request, v, code)
-        .or_else(|| config_refusal(request, code))
-        .or_else(|| security_refusal(request, code))
+fn item_refusal(
+    request: &DecodedRequest,
+    v: i16,
+    cid: i32,
+    code: i16,
+) -> Option<Result<Bytes, FrameError>> {
+    topic_refusal(request, v, cid, code)
+        .or_else(|| config_refusal(request, v, cid, code))
+        .or_else(|| security_refusal(request, v, cid, code))
 }
 
 /// CreateTopics, DeleteTopics and CreatePartitions refused on every topic.
-fn topic_refusal(request: &DecodedRequest, v: i16, code: i16) -> Option<Refusal> {
+fn topic_refusal(
+    request: &DecodedRequest,
+    v: i16,
+    cid: i32,
+    code: i16,
+) -> Option<Result<Bytes, FrameError>> {
     use DecodedRequest as D;
     let message_from = |first: i16| if v >= first { message() } else { None };
     let r = match request {
-        D::CreateTopics(r) => Refusal::CreateTopics(
-            CreateTopicsResponse::default().with_topics(
+        D::CreateTopics(r) => frame(
+            v,
+            cid,
+            &CreateTopicsResponse::default().with_topics(
                 r.topics
                     .iter()
                     .map(|t| {
@@ -228,8 +265,10 @@ fn topic_refusal(request: &DecodedRequest, v: i16, code: i16) -> Option<Refusal>
                 .topic_names
                 .iter()
                 .map(|n| (Some(n.clone()), Default::default()));
-            Refusal::DeleteTopics(
-                DeleteTopicsResponse::default().with_responses(
+            frame(
+                v,
+                cid,
+                &DeleteTopicsResponse::default().with_responses(
                     by_state
                         .chain(by_name)
                         .map(|(name, id)| {
@@ -243,8 +282,10 @@ fn topic_refusal(request: &DecodedRequest, v: i16, code: i16) -> Option<Refusal>
                 ),
             )
         }
-        D::CreatePartitions(r) => Refusal::CreatePartitions(
-            CreatePartitionsResponse::default().with_results(
+        D::CreatePartitions(r) => frame(
+            v,
+            cid,
+            &CreatePartitionsResponse::default().with_results(
                 r.topics
                     .iter()
                     .map(|t| {
@@ -262,11 +303,18 @@ fn topic_refusal(request: &DecodedRequest, v: i16, code: i16) -> Option<Refusal>
 }
 
 /// AlterConfigs and IncrementalAlterConfigs refused on every resource.
-fn config_refusal(request: &DecodedRequest, code: i16) -> Option<Refusal> {
+fn config_refusal(
+    request: &DecodedRequest,
+    v: i16,
+    cid: i32,
+    code: i16,
+) -> Option<Result<Bytes, FrameError>> {
     use DecodedRequest as D;
     let r = match request {
-        D::AlterConfigs(r) => Refusal::AlterConfigs(
-            AlterConfigsResponse::default().with_responses(
+        D::AlterConfigs(r) => frame(
+            v,
+            cid,
+            &AlterConfigsResponse::default().with_responses(
                 r.resources
                     .iter()
                     .map(|c| {
@@ -279,8 +327,10 @@ fn config_refusal(request: &DecodedRequest, code: i16) -> Option<Refusal> {
                     .collect(),
             ),
         ),
-        D::IncrementalAlterConfigs(r) => Refusal::IncrementalAlterConfigs(
-            IncrementalAlterConfigsResponse::default().with_responses(
+        D::IncrementalAlterConfigs(r) => frame(
+            v,
+            cid,
+            &IncrementalAlterConfigsResponse::default().with_responses(
                 r.resources
                     .iter()
                     .map(|c| {
@@ -299,11 +349,18 @@ fn config_refusal(request: &DecodedRequest, code: i16) -> Option<Refusal> {
 }
 
 /// CreateAcls, DeleteAcls and AlterUserScramCredentials refused on every item.
-fn security_refusal(request: &DecodedRequest, code: i16) -> Option<Refusal> {
+fn security_refusal(
+    request: &DecodedRequest,
+    v: i16,
+    cid: i32,
+    code: i16,
+) -> Option<Result<Bytes, FrameError>> {
     use DecodedRequest as D;
     let r = match request {
-        D::CreateAcls(r) => Refusal::CreateAcls(
-            CreateAclsResponse::default().with_results(
+        D::CreateAcls(r) => frame(
+            v,
+            cid,
+            &CreateAclsResponse::default().with_results(
                 r.creations
                     .iter()
                     .map(|_| {
@@ -314,8 +371,10 @@ fn security_refusal(request: &DecodedRequest, code: i16) -> Option<Refusal> {
                     .collect(),
             ),
         ),
-        D::DeleteAcls(r) => Refusal::DeleteAcls(
-            DeleteAclsResponse::default().with_filter_results(
+        D::DeleteAcls(r) => frame(
+            v,
+            cid,
+            &DeleteAclsResponse::default().with_filter_results(
                 r.filters
                     .iter()
                     .map(|_| {
@@ -332,7 +391,7 @@ fn security_refusal(request: &DecodedRequest, code: i16) -> Option<Refusal> {
             let mut users: Vec<StrBytes> = users.collect();
             users.sort();
             users.dedup();
-            Refusal::Scram(
+            frame(v, cid, &
                 AlterUserScramCredentialsResponse::default().with_results(
                     users
                         .into_iter()
@@ -351,69 +410,12 @@ fn security_refusal(request: &DecodedRequest, code: i16) -> Option<Refusal> {
     Some(r)
 }
 
-/// A refused request's response.
-pub enum Refusal {
-    Registration(BrokerRegistrationResponse),
-    Heartbeat(BrokerHeartbeatResponse),
-    Unregister(UnregisterBrokerResponse),
-    ProducerIds(AllocateProducerIdsResponse),
-    AlterPartition(AlterPartitionResponse),
-    Elect(ElectLeadersResponse),
-    Reassign(AlterPartitionReassignmentsResponse),
-    ListReassignments(ListPartitionReassignmentsResponse),
-    Quorum(DescribeQuorumResponse),
-    Cluster(DescribeClusterResponse),
-    Fetch(FetchResponse),
-    FetchSnapshot(FetchSnapshotResponse),
-    CreateTopics(CreateTopicsResponse),
-    DeleteTopics(DeleteTopicsResponse),
-    CreatePartitions(CreatePartitionsResponse),
-    AlterConfigs(AlterConfigsResponse),
-    IncrementalAlterConfigs(IncrementalAlterConfigsResponse),
-    CreateAcls(CreateAclsResponse),
-    DeleteAcls(DeleteAclsResponse),
-    Scram(AlterUserScramCredentialsResponse),
-}
-
-impl Refusal {
-    /// The response frame at version `v` for correlation id `cid`.
-    pub fn encode(&self, v: i16, cid: i32) -> Result<Bytes, FrameError> {
-        fn enc<R>(v: i16, cid: i32, body: &R) -> Result<Bytes, FrameError>
-        where
-            R: kafka_protocol::protocol::Encodable + kafka_protocol::protocol::HeaderVersion,
-        {
-            protocol::encode_response(v, cid, body)
-                .map_err(|e| FrameError::Malformed(format!("cannot encode the response: {e:#}")))
-        }
-        match self {
-            Refusal::Registration(b) => enc(v, cid, b),
-            Refusal::Heartbeat(b) => enc(v, cid, b),
-            Refusal::Unregister(b) => enc(v, cid, b),
-            Refusal::ProducerIds(b) => enc(v, cid, b),
-            Refusal::AlterPartition(b) => enc(v, cid, b),
-            Refusal::Elect(b) => enc(v, cid, b),
-            Refusal::Reassign(b) => enc(v, cid, b),
-            Refusal::ListReassignments(b) => enc(v, cid, b),
-            Refusal::Quorum(b) => enc(v, cid, b),
-            Refusal::Cluster(b) => enc(v, cid, b),
-            Refusal::Fetch(b) => enc(v, cid, b),
-            Refusal::FetchSnapshot(b) => enc(v, cid, b),
-            Refusal::CreateTopics(b) => enc(v, cid, b),
-            Refusal::DeleteTopics(b) => enc(v, cid, b),
-            Refusal::CreatePartitions(b) => enc(v, cid, b),
-            Refusal::AlterConfigs(b) => enc(v, cid, b),
-            Refusal::IncrementalAlterConfigs(b) => enc(v, cid, b),
-            Refusal::CreateAcls(b) => enc(v, cid, b),
-            Refusal::DeleteAcls(b) => enc(v, cid, b),
-            Refusal::Scram(b) => enc(v, cid, b),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::protocol::errors;
+    use bytes::Buf;
+    use kafka_protocol::protocol::{Decodable, HeaderVersion};
 
     #[test]
     fn describe_needs_describe_and_everything_else_cluster_action() {
@@ -437,10 +439,12 @@ mod tests {
                 .with_name(TopicName(protocol::str_bytes("b"))),
         ]);
         let code = errors::CLUSTER_AUTHORIZATION_FAILED;
-        let Some(Refusal::CreateTopics(r)) = refusal(&DecodedRequest::CreateTopics(req), 7, code)
-        else {
-            panic!("no CreateTopics refusal");
-        };
+        let refused = refusal(&DecodedRequest::CreateTopics(req), 7, 1, code);
+        let mut frame = refused.expect("a CreateTopics refusal").unwrap();
+        frame.advance(4); // the size
+        let header_version = CreateTopicsResponse::header_version(7);
+        ResponseHeader::decode(&mut frame, header_version).unwrap();
+        let r = CreateTopicsResponse::decode(&mut frame, 7).unwrap();
         let names: Vec<&str> = r.topics.iter().map(|t| t.name.0.as_str()).collect();
         assert_eq!(names, ["a", "b"]);
         assert!(r.topics.iter().all(|t| t.error_code == code));
@@ -521,9 +525,9 @@ mod tests {
                 .unwrap_or_else(|| panic!("{key:?} is served but has no refusal here"));
             let (low, high) = table.range(*key).unwrap();
             for v in low..=high {
-                let refused =
-                    refusal(request, v, code).unwrap_or_else(|| panic!("{key:?} v{v}: no refusal"));
-                if let Err(e) = refused.encode(v, 1) {
+                let refused = refusal(request, v, 1, code)
+                    .unwrap_or_else(|| panic!("{key:?} v{v}: no refusal"));
+                if let Err(e) = refused {
                     panic!("{key:?} v{v}: {e}");
                 }
             }

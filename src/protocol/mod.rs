@@ -79,6 +79,17 @@ pub fn encode_response<R: Encodable + HeaderVersion>(
     )
 }
 
+/// `encode_response` for a handler: a body that cannot be encoded is a `FrameError`, which
+/// closes the connection.
+pub fn frame_response<R: Encodable + HeaderVersion>(
+    api_version: i16,
+    correlation_id: i32,
+    body: &R,
+) -> Result<Bytes, FrameError> {
+    encode_response(api_version, correlation_id, body)
+        .map_err(|e| FrameError::Malformed(format!("cannot encode the response: {e:#}")))
+}
+
 /// As `encode_response`, with an explicit header version (ApiVersions error replies use v0).
 pub fn encode_response_with_header_version<R: Encodable>(
     header_version: i16,
