@@ -11,14 +11,15 @@ REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TOOL = os.path.join(REPO_ROOT, "bench", "kafka", "tool")
 
 
-def run_tool(name, *args, timeout=120):
-    """Run `bench/kafka/tool <name> args...`; returns (exit code, stdout, stderr).
+def run_tool(name, *args, timeout=120, input=None):
+    """Run `bench/kafka/tool <name> args...` (with `input` on its stdin, else none); returns
+    (exit code, stdout, stderr).
 
     A timeout is reported as exit code -1 with a note on stderr (it does not raise)."""
     try:
-        p = subprocess.run([TOOL, name, *[str(a) for a in args]], cwd=REPO_ROOT,
-                           stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                           timeout=timeout)
+        stdin = subprocess.DEVNULL if input is None else None
+        p = subprocess.run([TOOL, name, *[str(a) for a in args]], cwd=REPO_ROOT, stdin=stdin,
+                           input=input, capture_output=True, text=True, timeout=timeout)
         return p.returncode, p.stdout, p.stderr
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")

@@ -6,9 +6,10 @@ import pytest
 
 from common import ignore_kafka_python_warnings, name_fixtures, run_tool
 
-# The security tier (SASL listeners, the authorizer) needs a node set up for it:
-# tests/conformance/security/run starts one and runs it on its own.
-collect_ignore = ["security"]
+# The security tiers (SASL listeners, TLS, the authorizer) need nodes set up for them:
+# tests/conformance/security/run and tests/conformance/secure-cluster/run start them and run
+# them on their own.
+collect_ignore = ["security", "secure-cluster"]
 
 def pytest_addoption(parser):
     group = parser.getgroup("conformance")
