@@ -14,7 +14,7 @@ use crate::broker::{open_log_dir, Broker, BrokerError, BrokerParts};
 use crate::client::ClientSecurity;
 use crate::config::broker::BrokerConfig;
 use crate::controller::apis::ControllerNode;
-use crate::controller::listener::ControllerListener;
+use crate::controller::listener::{ControllerListener, ControllerSasl};
 use crate::controller::quorum_controller::{ControllerSettings, QuorumController};
 use crate::controller::raft::entries::DEFAULT_CONTROLLER_LISTENER;
 use crate::controller::raft::observer::{Observer, ObserverConfig};
@@ -83,24 +83,39 @@ fn controller_listener_name(cfg: &BrokerConfig) -> String {
 /// How this node connects to the controller listener (as a voter to the other voters, as a
 /// broker to the active controller): PLAINTEXT, or SSL with that listener's `ssl.*` settings
 /// (its keystore presented as the client certificate; the files read now, so that a bad one
-/// stops the start).
+/// stops the start), with the node's SASL login (`sasl.mechanism.controller.protocol`) when the
+/// listener is SASL.
 fn controller_security(cfg: &BrokerConfig) -> Result<ClientSecurity, BrokerError> {
     let listener = controller_listener_name(cfg);
     let protocol = cfg.cluster.security_protocols.protocol(&listener);
-    ClientSecurity::for_listener(protocol, cfg.ssl.get(&listener), None)
+    let login = cfg.auth.controller.as_ref();
+    ClientSecurity::for_listener(protocol, cfg.ssl.get(&listener), login)
         .map_err(|source| BrokerError::ControllerListener { listener, source })
 }
 
-/// Who may call the controller listener: with an authorizer configured and the listener SSL,
-/// callers are known by their certificates and checked (Kafka's ControllerApis). A PLAINTEXT
-/// controller listener knows no caller and is not checked: it must stay private.
+/// Who may call the controller listener: with an authorizer configured and the listener SSL
+/// or SASL, callers are known by their certificates or logins and checked (Kafka's
+/// ControllerApis). A PLAINTEXT controller listener knows no caller and is not checked: it must
+/// stay private.
 fn controller_authorizer(cfg: &BrokerConfig, quorum: &Quorum) -> Option<ListenerAuthorizer> {
     let settings = cfg.auth.authorizer.as_ref()?;
     let listener = controller_listener_name(cfg);
-    if !cfg.cluster.security_protocols.protocol(&listener).is_tls() {
+    let protocol = cfg.cluster.security_protocols.protocol(&listener);
+    if !protocol.is_tls() && !protocol.is_sasl() {
         return None;
     }
     Some(ListenerAuthorizer::new(settings, quorum.images()))
+}
+
+/// The SASL side of the controller listener when it is SASL_PLAINTEXT or SASL_SSL.
+fn controller_sasl(cfg: &BrokerConfig) -> Option<ControllerSasl> {
+    let settings = cfg.auth.sasl.get(&controller_listener_name(cfg))?;
+    Some(ControllerSasl {
+        settings: Arc::new(settings.clone()),
+        reauth_ms: cfg.auth.connections_max_reauth_ms,
+        max_receive_bytes: cfg.auth.sasl_server_max_receive_size,
+        failed_delay: cfg.connections.failed_authentication_delay(),
+    })
 }
 
 impl Node {
@@ -218,6 +233,7 @@ impl Node {
             port,
             cfg.socket_request_max_bytes,
             crate::broker::server::tls_server(cfg, &controller_listener_name(cfg))?,
+            controller_sasl(cfg),
         )
         .await
         .map_err(|source| BrokerError::Bind {

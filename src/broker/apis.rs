@@ -10,10 +10,8 @@ use kafka_protocol::protocol::{Encodable, HeaderVersion};
 
 use super::auth::Session;
 use super::refusals::{refuse_cluster_request, refuse_group_request, Refusal};
-use super::{
-    acls, admin, fetch, group, metadata, produce, sasl, scram_credentials, Broker, Outcome,
-};
-use crate::protocol::{self, api_versions, errors, DecodedRequest, FrameError};
+use super::{acls, admin, fetch, group, metadata, produce, scram_credentials, Broker, Outcome};
+use crate::protocol::{self, api_versions, errors, sasl, DecodedRequest, FrameError};
 
 /// A handled request: Kafka's request name for metrics, and the reply.
 pub struct Handled {

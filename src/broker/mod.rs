@@ -20,7 +20,6 @@ mod purgatory;
 mod refusals;
 pub mod replica_manager;
 pub mod replication;
-pub mod sasl;
 mod scram_credentials;
 pub mod server;
 

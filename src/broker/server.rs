@@ -14,7 +14,6 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
 use super::auth::Session;
-use super::sasl::{SaslAuthenticator, Step as SaslStep};
 use super::{Broker, Reply};
 use crate::config::broker::{BrokerConfig, Listener};
 use crate::metrics::RequestTimes;
@@ -22,6 +21,7 @@ use crate::protocol::creation_rate::CreationRate;
 use crate::protocol::listener::{
     serve, CloseReason, Connection, ConnectionQuotas, Handler, ListenerSettings, DEFAULT_DRAIN,
 };
+use crate::protocol::sasl::{SaslAuthenticator, Step as SaslStep};
 use crate::protocol::{FrameError, RawHeader};
 use crate::security::sasl::ScramMechanism;
 use crate::security::tls::TlsServer;

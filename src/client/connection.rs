@@ -230,7 +230,7 @@ pub(super) async fn open(
     timeout: Duration,
     security: &ClientSecurity,
 ) -> Result<Opened, ClientError> {
-    let stream = open_stream(addr, timeout, security).await?;
+    let stream = connect_stream(addr, timeout, security).await?;
     let mut io = Io {
         stream,
         next_correlation_id: 1,
@@ -250,10 +250,31 @@ pub(super) async fn open(
     })
 }
 
-/// A byte stream to `addr`: TCP, then the TLS handshake when `security` has a TLS config (the
-/// server's certificate checked against `addr`'s host), each step within `timeout`. No SASL:
-/// for the quorum's own connections, which carry no Kafka login.
+/// A byte stream to `addr` for the quorum's own requests, which are not Kafka's: TCP, TLS when
+/// `security` has a TLS config, then ApiVersions and the SASL login when it has one, each step
+/// within `timeout`.
 pub async fn open_stream(
+    addr: &str,
+    timeout: Duration,
+    security: &ClientSecurity,
+) -> Result<Stream, ClientError> {
+    let stream = connect_stream(addr, timeout, security).await?;
+    let Some(login) = security.sasl() else {
+        return Ok(stream);
+    };
+    let mut io = Io {
+        stream,
+        next_correlation_id: 1,
+    };
+    let versions = negotiate(&within(timeout, "ApiVersions", api_versions(&mut io)).await?);
+    let login = security::authenticate(&mut io, addr, &versions, login);
+    within(timeout, "SASL authentication", login).await?;
+    Ok(io.stream)
+}
+
+/// A byte stream to `addr`: TCP, then the TLS handshake when `security` has a TLS config (the
+/// server's certificate checked against `addr`'s host), each step within `timeout`.
+async fn connect_stream(
     addr: &str,
     timeout: Duration,
     security: &ClientSecurity,

@@ -61,6 +61,9 @@ pub struct AuthConfig {
     pub sasl: BTreeMap<String, ListenerSasl>,
     /// How this broker logs in to the others, when the inter-broker listener uses SASL.
     pub inter_broker: Option<JaasLogin>,
+    /// How this node logs in to the controllers, when the controller listener uses SASL
+    /// (`sasl.mechanism.controller.protocol`).
+    pub controller: Option<JaasLogin>,
     /// `connections.max.reauth.ms` (0: a session never expires).
     pub connections_max_reauth_ms: u64,
     /// `sasl.server.max.receive.size` (524288): the largest SASL token accepted.
@@ -76,10 +79,14 @@ pub const KEYS: &[&str] = &[
     "connections.max.reauth.ms",
     "sasl.server.max.receive.size",
     INTER_BROKER_MECHANISM,
+    CONTROLLER_MECHANISM,
 ];
 
 /// Kafka's key of the mechanism brokers log in to each other with.
 pub const INTER_BROKER_MECHANISM: &str = "sasl.mechanism.inter.broker.protocol";
+
+/// Kafka's key of the mechanism voters and brokers log in to the controllers with.
+pub const CONTROLLER_MECHANISM: &str = "sasl.mechanism.controller.protocol";
 
 /// A value that must not be printed (it holds passwords).
 const HIDDEN: &str = "(hidden)";
@@ -113,7 +120,7 @@ impl AuthConfig {
         let inter_broker = match inter_broker {
             Some(l) => sasl
                 .get(l)
-                .map(|enabled| inter_broker_login(props, l, enabled))
+                .map(|enabled| own_login(props, &INTER_BROKER, l, Some(enabled)))
                 .transpose()?,
             None => None,
         };
@@ -121,6 +128,7 @@ impl AuthConfig {
             authorizer: authorizer(props)?,
             sasl,
             inter_broker,
+            controller: None,
             connections_max_reauth_ms: number(props, "connections.max.reauth.ms", 0, 0)?,
             sasl_server_max_receive_size: number(
                 props,
@@ -129,6 +137,24 @@ impl AuthConfig {
                 1,
             )?,
         })
+    }
+}
+
+impl AuthConfig {
+    /// With the controller listener `l` on SASL: its settings where this node serves it (a
+    /// voter), and the login this node connects to it with (voters and brokers alike).
+    pub fn with_controller(
+        mut self,
+        props: &BTreeMap<String, String>,
+        l: &str,
+        voter: bool,
+    ) -> Result<AuthConfig, ConfigError> {
+        let served = voter.then(|| listener_sasl(props, l)).transpose()?;
+        self.controller = Some(own_login(props, &CONTROLLER, l, served.as_ref())?);
+        if let Some(served) = served {
+            self.sasl.insert(l.to_string(), served);
+        }
+        Ok(self)
     }
 }
 
@@ -237,18 +263,46 @@ fn listener_sasl(props: &BTreeMap<String, String>, l: &str) -> Result<ListenerSa
     })
 }
 
-/// The broker's own login on the inter-broker listener `l`, whose SASL settings are `enabled`:
-/// the mechanism must be set (Kafka's default, GSSAPI, is not served) and enabled there, and
-/// its JAAS config on `l` must give `username` and `password`.
-fn inter_broker_login(
+/// Which of a node's own logins: the key naming its mechanism, and what it connects to.
+struct OwnLogin {
+    key: &'static str,
+    role: &'static str,
+    connects: &'static str,
+    /// Whether SCRAM can serve: not between voters, who would need the metadata log they
+    /// cannot yet agree on to check each other's SCRAM credentials.
+    scram: bool,
+}
+
+const INTER_BROKER: OwnLogin = OwnLogin {
+    key: INTER_BROKER_MECHANISM,
+    role: "the inter-broker listener",
+    connects: "the broker logs in to other brokers",
+    scram: true,
+};
+
+const CONTROLLER: OwnLogin = OwnLogin {
+    key: CONTROLLER_MECHANISM,
+    role: "the controller listener",
+    connects: "voters and brokers log in to the controllers",
+    scram: false,
+};
+
+/// The node's own login on listener `l` (the inter-broker or the controller listener, as
+/// `which` says): the mechanism must be set (Kafka's default, GSSAPI, is not served) and, where
+/// this node serves `l` (`enabled`), enabled there; the JAAS config of that mechanism on `l`
+/// must give `username` and `password`.
+fn own_login(
     props: &BTreeMap<String, String>,
+    which: &OwnLogin,
     l: &str,
-    enabled: &ListenerSasl,
+    enabled: Option<&ListenerSasl>,
 ) -> Result<JaasLogin, ConfigError> {
-    let key = INTER_BROKER_MECHANISM;
+    let (key, role) = (which.key, which.role);
     let Some(value) = props.get(key).map(|v| v.trim()).filter(|v| !v.is_empty()) else {
         let reason = format!(
-            "the inter-broker listener {l} uses SASL: name the mechanism brokers log in to              each other with ({}); Kafka's default, GSSAPI, is not served by evenkeel",
+            "{role} {l} uses SASL: name the mechanism {} with ({}); Kafka's default, GSSAPI, \
+             is not served by evenkeel",
+            which.connects,
             MECHANISMS.join(", ")
         );
         return Err(bad(key, "", reason));
@@ -261,9 +315,16 @@ fn inter_broker_login(
         );
         return Err(bad(key, value, reason));
     }
-    if !enabled.mechanisms.contains(&mechanism) {
+    if !which.scram && mechanism.starts_with("SCRAM-") {
         let reason = format!(
-            "the inter-broker listener {l} does not enable it (its sasl.enabled.mechanisms: {})",
+            "{role} {l} cannot log in with SCRAM: its credentials live in the metadata log, \
+             which the voters must reach each other to agree on; use PLAIN"
+        );
+        return Err(bad(key, value, reason));
+    }
+    if let Some(enabled) = enabled.filter(|e| !e.mechanisms.contains(&mechanism)) {
+        let reason = format!(
+            "{role} {l} does not enable it (its sasl.enabled.mechanisms: {})",
             enabled.mechanisms.join(",")
         );
         return Err(bad(key, value, reason));
@@ -275,8 +336,8 @@ fn inter_broker_login(
     );
     let Some(jaas) = props.get(&jaas_key) else {
         let reason = format!(
-            "the broker logs in to other brokers with {mechanism}: give its username=\"…\" \
-             and password=\"…\" as options of {}",
+            "{} with {mechanism}: give its username=\"…\" and password=\"…\" as options of {}",
+            which.connects,
             login_module(&mechanism)
         );
         return Err(bad(&jaas_key, "", reason));
@@ -508,6 +569,79 @@ mod tests {
             ("broker", "p w")
         );
         assert_eq!(c.sasl["INTERNAL"].plain_users["broker"], "p w");
+    }
+
+    /// The controller listener CONTROLLER on SASL_PLAINTEXT, for a voter or a broker-only node.
+    fn controller(text: &str, voter: bool) -> Result<AuthConfig, ConfigError> {
+        let p = props(text);
+        let map = SecurityProtocolMap::from_props(&p, &[], &[]).unwrap();
+        let c = AuthConfig::from_props(&p, &[], &map, None)?;
+        c.with_controller(&p, "CONTROLLER", voter)
+    }
+
+    const CONTROLLER_JAAS: &str = "listener.name.controller.plain.sasl.jaas.config=\
+        org.apache.kafka.common.security.plain.PlainLoginModule required \
+        username=\"quorum\" password=\"q\" user_quorum=\"q\";";
+
+    #[test]
+    fn the_controller_login_comes_from_the_controller_listeners_jaas_config() {
+        let text = format!(
+            "listener.name.controller.sasl.enabled.mechanisms=PLAIN\n\
+             sasl.mechanism.controller.protocol=PLAIN\n{CONTROLLER_JAAS}"
+        );
+        let c = controller(&text, true).unwrap();
+        let login = c.controller.unwrap();
+        assert_eq!(
+            (login.mechanism.as_str(), login.username.as_str()),
+            ("PLAIN", "quorum")
+        );
+        // A voter serves it: its mechanisms and PLAIN's users.
+        assert_eq!(c.sasl["CONTROLLER"].plain_users["quorum"], "q");
+        // A broker-only node only logs in: it needs no enabled list and serves nothing.
+        let c = controller(
+            &format!("sasl.mechanism.controller.protocol=PLAIN\n{CONTROLLER_JAAS}"),
+            false,
+        )
+        .unwrap();
+        assert!(c.controller.is_some() && c.sasl.is_empty());
+    }
+
+    #[test]
+    fn controller_logins_are_refused_by_key() {
+        let mech = "sasl.mechanism.controller.protocol";
+        let enabled = "listener.name.controller.sasl.enabled.mechanisms";
+        for (text, voter, key, words) in [
+            (
+                format!("{enabled}=PLAIN\n{CONTROLLER_JAAS}"),
+                true,
+                mech,
+                "GSSAPI, is not served",
+            ),
+            (
+                format!("{enabled}=SCRAM-SHA-512\n{mech}=PLAIN\n{CONTROLLER_JAAS}"),
+                true,
+                mech,
+                "does not enable it",
+            ),
+            (
+                format!("{enabled}=SCRAM-SHA-512\n{mech}=SCRAM-SHA-512"),
+                true,
+                mech,
+                "cannot log in with SCRAM",
+            ),
+            (
+                format!("{mech}=PLAIN"),
+                false,
+                "listener.name.controller.plain.sasl.jaas.config",
+                "voters and brokers log in to the controllers with PLAIN",
+            ),
+        ] {
+            let e = controller(&text, voter).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("configuration {key}:")) && e.contains(words),
+                "{text}: {e}"
+            );
+        }
     }
 
     #[test]

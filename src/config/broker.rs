@@ -170,7 +170,12 @@ impl BrokerConfig {
             .broker
             .then_some(cluster.inter_broker_listener_name.as_str());
         let protocols = &cluster.security_protocols;
-        let auth = super::auth::AuthConfig::from_props(props, &names, protocols, inter_broker)?;
+        let mut auth = super::auth::AuthConfig::from_props(props, &names, protocols, inter_broker)?;
+        if let Some(c) = cluster.controller_listener_names.first() {
+            if protocols.protocol(c).is_sasl() {
+                auth = auth.with_controller(props, c, cluster.roles.controller)?;
+            }
+        }
         if let Some(ssl) = inter_broker.and_then(|l| ssl.get(l)) {
             peer_truststore(
                 ssl,
@@ -268,9 +273,10 @@ fn controller_client_auth(
     let Some(c) = cluster
         .controller_listener_names
         .first()
+        .filter(|c| !cluster.security_protocols.protocol(c).is_sasl())
         .and_then(|c| ssl.get(c))
     else {
-        return Ok(());
+        return Ok(()); // no TLS, or SASL_SSL: the callers are known by their logins
     };
     let anonymous = authorizer.super_users.iter().any(|u| u == "User:ANONYMOUS");
     if c.client_auth == super::ssl::ClientAuth::Required || anonymous {
@@ -667,6 +673,35 @@ mod tests {
         let e = BrokerConfig::from_props(&bad).unwrap_err().to_string();
         assert!(
             e.contains("configuration sasl.mechanism.inter.broker.protocol:"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_sasl_ssl_controller_listener_needs_the_nodes_login_and_no_client_certificates() {
+        let p = parse_properties(
+            "node.id=1\nprocess.roles=broker,controller\ncontroller.quorum.voters=1@c1:9093\n\
+             listeners=INTERNAL://:9092,CONTROLLER://:9093\ncontroller.listener.names=CONTROLLER\n\
+             listener.security.protocol.map=INTERNAL:PLAINTEXT,CONTROLLER:SASL_SSL\n\
+             inter.broker.listener.name=INTERNAL\n\
+             ssl.keystore.type=PEM\nssl.keystore.location=/tls/server.pem\n\
+             ssl.truststore.type=PEM\nssl.truststore.location=/tls/ca.pem\n\
+             authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer\n\
+             listener.name.controller.sasl.enabled.mechanisms=PLAIN\n\
+             sasl.mechanism.controller.protocol=PLAIN\n\
+             listener.name.controller.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"quorum\" password=\"q\" user_quorum=\"q\";\n",
+        );
+        let (c, unknown) = BrokerConfig::from_props(&p).unwrap();
+        assert!(unknown.is_empty(), "{unknown:?}");
+        assert_eq!(c.auth.controller.unwrap().username, "quorum");
+        assert_eq!(c.auth.sasl["CONTROLLER"].mechanisms, ["PLAIN"]);
+        assert!(c.ssl.contains_key("CONTROLLER"));
+        let mut bad = p.clone();
+        bad.remove("sasl.mechanism.controller.protocol");
+        let e = BrokerConfig::from_props(&bad).unwrap_err().to_string();
+        assert!(
+            e.contains("configuration sasl.mechanism.controller.protocol:")
+                && e.contains("the controller listener CONTROLLER uses SASL"),
             "{e}"
         );
     }

@@ -576,12 +576,6 @@ mod tests {
                 "controller.listener.names",
             ),
             (
-                "node.id=1\nprocess.roles=broker,controller\ncontroller.quorum.voters=1@a:9093\n\
-                 listeners=PLAINTEXT://:9092,CONTROLLER://:9093\ncontroller.listener.names=CONTROLLER\n\
-                 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_SSL\n",
-                "listener.security.protocol.map",
-            ),
-            (
                 "node.id=1\nlisteners=INTERNAL://:9093\n",
                 "listener.security.protocol.map",
             ),

@@ -99,8 +99,7 @@ pub const PROTOCOL_MAP_KEY: &str = "listener.security.protocol.map";
 
 impl SecurityProtocolMap {
     /// Reads the map and checks that every listener has a protocol this version serves. A
-    /// controller listener left out of the map is PLAINTEXT, as in Kafka; a controller
-    /// listener is PLAINTEXT or SSL (the quorum's own connections speak no SASL).
+    /// controller listener left out of the map is PLAINTEXT, as in Kafka.
     pub fn from_props(
         props: &BTreeMap<String, String>,
         listeners: &[Listener],
@@ -131,20 +130,6 @@ impl SecurityProtocolMap {
                     key,
                     &shown(),
                     format!("no security protocol is defined for listener {}", l.name),
-                ));
-            }
-        }
-        // A broker-only node has no controller listener of its own, but speaks its protocol.
-        for name in controller_names {
-            let p = map.protocol(name);
-            if p.is_sasl() {
-                return Err(bad(
-                    key,
-                    &shown(),
-                    format!(
-                        "controller listener {name} uses {p}; evenkeel serves PLAINTEXT or SSL \
-                         (with ssl.client.auth=required, mutual TLS) on controller listeners"
-                    ),
                 ));
             }
         }
@@ -216,18 +201,11 @@ mod tests {
         );
         let e = map(Some("A:TLS"), &["A"], &[]).unwrap_err().to_string();
         assert!(e.contains("is not a security protocol"), "{e}");
-        let e = map(Some("C:SASL_SSL"), &["C"], &["C"])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("controller listener C uses SASL_SSL"), "{e}");
-        // A broker-only node checks the controller listener it connects to, too.
-        let e = map(Some("B:PLAINTEXT,C:SASL_PLAINTEXT"), &["B"], &["C"])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("controller listener C uses SASL_PLAINTEXT"),
-            "{e}"
-        );
+        // Every protocol may serve the controller listener, on voters and broker-only nodes.
+        let m = map(Some("C:SASL_SSL"), &["C"], &["C"]).unwrap();
+        assert_eq!(m.protocol("C"), SecurityProtocol::SaslSsl);
+        let m = map(Some("B:PLAINTEXT,C:SASL_PLAINTEXT"), &["B"], &["C"]).unwrap();
+        assert_eq!(m.protocol("C"), SecurityProtocol::SaslPlaintext);
         let m = map(Some("B:PLAINTEXT,C:SSL"), &["B"], &["C"]).unwrap();
         assert_eq!(m.protocol("C"), SecurityProtocol::Ssl);
     }

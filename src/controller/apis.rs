@@ -21,7 +21,7 @@ use super::replication::{IsrChange, ReassignmentSpec, TopicSpec};
 use super::{ControllerError, METADATA_TOPIC};
 use crate::config::cluster::Voter;
 use crate::metadata::records::{BrokerEndpoint, BrokerFeature, RESOURCE_BROKER, RESOURCE_TOPIC};
-use crate::protocol::{self, api_versions, errors, DecodedRequest, FrameError};
+use crate::protocol::{self, api_versions, errors, sasl, DecodedRequest, FrameError};
 use crate::security::acl::AclOperation;
 use crate::storage::KafkaUuid;
 
@@ -159,6 +159,13 @@ impl ControllerNode {
             DecodedRequest::DeleteAcls(r) => frame(v, cid, &self.delete_acls(r).await),
             DecodedRequest::AlterUserScramCredentials(r) => {
                 frame(v, cid, &self.alter_scram_credentials(r).await)
+            }
+            // After a login, or on a listener without SASL: no exchange is expected.
+            DecodedRequest::SaslHandshake(r) => {
+                frame(v, cid, &sasl::handshake_after_authentication(r))
+            }
+            DecodedRequest::SaslAuthenticate(_) => {
+                frame(v, cid, &sasl::authenticate_after_authentication())
             }
             other => Err(FrameError::Malformed(format!(
                 "{:?} is not served on the controller listener",

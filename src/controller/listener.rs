@@ -1,6 +1,7 @@
 //! The controller listener: accepts connections from voters, brokers and admin tools through
-//! the shared accept loop (`protocol::listener`), over TLS when it is SSL, and answers their
-//! frames in order, one request in flight per connection, through `ControllerNode::handle`.
+//! the shared accept loop (`protocol::listener`), over TLS when it is SSL, after a SASL login
+//! when it is SASL, and answers their frames in order, one request in flight per connection,
+//! through `ControllerNode::handle`.
 //!
 //! Kafka's controller applies the broker's connection limits on its own socket server; here
 //! the controller listener has none (no `max.connections`, no per-ip limit, no idle timeout):
@@ -10,16 +11,33 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::apis::ControllerNode;
 use super::refusals::Caller;
+use crate::config::auth::ListenerSasl;
 use crate::protocol::listener::{
     serve, CloseReason, Connection, ConnectionQuotas, Handler, ListenerSettings, DEFAULT_DRAIN,
 };
+use crate::protocol::sasl::{SaslAuthenticator, Step};
+use crate::security::sasl::ScramMechanism;
 use crate::security::tls::TlsServer;
+
+/// SASL on the controller listener, as on a broker's SASL listener: the mechanisms and PLAIN's
+/// users, the session lifetime (`connections.max.reauth.ms`), the largest frame before a login
+/// (`sasl.server.max.receive.size`) and the pause before a failed login's connection closes.
+/// SCRAM logins are checked against the credentials in this voter's metadata image.
+pub struct ControllerSasl {
+    pub settings: Arc<ListenerSasl>,
+    pub reauth_ms: u64,
+    pub max_receive_bytes: usize,
+    pub failed_delay: Duration,
+}
 
 /// A bound controller listener.
 pub struct ControllerListener {
@@ -39,6 +57,7 @@ impl ControllerListener {
         port: u16,
         max_request_bytes: usize,
         tls: Option<Arc<TlsServer>>,
+        sasl: Option<ControllerSasl>,
     ) -> std::io::Result<ControllerListener> {
         let host = if host.is_empty() { "0.0.0.0" } else { host };
         let listener = TcpListener::bind((host, port)).await?;
@@ -46,7 +65,15 @@ impl ControllerListener {
         let (stop, rx) = watch::channel(false);
         let mut settings = ListenerSettings::plaintext(name, max_request_bytes);
         settings.tls = tls;
-        let handler: Handler = Arc::new(move |conn| Box::pin(connection(conn, node.clone())));
+        let sasl = sasl.map(|s| {
+            Arc::new(Login {
+                listener: name.to_string(),
+                max_request_bytes,
+                sasl: s,
+            })
+        });
+        let handler: Handler =
+            Arc::new(move |conn| Box::pin(connection(conn, node.clone(), sasl.clone())));
         let task = tokio::spawn(serve(
             listener,
             settings,
@@ -69,19 +96,81 @@ impl ControllerListener {
     }
 }
 
-async fn connection(mut conn: Connection, node: Arc<ControllerNode>) -> Result<(), CloseReason> {
-    let caller = Caller {
+/// What a connection needs for its SASL login.
+struct Login {
+    listener: String,
+    max_request_bytes: usize,
+    sasl: ControllerSasl,
+}
+
+async fn connection(
+    mut conn: Connection,
+    node: Arc<ControllerNode>,
+    login: Option<Arc<Login>>,
+) -> Result<(), CloseReason> {
+    let mut caller = Caller {
         principal: conn.principal().to_string(),
         host: conn.peer().ip().to_canonical().to_string(),
     };
+    let mut sasl = login.map(|login| {
+        // Until a SASL client has logged in it may send only small frames.
+        conn.set_max_request_bytes(login.sasl.max_receive_bytes);
+        let s = &login.sasl;
+        let auth = SaslAuthenticator::new(&login.listener, s.settings.clone(), s.reauth_ms);
+        (auth, login)
+    });
     loop {
         let Some(frame) = conn.next_request().await? else {
             return Ok(());
         };
+        if let Some((auth, login)) = sasl.as_mut() {
+            if sasl_turn(&mut conn, auth, login, &node, &frame, &mut caller).await? {
+                continue;
+            }
+        }
         match node.handle(frame, &caller).await {
             Ok(Some(resp)) => conn.write(&resp).await?,
             Ok(None) => {}
             Err(e) => return Err(CloseReason::Handler(e.to_string())),
         }
+    }
+}
+
+/// The SASL authenticator's turn at a request: `Ok(true)` when it answered it (after a login,
+/// `caller` names the principal and full-size frames are read again), `Ok(false)` when the
+/// controller serves it; an error closes the connection.
+async fn sasl_turn(
+    conn: &mut Connection,
+    auth: &mut SaslAuthenticator,
+    login: &Login,
+    node: &ControllerNode,
+    frame: &Bytes,
+    caller: &mut Caller,
+) -> Result<bool, CloseReason> {
+    let image = node.quorum.image();
+    let scram = |user: &str, m: ScramMechanism| {
+        let c = image.security().scram_credential(user, m.type_code());
+        c.map(|c| c.credential())
+    };
+    let raw = crate::protocol::peek_header(frame).ok();
+    match auth.on_request(&scram, frame, raw) {
+        Step::Serve => Ok(false),
+        Step::Answer(f) => conn.write(&f).await.map(|_| true),
+        Step::Authenticated(f, principal) => {
+            caller.principal = principal;
+            conn.set_max_request_bytes(login.max_request_bytes);
+            conn.write(&f).await.map(|_| true)
+        }
+        Step::AnswerAndClose(f, reason) => {
+            conn.write(&f).await?;
+            Err(CloseReason::Handler(reason))
+        }
+        Step::Failed(f, reason) => {
+            tracing::info!(peer = %conn.peer(), listener = %login.listener, %reason, "a SASL login on the controller listener failed");
+            conn.write(&f).await?;
+            tokio::time::sleep(login.sasl.failed_delay).await;
+            Err(CloseReason::Handler(reason))
+        }
+        Step::Close(reason) => Err(CloseReason::Handler(reason)),
     }
 }

@@ -103,10 +103,13 @@ impl ListenerAuthorizer {
     }
 }
 
-/// The operation on the cluster a request needs; `None` for ApiVersions, which anyone may send.
+/// The operation on the cluster a request needs; `None` for ApiVersions and the SASL login's
+/// requests, which anyone may send.
 pub fn required_operation(request: &DecodedRequest) -> Option<AclOperation> {
     match request {
-        DecodedRequest::ApiVersions(_) => None,
+        DecodedRequest::ApiVersions(_)
+        | DecodedRequest::SaslHandshake(_)
+        | DecodedRequest::SaslAuthenticate(_) => None,
         DecodedRequest::DescribeQuorum(_) | DecodedRequest::DescribeCluster(_) => {
             Some(AclOperation::Describe)
         }
@@ -423,6 +426,8 @@ mod tests {
         assert_eq!(required_operation(&quorum), Some(AclOperation::Describe));
         let versions = DecodedRequest::ApiVersions(Default::default());
         assert_eq!(required_operation(&versions), None);
+        let login = DecodedRequest::SaslAuthenticate(Default::default());
+        assert_eq!(required_operation(&login), None);
         let heartbeat = DecodedRequest::BrokerHeartbeat(Default::default());
         assert_eq!(
             required_operation(&heartbeat),
@@ -450,7 +455,8 @@ mod tests {
         assert!(r.topics.iter().all(|t| t.error_code == code));
     }
 
-    /// A default request of each API the controller listener serves (ApiVersions aside).
+    /// A default request of each API the controller listener serves (those anyone may send
+    /// aside: ApiVersions and the SASL login).
     fn served() -> Vec<(ApiKey, DecodedRequest)> {
         use DecodedRequest as D;
         vec![
@@ -518,7 +524,12 @@ mod tests {
         let table = crate::protocol::api_versions::CONTROLLER;
         let requests = served();
         let code = errors::CLUSTER_AUTHORIZATION_FAILED;
-        for (key, _, _) in table.0.iter().filter(|(k, _, _)| *k != ApiKey::ApiVersions) {
+        let open = [
+            ApiKey::ApiVersions,
+            ApiKey::SaslHandshake,
+            ApiKey::SaslAuthenticate,
+        ];
+        for (key, _, _) in table.0.iter().filter(|(k, _, _)| !open.contains(k)) {
             let (_, request) = requests
                 .iter()
                 .find(|(k, _)| k == key)

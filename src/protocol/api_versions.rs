@@ -51,7 +51,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
 ];
 
 /// What the controller listener answers: the quorum's own traffic aside (a private key), the
-/// broker-to-controller APIs, the admin requests brokers forward, and the observers' fetch.
+/// broker-to-controller APIs, the admin requests brokers forward, the observers' fetch, and the
+/// SASL login of a SASL controller listener.
 pub const CONTROLLER_SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Fetch, 12, 17),
     (ApiKey::ApiVersions, 0, 4),
@@ -71,6 +72,8 @@ pub const CONTROLLER_SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::BrokerHeartbeat, 0, 1),
     (ApiKey::UnregisterBroker, 0, 0),
     (ApiKey::AllocateProducerIds, 0, 0),
+    (ApiKey::SaslHandshake, 1, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
     (ApiKey::AlterUserScramCredentials, 0, 0),

@@ -7,6 +7,7 @@ pub mod creation_rate;
 pub mod errors;
 pub mod listener;
 pub mod murmur2;
+pub mod sasl;
 pub mod wire;
 
 use bytes::{BufMut, Bytes, BytesMut};

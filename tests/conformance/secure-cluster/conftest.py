@@ -4,8 +4,10 @@
 tests/conformance/secure-cluster/run starts the cluster (Apache Kafka or evenkeel, the same
 server.properties) and passes its SASL_SSL and SSL bootstrap lists and the directory of its
 certificates: ca.crt (the cluster CA), carol.{pem,crt,key} (CN=carol, signed by it) and
-mallory.{pem,crt,key} (signed by a CA the cluster does not trust). User admin
-(admin-secret, SCRAM-SHA-512, from format --add-scram) is a super user.
+mallory.{pem,crt,key} (signed by a CA the cluster does not trust), and its controller listeners
+(SASL_SSL with PLAIN users quorum/quorum-secret, the nodes' own login and a super user, and
+intruder/intruder-secret). User admin (admin-secret, SCRAM-SHA-512, from format --add-scram) is
+a super user.
 """
 import os
 import sys
@@ -22,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from common import ignore_kafka_python_warnings, name_fixtures, run_tool  # noqa: E402
 
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 
 
 def pytest_addoption(parser):
@@ -30,6 +33,8 @@ def pytest_addoption(parser):
                     help="the SASL_SSL listeners, HOST:PORT,...")
     group.addoption("--ssl-bootstrap", action="store", required=True,
                     help="the SSL listeners (client certificates required), HOST:PORT,...")
+    group.addoption("--controller-bootstrap", action="store", required=True,
+                    help="the controller listeners (SASL_SSL, PLAIN), HOST:PORT,...")
     group.addoption("--pki", action="store", required=True,
                     help="the directory of ca.crt and the clients' certificates")
 
@@ -46,11 +51,14 @@ class Identity:
     certificate (or none) on the SSL listeners. Gives the same identity to each client: a
     client.properties for Kafka's tools, a librdkafka config and a kafka-python config."""
 
-    def __init__(self, cluster, name, password=None, mechanism="SCRAM-SHA-512", cert=None):
+    def __init__(self, cluster, name, password=None, mechanism="SCRAM-SHA-512", cert=None,
+                 controller=False):
         self.cluster, self.name, self.password, self.mechanism = cluster, name, password, mechanism
         self.cert = cert  # a file stem in the pki directory, for SSL; None on SASL_SSL
         self.sasl = password is not None
-        self.bootstrap = cluster.sasl_bootstrap if self.sasl else cluster.ssl_bootstrap
+        self.controller = controller  # on the controller listeners (--bootstrap-controller)
+        self.bootstrap = (cluster.controller_bootstrap if controller else
+                          cluster.sasl_bootstrap if self.sasl else cluster.ssl_bootstrap)
         self.principal = "User:%s" % (name if self.sasl else "CN=" + name)
         self.properties = self._write_properties()
 
@@ -62,9 +70,10 @@ class Identity:
         keystore (KIP-651)."""
         lines = ["ssl.truststore.type=PEM", "ssl.truststore.location=%s" % self._pki("ca.crt")]
         if self.sasl:
+            module = PLAIN_MODULE if self.mechanism == "PLAIN" else SCRAM_MODULE
             lines += ["security.protocol=SASL_SSL", "sasl.mechanism=%s" % self.mechanism,
                       'sasl.jaas.config=%s required username="%s" password="%s";'
-                      % (SCRAM_MODULE, self.name, self.password)]
+                      % (module, self.name, self.password)]
         else:
             lines.append("security.protocol=SSL")
             if self.cert:
@@ -78,8 +87,9 @@ class Identity:
 
     def tool(self, name, *args, input=None, timeout=120):
         """Kafka's tool `name` on this identity's listeners with its client.properties."""
-        return run_tool(name, "--bootstrap-server", self.bootstrap, "--command-config",
-                        self.properties, *args, input=input, timeout=timeout)
+        flag = "--bootstrap-controller" if self.controller else "--bootstrap-server"
+        return run_tool(name, flag, self.bootstrap, "--command-config", self.properties, *args,
+                        input=input, timeout=timeout)
 
     def librdkafka(self, **extra):
         cfg = {"bootstrap.servers": self.bootstrap, "ssl.ca.location": self._pki("ca.crt")}
@@ -111,11 +121,16 @@ class Cluster:
     def __init__(self, config, props_dir):
         self.sasl_bootstrap = config.getoption("--sasl-bootstrap")
         self.ssl_bootstrap = config.getoption("--ssl-bootstrap")
+        self.controller_bootstrap = config.getoption("--controller-bootstrap")
         self.pki = config.getoption("--pki")
         self.props_dir = str(props_dir)
 
     def scram(self, name, password, mechanism="SCRAM-SHA-512"):
         return Identity(self, name, password=password, mechanism=mechanism)
+
+    def controller_login(self, name, password):
+        """A PLAIN login on the controller listeners."""
+        return Identity(self, name, password=password, mechanism="PLAIN", controller=True)
 
     def certificate(self, name):
         """CN=<name>, key and certificate in the pki directory; "" for no certificate."""

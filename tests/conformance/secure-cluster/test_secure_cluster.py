@@ -264,3 +264,21 @@ def rdkafka_produce_one(who, topic):
     p.flush(20)
     assert len(errors) == 1, "no delivery report in 20 s"
     return errors[0]
+
+
+# --- the controller listener ------------------------------------------------------------------
+
+def test_kafka_metadata_quorum_reads_the_sasl_controller_listener_only_with_the_right(cluster,
+                                                                                        admin):
+    quorum = cluster.controller_login("quorum", "quorum-secret")
+    out = ok(quorum.tool("kafka-metadata-quorum", "describe", "--status"),
+             "kafka-metadata-quorum --bootstrap-controller as quorum")
+    voters = [line for line in out.splitlines() if line.startswith("CurrentVoters:")]
+    assert voters and all('"id": %d' % i in voters[0] for i in (1, 2, 3)), out
+    # A login that is no super user: DescribeQuorum needs DESCRIBE on the cluster
+    rc, out, err = cluster.controller_login("intruder", "intruder-secret").tool(
+        "kafka-metadata-quorum", "describe", "--status", timeout=60)
+    assert rc != 0 and "ClusterAuthorizationException" in out + err, (out, err)
+    rc, out, err = cluster.controller_login("quorum", "not-the-secret").tool(
+        "kafka-metadata-quorum", "describe", "--status", timeout=60)
+    assert rc != 0 and "Authentication failed" in out + err, (out, err)

@@ -19,7 +19,7 @@ use crate::security::sasl::{
     Credentials, Mechanism, SaslServer, SaslStep, ScramCredential, ScramMechanism,
 };
 
-/// Where SCRAM credentials come from: the broker's metadata image (the user's credential for
+/// Where SCRAM credentials come from: the node's metadata image (the user's credential for
 /// that mechanism, if any).
 pub type ScramLookup<'a> = &'a dyn Fn(&str, ScramMechanism) -> Option<ScramCredential>;
 

@@ -1,0 +1,131 @@
+//! The controller listener on SASL, as Kafka configures it (`sasl.mechanism.controller.protocol`
+//! and the listener's JAAS config): three voters and a broker-only node keep the quorum and
+//! register with their login; a caller without a login gets nothing, a wrong password is
+//! refused, and a login that is not a super user gets CLUSTER_AUTHORIZATION_FAILED.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::cluster::{until, Cluster};
+use evenkeel::client::{ClientError, ClientSecurity, Connection};
+use evenkeel::protocol::errors;
+use kafka_protocol::messages::{BrokerHeartbeatRequest, BrokerId, DescribeQuorumRequest};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+const JAAS: &str = "listener.name.controller.plain.sasl.jaas.config=\
+    org.apache.kafka.common.security.plain.PlainLoginModule required \
+    username=\"quorum\" password=\"quorum-secret\" \
+    user_quorum=\"quorum-secret\" user_intruder=\"intruder-secret\";";
+
+/// Four nodes: 1-3 the voters, 4 a broker that follows the quorum; every node logs in to the
+/// controller listener with PLAIN as `quorum`, a super user. The client listener is PLAINTEXT
+/// (User:ANONYMOUS, a super user too, for the test's admin calls).
+fn start() -> (Cluster, Vec<String>) {
+    let overrides = [
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+        "listener.name.controller.sasl.enabled.mechanisms=PLAIN",
+        "sasl.mechanism.controller.protocol=PLAIN",
+        JAAS,
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users=User:quorum;User:ANONYMOUS",
+    ];
+    let controllers = std::sync::Mutex::new(Vec::new());
+    let c = Cluster::start_with(4, &overrides, |id, ports| {
+        if id <= 3 {
+            let addr = format!("127.0.0.1:{}", ports.controller);
+            controllers.lock().unwrap().push(addr);
+        }
+        Vec::new()
+    });
+    let mut controllers = controllers.into_inner().unwrap();
+    controllers.sort();
+    (c, controllers)
+}
+
+fn plain_login(user: &str, password: &str) -> ClientSecurity {
+    let jaas = format!(
+        "org.apache.kafka.common.security.plain.PlainLoginModule required \
+         username=\"{user}\" password=\"{password}\";"
+    );
+    let props: BTreeMap<String, String> = [
+        ("security.protocol", "SASL_PLAINTEXT"),
+        ("sasl.mechanism", "PLAIN"),
+        ("sasl.jaas.config", jaas.as_str()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    ClientSecurity::from_properties(&props).unwrap()
+}
+
+/// What the controller listener answers `security`: the error codes of a BrokerHeartbeat and of
+/// a DescribeQuorum.
+async fn controller_answers(
+    controller: &str,
+    security: &ClientSecurity,
+) -> Result<(i16, i16), ClientError> {
+    let conn = Connection::connect_with(controller, WAIT, security).await?;
+    let heartbeat = BrokerHeartbeatRequest::default()
+        .with_broker_id(BrokerId(7))
+        .with_broker_epoch(1);
+    let heartbeat = conn.call_at(&heartbeat, 1).await?.error_code;
+    let quorum = DescribeQuorumRequest::default();
+    let quorum = conn.call_at(&quorum, 1).await?.error_code;
+    Ok((heartbeat, quorum))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sasl_controller_listener_serves_only_logged_in_callers_with_the_right() {
+    let (c, controllers) = start();
+    // Every node started, the broker-only one included: it registered and was unfenced over
+    // the SASL controller listener, and the voters elected a leader over it.
+    let admin = common::cluster::admin(&c.bootstrap()).await;
+    let brokers = until("four registered brokers", WAIT, || async {
+        let cluster = admin.describe_cluster().await.ok()?;
+        (cluster.brokers.len() == 4).then_some(cluster.brokers.len())
+    })
+    .await;
+    assert_eq!(brokers, 4);
+    admin
+        .create_topic_with_assignment("orders", &[vec![1, 2, 4]], &BTreeMap::new())
+        .await
+        .expect("a topic on a voter and the broker-only node");
+    let p = until("orders-0 fully in sync", WAIT, || async {
+        let p = common::cluster::partition(&c.bootstrap(), "orders", 0).await?;
+        (p.isr.len() == 3).then_some(p)
+    })
+    .await;
+    assert!(p.isr.contains(&4), "{p:?}");
+
+    let quorum = plain_login("quorum", "quorum-secret");
+    for controller in &controllers {
+        let answers = controller_answers(controller, &quorum).await;
+        let (heartbeat, describe) = answers.expect("the quorum's login is served");
+        assert_ne!(heartbeat, errors::CLUSTER_AUTHORIZATION_FAILED);
+        assert_eq!(describe, errors::NONE);
+    }
+
+    let intruder = plain_login("intruder", "intruder-secret");
+    let answers = controller_answers(&controllers[0], &intruder).await;
+    let refused = errors::CLUSTER_AUTHORIZATION_FAILED;
+    assert_eq!(answers.expect("a login is served"), (refused, refused));
+
+    let wrong = plain_login("quorum", "not-the-secret");
+    let e = controller_answers(&controllers[0], &wrong)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, ClientError::Security { .. })
+            && e.to_string().contains("Authentication failed"),
+        "{e}"
+    );
+    // Without a login the controller answers nothing but ApiVersions: the heartbeat closes
+    // the connection.
+    let e = controller_answers(&controllers[0], &ClientSecurity::plaintext())
+        .await
+        .unwrap_err();
+    assert!(!matches!(e, ClientError::Kafka { .. }), "{e}");
+}
