@@ -31,6 +31,12 @@ fn start() -> (Cluster, Vec<String>) {
         JAAS,
         "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users=User:quorum;User:ANONYMOUS",
+        // Sessions end after 1 s (KIP-368): the quorum's pooled connections and the brokers'
+        // controller channels must log in again as they go on.
+        "connections.max.reauth.ms=1000",
+        // A broker that loses its heartbeats for 3 s is fenced: the test would see it.
+        "broker.session.timeout.ms=3000",
+        "broker.heartbeat.interval.ms=500",
     ];
     let controllers = std::sync::Mutex::new(Vec::new());
     let c = Cluster::start_with(4, &overrides, |id, ports| {
@@ -79,6 +85,9 @@ async fn controller_answers(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sasl_controller_listener_serves_only_logged_in_callers_with_the_right() {
+    // The nodes (children of this, the file's only test) log why connections close, to show
+    // below that sessions did end.
+    std::env::set_var("EVENKEEL_LOG", "warn,evenkeel::protocol::listener=info");
     let (c, controllers) = start();
     // Every node started, the broker-only one included: it registered and was unfenced over
     // the SASL controller listener, and the voters elected a leader over it.
@@ -128,4 +137,34 @@ async fn a_sasl_controller_listener_serves_only_logged_in_callers_with_the_right
         .await
         .unwrap_err();
     assert!(!matches!(e, ClientError::Kafka { .. }), "{e}");
+
+    // Several session lifetimes later (every session has ended and been logged in again), the
+    // broker-only node is still registered and unfenced, and the quorum still commits: a topic
+    // on it and two voters is made and fully in sync.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let cluster = admin
+        .describe_cluster()
+        .await
+        .expect("describe the cluster");
+    let mut ids: Vec<i32> = cluster.brokers.iter().map(|b| b.id).collect();
+    ids.sort();
+    assert_eq!(ids, [1, 2, 3, 4], "a broker was fenced: {cluster:?}");
+    admin
+        .create_topic_with_assignment("later", &[vec![4, 2, 3]], &BTreeMap::new())
+        .await
+        .expect("a topic after the sessions ended");
+    until("later-0 fully in sync", WAIT, || async {
+        let p = common::cluster::partition(&c.bootstrap(), "later", 0).await?;
+        (p.isr.len() == 3 && p.leader == 4).then_some(())
+    })
+    .await;
+    let quorum = admin.describe_quorum().await.expect("describe the quorum");
+    assert!(quorum.leader_id >= 1 && quorum.leader_id <= 3, "{quorum:?}");
+    // The sessions did end on the voters (a connection used after its end is closed).
+    let expired = "the SASL session on CONTROLLER expired";
+    assert!(
+        (1..=3).any(|id| c.log(id).contains(expired)),
+        "no controller listener session ended: {}",
+        c.log_tails(20)
+    );
 }
