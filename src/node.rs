@@ -107,15 +107,24 @@ fn controller_authorizer(cfg: &BrokerConfig, quorum: &Quorum) -> Option<Listener
     Some(ListenerAuthorizer::new(settings, quorum.images()))
 }
 
-/// The SASL side of the controller listener when it is SASL_PLAINTEXT or SASL_SSL.
-fn controller_sasl(cfg: &BrokerConfig) -> Option<ControllerSasl> {
-    let settings = cfg.auth.sasl.get(&controller_listener_name(cfg))?;
-    Some(ControllerSasl {
+/// The SASL side of the controller listener when it is SASL_PLAINTEXT or SASL_SSL (an error,
+/// not an open door, should its settings be missing).
+fn controller_sasl(cfg: &BrokerConfig) -> Result<Option<ControllerSasl>, BrokerError> {
+    let listener = controller_listener_name(cfg);
+    if !cfg.cluster.security_protocols.protocol(&listener).is_sasl() {
+        return Ok(None);
+    }
+    let settings = cfg.auth.sasl.get(&listener).ok_or_else(|| {
+        BrokerError::Fatal(format!(
+            "the controller listener {listener} uses SASL but has no SASL settings"
+        ))
+    })?;
+    Ok(Some(ControllerSasl {
         settings: Arc::new(settings.clone()),
         reauth_ms: cfg.auth.connections_max_reauth_ms,
         max_receive_bytes: cfg.auth.sasl_server_max_receive_size,
         failed_delay: cfg.connections.failed_authentication_delay(),
-    })
+    }))
 }
 
 impl Node {
@@ -233,7 +242,7 @@ impl Node {
             port,
             cfg.socket_request_max_bytes,
             crate::broker::server::tls_server(cfg, &controller_listener_name(cfg))?,
-            controller_sasl(cfg),
+            controller_sasl(cfg)?,
         )
         .await
         .map_err(|source| BrokerError::Bind {

@@ -21,7 +21,7 @@ use crate::protocol::creation_rate::CreationRate;
 use crate::protocol::listener::{
     serve, CloseReason, Connection, ConnectionQuotas, Handler, ListenerSettings, DEFAULT_DRAIN,
 };
-use crate::protocol::sasl::{SaslAuthenticator, Step as SaslStep};
+use crate::protocol::sasl::{self, SaslAuthenticator, Turn};
 use crate::protocol::{FrameError, RawHeader};
 use crate::security::sasl::ScramMechanism;
 use crate::security::tls::TlsServer;
@@ -474,34 +474,31 @@ async fn sasl_turn(
     raw: Option<RawHeader>,
     session: &mut Arc<Session>,
 ) -> Result<bool, CloseReason> {
-    let image = broker.published.borrow().clone();
-    let scram = |user: &str, m: ScramMechanism| {
-        let c = image.security().scram_credential(user, m.type_code());
-        c.map(|c| c.credential())
+    let step = {
+        let scram = |user: &str, m: ScramMechanism| {
+            let image = broker.published.borrow().clone();
+            let c = image.security().scram_credential(user, m.type_code());
+            c.map(|c| c.credential())
+        };
+        auth.on_request(&scram, frame, raw)
     };
     let logins = |counter: &prometheus::IntCounterVec| {
         counter.with_label_values(&[&session.listener]).inc();
     };
-    match auth.on_request(&scram, frame, raw) {
-        SaslStep::Serve => Ok(false),
-        SaslStep::Answer(f) => conn.write(&f).await.map(|_| true),
-        SaslStep::Authenticated(f, principal) => {
+    match sasl::answer(conn, step).await? {
+        Turn::Serve => Ok(false),
+        Turn::Answered => Ok(true),
+        Turn::LoggedIn(principal) => {
             logins(&broker.metrics.sasl_authentications);
             *session = Arc::new(Session::new(principal, session.peer, &session.listener));
             conn.set_max_request_bytes(broker.config.socket_request_max_bytes);
-            conn.write(&f).await.map(|_| true)
+            Ok(true)
         }
-        SaslStep::AnswerAndClose(f, reason) => {
-            conn.write(&f).await?;
-            Err(CloseReason::Handler(reason))
-        }
-        SaslStep::Failed(f, reason) => {
+        Turn::Refused(reason) => {
             logins(&broker.metrics.sasl_authentication_failures);
-            conn.write(&f).await?;
             tokio::time::sleep(broker.config.connections.failed_authentication_delay()).await;
             Err(CloseReason::Handler(reason))
         }
-        SaslStep::Close(reason) => Err(CloseReason::Handler(reason)),
     }
 }
 

@@ -252,24 +252,17 @@ pub(super) async fn open(
 
 /// A byte stream to `addr` for the quorum's own requests, which are not Kafka's: TCP, TLS when
 /// `security` has a TLS config, then ApiVersions and the SASL login when it has one, each step
-/// within `timeout`.
+/// within `timeout`. The session's lifetime (KIP-368) is not kept: a stream used after its
+/// session ended is closed by the controller, and its user opens another.
 pub async fn open_stream(
     addr: &str,
     timeout: Duration,
     security: &ClientSecurity,
 ) -> Result<Stream, ClientError> {
-    let stream = connect_stream(addr, timeout, security).await?;
-    let Some(login) = security.sasl() else {
-        return Ok(stream);
-    };
-    let mut io = Io {
-        stream,
-        next_correlation_id: 1,
-    };
-    let versions = negotiate(&within(timeout, "ApiVersions", api_versions(&mut io)).await?);
-    let login = security::authenticate(&mut io, addr, &versions, login);
-    within(timeout, "SASL authentication", login).await?;
-    Ok(io.stream)
+    match security.sasl() {
+        Some(_) => Ok(open(addr, timeout, security).await?.io.stream),
+        None => connect_stream(addr, timeout, security).await,
+    }
 }
 
 /// A byte stream to `addr`: TCP, then the TLS handshake when `security` has a TLS config (the

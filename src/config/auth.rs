@@ -299,11 +299,14 @@ fn own_login(
 ) -> Result<JaasLogin, ConfigError> {
     let (key, role) = (which.key, which.role);
     let Some(value) = props.get(key).map(|v| v.trim()).filter(|v| !v.is_empty()) else {
+        let choices = match which.scram {
+            true => MECHANISMS.join(", "),
+            false => "PLAIN".to_string(),
+        };
         let reason = format!(
-            "{role} {l} uses SASL: name the mechanism {} with ({}); Kafka's default, GSSAPI, \
-             is not served by evenkeel",
+            "{role} {l} uses SASL: name the mechanism {} with ({choices}); Kafka's default, \
+             GSSAPI, is not served by evenkeel",
             which.connects,
-            MECHANISMS.join(", ")
         );
         return Err(bad(key, "", reason));
     };

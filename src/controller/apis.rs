@@ -37,8 +37,8 @@ pub struct ControllerNode {
     pub voters: Vec<Voter>,
     /// `server.properties` as given, to tell where topic config values come from.
     pub broker_props: BTreeMap<String, String>,
-    /// Who may call: set when the controller listener is SSL and an authorizer is configured
-    /// (a PLAINTEXT controller listener knows no caller: it must stay private).
+    /// Who may call: set when the controller listener is SSL or SASL and an authorizer is
+    /// configured (a PLAINTEXT controller listener knows no caller: it must stay private).
     pub authorizer: Option<ListenerAuthorizer>,
 }
 
@@ -160,7 +160,8 @@ impl ControllerNode {
             DecodedRequest::AlterUserScramCredentials(r) => {
                 frame(v, cid, &self.alter_scram_credentials(r).await)
             }
-            // After a login, or on a listener without SASL: no exchange is expected.
+            // On a listener without SASL no exchange is expected (on a SASL one the
+            // authenticator answers these, a re-login included, before they get here).
             DecodedRequest::SaslHandshake(r) => {
                 frame(v, cid, &sasl::handshake_after_authentication(r))
             }

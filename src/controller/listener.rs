@@ -24,7 +24,7 @@ use crate::config::auth::ListenerSasl;
 use crate::protocol::listener::{
     serve, CloseReason, Connection, ConnectionQuotas, Handler, ListenerSettings, DEFAULT_DRAIN,
 };
-use crate::protocol::sasl::{SaslAuthenticator, Step};
+use crate::protocol::sasl::{self, SaslAuthenticator, Turn};
 use crate::security::sasl::ScramMechanism;
 use crate::security::tls::TlsServer;
 
@@ -147,30 +147,25 @@ async fn sasl_turn(
     frame: &Bytes,
     caller: &mut Caller,
 ) -> Result<bool, CloseReason> {
-    let image = node.quorum.image();
-    let scram = |user: &str, m: ScramMechanism| {
-        let c = image.security().scram_credential(user, m.type_code());
-        c.map(|c| c.credential())
+    let step = {
+        let scram = |user: &str, m: ScramMechanism| {
+            let image = node.quorum.image();
+            let c = image.security().scram_credential(user, m.type_code());
+            c.map(|c| c.credential())
+        };
+        auth.on_request(&scram, frame, crate::protocol::peek_header(frame).ok())
     };
-    let raw = crate::protocol::peek_header(frame).ok();
-    match auth.on_request(&scram, frame, raw) {
-        Step::Serve => Ok(false),
-        Step::Answer(f) => conn.write(&f).await.map(|_| true),
-        Step::Authenticated(f, principal) => {
+    match sasl::answer(conn, step).await? {
+        Turn::Serve => Ok(false),
+        Turn::Answered => Ok(true),
+        Turn::LoggedIn(principal) => {
             caller.principal = principal;
             conn.set_max_request_bytes(login.max_request_bytes);
-            conn.write(&f).await.map(|_| true)
+            Ok(true)
         }
-        Step::AnswerAndClose(f, reason) => {
-            conn.write(&f).await?;
-            Err(CloseReason::Handler(reason))
-        }
-        Step::Failed(f, reason) => {
-            tracing::info!(peer = %conn.peer(), listener = %login.listener, %reason, "a SASL login on the controller listener failed");
-            conn.write(&f).await?;
+        Turn::Refused(reason) => {
             tokio::time::sleep(login.sasl.failed_delay).await;
             Err(CloseReason::Handler(reason))
         }
-        Step::Close(reason) => Err(CloseReason::Handler(reason)),
     }
 }

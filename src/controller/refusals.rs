@@ -1,5 +1,6 @@
-//! Who may use an SSL controller listener: each request's principal (its client certificate's)
-//! asked of the StandardAuthorizer over the quorum's ACLs, and the answer a refused one gets.
+//! Who may use an SSL or SASL controller listener: each request's principal (its client
+//! certificate's or its login's) asked of the StandardAuthorizer over the quorum's ACLs, and the
+//! answer a refused one gets.
 //!
 //! As in Kafka's ControllerApis, the quorum's own traffic, brokers' registrations, heartbeats
 //! and metadata fetches need CLUSTER_ACTION on the cluster, DescribeQuorum and DescribeCluster
@@ -40,7 +41,8 @@ const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(60);
 /// The most principals whose last INFO line is remembered.
 const MAX_LOGGED: usize = 1024;
 
-/// The authorizer of an SSL controller listener, following the quorum's published images.
+/// The authorizer of an SSL or SASL controller listener, following the quorum's published
+/// images.
 pub struct ListenerAuthorizer {
     authorizer: Authorizer,
     images: watch::Receiver<Arc<MetadataImage>>,

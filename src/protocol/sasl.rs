@@ -14,6 +14,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use crate::config::auth::ListenerSasl;
+use crate::protocol::listener::{CloseReason, Connection};
 use crate::protocol::{self, api_versions, errors, DecodedRequest, FrameError, RawHeader};
 use crate::security::sasl::{
     Credentials, Mechanism, SaslServer, SaslStep, ScramCredential, ScramMechanism,
@@ -242,6 +243,42 @@ where
 {
     protocol::encode_response(header.request_api_version, header.correlation_id, body)
         .map_err(|e| format!("cannot encode the SASL response: {e:#}"))
+}
+
+/// What a SASL listener's connection does after the authenticator's turn at a request.
+pub enum Turn {
+    /// Not the authenticator's: serve the request as usual.
+    Serve,
+    /// Answered; read the next request.
+    Answered,
+    /// Answered: the client logged in as this principal (full-size frames may follow).
+    LoggedIn(String),
+    /// Answered a failed login: close the connection for this reason, after
+    /// `connection.failed.authentication.delay.ms`.
+    Refused(String),
+}
+
+/// The authenticator's `step` (from `on_request`) carried out on `conn`: its answer written,
+/// what comes next returned; an error closes the connection (a refused mechanism, a request
+/// before the login, an ended session).
+pub async fn answer(conn: &mut Connection, step: Step) -> Result<Turn, CloseReason> {
+    match step {
+        Step::Serve => Ok(Turn::Serve),
+        Step::Answer(f) => conn.write(&f).await.map(|_| Turn::Answered),
+        Step::Authenticated(f, principal) => {
+            conn.write(&f).await?;
+            Ok(Turn::LoggedIn(principal))
+        }
+        Step::AnswerAndClose(f, reason) => {
+            conn.write(&f).await?;
+            Err(CloseReason::Handler(reason))
+        }
+        Step::Failed(f, reason) => {
+            conn.write(&f).await?;
+            Ok(Turn::Refused(reason))
+        }
+        Step::Close(reason) => Err(CloseReason::Handler(reason)),
+    }
 }
 
 /// SaslHandshake where no exchange is expected (a listener without SASL, or after

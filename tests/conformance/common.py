@@ -3,6 +3,7 @@ conftest (the security tier runs pytest with --confcutdir on its own directory, 
 this through sys.path, as sasl_wire.py imports wire)."""
 import os
 import subprocess
+import time
 import uuid
 
 import pytest
@@ -25,6 +26,27 @@ def run_tool(name, *args, timeout=120, input=None):
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
         return -1, out, err + "\n[conformance] %s timed out after %ss" % (name, timeout)
+
+
+def ok(result, what):
+    """The stdout of a `run_tool` result that must have succeeded."""
+    rc, out, err = result
+    assert rc == 0, "%s failed (rc=%s):\n%s\n%s" % (what, rc, out, err)
+    return out
+
+
+def eventually(check, timeout=15.0, interval=0.3):
+    """Call check() until it returns without an AssertionError or exception, or the timeout
+    passes (then the last error is raised). ACLs and SCRAM credentials reach a broker through
+    the metadata log, a moment after the request that made them returned."""
+    deadline = time.time() + timeout
+    while True:
+        try:
+            return check()
+        except Exception:
+            if time.time() > deadline:
+                raise
+            time.sleep(interval)
 
 
 def ignore_kafka_python_warnings(config):

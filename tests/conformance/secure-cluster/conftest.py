@@ -21,7 +21,8 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
 
 # The main suite's shared helpers (tests/conformance/common.py), outside --confcutdir.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from common import ignore_kafka_python_warnings, name_fixtures, run_tool  # noqa: E402
+from common import eventually as common_eventually  # noqa: E402
+from common import ignore_kafka_python_warnings, name_fixtures, ok, run_tool  # noqa: E402,F401
 
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
@@ -137,24 +138,19 @@ class Cluster:
         return Identity(self, name or "anonymous", cert=name or None)
 
 
-def ok(result, what):
-    rc, out, err = result
-    assert rc == 0, "%s failed (rc=%s):\n%s\n%s" % (what, rc, out, err)
-    return out
-
-
 def eventually(check, timeout=30.0, interval=0.5):
-    """Call check() until it returns without raising, or the timeout passes (then the last
-    error is raised). ACLs and credentials reach every broker through the metadata log, a moment
-    after the request that made them returned."""
-    deadline = time.time() + timeout
-    while True:
-        try:
-            return check()
-        except Exception:
-            if time.time() > deadline:
-                raise
-            time.sleep(interval)
+    """common.eventually with this tier's patience: three brokers must all have applied a
+    change made through the metadata log."""
+    return common_eventually(check, timeout=timeout, interval=interval)
+
+
+def logs_in(who):
+    """kafka-broker-api-versions as `who` reaches all three brokers (it prints an ERROR line for
+    each broker it cannot log in to, and exits 0 unless the first one refuses)."""
+    out = ok(who.tool("kafka-broker-api-versions"), "kafka-broker-api-versions as %s" % who.name)
+    brokers = [line for line in out.splitlines() if " (id: " in line and " rack: " in line]
+    assert len(brokers) == 3 and "ERROR" not in out, out
+    return out
 
 
 @pytest.fixture(scope="session")
@@ -166,12 +162,7 @@ def cluster(request, tmp_path_factory):
 def admin(cluster):
     """The super user from format --add-scram, once all three brokers are registered."""
     who = cluster.scram("admin", "admin-secret")
-
-    def three_brokers():
-        out = ok(who.tool("kafka-broker-api-versions"), "kafka-broker-api-versions as admin")
-        brokers = [line for line in out.splitlines() if " (id: " in line and " rack: " in line]
-        assert len(brokers) == 3, out
-    eventually(three_brokers, timeout=120, interval=1)
+    eventually(lambda: logs_in(who), timeout=120, interval=1)
     return who
 
 
@@ -182,7 +173,7 @@ def alice(cluster, admin):
     add_scram(admin, "alice", "SCRAM-SHA-512=[iterations=8192,password=alice-secret]")
     add_scram(admin, "alice", "SCRAM-SHA-256=[password=alice-secret]")
     who = cluster.scram("alice", "alice-secret")
-    eventually(lambda: ok(who.tool("kafka-broker-api-versions"), "alice logs in"))
+    eventually(lambda: logs_in(who))
     return who
 
 

@@ -10,21 +10,28 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import TopicAuthorizationFailedError
 
-from conftest import add_scram, allow, create_topic, end_offsets, eventually, ok
+from conftest import add_scram, allow, create_topic, end_offsets, eventually, logs_in, ok
 
 N = 30
 
 
 def produce_and_consume_rights(admin, who, topic, group):
     """What kafka-acls --producer --consumer gives (WRITE, DESCRIBE, CREATE and READ on the topic,
-    READ on the group), then until who's Metadata names the topic: the ACLs reached a broker."""
+    READ on the group, in one CreateAcls), then until every broker has them."""
     allow(admin, who.principal, ["WRITE", "DESCRIBE", "CREATE", "READ"], topic, group)
-    eventually(lambda: visible(who, topic))
+    visible_everywhere(who, topic)
 
 
-def visible(who, topic):
-    md = AdminClient(who.librdkafka()).list_topics(topic, timeout=10)
-    assert md.topics[topic].error is None, md.topics[topic].error
+def visible_everywhere(who, topic):
+    """Until each broker's Metadata names `topic` to `who`: the ACLs that let `who` describe it
+    have reached every broker. A new librdkafka client knows only its bootstrap broker, so its
+    first Metadata request goes there."""
+    for broker in who.bootstrap.split(","):
+        def named():
+            md = AdminClient(who.librdkafka(**{"bootstrap.servers": broker}))
+            t = md.list_topics(topic, timeout=10).topics[topic]
+            assert t.error is None, "%s: %s" % (broker, t.error)
+        eventually(named)
 
 
 # --- Kafka's tools ----------------------------------------------------------------------------
@@ -47,7 +54,7 @@ def test_kafka_configs_adds_describes_and_deletes_scram_credentials(cluster, adm
     assert "SCRAM-SHA-512=iterations=8192" in described, described
     assert "SCRAM-SHA-256=iterations=4096" in described, described
     sha256 = cluster.scram(user, "d2", mechanism="SCRAM-SHA-256")
-    eventually(lambda: ok(sha256.tool("kafka-broker-api-versions"), "log in with SCRAM-SHA-256"))
+    eventually(lambda: logs_in(sha256))
 
     ok(admin.tool("kafka-configs", "--alter", "--entity-type", "users", "--entity-name", user,
                   "--delete-config", "SCRAM-SHA-256"), "kafka-configs --delete-config")
@@ -60,7 +67,7 @@ def test_kafka_configs_adds_describes_and_deletes_scram_credentials(cluster, adm
         assert rc != 0 and "Authentication failed" in out + err, (rc, out, err)
     eventually(refused)
     sha512 = cluster.scram(user, "d1")
-    eventually(lambda: ok(sha512.tool("kafka-broker-api-versions"), "log in with SCRAM-SHA-512"))
+    logs_in(sha512)
 
 
 def test_kafka_acls_add_list_and_remove(admin, topic_name, group_name):
@@ -87,7 +94,7 @@ def test_kafka_tools_produce_and_consume_in_a_group_as_a_scram_user(admin, alice
                   "--replication-factor", 3), "kafka-topics --create")
     ok(admin.tool("kafka-acls", "--add", "--allow-principal", alice.principal, "--producer",
                   "--consumer", "--topic", topic_name, "--group", group_name), "kafka-acls --add")
-    eventually(lambda: visible(alice, topic_name))
+    visible_everywhere(alice, topic_name)
     lines = ["k%d:v%d" % (i, i) for i in range(N)]
     ok(alice.tool("kafka-console-producer", "--topic", topic_name,
                   "--reader-property", "parse.key=true", "--reader-property", "key.separator=:",
@@ -184,27 +191,32 @@ def test_a_wrong_password_is_refused_and_the_cluster_keeps_serving(cluster, admi
     wrong = cluster.scram("alice", "not-her-password")
     rc, out, err = wrong.tool("kafka-topics", "--list", timeout=60)
     assert rc != 0 and "Authentication failed" in out + err, (rc, out, err)
-    a = AdminClient(wrong.librdkafka())
-    with pytest.raises(KafkaException) as refused:
+    # librdkafka reports the refused login through its error callback (the Metadata call
+    # itself only finds no broker to ask)
+    errors = []
+    a = AdminClient(wrong.librdkafka(log_level=0, error_cb=errors.append))
+    with pytest.raises(KafkaException):
         a.list_topics(timeout=4)
+    a.poll(1)
     del a  # librdkafka would go on retrying the login
-    assert refused.value.args[0].code() in (KafkaError._AUTHENTICATION, KafkaError._TRANSPORT,
-                                            KafkaError._TIMED_OUT), refused.value
-    ok(alice.tool("kafka-broker-api-versions"), "alice, after the refusal")
+    refusals = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
+    assert refusals and "Authentication failed" in refusals[0].str(), errors
+    logs_in(alice)
 
 
 @pytest.mark.parametrize("cert", ["", "mallory"], ids=["no-certificate", "untrusted-ca"])
 def test_the_ssl_listener_refuses_a_client_it_cannot_verify(cluster, admin, carol, cert):
     stranger = cluster.certificate(cert)
     rc, out, err = stranger.tool("kafka-topics", "--list", timeout=60)
-    assert rc != 0, (out, err)
-    c = Consumer(stranger.librdkafka(**{"group.id": "stranger"}))
+    # The server's alert ends the handshake (Java reports it at the first read after it)
+    assert rc not in (0, -1) and "post-handshake" in out + err, (rc, out, err)
+    c = Consumer(stranger.librdkafka(**{"group.id": "stranger", "log_level": 0}))
     try:
         with pytest.raises(KafkaException):
             c.list_topics(timeout=3)
     finally:
         c.close()
-    ok(carol.tool("kafka-broker-api-versions"), "CN=carol, after the refusal")
+    logs_in(carol)
 
 
 def test_a_produce_without_write_is_refused_and_writes_nothing(admin, alice, topic_name):
@@ -226,7 +238,7 @@ def test_metadata_names_only_the_topics_a_principal_may_describe(admin, alice, t
     create_topic(admin, secret, partitions=1)
     create_topic(admin, shown, partitions=1)
     allow(admin, alice.principal, ["DESCRIBE"], shown)
-    eventually(lambda: visible(alice, shown))
+    visible_everywhere(alice, shown)
     topics = ok(alice.tool("kafka-topics", "--list"), "kafka-topics --list as alice").split()
     assert shown in topics and secret not in topics, topics
     md = AdminClient(alice.librdkafka()).list_topics(timeout=10)

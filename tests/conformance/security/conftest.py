@@ -9,13 +9,13 @@ See docs/conformance.md, "Security tier".
 """
 import os
 import sys
-import time
 
 import pytest
 
 # The main suite's shared helpers (tests/conformance/common.py), outside --confcutdir.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from common import ignore_kafka_python_warnings, name_fixtures, run_tool  # noqa: E402,F401
+from common import (eventually, ignore_kafka_python_warnings, name_fixtures, ok,  # noqa: E402,F401
+                    run_tool)
 
 ADMIN = ("admin", "admin-secret")
 ALICE = ("alice", "alice-secret")
@@ -94,32 +94,12 @@ def admin_tool(sasl_bootstrap, admin_props):
     return AdminTool(sasl_bootstrap, admin_props)
 
 
-def ok(result, what):
-    rc, out, err = result
-    assert rc == 0, "%s failed (rc=%s):\n%s\n%s" % (what, rc, out, err)
-    return out
-
-
 # --- kafka-python over SASL -----------------------------------------------------------------
 
 def sasl_config(bootstrap, user, password, mechanism="SCRAM-SHA-512"):
     return dict(bootstrap_servers=bootstrap, security_protocol="SASL_PLAINTEXT",
                 sasl_mechanism=mechanism, sasl_plain_username=user,
                 sasl_plain_password=password)
-
-
-def eventually(check, timeout=15.0, interval=0.3):
-    """Call check() until it returns without an AssertionError or exception, or the timeout
-    passes (then the last error is raised). ACLs and SCRAM credentials reach a broker through
-    the metadata log, a moment after the request that made them returned."""
-    deadline = time.time() + timeout
-    while True:
-        try:
-            return check()
-        except Exception:
-            if time.time() > deadline:
-                raise
-            time.sleep(interval)
 
 
 @pytest.fixture(scope="session")
