@@ -8,10 +8,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::cluster::{until, Cluster};
-use evenkeel::client::{ClientError, ClientSecurity, Connection};
+use common::cluster::{client_security, controller_answers, until, Cluster};
+use evenkeel::client::{ClientError, ClientSecurity};
 use evenkeel::protocol::errors;
-use kafka_protocol::messages::{BrokerHeartbeatRequest, BrokerId, DescribeQuorumRequest};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -56,31 +55,11 @@ fn plain_login(user: &str, password: &str) -> ClientSecurity {
         "org.apache.kafka.common.security.plain.PlainLoginModule required \
          username=\"{user}\" password=\"{password}\";"
     );
-    let props: BTreeMap<String, String> = [
+    client_security(&[
         ("security.protocol", "SASL_PLAINTEXT"),
         ("sasl.mechanism", "PLAIN"),
-        ("sasl.jaas.config", jaas.as_str()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    ClientSecurity::from_properties(&props).unwrap()
-}
-
-/// What the controller listener answers `security`: the error codes of a BrokerHeartbeat and of
-/// a DescribeQuorum.
-async fn controller_answers(
-    controller: &str,
-    security: &ClientSecurity,
-) -> Result<(i16, i16), ClientError> {
-    let conn = Connection::connect_with(controller, WAIT, security).await?;
-    let heartbeat = BrokerHeartbeatRequest::default()
-        .with_broker_id(BrokerId(7))
-        .with_broker_epoch(1);
-    let heartbeat = conn.call_at(&heartbeat, 1).await?.error_code;
-    let quorum = DescribeQuorumRequest::default();
-    let quorum = conn.call_at(&quorum, 1).await?.error_code;
-    Ok((heartbeat, quorum))
+        ("sasl.jaas.config", &jaas),
+    ])
 }
 
 #[test]

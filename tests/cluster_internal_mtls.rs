@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::cluster::{until, Cluster};
+use common::cluster::{client_security, controller_answers, until, Cluster};
 use evenkeel::client::producer::{Producer, ProducerConfig, ProducerRecord};
 use evenkeel::client::{AdminClient, ClientError, ClientSecurity, Connection};
 use evenkeel::operator::certs::{self, Ca};
@@ -21,7 +21,6 @@ use evenkeel::operator::components;
 use evenkeel::operator::crd::KafkaCluster;
 use evenkeel::operator::resources::Names;
 use evenkeel::protocol::errors;
-use kafka_protocol::messages::{BrokerHeartbeatRequest, BrokerId, DescribeQuorumRequest};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -179,31 +178,11 @@ fn start(tls: &Path, ca: &Ca, kc: &KafkaCluster) -> (Cluster, Vec<String>, Vec<S
 
 /// TLS trusting the cluster CA, without a client certificate.
 fn anonymous_security(ca_file: &Path) -> ClientSecurity {
-    let props: BTreeMap<String, String> = [
+    client_security(&[
         ("security.protocol", "SSL"),
         ("ssl.truststore.type", "PEM"),
         ("ssl.truststore.location", &ca_file.display().to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    ClientSecurity::from_properties(&props).unwrap()
-}
-
-/// What the controller listener answers `security`: the error codes of a BrokerHeartbeat and
-/// of a DescribeQuorum.
-async fn controller_answers(
-    controller: &str,
-    security: &ClientSecurity,
-) -> Result<(i16, i16), ClientError> {
-    let conn = Connection::connect_with(controller, WAIT, security).await?;
-    let heartbeat = BrokerHeartbeatRequest::default()
-        .with_broker_id(BrokerId(7))
-        .with_broker_epoch(1);
-    let heartbeat = conn.call_at(&heartbeat, 1).await?.error_code;
-    let quorum = DescribeQuorumRequest::default();
-    let quorum = conn.call_at(&quorum, 1).await?.error_code;
-    Ok((heartbeat, quorum))
+    ])
 }
 
 async fn produce(producer: &Producer, value: &str) -> Result<(), String> {

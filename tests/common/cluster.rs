@@ -544,3 +544,30 @@ pub async fn create_assigned(
         .await
         .unwrap();
 }
+
+/// A client's security from Kafka's client keys, given as pairs.
+pub fn client_security(pairs: &[(&str, &str)]) -> evenkeel::client::ClientSecurity {
+    let props: BTreeMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    evenkeel::client::ClientSecurity::from_properties(&props).unwrap()
+}
+
+/// What a controller listener answers `security`: the error codes of a BrokerHeartbeat and of
+/// a DescribeQuorum.
+pub async fn controller_answers(
+    controller: &str,
+    security: &evenkeel::client::ClientSecurity,
+) -> Result<(i16, i16), evenkeel::client::ClientError> {
+    use kafka_protocol::messages::{BrokerHeartbeatRequest, BrokerId, DescribeQuorumRequest};
+    let wait = Duration::from_secs(60);
+    let conn = evenkeel::client::Connection::connect_with(controller, wait, security).await?;
+    let heartbeat = BrokerHeartbeatRequest::default()
+        .with_broker_id(BrokerId(7))
+        .with_broker_epoch(1);
+    let heartbeat = conn.call_at(&heartbeat, 1).await?.error_code;
+    let quorum = DescribeQuorumRequest::default();
+    let quorum = conn.call_at(&quorum, 1).await?.error_code;
+    Ok((heartbeat, quorum))
+}
