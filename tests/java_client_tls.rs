@@ -162,7 +162,7 @@ fn a_java_client_trusts_the_renewed_cluster_cas_pkcs12_truststore() {
     let renewed = cluster_ca.renewed("main-cluster-ca-cert").unwrap();
     let password = new_password();
     let p12 = dir.path().join("ca.p12");
-    std::fs::write(&p12, truststore(&renewed.cert_pem, &password).unwrap()).unwrap();
+    std::fs::write(&p12, truststore(renewed.trusted(), &password).unwrap()).unwrap();
     let trust = format!(
         "ssl.truststore.type=PKCS12\nssl.truststore.location={}\nssl.truststore.password={password}\n",
         p12.display()

@@ -2034,6 +2034,280 @@ async fn a_secured_cluster_gets_its_cas_broker_certificates_and_config() {
     op.assert_never_forbidden();
 }
 
+/// Sets the cluster CA generation a test broker pod was made with.
+async fn pod_made_at(pods: &Api<Pod>, name: &str, generation: u64) {
+    pod_made_with(pods, name, "cluster", generation).await;
+}
+
+/// Sets the generation of CA `ca` (`cluster`, `clients`) a test broker pod was made with.
+async fn pod_made_with(pods: &Api<Pod>, name: &str, ca: &str, generation: u64) {
+    let annotation = format!("kafka.evenkeel.dev/{ca}-ca-cert-generation");
+    let patch = json!({"metadata": {"annotations": {annotation: generation.to_string()}}});
+    pods.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+}
+
+/// A CA as its Secrets hold it: the certificate Secret's entries and annotations, and the key
+/// Secret's entries.
+type CaState = (
+    BTreeMap<String, String>,
+    BTreeMap<String, String>,
+    BTreeMap<String, String>,
+);
+
+/// The cluster CA as its Secrets hold it.
+async fn cluster_ca_state(secrets: &Api<Secret>, cluster: &str) -> Option<CaState> {
+    ca_state(secrets, &format!("{cluster}-cluster-ca")).await
+}
+
+/// The CA whose Secrets are `<base>-cert` and `<base>`.
+async fn ca_state(secrets: &Api<Secret>, base: &str) -> Option<CaState> {
+    let cert = secrets.get(&format!("{base}-cert")).await.ok()?;
+    let key = secrets.get(base).await.ok()?;
+    Some((
+        secret_entries(&cert),
+        cert.annotations().clone(),
+        secret_entries(&key),
+    ))
+}
+
+/// Changes the cluster's spec (`log.retention.hours`) and waits for the operator to have
+/// reconciled it: one whole pass after the change.
+async fn operator_pass(clusters: &Api<KafkaCluster>, name: &str, hours: &str) {
+    let patch = json!({"spec": {"config": {"log.retention.hours": hours}}});
+    clusters
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+    wait_for("the operator's pass over the change", 60, || async {
+        let kc = clusters.get(name).await.ok()?;
+        (kc.status?.observed_generation == kc.metadata.generation).then_some(())
+    })
+    .await;
+}
+
+/// 9b. Replacing the cluster CA's key (the annotation `force-replace`) takes three steps, and
+/// the operator takes the next only once every broker pod runs the generation the last one
+/// raised and is ready: both certificates trusted while the old key signs; the new key signs
+/// and the brokers' certificates are issued again; only the new certificate trusted.
+#[tokio::test]
+async fn a_cas_key_is_replaced_in_three_steps_each_after_the_brokers_roll() {
+    use evenkeel::operator::certs::{signed_by, split_certificates};
+    require_kube!();
+    let (admin, ns) = kubeenv::operator_test("rep").await;
+    let _op = Operator::start(&ns, "127.0.0.1:9", false);
+    let clusters: Api<KafkaCluster> = Api::namespaced(admin.clone(), &ns);
+    clusters
+        .create(&PostParams::default(), &secured_cluster("rep", 2))
+        .await
+        .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), &ns);
+    let first = security_secrets(&secrets, "rep", 2).await;
+    let old_cert = secret_entries(&first[0]).remove("ca.crt").unwrap();
+    let old_key = secret_entries(&first[1]).remove("ca.key").unwrap();
+    let brokers_before = secret_entries(&first[4]);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    for ordinal in 0..2 {
+        ready_broker_pod(&admin, &ns, "rep", ordinal).await;
+    }
+    let sts_api: Api<StatefulSet> = Api::namespaced(admin.clone(), &ns);
+    let template_generation = || async {
+        sts_api
+            .get("rep-kafka")
+            .await
+            .ok()?
+            .spec?
+            .template
+            .metadata?
+            .annotations?
+            .remove("kafka.evenkeel.dev/cluster-ca-cert-generation")
+    };
+    let at = |generation: &'static str, phase: Option<&'static str>| {
+        let secrets = secrets.clone();
+        async move {
+            let (cert, annotations, key) = cluster_ca_state(&secrets, "rep").await?;
+            let step = annotations
+                .get("kafka.evenkeel.dev/ca-key-replacement")
+                .map(String::as_str);
+            (annotations
+                .get("kafka.evenkeel.dev/ca-cert-generation")
+                .map(String::as_str)
+                == Some(generation)
+                && step == phase)
+                .then_some((cert, annotations, key))
+        }
+    };
+
+    // Step 1: the new certificate beside the old one; the old key still signs and the
+    // brokers' certificates stay.
+    let force = json!({"metadata": {"annotations": {"kafka.evenkeel.dev/force-replace": "true"}}});
+    secrets
+        .patch(
+            "rep-cluster-ca-cert",
+            &PatchParams::default(),
+            &Patch::Merge(force),
+        )
+        .await
+        .unwrap();
+    let (cert, annotations, key) = wait_for("step 1: both certificates trusted", 60, || {
+        at("1", Some("trust-new-key"))
+    })
+    .await;
+    assert!(!annotations.contains_key("kafka.evenkeel.dev/force-replace"));
+    let trusted = split_certificates(&cert["ca.crt"]);
+    assert_eq!(trusted.len(), 2, "{trusted:?}");
+    assert_eq!(trusted[0], old_cert);
+    let new_cert = trusted[1].clone();
+    assert_eq!(key["ca.key"], old_key);
+    assert!(key.contains_key("ca-next.key"));
+    wait_for("generation 1 on the pod template", 60, || async {
+        (template_generation().await.as_deref() == Some("1")).then_some(())
+    })
+    .await;
+    let brokers = secret_entries(&secrets.get("rep-kafka-brokers").await.unwrap());
+    assert_eq!(
+        brokers["rep-kafka-0.crt"],
+        brokers_before["rep-kafka-0.crt"]
+    );
+    wait_for("status.listeners with both certificates", 60, || async {
+        let kc = clusters.get("rep").await.ok()?;
+        (kc.status?.listeners[0].certificates == trusted).then_some(())
+    })
+    .await;
+
+    // One broker rolled is not enough: a pass later, still step 1. Both: step 2, the new key
+    // signs.
+    pod_made_at(&pods, "rep-kafka-0", 1).await;
+    operator_pass(&clusters, "rep", "24").await;
+    assert!(at("1", Some("trust-new-key")).await.is_some());
+    pod_made_at(&pods, "rep-kafka-1", 1).await;
+    let (cert, _, key) = wait_for("step 2: the new key signs", 60, || {
+        at("2", Some("sign-with-new-key"))
+    })
+    .await;
+    assert_eq!(
+        split_certificates(&cert["ca.crt"]),
+        [new_cert.clone(), old_cert.clone()]
+    );
+    assert_ne!(key["ca.key"], old_key);
+    assert!(!key.contains_key("ca-next.key"));
+    let brokers = wait_for("the brokers' certificates from the new key", 60, || async {
+        let entries = secret_entries(&secrets.get("rep-kafka-brokers").await.ok()?);
+        signed_by(&entries["rep-kafka-1.crt"], &new_cert).then_some(entries)
+    })
+    .await;
+    for pod in ["rep-kafka-0", "rep-kafka-1"] {
+        assert!(
+            signed_by(&brokers[&format!("{pod}.crt")], &new_cert),
+            "{pod}"
+        );
+        assert!(
+            !signed_by(&brokers[&format!("{pod}.crt")], &old_cert),
+            "{pod}"
+        );
+        assert!(
+            brokers[&format!("{pod}.pem")].ends_with(new_cert.as_str()),
+            "{pod}"
+        );
+    }
+    wait_for("generation 2 on the pod template", 60, || async {
+        (template_generation().await.as_deref() == Some("2")).then_some(())
+    })
+    .await;
+
+    // Step 3, once the brokers run generation 2: the old certificate is no longer trusted.
+    pod_made_at(&pods, "rep-kafka-0", 2).await;
+    pod_made_at(&pods, "rep-kafka-1", 2).await;
+    let (cert, _, key) = wait_for("step 3: only the new certificate", 60, || at("3", None)).await;
+    assert_eq!(cert["ca.crt"], new_cert);
+    assert!(!key.contains_key("ca-next.key"));
+    wait_for(
+        "status.listeners with the new certificate only",
+        60,
+        || async {
+            let kc = clusters.get("rep").await.ok()?;
+            (kc.status?.listeners[0].certificates == std::slice::from_ref(&new_cert)).then_some(())
+        },
+    )
+    .await;
+    let events = cluster_events(&admin, &ns, "rep").await;
+    assert!(
+        events.iter().any(|(r, _)| r == "CaKeyReplacing"),
+        "{events:?}"
+    );
+    assert!(
+        events.iter().any(|(r, _)| r == "CaKeyReplaced"),
+        "{events:?}"
+    );
+    // The replacement is over: a later pass leaves the CA as it is.
+    pod_made_at(&pods, "rep-kafka-0", 3).await;
+    pod_made_at(&pods, "rep-kafka-1", 3).await;
+    operator_pass(&clusters, "rep", "25").await;
+    let (cert, annotations, _) = cluster_ca_state(&secrets, "rep").await.unwrap();
+    assert_eq!(annotations["kafka.evenkeel.dev/ca-cert-generation"], "3");
+    assert_eq!(cert["ca.crt"], new_cert);
+
+    // The clients CA: its old certificate stays trusted until the certificate KafkaUser holds
+    // one from the new key.
+    let users: Api<KafkaUser> = Api::namespaced(admin.clone(), &ns);
+    let mut carl = kafka_user("carl", "tls", json!([]));
+    carl.spec.cluster_ref = "rep".into();
+    users.create(&PostParams::default(), &carl).await.unwrap();
+    let clients_at = |generation: &'static str, phase: Option<&'static str>| {
+        let secrets = secrets.clone();
+        async move {
+            let (cert, annotations, _) = ca_state(&secrets, "rep-clients-ca").await?;
+            let step = annotations
+                .get("kafka.evenkeel.dev/ca-key-replacement")
+                .map(String::as_str);
+            (annotations
+                .get("kafka.evenkeel.dev/ca-cert-generation")
+                .map(String::as_str)
+                == Some(generation)
+                && step == phase)
+                .then(|| cert["ca.crt"].clone())
+        }
+    };
+    let user_cert =
+        || async { secret_entries(&secrets.get("carl").await.ok()?).remove("user.crt") };
+    let old_clients = secret_entries(&secrets.get("rep-clients-ca-cert").await.unwrap())
+        .remove("ca.crt")
+        .unwrap();
+    let first_user_cert = wait_for("carl's certificate", 60, user_cert).await;
+    assert!(signed_by(&first_user_cert, &old_clients));
+    let force = json!({"metadata": {"annotations": {"kafka.evenkeel.dev/force-replace": "true"}}});
+    secrets
+        .patch(
+            "rep-clients-ca-cert",
+            &PatchParams::default(),
+            &Patch::Merge(force),
+        )
+        .await
+        .unwrap();
+    wait_for("clients CA step 1", 60, || {
+        clients_at("1", Some("trust-new-key"))
+    })
+    .await;
+    for pod in ["rep-kafka-0", "rep-kafka-1"] {
+        pod_made_with(&pods, pod, "clients", 1).await;
+    }
+    let both = wait_for("clients CA step 2", 60, || {
+        clients_at("2", Some("sign-with-new-key"))
+    })
+    .await;
+    let new_clients = split_certificates(&both)[0].clone();
+    assert_ne!(new_clients, old_clients);
+    for pod in ["rep-kafka-0", "rep-kafka-1"] {
+        pod_made_with(&pods, pod, "clients", 2).await;
+    }
+    wait_for("clients CA step 3", 90, || clients_at("3", None)).await;
+    // By the time the old certificate is dropped, carl's is from the new key.
+    let last_user_cert = user_cert().await.unwrap();
+    assert!(signed_by(&last_user_cert, &new_clients));
+    assert!(!signed_by(&last_user_cert, &old_clients));
+}
+
 fn kafka_user(name: &str, auth: &str, acls: Value) -> KafkaUser {
     serde_json::from_value(json!({
         "apiVersion": "kafka.evenkeel.dev/v1alpha1",

@@ -4,6 +4,11 @@
 # E2E_ROLL_CAUSE=cluster-ca: the roll comes from renewing the cluster CA instead (its Secret
 # annotated kafka.evenkeel.dev/force-renew): a new CA certificate with the same key and the next
 # generation, which the pods then carry, and which the listeners' status shows.
+# E2E_ROLL_CAUSE=cluster-ca-key: the cluster CA's key is replaced (its Secret annotated
+# kafka.evenkeel.dev/force-replace): three rolls the operator starts one after the other (both
+# certificates trusted; the new key signs; only the new certificate trusted). Each roll must
+# end with every broker made from the new template (it carries the CA generation) and ready,
+# with at most one broker not ready at any sample.
 # E2E_OPERATOR_FAILOVER=1: once the first broker is replaced, the operator pod holding the Lease
 # is deleted; another replica (the standby, or the one the Deployment starts) must take the
 # Lease and finish the roll.
@@ -57,10 +62,81 @@ renew_cluster_ca() {
     ok "a new CA certificate, generation ${old_generation:-0} -> $(ca_generation)"
 }
 
+ca_step() { k get secret "$ca_secret" -o jsonpath='{.metadata.annotations.kafka\.evenkeel\.dev/ca-key-replacement}'; }
+ca_certs() { ca_cert | grep -c 'BEGIN CERTIFICATE'; }
+
+# Waits until the cluster CA's Secret records generation $1 and replacement step $2 (empty: the
+# replacement is over).
+wait_ca_at() { # GENERATION STEP
+    local deadline=$((SECONDS + E2E_TIMEOUT))
+    until [[ "$(ca_generation)" == "$1" && "$(ca_step)" == "$2" ]]; do
+        ((SECONDS < deadline)) ||
+            die "${ca_secret} is at generation '$(ca_generation)', step '$(ca_step)'; expected $1, '$2'"
+        sleep 2
+    done
+}
+
+# Watches the roll to cluster CA generation $1: done once every broker pod carries it and is
+# ready (a pod carries the generation of the template it was made from); fails if two brokers
+# are not ready at once.
+watch_generation() { # GENERATION
+    local deadline=$((SECONDS + E2E_TIMEOUT)) worst=0 ready at down name deleting cond carried
+    local fields='{range .items[*]}{.metadata.name}|{.metadata.deletionTimestamp}|{.status.conditions[?(@.type=="Ready")].status}|{.metadata.annotations.kafka\.evenkeel\.dev/cluster-ca-cert-generation}{"\n"}{end}'
+    while ((SECONDS < deadline)); do
+        ready=0 at=0
+        while IFS='|' read -r name deleting cond carried; do
+            [[ -z "$name" || -n "$deleting" || "$cond" != True ]] && continue
+            ready=$((ready + 1))
+            [[ "$carried" == "$1" ]] && at=$((at + 1))
+        done < <(k get pods -l "$BROKER_SELECTOR" -o jsonpath="$fields")
+        down=$((want - ready))
+        ((down > worst)) && worst=$down
+        ((down > 1)) && die "${down} brokers not ready at once during the roll to generation $1"
+        if ((at == want)); then
+            ok "every broker runs CA generation $1; at most ${worst} not ready at once"
+            return 0
+        fi
+        sleep 1
+    done
+    die "the brokers did not all reach CA generation $1 in ${E2E_TIMEOUT}s"
+}
+
+replace_cluster_ca_key() {
+    step "replace the cluster CA's key (annotate ${ca_secret} kafka.evenkeel.dev/force-replace=true)"
+    old_cert="$(ca_cert)"
+    [[ -n "$old_cert" ]] || die "no ${ca_secret}: the cluster is not secured"
+    local g="$(ca_generation)"
+    g="${g:-0}"
+    k annotate secret "$ca_secret" kafka.evenkeel.dev/force-replace=true >/dev/null
+    wait_ca_at $((g + 1)) trust-new-key
+    (($(ca_certs) == 2)) || die "${ca_secret} holds $(ca_certs) certificates in step 1, not 2"
+    ok "step 1: the new certificate is trusted beside the old one (generation $((g + 1)))"
+    watch_generation $((g + 1))
+    wait_ca_at $((g + 2)) sign-with-new-key
+    ok "step 2: the new key signs (generation $((g + 2)))"
+    watch_generation $((g + 2))
+    wait_ca_at $((g + 3)) ""
+    new_cert="$(ca_cert)"
+    (($(ca_certs) == 1)) || die "${ca_secret} holds $(ca_certs) certificates after the replacement"
+    [[ "$new_cert" != "$old_cert" ]] || die "${ca_secret}'s certificate did not change"
+    ok "step 3: only the new certificate is trusted (generation $((g + 3)))"
+    watch_generation $((g + 3))
+    wait_cluster_ready "$want"
+    listed="$(kc_field '{.status.listeners[?(@.name=="mtls")].certificates[*]}')"
+    [[ "$listed" == "$new_cert" ]] || die "status.listeners[mtls] does not name the new CA certificate alone"
+    ok "the listeners' status names the new certificate alone"
+    info "events:"
+    k get events --field-selector reason=CaKeyReplaced 2>/dev/null | tail -n 3 | sed 's/^/    /' || true
+}
+
 case "$cause" in
 config) change_config ;;
 cluster-ca) renew_cluster_ca ;;
-*) die "E2E_ROLL_CAUSE=${cause}: config or cluster-ca" ;;
+cluster-ca-key)
+    replace_cluster_ca_key
+    exit 0
+    ;;
+*) die "E2E_ROLL_CAUSE=${cause}: config, cluster-ca or cluster-ca-key" ;;
 esac
 
 step "watch the roll (at most one broker down at a time)"

@@ -3,7 +3,9 @@
 # client pod the whole time; each roll must finish without a manual step (60-config-roll.sh's
 # checks: every broker replaced, at most one down at a time, Ready again). During the last roll
 # the operator pod holding the Lease is deleted: another replica takes the Lease and finishes
-# the roll. On a secured cluster the first roll is a renewal of the cluster CA instead
+# the roll. On a secured cluster the first roll is a replacement of the cluster CA's key instead
+# (E2E_ROLL_CAUSE=cluster-ca-key: three rolls, the brokers replicating over mutual TLS with that
+# CA throughout), and with 3 rolls or more the second is a renewal of the cluster CA
 # (E2E_ROLL_CAUSE=cluster-ca). Then every record the producer was told was written is read
 # back: prints acked / consumed / lost (lost must be 0).
 source "$(dirname "$0")/lib.sh"
@@ -12,17 +14,19 @@ rate="${E2E_ROLL_RATE:-500}"
 # Enough records to outlast the rolls (20-55 s each on kind here, 60 s allowed, and 20 s for the
 # steps between them); the producer finishes afterwards. With 45 s a roll, two rolls of 54 and
 # 50 s outlasted the producer, and the check below refused a fault without load.
-records=$((rate * (60 * rolls + 20)))
+secured=0
+k get secret "${CLUSTER}-cluster-ca-cert" >/dev/null 2>&1 && secured=1
+# A key replacement is three rolls.
+records=$((rate * (60 * (rolls + 2 * secured) + 20)))
 topic="e2e-rolls-$(date +%s)"
 pod=e2e-roll-producer
 
 producer_start "$pod" "$topic" "$records" "$rate"
 start=$SECONDS
-secured=0
-k get secret "${CLUSTER}-cluster-ca-cert" >/dev/null 2>&1 && secured=1
 for i in $(seq 1 "$rolls"); do
     cause=config
-    ((i == 1 && secured)) && cause=cluster-ca
+    ((i == 1 && secured && rolls > 1)) && cause=cluster-ca-key
+    ((i == 2 && secured && rolls >= 3)) && cause=cluster-ca
     step "roll ${i} of ${rolls} (${cause})$( ((i == rolls)) && echo ', the operator holding the Lease deleted mid-roll')"
     t=$SECONDS
     failover=0
@@ -36,4 +40,4 @@ done
 ok "${rolls} rolls in $((SECONDS - start)) s"
 
 producer_finish "$pod" "$records"
-read_back "$topic" "$ACKED" "${rolls} rolls$( ((secured)) && echo ", a CA renewal among them"), one with an operator failover"
+read_back "$topic" "$ACKED" "${rolls} rolls$( ((secured)) && echo " (the first a CA key replacement, itself three rolls)"), one with an operator failover"

@@ -10,7 +10,8 @@
 //! names change, the cluster CA no longer signs it, or it expires within `RENEWAL_DAYS`.
 //! KafkaUsers' certificates (`Ca::sign_user`) come from the clients CA.
 //! A CA certificate is made again with the same key (`Ca::renewed`) `RENEWAL_DAYS` before it
-//! expires or when its Secret carries `FORCE_RENEW`; its generation then rolls the brokers.
+//! expires or when its Secret carries `FORCE_RENEW`; its generation then rolls the brokers. Its
+//! key is replaced when its Secret carries `FORCE_REPLACE`, in three rolls (`replacement`).
 
 use std::collections::BTreeMap;
 
@@ -105,11 +106,16 @@ impl CaKind {
     }
 }
 
-/// A CA: its certificate and private key, in PEM.
+/// A CA: the certificate that signs and its private key, in PEM, and every certificate of the
+/// CA that is trusted now.
 #[derive(Clone)]
 pub struct Ca {
+    /// The certificate whose key signs what the CA issues.
     pub cert_pem: String,
     key_pem: String,
+    /// The certificates clients of this CA trust, `cert_pem` first: more than one only while
+    /// the CA's key is being replaced (`replacement`).
+    trusted: Vec<String>,
 }
 
 impl std::fmt::Debug for Ca {
@@ -174,6 +180,31 @@ fn subject_cn(cert_pem: &str) -> Result<String, String> {
     .ok_or_else(|| "its certificate has no common name".to_string())
 }
 
+/// Each certificate of a PEM file, as PEM ending in a newline; anything between them is dropped.
+pub fn split_certificates(pem: &str) -> Vec<String> {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let mut out = Vec::new();
+    let mut rest = pem;
+    while let Some(start) = rest.find(BEGIN) {
+        let Some(len) = rest[start..].find(END) else {
+            break;
+        };
+        let end = start + len + END.len();
+        out.push(format!("{}\n", &rest[start..end]));
+        rest = &rest[end..];
+    }
+    out
+}
+
+/// Whether `cert_pem` certifies `key`'s public key.
+fn key_matches(cert_pem: &str, key: &KeyPair) -> bool {
+    with_certificate(cert_pem, |c| {
+        c.public_key().subject_public_key.data.as_ref() == key.public_key_raw()
+    })
+    .unwrap_or(false)
+}
+
 /// A certificate's subject as encoded, or `None` when it cannot be read.
 fn raw_subject(cert_pem: &str) -> Option<Vec<u8>> {
     with_certificate(cert_pem, |c| c.subject().as_raw().to_vec()).ok()
@@ -191,7 +222,15 @@ impl Ca {
         Ok(Ca {
             cert_pem: issuer.pem(),
             key_pem: issuer.key().serialize_pem(),
+            trusted: vec![issuer.pem()],
         })
+    }
+
+    /// A certificate for the CA key `key_pem`, self-signed with subject
+    /// `O=evenkeel.dev, CN=<cn>`, valid `CA_VALIDITY_DAYS` from now.
+    fn certify(cn: &str, key_pem: &str) -> Result<String, rcgen::Error> {
+        let key = KeyPair::from_pem(key_pem)?;
+        Ok(ca_params(cn)?.self_signed(&key)?.pem())
     }
 
     /// This CA's certificate made again with the same key and subject, valid
@@ -208,14 +247,11 @@ impl Ca {
             what: format!("the renewed CA {cn}"),
             source,
         };
-        let key = KeyPair::from_pem(&self.key_pem).map_err(err)?;
-        let cert = ca_params(&cn)
-            .map_err(err)?
-            .self_signed(&key)
-            .map_err(err)?;
+        let cert_pem = Ca::certify(&cn, &self.key_pem).map_err(err)?;
         let renewed = Ca {
-            cert_pem: cert.pem(),
+            cert_pem: cert_pem.clone(),
             key_pem: self.key_pem.clone(),
+            trusted: vec![cert_pem],
         };
         if raw_subject(&renewed.cert_pem) != raw_subject(&self.cert_pem) {
             return Err(stored(format!(
@@ -226,14 +262,45 @@ impl Ca {
         Ok(renewed)
     }
 
-    /// A CA read back from its Secrets; `secret` names them in errors.
-    pub fn from_pem(cert_pem: String, key_pem: String, secret: &str) -> Result<Ca, CertError> {
-        let ca = Ca { cert_pem, key_pem };
-        ca.issuer().map_err(|e| CertError::Stored {
+    /// A CA read back from its Secrets: `certs_pem` holds one certificate or several (while
+    /// the key is replaced), one of them `key_pem`'s; `secret` names them in errors.
+    pub fn from_pem(certs_pem: &str, key_pem: String, secret: &str) -> Result<Ca, CertError> {
+        let stored = |reason: String| CertError::Stored {
             secret: secret.to_string(),
-            reason: format!("not a CA certificate and key this operator can sign with: {e}"),
+            reason,
+        };
+        let key = KeyPair::from_pem(&key_pem)
+            .map_err(|e| stored(format!("its key cannot be read: {e}")))?;
+        let mut trusted = split_certificates(certs_pem);
+        let Some(signing) = trusted.iter().position(|c| key_matches(c, &key)) else {
+            return Err(stored(format!(
+                "none of its {} certificates belongs to its key",
+                trusted.len()
+            )));
+        };
+        let cert_pem = trusted.remove(signing);
+        trusted.insert(0, cert_pem.clone());
+        let ca = Ca {
+            cert_pem,
+            key_pem,
+            trusted,
+        };
+        ca.issuer().map_err(|e| {
+            stored(format!(
+                "not a CA certificate and key this operator can sign with: {e}"
+            ))
         })?;
         Ok(ca)
+    }
+
+    /// The certificates clients of this CA trust, the signing one first.
+    pub fn trusted(&self) -> &[String] {
+        &self.trusted
+    }
+
+    /// `trusted` as one PEM file (what `ca.crt` holds).
+    pub fn trusted_pem(&self) -> String {
+        self.trusted.concat()
     }
 
     fn issuer(&self) -> Result<Issuer<'static, KeyPair>, rcgen::Error> {
@@ -354,8 +421,9 @@ pub fn new_password() -> String {
 }
 
 /// A PKCS#12 truststore (what Java clients load with `ssl.truststore.type=PKCS12`) holding
-/// `ca_pem` as a trusted certificate under the alias `ca.crt`, protected by `password`.
-pub fn truststore(ca_pem: &str, password: &str) -> Result<Vec<u8>, CertError> {
+/// each of `certs_pem` as a trusted certificate, the first under the alias `ca.crt` and the
+/// others (a CA whose key is being replaced) as `ca-1.crt`, …, protected by `password`.
+pub fn truststore(certs_pem: &[String], password: &str) -> Result<Vec<u8>, CertError> {
     use p12_keystore::{Certificate, KeyStore, KeyStoreEntry};
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
@@ -363,11 +431,17 @@ pub fn truststore(ca_pem: &str, password: &str) -> Result<Vec<u8>, CertError> {
         what: "the CA truststore".to_string(),
         reason,
     };
-    let der = CertificateDer::from_pem_slice(ca_pem.as_bytes()).map_err(|e| err(e.to_string()))?;
-    let cert = Certificate::from_der(&der).map_err(|e| err(e.to_string()))?;
     let mut store = KeyStore::new();
-    // Written with Java's trusted-certificate attribute: without it Java loads no entry.
-    store.add_entry(CA_CERT, KeyStoreEntry::Certificate(cert));
+    for (i, pem) in certs_pem.iter().enumerate() {
+        let der = CertificateDer::from_pem_slice(pem.as_bytes()).map_err(|e| err(e.to_string()))?;
+        let cert = Certificate::from_der(&der).map_err(|e| err(e.to_string()))?;
+        let alias = match i {
+            0 => CA_CERT.to_string(),
+            i => format!("ca-{i}.crt"),
+        };
+        // Written with Java's trusted-certificate attribute: without it Java loads no entry.
+        store.add_entry(&alias, KeyStoreEntry::Certificate(cert));
+    }
     store
         .writer(password)
         .write()
@@ -562,8 +636,9 @@ pub fn set_entries(s: &mut Secret, entries: BTreeMap<String, String>) {
 /// status) and the CA generations the brokers' pod template carries.
 #[derive(Debug, Default)]
 pub struct Cas {
-    /// `None` when the spec secures nothing.
-    pub cluster_ca_pem: Option<String>,
+    /// The cluster CA's certificates clients trust (two while its key is replaced); none when
+    /// the spec secures nothing.
+    pub cluster_ca: Vec<String>,
     /// `(pod template annotation, generation)` of each CA renewed at least once; a CA never
     /// renewed adds nothing, so clusters made before renewal existed do not roll for it.
     pub generations: Vec<(&'static str, u64)>,
@@ -578,6 +653,7 @@ pub async fn reconcile<C: AdminConnector>(
     kc: &KafkaCluster,
     names: &Names,
     replicas: i32,
+    rollout: &Rollout,
 ) -> Result<Cas, Error> {
     let secured = resources::is_secured(kc);
     let proxy_certificate = resources::proxy_tls(kc) || (secured && resources::wants_proxy(kc));
@@ -587,10 +663,11 @@ pub async fn reconcile<C: AdminConnector>(
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &names.namespace);
     let result = async {
         let mut cas = Cas::default();
-        let (cluster_ca, generation) = ensure_ca(ctx, &api, kc, names, CaKind::Cluster).await?;
+        let (cluster_ca, generation) =
+            ensure_ca(ctx, &api, kc, names, CaKind::Cluster, rollout).await?;
         if secured {
             cas.add_generation(CaKind::Cluster, generation);
-            let (_, generation) = ensure_ca(ctx, &api, kc, names, CaKind::Clients).await?;
+            let (_, generation) = ensure_ca(ctx, &api, kc, names, CaKind::Clients, rollout).await?;
             cas.add_generation(CaKind::Clients, generation);
             let name = names.broker_secret();
             let existing = stored_entries(&api, &name).await?;
@@ -613,7 +690,7 @@ pub async fn reconcile<C: AdminConnector>(
             let note = issued.then(|| "issued the producer proxy's certificate".to_string());
             apply_entries(ctx, &api, kc, name, existing, entries, note).await?;
         }
-        cas.cluster_ca_pem = Some(cluster_ca.cert_pem);
+        cas.cluster_ca = cluster_ca.trusted().to_vec();
         Ok(cas)
     }
     .await;
@@ -634,21 +711,44 @@ impl Cas {
     }
 }
 
-/// The CA of `kind`: read from its two Secrets (and renewed when due), or made and stored
-/// when neither exists; returned with its certificate's generation. One Secret without the
-/// other is an error: a new CA would change every certificate it signed.
+/// The CA of `kind`: read from its two Secrets (its key replacement carried a step on when
+/// asked for and the brokers have rolled, else renewed when due), or made and stored when
+/// neither exists; returned with its certificate's generation. One Secret without the other is
+/// an error: a new CA would change every certificate it signed. `rollout`: the brokers' pods
+/// (a cluster that secures only the proxy has none to wait for).
 async fn ensure_ca<C: AdminConnector>(
     ctx: &Context<C>,
     api: &Api<Secret>,
     kc: &KafkaCluster,
     names: &Names,
     kind: CaKind,
+    rollout: &Rollout,
 ) -> Result<(Ca, u64), Error> {
+    let secured = resources::is_secured(kc);
     let (cert_name, key_name) = (kind.cert_secret(names), kind.key_secret(names));
     match ca_secrets(api, names, kind).await? {
         (Some(cert), Some(key)) => {
             let ca = stored_ca(&cert, &key, &cert_name, &key_name)?;
             let generation = generation_of(&cert);
+            let stored = replacement::Stored {
+                kind,
+                cert: &cert,
+                key: &key,
+                cert_name: &cert_name,
+                key_name: &key_name,
+                ca: &ca,
+                generation,
+            };
+            let mut rolled =
+                !secured || rollout.rolled_to(kind.generation_annotation(), generation);
+            if rolled && kind == CaKind::Clients && ca.trusted().len() > 1 {
+                // The old clients certificate stays trusted until every KafkaUser holds one
+                // from the key that signs now.
+                rolled = replacement::users_signed_by(ctx, api, names, &ca).await?;
+            }
+            if let Some(replacing) = replacement::advance(ctx, api, kc, stored, rolled).await? {
+                return Ok(replacing);
+            }
             let password = secret_text(&cert).remove(CA_PASSWORD);
             let Some(why) = renewal_reason(&cert, &ca) else {
                 // A Secret an earlier operator made gains the truststore.
@@ -750,7 +850,15 @@ async fn renew_ca<C: AdminConnector>(
 ) -> Result<Ca, Error> {
     let renewed = ca.renewed(name)?;
     let next = renewal.generation + 1;
-    store_ca_cert(api, name, &renewed, renewal.password, Some(next)).await?;
+    let annotations = serde_json::json!({FORCE_RENEW: null});
+    store_ca_cert(
+        api,
+        name,
+        &renewed,
+        renewal.password,
+        Some((next, annotations)),
+    )
+    .await?;
     let note = format!(
         "renewed the CA certificate {name} with the same key ({}): generation {next}; the \
          brokers roll to load it",
@@ -760,21 +868,21 @@ async fn renew_ca<C: AdminConnector>(
     Ok(renewed)
 }
 
-/// Writes `ca`'s certificate and truststore into its Secret `name` (the truststore's
-/// `password`, or a new one); with `generation`, records it and drops `FORCE_RENEW`.
+/// Writes `ca`'s trusted certificates and truststore into its Secret `name` (the truststore's
+/// `password`, or a new one); with `generation`, records it and sets the annotations given
+/// with it (a null removes one).
 async fn store_ca_cert(
     api: &Api<Secret>,
     name: &str,
     ca: &Ca,
     password: Option<String>,
-    generation: Option<u64>,
+    generation: Option<(u64, serde_json::Value)>,
 ) -> Result<(), Error> {
     let password = password.unwrap_or_else(new_password);
     let mut patch = serde_json::json!({"data": ca_cert_data(ca, &password)?});
-    if let Some(next) = generation {
-        patch["metadata"] = serde_json::json!(
-            {"annotations": {CA_CERT_GENERATION: next.to_string(), FORCE_RENEW: null}}
-        );
+    if let Some((next, mut annotations)) = generation {
+        annotations[CA_CERT_GENERATION] = next.to_string().into();
+        patch["metadata"] = serde_json::json!({"annotations": annotations});
     }
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
@@ -785,11 +893,11 @@ async fn store_ca_cert(
 /// clients, a PKCS#12 truststore of it (`ca.p12`) and that truststore's password
 /// (`ca.password`).
 fn ca_cert_data(ca: &Ca, password: &str) -> Result<BTreeMap<String, ByteString>, CertError> {
-    let p12 = truststore(&ca.cert_pem, password)?;
+    let p12 = truststore(ca.trusted(), password)?;
     Ok(BTreeMap::from([
         (
             CA_CERT.to_string(),
-            ByteString(ca.cert_pem.clone().into_bytes()),
+            ByteString(ca.trusted_pem().into_bytes()),
         ),
         (CA_P12.to_string(), ByteString(p12)),
         (
@@ -842,7 +950,7 @@ fn stored_ca(
         })
     };
     Ca::from_pem(
-        field(cert, cert_name, CA_CERT)?,
+        &field(cert, cert_name, CA_CERT)?,
         field(key, key_name, CA_KEY)?,
         cert_name,
     )
@@ -880,6 +988,9 @@ async fn apply_entries<C: AdminConnector>(
     }
     Ok(())
 }
+
+mod replacement;
+pub use replacement::{Rollout, FORCE_REPLACE, REPLACEMENT};
 
 #[cfg(test)]
 mod tests;

@@ -212,8 +212,10 @@ async fn reconcile_inner<C: AdminConnector>(
     let brokers = observe_brokers(ctx, kc, current).await;
     let replicas = decide_replicas(ctx, kc, &brokers, current, quorum.controllers, &mut pass).await;
     objects.set_replicas(replicas);
+    let pods = list_broker_pods(ctx, &names).await?;
     // The certificates before the pods that mount them (a new pod finds its own).
-    let cas = certs::reconcile(ctx, kc, &names, replicas).await?;
+    let rollout = certs::Rollout::of(&pods, replicas);
+    let cas = certs::reconcile(ctx, kc, &names, replicas, &rollout).await?;
     objects.set_ca_generations(&cas.generations);
     // The sidecar's account before the pods that name it, and gone only after them.
     if let Some(identity) = &objects.rebalancer {
@@ -229,7 +231,7 @@ async fn reconcile_inner<C: AdminConnector>(
         ctx.event(kc, EventType::Normal, "Scaled", &note).await;
     }
 
-    let views = broker_pods(ctx, &names, &applied).await?;
+    let views = broker_views(&pods, &applied);
     let step = next_roll_step(&views, current.min(replicas), brokers.state.as_ref().ok());
     roll(ctx, kc, &step, &mut pass).await?;
     spread_after_scale_up(ctx, kc, &brokers, &views, &step, replicas, &mut pass).await;
@@ -237,7 +239,7 @@ async fn reconcile_inner<C: AdminConnector>(
 
     let mut st = pass.status.clone();
     fill_status(&mut st, kc, &views, &brokers, &objects.sts)?;
-    st.listeners = listener_status(kc, &names, cas.cluster_ca_pem.as_deref());
+    st.listeners = listener_status(kc, &names, &cas.cluster_ca);
     let (proxy_status, proxy_waiting) = match &proxy {
         Some(d) => {
             let (status, waiting) = proxy_view(d, names.proxy_url(resources::proxy_tls(kc)));
@@ -559,20 +561,29 @@ impl Objects {
         }
     }
 
-    /// Puts each renewed CA's generation on the brokers' pod template: a renewal rolls them,
-    /// safely, as a config change does.
+    /// Puts each renewed CA's generation on the brokers' pod template, and the cluster CA's on
+    /// the proxy's (it trusts that CA and presents a certificate from it): a renewal or a step
+    /// of a key replacement rolls them, the brokers safely, as a config change does.
     fn set_ca_generations(&mut self, generations: &[(&'static str, u64)]) {
-        let Some(spec) = self.sts.spec.as_mut() else {
-            return;
-        };
-        let annotations = spec
-            .template
-            .metadata
-            .get_or_insert_with(Default::default)
-            .annotations
-            .get_or_insert_with(Default::default);
+        let cluster_ca = certs::CaKind::Cluster.generation_annotation();
+        let proxy = self.proxy.as_mut().map(|p| &mut p.deployment);
+        let mut proxy_template = proxy.and_then(|d| Some(&mut d.spec.as_mut()?.template));
+        let mut brokers_template = self.sts.spec.as_mut().map(|s| &mut s.template);
         for (name, generation) in generations {
-            annotations.insert(name.to_string(), generation.to_string());
+            let templates = [
+                brokers_template.as_deref_mut(),
+                proxy_template
+                    .as_deref_mut()
+                    .filter(|_| *name == cluster_ca),
+            ];
+            for template in templates.into_iter().flatten() {
+                template
+                    .metadata
+                    .get_or_insert_with(Default::default)
+                    .annotations
+                    .get_or_insert_with(Default::default)
+                    .insert(name.to_string(), generation.to_string());
+            }
         }
     }
 
@@ -847,30 +858,28 @@ async fn decide_replicas<C: AdminConnector>(
     current
 }
 
-/// The cluster's broker pods as the roll sees them.
-async fn broker_pods<C: AdminConnector>(
+/// The cluster's broker pods.
+async fn list_broker_pods<C: AdminConnector>(
     ctx: &Context<C>,
     names: &Names,
-    applied: &StatefulSet,
-) -> Result<Vec<PodView>, Error> {
+) -> Result<Vec<Pod>, Error> {
+    let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &names.namespace);
+    let selector = resources::label_selector(&resources::selector(&names.cluster));
+    Ok(pod_api
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items)
+}
+
+/// The broker pods as the roll sees them, against the StatefulSet as applied.
+fn broker_views(pods: &[Pod], applied: &StatefulSet) -> Vec<PodView> {
     let update_revision = applied
         .status
         .as_ref()
         .and_then(|s| s.update_revision.clone());
-    let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &names.namespace);
-    let selector = resources::selector(&names.cluster)
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    let pods = pod_api
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items;
-    Ok(pods
-        .iter()
+    pods.iter()
         .filter_map(|p| pod_view(p, update_revision.as_deref()))
-        .collect())
+        .collect()
 }
 
 /// Carries out one step of the rolling restart.
@@ -1009,7 +1018,7 @@ fn fill_status<A>(
 pub fn listener_status(
     kc: &KafkaCluster,
     names: &Names,
-    cluster_ca: Option<&str>,
+    cluster_ca: &[String],
 ) -> Vec<ListenerStatus> {
     kc.spec
         .listeners
@@ -1017,9 +1026,9 @@ pub fn listener_status(
         .map(|l| ListenerStatus {
             name: l.name.clone(),
             bootstrap_servers: names.bootstrap_address(l.port),
-            certificates: match cluster_ca {
-                Some(ca) if l.tls => vec![ca.to_string()],
-                _ => Vec::new(),
+            certificates: match l.tls {
+                true => cluster_ca.to_vec(),
+                false => Vec::new(),
             },
         })
         .collect()

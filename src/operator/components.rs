@@ -59,7 +59,8 @@ impl Identities {
     /// How the operator connects to the internal listener of the cluster `ca` signs for.
     pub fn operator(&self, ca: &Ca) -> Result<ClientSecurity, IdentityError> {
         let mut by_ca = self.by_ca.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(id) = by_ca.get(&ca.cert_pem) {
+        let trusted = ca.trusted_pem();
+        if let Some(id) = by_ca.get(&trusted) {
             if !certs::expires_within(&id.cert_pem, RENEWAL_DAYS) {
                 return Ok(id.security.clone());
             }
@@ -70,7 +71,7 @@ impl Identities {
             cert_pem: issued.cert_pem,
             security: security.clone(),
         };
-        by_ca.insert(ca.cert_pem.clone(), id);
+        by_ca.insert(trusted, id);
         Ok(security)
     }
 }
@@ -83,7 +84,8 @@ pub enum IdentityError {
     Client(String),
 }
 
-/// `issued` (the operator's certificate from `ca`) as a TLS client that trusts only `ca`.
+/// `issued` (the operator's certificate from `ca`) as a TLS client that trusts only `ca`'s
+/// certificates (both while its key is replaced).
 fn operator_security(ca: &Ca, issued: &Issued) -> Result<ClientSecurity, IdentityError> {
     let props: BTreeMap<String, String> = [
         ("security.protocol", "SSL".to_string()),
@@ -91,7 +93,7 @@ fn operator_security(ca: &Ca, issued: &Issued) -> Result<ClientSecurity, Identit
         ("ssl.keystore.certificate.chain", issued.cert_pem.clone()),
         ("ssl.keystore.key", issued.key_pem.clone()),
         ("ssl.truststore.type", "PEM".into()),
-        ("ssl.truststore.certificates", ca.cert_pem.clone()),
+        ("ssl.truststore.certificates", ca.trusted_pem()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))

@@ -158,6 +158,15 @@ pub fn selector(cluster: &str) -> BTreeMap<String, String> {
     component_selector(cluster, "broker")
 }
 
+/// `labels` as a label selector for a list call (`k=v,k=v`).
+pub fn label_selector(labels: &BTreeMap<String, String>) -> String {
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Labels on the producer proxy's objects and pods: the cluster's, with component `proxy`.
 pub fn proxy_labels(cluster: &str) -> BTreeMap<String, String> {
     component_labels(cluster, "proxy")

@@ -141,10 +141,10 @@ fn the_proxy_certificate_names_its_service_and_is_kept_until_due() {
 #[test]
 fn a_stored_ca_is_read_back_and_signs() {
     let ca = Ca::generate("main-cluster-ca").unwrap();
-    let back = Ca::from_pem(ca.cert_pem.clone(), ca.key_pem.clone(), "s").unwrap();
+    let back = Ca::from_pem(&ca.cert_pem, ca.key_pem.clone(), "s").unwrap();
     let leaf = back.sign("x", &["x.example".to_string()], 1).unwrap();
     assert!(signed_by(&leaf.cert_pem, &ca.cert_pem));
-    let err = Ca::from_pem("junk".into(), ca.key_pem.clone(), "main-cluster-ca-cert")
+    let err = Ca::from_pem("junk", ca.key_pem.clone(), "main-cluster-ca-cert")
         .unwrap_err()
         .to_string();
     assert!(err.starts_with("Secret main-cluster-ca-cert: "), "{err}");
@@ -336,7 +336,7 @@ fn a_ca_renewal_is_due_when_asked_for_or_near_its_end_and_counts_generations() {
     let mut params = ca_params("main-cluster-ca").unwrap();
     params.not_after = time::OffsetDateTime::now_utc() + time::Duration::days(RENEWAL_DAYS - 1);
     let cert = params.self_signed(&key).unwrap();
-    let old = Ca::from_pem(cert.pem(), key.serialize_pem(), "main-cluster-ca-cert").unwrap();
+    let old = Ca::from_pem(&cert.pem(), key.serialize_pem(), "main-cluster-ca-cert").unwrap();
     let why = renewal_reason(&Secret::default(), &old).unwrap();
     assert!(why.contains("expires within 30 days"), "{why}");
     assert_eq!(
@@ -354,7 +354,7 @@ fn a_ca_of_another_subject_is_not_renewed() {
     dn.push(DnType::OrganizationalUnitName, "platform");
     params.distinguished_name = dn;
     let cert = params.self_signed(&key).unwrap();
-    let theirs = Ca::from_pem(cert.pem(), key.serialize_pem(), "main-cluster-ca-cert").unwrap();
+    let theirs = Ca::from_pem(&cert.pem(), key.serialize_pem(), "main-cluster-ca-cert").unwrap();
     let err = theirs
         .renewed("main-cluster-ca-cert")
         .unwrap_err()
@@ -385,4 +385,52 @@ fn the_ca_truststore_holds_the_certificate_as_trusted_and_opens_only_with_its_pa
         .contents;
     assert_eq!(cert.as_der(), der.as_slice());
     assert!(KeyStore::from_pkcs12(&data[CA_P12].0, "not-the-password").is_err());
+}
+
+/// A key replacement's three steps against a real TLS listener: while both certificates are
+/// trusted, brokers and clients signed by either key reach each other; once only the new one
+/// is, what the old key signed is refused.
+#[tokio::test]
+async fn during_a_key_replacement_either_key_is_trusted_and_after_it_only_the_new_one() {
+    use crate::security::tls::test_pki::handshake_as;
+    let old = Ca::generate("main-cluster-ca").unwrap();
+    let new = Ca::generate("main-cluster-ca").unwrap();
+    let bundle = format!("{}{}", old.cert_pem, new.cert_pem);
+    // Step 1: the old key signs, both are trusted.
+    let trusting = Ca::from_pem(&bundle, old.key_pem.clone(), "s").unwrap();
+    // Step 2: the new key signs, both are trusted.
+    let signing = Ca::from_pem(&bundle, new.key_pem.clone(), "s").unwrap();
+    let host = "main-kafka-bootstrap";
+    let dir = tempfile::tempdir().unwrap();
+    for (server_ca, client_ca) in [(&trusting, &signing), (&signing, &trusting)] {
+        let (entries, _) = broker_entries(server_ca, &names(), 1, &BTreeMap::new()).unwrap();
+        let server = mtls_server(dir.path(), &entries["main-kafka-0.pem"], &bundle);
+        let client = leaf(client_ca.sign("main-kafka", &[], 1).unwrap());
+        for trusted in [&bundle, &server_ca.cert_pem] {
+            handshake_as(&server, trusted, Some(&client), host)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+    // Step 3: only the new certificate: the old key's client certificates are refused.
+    let (entries, _) = broker_entries(&signing, &names(), 1, &BTreeMap::new()).unwrap();
+    let server = mtls_server(dir.path(), &entries["main-kafka-0.pem"], &new.cert_pem);
+    let stale = leaf(trusting.sign("main-kafka", &[], 1).unwrap());
+    assert!(handshake_as(&server, &new.cert_pem, Some(&stale), host)
+        .await
+        .is_err());
+    let current = leaf(signing.sign("main-kafka", &[], 1).unwrap());
+    handshake_as(&server, &new.cert_pem, Some(&current), host)
+        .await
+        .unwrap();
+    // The Java truststore holds both while both are trusted.
+    let data = ca_cert_data(&signing, "pw").unwrap();
+    assert_eq!(
+        data[CA_CERT].0,
+        format!("{}{}", new.cert_pem, old.cert_pem).as_bytes()
+    );
+    let store = p12_keystore::KeyStore::from_pkcs12(&data[CA_P12].0, "pw").unwrap();
+    let mut aliases: Vec<_> = store.entries().map(|(a, _)| a.clone()).collect();
+    aliases.sort();
+    assert_eq!(aliases, ["ca-1.crt", "ca.crt"]);
 }

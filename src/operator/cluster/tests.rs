@@ -1116,3 +1116,40 @@ async fn leader_counts_are_left_out_when_the_metadata_misses_a_broker() {
     let st = status(&s);
     assert!(st["brokers"][0].get("leaders").is_none(), "{st}");
 }
+
+#[test]
+fn ca_generations_go_on_the_brokers_template_and_the_cluster_cas_on_the_proxys() {
+    let kc: KafkaCluster = serde_json::from_value(json!({
+        "apiVersion": "kafka.evenkeel.dev/v1alpha1", "kind": "KafkaCluster",
+        "metadata": {"name": "main", "namespace": "ns", "uid": "0f2a6b3c-1d4e-4f50-8a6b-7c8d9e0f1a2b"},
+        "spec": {"replicas": 3, "proxy": {"replicas": 1},
+                 "listeners": [{"name": "tls", "port": 9095, "tls": true}]},
+    }))
+    .unwrap();
+    let mut objects = Objects::build(&kc, "img", 3.into()).unwrap();
+    let cluster_ca = certs::CaKind::Cluster.generation_annotation();
+    let clients_ca = certs::CaKind::Clients.generation_annotation();
+    objects.set_ca_generations(&[(cluster_ca, 4), (clients_ca, 2)]);
+    let annotations = |t: &k8s_openapi::api::core::v1::PodTemplateSpec| {
+        t.metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .clone()
+            .unwrap_or_default()
+    };
+    let brokers = annotations(&objects.sts.spec.as_ref().unwrap().template);
+    assert_eq!(brokers[cluster_ca], "4");
+    assert_eq!(brokers[clients_ca], "2");
+    let proxy = objects
+        .proxy
+        .as_ref()
+        .unwrap()
+        .deployment
+        .spec
+        .as_ref()
+        .unwrap();
+    let proxy = annotations(&proxy.template);
+    assert_eq!(proxy[cluster_ca], "4");
+    assert!(!proxy.contains_key(clients_ca), "{proxy:?}");
+}
