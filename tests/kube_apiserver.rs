@@ -2093,7 +2093,7 @@ async fn operator_pass(clusters: &Api<KafkaCluster>, name: &str, hours: &str) {
 /// and the brokers' certificates are issued again; only the new certificate trusted.
 #[tokio::test]
 async fn a_cas_key_is_replaced_in_three_steps_each_after_the_brokers_roll() {
-    use evenkeel::operator::certs::{signed_by, split_certificates};
+    use evenkeel::operator::certs::{signed_by, split_certificates, subject_cn};
     require_kube!();
     let (admin, ns) = kubeenv::operator_test("rep").await;
     let _op = Operator::start(&ns, "127.0.0.1:9", false);
@@ -2159,6 +2159,8 @@ async fn a_cas_key_is_replaced_in_three_steps_each_after_the_brokers_roll() {
     assert_eq!(trusted.len(), 2, "{trusted:?}");
     assert_eq!(trusted[0], old_cert);
     let new_cert = trusted[1].clone();
+    // The new CA is named apart from the old one (OpenSSL clients pick an anchor by subject).
+    assert_eq!(subject_cn(&new_cert).unwrap(), "rep-cluster-ca v1");
     assert_eq!(key["ca.key"], old_key);
     assert!(key.contains_key("ca-next.key"));
     wait_for("generation 1 on the pod template", 60, || async {

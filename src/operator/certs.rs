@@ -172,7 +172,7 @@ fn with_certificate<T>(
 }
 
 /// The common name in a certificate's subject.
-fn subject_cn(cert_pem: &str) -> Result<String, String> {
+pub fn subject_cn(cert_pem: &str) -> Result<String, String> {
     with_certificate(cert_pem, |c| {
         let cn = c.subject().iter_common_name().next()?;
         cn.as_str().ok().map(str::to_string)

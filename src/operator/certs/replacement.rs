@@ -233,7 +233,7 @@ pub async fn advance<C: AdminConnector>(
         Step::Wait => (stored.ca.clone(), stored.generation),
         Step::Start => {
             let cn = subject_cn(&stored.ca.cert_pem).map_err(|r| stored_error(&stored, r))?;
-            let new = Ca::generate(&cn)?;
+            let new = Ca::generate(&next_subject(&cn))?;
             patch_key(api, stored.key_name, NEXT_KEY, Some(&new.key_pem)).await?;
             trust(ctx, api, kc, &stored, &new.key_pem).await?
         }
@@ -278,6 +278,20 @@ fn next_certificate(ca: &Ca, key_pem: &str) -> Option<String> {
         .cloned()
 }
 
+/// The common name of the CA that replaces one named `cn`: `<name> v<n>`, one more than the
+/// old one's (`<name>` counts as v0). Two trusted certificates never share a subject: OpenSSL
+/// (librdkafka, kafka-python) picks a trust anchor by subject alone when a certificate does not
+/// name its issuer's key, and would not try the other.
+fn next_subject(cn: &str) -> String {
+    let (base, version) = match cn.rsplit_once(" v") {
+        Some((base, v)) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => {
+            (base, v.parse::<u64>().unwrap_or(0))
+        }
+        _ => (cn, 0),
+    };
+    format!("{base} v{}", version + 1)
+}
+
 /// Step 1: the next key's certificate (made now unless trusted already) is trusted beside the
 /// CA's, which still signs.
 async fn trust<C: AdminConnector>(
@@ -291,6 +305,7 @@ async fn trust<C: AdminConnector>(
         Some(_) => stored.ca.clone(),
         None => {
             let cn = subject_cn(&stored.ca.cert_pem).map_err(|r| stored_error(stored, r))?;
+            let cn = next_subject(&cn);
             let cert = Ca::certify(&cn, next_key).map_err(|source| CertError::Generate {
                 what: format!("the new certificate of CA {cn}"),
                 source,

@@ -394,7 +394,7 @@ fn the_ca_truststore_holds_the_certificate_as_trusted_and_opens_only_with_its_pa
 async fn during_a_key_replacement_either_key_is_trusted_and_after_it_only_the_new_one() {
     use crate::security::tls::test_pki::handshake_as;
     let old = Ca::generate("main-cluster-ca").unwrap();
-    let new = Ca::generate("main-cluster-ca").unwrap();
+    let new = Ca::generate("main-cluster-ca v1").unwrap();
     let bundle = format!("{}{}", old.cert_pem, new.cert_pem);
     // Step 1: the old key signs, both are trusted.
     let trusting = Ca::from_pem(&bundle, old.key_pem.clone(), "s").unwrap();

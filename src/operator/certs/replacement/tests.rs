@@ -123,3 +123,12 @@ fn a_roll_is_done_when_every_broker_runs_the_generation_and_is_ready() {
     assert!(replaced.rolled_to(key, 2));
     assert!(!Rollout::of(&[], 0).rolled_to(key, 2));
 }
+
+#[test]
+fn the_new_ca_is_named_apart_from_the_old_one() {
+    assert_eq!(next_subject("main-cluster-ca"), "main-cluster-ca v1");
+    assert_eq!(next_subject("main-cluster-ca v1"), "main-cluster-ca v2");
+    assert_eq!(next_subject("main-cluster-ca v9"), "main-cluster-ca v10");
+    assert_eq!(next_subject("a v"), "a v v1");
+    assert_eq!(next_subject("a vx"), "a vx v1");
+}
