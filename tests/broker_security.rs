@@ -565,6 +565,19 @@ fn refusals(c: &mut TcpStream) -> Vec<(&'static str, i16, i16)> {
             .with_host_filter(None),
     );
     out.push(("DescribeAcls", r.error_code, cluster_auth));
+    // DESCRIBE on the cluster, else the error and no directory at all.
+    let r: DescribeLogDirsResponse = raw::call(
+        c,
+        ApiKey::DescribeLogDirs,
+        4,
+        &DescribeLogDirsRequest::default().with_topics(None),
+    );
+    let named = if r.results.is_empty() {
+        r.error_code
+    } else {
+        -2
+    };
+    out.push(("DescribeLogDirs", named, cluster_auth));
     let r: AlterUserScramCredentialsResponse = raw::call(c, ApiKey::AlterUserScramCredentials, 0, &AlterUserScramCredentialsRequest::default()
         .with_deletions(vec![kafka_protocol::messages::alter_user_scram_credentials_request::ScramCredentialDeletion::default().with_name(s("admin")).with_mechanism(2)]));
     out.push((

@@ -10,7 +10,9 @@ use kafka_protocol::protocol::{Encodable, HeaderVersion};
 
 use super::auth::Session;
 use super::refusals::{refuse_cluster_request, refuse_group_request, Refusal};
-use super::{acls, admin, fetch, group, metadata, produce, scram_credentials, Broker, Outcome};
+use super::{
+    acls, admin, fetch, group, log_dirs, metadata, produce, scram_credentials, Broker, Outcome,
+};
 use crate::protocol::{self, api_versions, errors, sasl, DecodedRequest, FrameError};
 
 /// A handled request: Kafka's request name for metrics, and the reply.
@@ -107,6 +109,9 @@ impl Broker {
             DecodedRequest::DeleteAcls(req) => at.answer(acls::delete_acls(self, session, v, req)),
             DecodedRequest::DescribeClientQuotas(req) => {
                 at.now(&admin::describe_client_quotas(self, session, req))
+            }
+            DecodedRequest::DescribeLogDirs(req) => {
+                at.now(&log_dirs::describe_log_dirs(self, session, req))
             }
             DecodedRequest::DescribeUserScramCredentials(req) => {
                 at.now(&scram_credentials::describe(self, session, req))
@@ -331,6 +336,7 @@ fn request_name(key: ApiKey) -> &'static str {
         ApiKey::UnregisterBroker => "UnregisterBroker",
         ApiKey::DescribeTopicPartitions => "DescribeTopicPartitions",
         ApiKey::DescribeClientQuotas => "DescribeClientQuotas",
+        ApiKey::DescribeLogDirs => "DescribeLogDirs",
         ApiKey::SaslHandshake => "SaslHandshake",
         ApiKey::SaslAuthenticate => "SaslAuthenticate",
         ApiKey::DescribeAcls => "DescribeAcls",

@@ -12,6 +12,7 @@ pub mod fetch;
 pub mod fetch_session;
 pub mod group;
 pub mod lifecycle;
+mod log_dirs;
 pub mod metadata;
 mod partition;
 pub mod produce;

@@ -49,6 +49,15 @@ pub struct FollowerRead {
     pub divergence: Option<Divergence>,
 }
 
+/// A local log as DescribeLogDirs reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalLog {
+    pub tp: TopicPartition,
+    /// Bytes in its segments.
+    pub size: u64,
+    pub offset_lag: i64,
+}
+
 /// What a ReplicaManager is made of.
 pub struct ReplicaManagerParts {
     pub node_id: i32,
@@ -199,6 +208,34 @@ impl ReplicaManager {
 
     fn partitions(&self) -> Vec<Arc<Partition>> {
         self.partitions.read().values().cloned().collect()
+    }
+
+    /// The directory of this broker's logs.
+    pub fn log_dir(&self) -> &std::path::Path {
+        self.logs.log_dir()
+    }
+
+    /// Every partition's local log that `wanted` names (all when `None`), as DescribeLogDirs
+    /// reports it.
+    pub fn local_logs(&self, wanted: Option<&HashSet<TopicPartition>>) -> Vec<LocalLog> {
+        let mut out: Vec<LocalLog> = self
+            .logs
+            .all_logs()
+            .into_iter()
+            // The metadata log is the quorum's, not a partition's (Kafka leaves it out too).
+            .filter(|(tp, _)| !is_hidden_topic(&tp.topic) && wanted.is_none_or(|w| w.contains(tp)))
+            .map(|(tp, log)| {
+                let log = log.lock();
+                LocalLog {
+                    size: log.size(),
+                    // Kafka's: how far the log's end is short of its high watermark.
+                    offset_lag: (log.high_watermark() - log.log_end_offset()).max(0),
+                    tp,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.tp.cmp(&b.tp));
+        out
     }
 
     /// Partitions this broker leads.

@@ -48,6 +48,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
     (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::DescribeLogDirs, 1, 4),
 ];
 
 /// What the controller listener answers: the quorum's own traffic aside (a private key), the

@@ -192,6 +192,7 @@ decoded_requests! {
     DeleteAcls => DeleteAclsRequest,
     DescribeUserScramCredentials => DescribeUserScramCredentialsRequest,
     DescribeClientQuotas => DescribeClientQuotasRequest,
+    DescribeLogDirs => DescribeLogDirsRequest,
     AlterUserScramCredentials => AlterUserScramCredentialsRequest,
 }
 
