@@ -63,7 +63,7 @@ def run_tool(*args, timeout=TOOL_TIMEOUT, stderr_to=None):
 
 
 class KafkaBroker:
-    """Kafka 4.1.1 in KRaft combined mode; `overrides` are server.properties lines (k=v)."""
+    """Kafka ($EVENKEEL_KAFKA_VERSION, default 4.4.0) in KRaft combined mode; `overrides` are server.properties lines (k=v)."""
     name = "Kafka"
 
     def __init__(self, workdir, overrides=()):

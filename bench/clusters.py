@@ -45,7 +45,7 @@ def wait_until(what, timeout, check, every=0.05):
 # --- the clusters ---------------------------------------------------------------------------
 
 class KafkaCluster:
-    name = "Kafka %s" % os.environ.get("EVENKEEL_KAFKA_VERSION", "4.1.1")
+    name = "Kafka %s" % os.environ.get("EVENKEEL_KAFKA_VERSION", "4.4.0")
 
     @property
     def bootstrap(self):

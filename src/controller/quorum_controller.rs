@@ -648,7 +648,7 @@ fn validate_dynamic_broker_configs(
         return Err(ControllerError::new(
             errors::INVALID_REQUEST,
             format!(
-                "Cannot update these configs dynamically: Set({}); set them in server.properties",
+                "Cannot update these configs dynamically: [{}]; set them in server.properties",
                 fixed.join(", ")
             ),
         ));
