@@ -1890,18 +1890,7 @@ async fn a_secured_cluster_gets_its_cas_broker_certificates_and_config() {
     // same key, generation 1 on its Secret and on the brokers' pod template (which rolls
     // them), the annotation gone; the brokers' certificates are kept (the same key signed
     // them) and their keystores and the listeners' status carry the new CA certificate.
-    let template_generation = || async {
-        sts_api
-            .get("sec-kafka")
-            .await
-            .ok()?
-            .spec?
-            .template
-            .metadata?
-            .annotations?
-            .remove("kafka.evenkeel.dev/cluster-ca-cert-generation")
-    };
-    assert_eq!(template_generation().await, None);
+    assert_eq!(template_generation(&sts_api, "sec-kafka").await, None);
     let force = json!({"metadata": {"annotations": {"kafka.evenkeel.dev/force-renew": "true"}}});
     secrets
         .patch(
@@ -1931,7 +1920,7 @@ async fn a_secured_cluster_gets_its_cas_broker_certificates_and_config() {
     assert_eq!(before["ca.password"], after_renewal["ca.password"]);
     assert_ne!(before["ca.p12"], after_renewal["ca.p12"]);
     wait_for("generation 1 on the pod template", 60, || async {
-        (template_generation().await.as_deref() == Some("1")).then_some(())
+        (template_generation(&sts_api, "sec-kafka").await.as_deref() == Some("1")).then_some(())
     })
     .await;
     let keystores = wait_for("the keystores with the renewed CA", 60, || async {
@@ -2056,9 +2045,32 @@ type CaState = (
     BTreeMap<String, String>,
 );
 
-/// The cluster CA as its Secrets hold it.
-async fn cluster_ca_state(secrets: &Api<Secret>, cluster: &str) -> Option<CaState> {
-    ca_state(secrets, &format!("{cluster}-cluster-ca")).await
+/// The CA of `base` once its certificate Secret records `generation` and the key replacement
+/// step `step` (`None`: no replacement going on).
+async fn ca_at(
+    secrets: &Api<Secret>,
+    base: &str,
+    generation: &str,
+    step: Option<&str>,
+) -> Option<CaState> {
+    let state = ca_state(secrets, base).await?;
+    let annotation = |k: &str| state.1.get(k).map(String::as_str);
+    (annotation("kafka.evenkeel.dev/ca-cert-generation") == Some(generation)
+        && annotation("kafka.evenkeel.dev/ca-key-replacement") == step)
+        .then_some(state)
+}
+
+/// The cluster CA generation the brokers' pod template of StatefulSet `name` carries.
+async fn template_generation(sts_api: &Api<StatefulSet>, name: &str) -> Option<String> {
+    sts_api
+        .get(name)
+        .await
+        .ok()?
+        .spec?
+        .template
+        .metadata?
+        .annotations?
+        .remove("kafka.evenkeel.dev/cluster-ca-cert-generation")
 }
 
 /// The CA whose Secrets are `<base>-cert` and `<base>`.
@@ -2112,32 +2124,6 @@ async fn a_cas_key_is_replaced_in_three_steps_each_after_the_brokers_roll() {
         ready_broker_pod(&admin, &ns, "rep", ordinal).await;
     }
     let sts_api: Api<StatefulSet> = Api::namespaced(admin.clone(), &ns);
-    let template_generation = || async {
-        sts_api
-            .get("rep-kafka")
-            .await
-            .ok()?
-            .spec?
-            .template
-            .metadata?
-            .annotations?
-            .remove("kafka.evenkeel.dev/cluster-ca-cert-generation")
-    };
-    let at = |generation: &'static str, phase: Option<&'static str>| {
-        let secrets = secrets.clone();
-        async move {
-            let (cert, annotations, key) = cluster_ca_state(&secrets, "rep").await?;
-            let step = annotations
-                .get("kafka.evenkeel.dev/ca-key-replacement")
-                .map(String::as_str);
-            (annotations
-                .get("kafka.evenkeel.dev/ca-cert-generation")
-                .map(String::as_str)
-                == Some(generation)
-                && step == phase)
-                .then_some((cert, annotations, key))
-        }
-    };
 
     // Step 1: the new certificate beside the old one; the old key still signs and the
     // brokers' certificates stay.
@@ -2151,7 +2137,7 @@ async fn a_cas_key_is_replaced_in_three_steps_each_after_the_brokers_roll() {
         .await
         .unwrap();
     let (cert, annotations, key) = wait_for("step 1: both certificates trusted", 60, || {
-        at("1", Some("trust-new-key"))
+        ca_at(&secrets, "rep-cluster-ca", "1", Some("trust-new-key"))
     })
     .await;
     assert!(!annotations.contains_key("kafka.evenkeel.dev/force-replace"));
@@ -2164,7 +2150,7 @@ async fn a_cas_key_is_replaced_in_three_steps_each_after_the_brokers_roll() {
     assert_eq!(key["ca.key"], old_key);
     assert!(key.contains_key("ca-next.key"));
     wait_for("generation 1 on the pod template", 60, || async {
-        (template_generation().await.as_deref() == Some("1")).then_some(())
+        (template_generation(&sts_api, "rep-kafka").await.as_deref() == Some("1")).then_some(())
     })
     .await;
     let brokers = secret_entries(&secrets.get("rep-kafka-brokers").await.unwrap());
@@ -2182,10 +2168,14 @@ async fn a_cas_key_is_replaced_in_three_steps_each_after_the_brokers_roll() {
     // signs.
     pod_made_at(&pods, "rep-kafka-0", 1).await;
     operator_pass(&clusters, "rep", "24").await;
-    assert!(at("1", Some("trust-new-key")).await.is_some());
+    assert!(
+        ca_at(&secrets, "rep-cluster-ca", "1", Some("trust-new-key"))
+            .await
+            .is_some()
+    );
     pod_made_at(&pods, "rep-kafka-1", 1).await;
     let (cert, _, key) = wait_for("step 2: the new key signs", 60, || {
-        at("2", Some("sign-with-new-key"))
+        ca_at(&secrets, "rep-cluster-ca", "2", Some("sign-with-new-key"))
     })
     .await;
     assert_eq!(
@@ -2214,14 +2204,17 @@ async fn a_cas_key_is_replaced_in_three_steps_each_after_the_brokers_roll() {
         );
     }
     wait_for("generation 2 on the pod template", 60, || async {
-        (template_generation().await.as_deref() == Some("2")).then_some(())
+        (template_generation(&sts_api, "rep-kafka").await.as_deref() == Some("2")).then_some(())
     })
     .await;
 
     // Step 3, once the brokers run generation 2: the old certificate is no longer trusted.
     pod_made_at(&pods, "rep-kafka-0", 2).await;
     pod_made_at(&pods, "rep-kafka-1", 2).await;
-    let (cert, _, key) = wait_for("step 3: only the new certificate", 60, || at("3", None)).await;
+    let (cert, _, key) = wait_for("step 3: only the new certificate", 60, || {
+        ca_at(&secrets, "rep-cluster-ca", "3", None)
+    })
+    .await;
     assert_eq!(cert["ca.crt"], new_cert);
     assert!(!key.contains_key("ca-next.key"));
     wait_for(
@@ -2246,7 +2239,7 @@ async fn a_cas_key_is_replaced_in_three_steps_each_after_the_brokers_roll() {
     pod_made_at(&pods, "rep-kafka-0", 3).await;
     pod_made_at(&pods, "rep-kafka-1", 3).await;
     operator_pass(&clusters, "rep", "25").await;
-    let (cert, annotations, _) = cluster_ca_state(&secrets, "rep").await.unwrap();
+    let (cert, annotations, _) = ca_state(&secrets, "rep-cluster-ca").await.unwrap();
     assert_eq!(annotations["kafka.evenkeel.dev/ca-cert-generation"], "3");
     assert_eq!(cert["ca.crt"], new_cert);
 
@@ -2256,21 +2249,6 @@ async fn a_cas_key_is_replaced_in_three_steps_each_after_the_brokers_roll() {
     let mut carl = kafka_user("carl", "tls", json!([]));
     carl.spec.cluster_ref = "rep".into();
     users.create(&PostParams::default(), &carl).await.unwrap();
-    let clients_at = |generation: &'static str, phase: Option<&'static str>| {
-        let secrets = secrets.clone();
-        async move {
-            let (cert, annotations, _) = ca_state(&secrets, "rep-clients-ca").await?;
-            let step = annotations
-                .get("kafka.evenkeel.dev/ca-key-replacement")
-                .map(String::as_str);
-            (annotations
-                .get("kafka.evenkeel.dev/ca-cert-generation")
-                .map(String::as_str)
-                == Some(generation)
-                && step == phase)
-                .then(|| cert["ca.crt"].clone())
-        }
-    };
     let user_cert =
         || async { secret_entries(&secrets.get("carl").await.ok()?).remove("user.crt") };
     let old_clients = secret_entries(&secrets.get("rep-clients-ca-cert").await.unwrap())
@@ -2288,22 +2266,25 @@ async fn a_cas_key_is_replaced_in_three_steps_each_after_the_brokers_roll() {
         .await
         .unwrap();
     wait_for("clients CA step 1", 60, || {
-        clients_at("1", Some("trust-new-key"))
+        ca_at(&secrets, "rep-clients-ca", "1", Some("trust-new-key"))
     })
     .await;
     for pod in ["rep-kafka-0", "rep-kafka-1"] {
         pod_made_with(&pods, pod, "clients", 1).await;
     }
-    let both = wait_for("clients CA step 2", 60, || {
-        clients_at("2", Some("sign-with-new-key"))
+    let (both, _, _) = wait_for("clients CA step 2", 60, || {
+        ca_at(&secrets, "rep-clients-ca", "2", Some("sign-with-new-key"))
     })
     .await;
-    let new_clients = split_certificates(&both)[0].clone();
+    let new_clients = split_certificates(&both["ca.crt"])[0].clone();
     assert_ne!(new_clients, old_clients);
     for pod in ["rep-kafka-0", "rep-kafka-1"] {
         pod_made_with(&pods, pod, "clients", 2).await;
     }
-    wait_for("clients CA step 3", 90, || clients_at("3", None)).await;
+    wait_for("clients CA step 3", 90, || {
+        ca_at(&secrets, "rep-clients-ca", "3", None)
+    })
+    .await;
     // By the time the old certificate is dropped, carl's is from the new key.
     let last_user_cert = user_cert().await.unwrap();
     assert!(signed_by(&last_user_cert, &new_clients));

@@ -1086,11 +1086,7 @@ async fn spread<A: TopicAdmin>(
 fn pod_view(pod: &Pod, update_revision: Option<&str>) -> Option<PodView> {
     let name = pod.metadata.name.clone()?;
     let ordinal = name.rsplit('-').next()?.parse().ok()?;
-    let ready = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let ready = resources::pod_ready(pod);
     let revision = pod.labels().get("controller-revision-hash").cloned();
     let stale = match (revision.as_deref(), update_revision) {
         (Some(have), Some(want)) => have != want,

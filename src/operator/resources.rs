@@ -158,6 +158,14 @@ pub fn selector(cluster: &str) -> BTreeMap<String, String> {
     component_selector(cluster, "broker")
 }
 
+/// Whether a pod's `Ready` condition is True.
+pub fn pod_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 /// `labels` as a label selector for a list call (`k=v,k=v`).
 pub fn label_selector(labels: &BTreeMap<String, String>) -> String {
     labels

@@ -6,7 +6,6 @@
 //! chart's ServiceAccount identity (impersonation).
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::os::unix::process::CommandExt;
@@ -599,15 +598,6 @@ pub fn condition(obj: &Value, type_: &str) -> Option<(String, String, String)> {
         c["reason"].as_str().unwrap_or_default().to_string(),
         c["message"].as_str().unwrap_or_default().to_string(),
     ))
-}
-
-/// Labels as a `k=v,k=v` selector.
-pub fn selector(labels: &BTreeMap<String, String>) -> String {
-    labels
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 /// Writes `text` to `path` (for tools fed from files).

@@ -26,7 +26,7 @@ use super::{
 use crate::operator::crd::KafkaCluster;
 use crate::operator::crd::{AuthenticationType, KafkaUser};
 use crate::operator::kafka::AdminConnector;
-use crate::operator::resources::Names;
+use crate::operator::resources::{self, Names};
 use crate::operator::user::USER_CERT;
 use crate::operator::{Context, Error};
 
@@ -130,12 +130,8 @@ impl Rollout {
             .iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
             .map(|p| {
-                let ready = p
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-                (p.metadata.annotations.clone().unwrap_or_default(), ready)
+                let annotations = p.metadata.annotations.clone().unwrap_or_default();
+                (annotations, resources::pod_ready(p))
             })
             .collect();
         Rollout { pods, replicas }
@@ -232,10 +228,15 @@ pub async fn advance<C: AdminConnector>(
     let out = match step {
         Step::Wait => (stored.ca.clone(), stored.generation),
         Step::Start => {
-            let cn = subject_cn(&stored.ca.cert_pem).map_err(|r| stored_error(&stored, r))?;
-            let new = Ca::generate(&next_subject(&cn))?;
-            patch_key(api, stored.key_name, NEXT_KEY, Some(&new.key_pem)).await?;
-            trust(ctx, api, kc, &stored, &new.key_pem).await?
+            // The key alone: `trust` certifies it, as it would after a stop right here.
+            let key = rcgen::KeyPair::generate()
+                .map_err(|source| CertError::Generate {
+                    what: format!("the new key of {}", stored.key_name),
+                    source,
+                })?
+                .serialize_pem();
+            patch_key(api, stored.key_name, NEXT_KEY, Some(&key)).await?;
+            trust(ctx, api, kc, &stored, &key).await?
         }
         Step::Trust => {
             let key = next_key.unwrap_or_default();
@@ -260,13 +261,6 @@ pub async fn advance<C: AdminConnector>(
         }
     };
     Ok(Some(out))
-}
-
-fn stored_error(stored: &Stored<'_>, reason: String) -> CertError {
-    CertError::Stored {
-        secret: stored.cert_name.to_string(),
-        reason,
-    }
 }
 
 /// The trusted certificate of `key_pem`, if one is.
@@ -304,7 +298,10 @@ async fn trust<C: AdminConnector>(
     let both = match next_certificate(stored.ca, next_key) {
         Some(_) => stored.ca.clone(),
         None => {
-            let cn = subject_cn(&stored.ca.cert_pem).map_err(|r| stored_error(stored, r))?;
+            let cn = subject_cn(&stored.ca.cert_pem).map_err(|reason| CertError::Stored {
+                secret: stored.cert_name.to_string(),
+                reason,
+            })?;
             let cn = next_subject(&cn);
             let cert = Ca::certify(&cn, next_key).map_err(|source| CertError::Generate {
                 what: format!("the new certificate of CA {cn}"),
