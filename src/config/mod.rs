@@ -147,6 +147,7 @@ pub mod cleaner;
 pub mod cluster;
 pub mod connections;
 pub mod principal_rules;
+pub mod providers;
 pub mod replication;
 pub mod security;
 pub mod ssl;

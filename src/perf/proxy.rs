@@ -73,6 +73,20 @@ pub struct ProxyLoadArgs {
     /// Skip reading the topic back.
     #[arg(long)]
     pub no_verify: bool,
+    /// HTTP basic credentials sent with every request, for a proxy with basic auth (its
+    /// users' logins on the cluster).
+    #[arg(long, value_name = "USER:PASSWORD")]
+    pub basic_auth: Option<String>,
+}
+
+impl ProxyLoadArgs {
+    /// The `Authorization` header of `--basic-auth`.
+    fn authorization(&self) -> Option<String> {
+        use base64::Engine;
+        let credentials = self.basic_auth.as_ref()?;
+        let token = base64::engine::general_purpose::STANDARD.encode(credentials);
+        Some(format!("Basic {token}"))
+    }
 }
 
 /// The HTTP API a client speaks.
@@ -316,6 +330,8 @@ type Body = BoxBody<Bytes, std::convert::Infallible>;
 struct Connection {
     sender: http1::SendRequest<Body>,
     addr: String,
+    /// Sent with every request (`--basic-auth`).
+    authorization: Option<String>,
 }
 
 /// What keeps a connection going: hyper's half that reads and writes the socket. A client polls
@@ -323,7 +339,10 @@ struct Connection {
 type Driver = http1::Connection<TokioIo<tokio::net::TcpStream>, Body>;
 
 impl Connection {
-    async fn open(addr: &str) -> Result<(Connection, Driver), PerfError> {
+    async fn open(
+        addr: &str,
+        authorization: Option<String>,
+    ) -> Result<(Connection, Driver), PerfError> {
         let stream = tokio::net::TcpStream::connect(addr)
             .await
             .map_err(|e| setup(format!("cannot connect to the proxy at {addr}: {e}")))?;
@@ -334,13 +353,17 @@ impl Connection {
         let conn = Connection {
             sender,
             addr: addr.to_string(),
+            authorization,
         };
         Ok((conn, driver))
     }
 
     /// Opens a connection whose driver runs as a task of its own (for a one-off request).
-    async fn open_detached(addr: &str) -> Result<Connection, PerfError> {
-        let (conn, driver) = Connection::open(addr).await?;
+    async fn open_detached(
+        addr: &str,
+        authorization: Option<String>,
+    ) -> Result<Connection, PerfError> {
+        let (conn, driver) = Connection::open(addr, authorization).await?;
         tokio::spawn(drive(driver));
         Ok(conn)
     }
@@ -351,11 +374,13 @@ impl Connection {
         content_type: &str,
         body: Body,
     ) -> Result<hyper::Response<hyper::body::Incoming>, PerfError> {
-        let req = Request::post(path)
+        let mut req = Request::post(path)
             .header(header::HOST, &self.addr)
-            .header(header::CONTENT_TYPE, content_type)
-            .body(body)
-            .map_err(|e| setup(e.to_string()))?;
+            .header(header::CONTENT_TYPE, content_type);
+        if let Some(a) = &self.authorization {
+            req = req.header(header::AUTHORIZATION, a);
+        }
+        let req = req.body(body).map_err(|e| setup(e.to_string()))?;
         self.sender
             .ready()
             .await
@@ -590,12 +615,13 @@ fn v3_report(line: &[u8], i: u64, status: hyper::StatusCode, req: &Batch, out: &
 }
 
 /// The cluster id a v3 client puts in its paths, from `GET /v3/clusters`.
-async fn cluster_id(addr: &str) -> Result<String, PerfError> {
-    let mut conn = Connection::open_detached(addr).await?;
-    let req = Request::get("/v3/clusters")
-        .header(header::HOST, addr)
-        .body(Full::new(Bytes::new()).boxed())
-        .map_err(setup)?;
+async fn cluster_id(addr: &str, authorization: Option<String>) -> Result<String, PerfError> {
+    let mut conn = Connection::open_detached(addr, authorization).await?;
+    let mut req = Request::get("/v3/clusters").header(header::HOST, addr);
+    if let Some(a) = &conn.authorization {
+        req = req.header(header::AUTHORIZATION, a);
+    }
+    let req = req.body(Full::new(Bytes::new()).boxed()).map_err(setup)?;
     conn.sender.ready().await.map_err(setup)?;
     let resp = conn.sender.send_request(req).await.map_err(setup)?;
     let bytes = resp.into_body().collect().await.map_err(setup)?.to_bytes();
@@ -622,12 +648,16 @@ pub async fn run(
     } else {
         new_topic(&o).await?;
     }
-    let id = cluster_id(&o.proxy).await?;
+    let id = cluster_id(&o.proxy, o.authorization()).await?;
     let o = Arc::new(o);
     let answered = Arc::new(AtomicU64::new(0));
     // Every client connects first, so that connecting is not counted as latency.
     let plans = plans(&o);
-    let connects = futures::stream::iter(plans.iter().map(|_| Connection::open(&o.proxy)));
+    let connects = futures::stream::iter(
+        plans
+            .iter()
+            .map(|_| Connection::open(&o.proxy, o.authorization())),
+    );
     let conns: Vec<(Connection, Driver)> = futures::StreamExt::buffered(connects, CONNECTS_AT_ONCE)
         .try_collect()
         .await?;
@@ -841,7 +871,20 @@ mod tests {
             keyless: false,
             throughput: -1.0,
             no_verify: false,
+            basic_auth: None,
         }
+    }
+
+    #[test]
+    fn basic_auth_becomes_the_authorization_header() {
+        assert_eq!(args(1, 1).authorization(), None);
+        let mut a = args(1, 1);
+        a.basic_auth = Some("alice:s3cret:x".into());
+        // base64("alice:s3cret:x"): the password may hold colons, only the first splits.
+        assert_eq!(
+            a.authorization().as_deref(),
+            Some("Basic YWxpY2U6czNjcmV0Ong=")
+        );
     }
 
     #[test]

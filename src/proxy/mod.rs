@@ -69,6 +69,8 @@ pub struct ProxyConfig {
 
 impl ProxyConfig {
     /// Java producer properties over the proxy's defaults (`bootstrap.servers` included).
+    /// Variables of Kafka's config providers (`config.providers`, e.g. a `sasl.jaas.config`
+    /// read from a mounted Secret with `DirectoryConfigProvider`) are resolved first.
     pub fn new(
         listen: SocketAddr,
         bootstrap: &str,
@@ -80,6 +82,7 @@ impl ProxyConfig {
             .collect();
         props.extend(producer_props.iter().cloned());
         props.insert("bootstrap.servers".into(), bootstrap.into());
+        let props = crate::config::providers::resolve(&props)?;
         let producer = ProducerConfig::from_properties(&props)?;
         Ok(ProxyConfig {
             listen,
