@@ -2584,6 +2584,254 @@ async fn kafkauser_credentials_and_acls_against_a_real_broker() {
     op.assert_never_forbidden();
 }
 
+/// One REST Proxy v2 POST of `{"n": n}` to `orders` on the proxy at `addr`, with basic
+/// credentials when given.
+fn post_orders_as(addr: &str, auth: Option<(&str, &str)>, n: u32) -> common::http::Response {
+    use base64::Engine;
+    let extra: Vec<(&str, String)> = auth
+        .map(|(user, password)| {
+            let token =
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+            ("Authorization", format!("Basic {token}"))
+        })
+        .into_iter()
+        .collect();
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let head = common::http::Head {
+        addr,
+        method: "POST",
+        path: "/topics/orders",
+        content_type: "application/vnd.kafka.json.v2+json",
+        extra: &extra,
+    };
+    let body = format!(r#"{{"records":[{{"value":{{"n":{n}}}}}]}}"#);
+    common::http::request_on(&mut stream, &head, body.as_bytes())
+}
+
+/// The proxy as the pod of `d` would run it, here: the Secrets it mounts at `mounts` (path →
+/// Secret) written as files under `root`, its producer on `bootstrap` with SASL_PLAINTEXT (the
+/// test broker's SCRAM listener has no TLS).
+async fn run_proxy_of(
+    d: &Deployment,
+    secrets: &Api<Secret>,
+    root: &Path,
+    bootstrap: &str,
+) -> common::http::ProxyProcess {
+    let pod = d.spec.as_ref().unwrap().template.spec.clone().unwrap();
+    let container = &pod.containers[0];
+    let volumes = pod.volumes.unwrap_or_default();
+    let mut paths = Vec::new();
+    for m in container.volume_mounts.clone().unwrap_or_default() {
+        let v = volumes.iter().find(|v| v.name == m.name).unwrap();
+        let secret = v.secret.as_ref().unwrap().secret_name.clone().unwrap();
+        let local = root.join(m.name.clone());
+        fs::create_dir_all(&local).unwrap();
+        if let Some(s) = secrets.get_opt(&secret).await.unwrap() {
+            for (k, v) in secret_entries(&s) {
+                fs::write(local.join(k), v).unwrap();
+            }
+        }
+        paths.push((m.mount_path.clone(), local.display().to_string()));
+    }
+    let args = container.args.clone().unwrap();
+    let (mut props, mut flags) = (Vec::new(), Vec::new());
+    let mut items = args.iter().skip(1);
+    while let Some(flag) = items.next() {
+        let value = items.next().unwrap();
+        match flag.as_str() {
+            "--bootstrap" | "--listen" => {}
+            "--producer-props" if value.starts_with("ssl.") => {}
+            "--producer-props" if value.starts_with("security.protocol=") => {
+                props.push("security.protocol=SASL_PLAINTEXT".to_string())
+            }
+            "--producer-props" => props.push(
+                paths
+                    .iter()
+                    .fold(value.clone(), |v, (pod, here)| v.replace(pod, here)),
+            ),
+            _ => flags.extend([flag.clone(), value.clone()]),
+        }
+    }
+    let props: Vec<&str> = props.iter().map(String::as_str).collect();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    common::http::ProxyProcess::start_with(bootstrap, &props, &flags)
+}
+
+/// 14. `spec.proxy.authentication: {type: basic}`: the operator gives the proxy its own
+/// KafkaUser `<cluster>-proxy` (SCRAM, no ACL), owned by the cluster, whose Secret the proxy's
+/// pods mount; each HTTP user logs in as their own KafkaUser, so the cluster's ACLs decide what
+/// they may write. The proxy runs here as a real process with the Deployment's arguments.
+/// Without basic auth again, the KafkaUser and its credential go, and the proxy's certificate
+/// gets its ACLs back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_with_basic_auth_logs_each_http_user_in_as_their_kafkauser() {
+    use evenkeel::operator::kafka::UserAdmin;
+    require_kube!();
+    let (admin, ns) = kubeenv::operator_test("pba").await;
+    let sasl_port = common::free_port();
+    let overrides = [
+        "listener.name.sasl.sasl.enabled.mechanisms=SCRAM-SHA-512",
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users=User:ANONYMOUS",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+    ];
+    let broker = common::cluster::Cluster::start_with(1, &overrides, |_, ports| {
+        common::cluster::Cluster::sasl_listeners(ports, sasl_port)
+    });
+    let sasl = format!("127.0.0.1:{sasl_port}");
+    let op = Operator::start(&ns, &broker.bootstrap(), false);
+    let clusters: Api<KafkaCluster> = Api::namespaced(admin.clone(), &ns);
+    let pp = PostParams::default();
+    let mut kc = secured_cluster("main", 1);
+    kc.spec.proxy =
+        serde_json::from_value(json!({"replicas": 1, "authentication": {"type": "basic"}}))
+            .unwrap();
+    let uid = clusters.create(&pp, &kc).await.unwrap().uid().unwrap();
+    let kafka = kafka_admin(&broker.bootstrap()).await;
+    kafka
+        .create_topic("orders", 1, 1, &BTreeMap::new())
+        .await
+        .unwrap();
+    let users: Api<KafkaUser> = Api::namespaced(admin.clone(), &ns);
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), &ns);
+
+    // The proxy's own KafkaUser: SCRAM-SHA-512, no ACL, controlled by the cluster.
+    wait_user_ready(&users, "main-proxy").await;
+    let own = users.get("main-proxy").await.unwrap();
+    assert!(own
+        .owner_references()
+        .iter()
+        .any(|r| r.uid == uid && r.controller == Some(true)));
+    assert_eq!(own.acl_bindings(), Some(Vec::new()));
+    assert!(!kafka
+        .scram_mechanisms("main-proxy")
+        .await
+        .unwrap()
+        .is_empty());
+    let certificate = "User:CN=main-proxy,O=evenkeel.dev";
+    assert!(
+        kafka.acls_of(certificate).await.unwrap().is_empty(),
+        "the proxy's certificate got ACLs though its users log in as themselves"
+    );
+    for u in [
+        kafka_user(
+            "alice",
+            "scram-sha-512",
+            json!([{"resource": {"type": "topic", "name": "orders", "patternType": "prefix"}, "operations": ["Write", "Describe"]}]),
+        ),
+        kafka_user(
+            "bob",
+            "scram-sha-512",
+            json!([{"resource": {"type": "topic", "name": "orders"}, "operations": ["Describe"]}]),
+        ),
+    ] {
+        users.create(&pp, &u).await.unwrap();
+    }
+    wait_user_ready(&users, "alice").await;
+    wait_user_ready(&users, "bob").await;
+    let password = |name: &'static str| {
+        let secrets = secrets.clone();
+        async move { secret_entries(&secrets.get(name).await.unwrap())["password"].clone() }
+    };
+    let (alice, bob) = (password("alice").await, password("bob").await);
+
+    // The proxy as its pod runs it: its own login from the mounted Secret answers /readyz
+    // (no ACL needed), each user's produce is theirs.
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    let d = deployments.get("main-proxy").await.unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let proxy = run_proxy_of(&d, &secrets, root.path(), &sasl).await;
+    let addr = proxy.addr.clone();
+    wait_for("the proxy's /readyz with its own login", 60, || async {
+        let r = common::http::request(&addr, "GET", "/readyz", "text/plain", b"");
+        (r.status == 200).then_some(())
+    })
+    .await;
+    let no_credentials = post_orders_as(&addr, None, 0);
+    assert_eq!(no_credentials.status, 401);
+    let wrong = post_orders_as(&addr, Some(("alice", "not-her-password")), 0);
+    assert_eq!(wrong.status, 401);
+    let r = post_orders_as(&addr, Some(("alice", &alice)), 1);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["offsets"][0]["offset"], 0);
+    let r = post_orders_as(&addr, Some(("bob", &bob)), 2);
+    assert_eq!(r.status, 403, "{}", String::from_utf8_lossy(&r.body));
+    // The load generator with --basic-auth: alice's records all acknowledged and read back.
+    let load = Command::new(env!("CARGO_BIN_EXE_evenkeel"))
+        .args([
+            "perf",
+            "proxy",
+            "--proxy",
+            &addr,
+            "--bootstrap",
+            &broker.bootstrap(),
+        ])
+        .args([
+            "--topic",
+            "orders-load",
+            "--partitions",
+            "2",
+            "--num-records",
+            "40",
+        ])
+        .args(["--clients", "2", "--batch", "10", "--record-size", "64"])
+        .args(["--basic-auth", &format!("alice:{alice}")])
+        .output()
+        .unwrap();
+    let report =
+        String::from_utf8_lossy(&load.stdout).to_string() + &String::from_utf8_lossy(&load.stderr);
+    assert!(load.status.success(), "{report}");
+    assert!(
+        report.contains("read back: 40 records, 0 missing"),
+        "{report}"
+    );
+    let own_password = password("main-proxy").await;
+    let r = post_orders_as(&addr, Some(("main-proxy", &own_password)), 3);
+    assert_eq!(
+        r.status,
+        403,
+        "the proxy's own login wrote: {}",
+        String::from_utf8_lossy(&r.body)
+    );
+    drop(proxy);
+
+    // Basic auth off: the KafkaUser and its credential go, the certificate gets its ACLs.
+    let off = json!({"spec": {"proxy": {"authentication": null}}});
+    clusters
+        .patch("main", &PatchParams::default(), &Patch::Merge(&off))
+        .await
+        .unwrap();
+    wait_for("KafkaUser main-proxy to be gone", 60, || async {
+        users
+            .get_opt("main-proxy")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(kafka
+        .scram_mechanisms("main-proxy")
+        .await
+        .unwrap()
+        .is_empty());
+    wait_for("the proxy's certificate to get its ACLs", 60, || async {
+        let acls = kafka.acls_of(certificate).await.ok()?;
+        (!acls.is_empty()).then_some(())
+    })
+    .await;
+    let d = deployments.get("main-proxy").await.unwrap();
+    let args = d.spec.unwrap().template.spec.unwrap().containers[0]
+        .args
+        .clone()
+        .unwrap();
+    assert!(!args.contains(&"BASIC".to_string()), "{args:?}");
+    op.assert_never_forbidden();
+}
+
 /// 13. `spec.proxy.tls`: the operator makes the cluster CA (the cluster itself secures nothing)
 /// and a proxy certificate it signs for the proxy Service's names, in `<cluster>-proxy-certs`,
 /// owned by the cluster; the proxy's Deployment mounts it and serves HTTPS.

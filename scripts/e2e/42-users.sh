@@ -5,6 +5,8 @@
 # sasl.jaas.config and the cluster CA) writes on the SCRAM listener and every record is
 # acknowledged; carol's logs in on the mutual-TLS listener with her certificate, finds alice's
 # topic, and its writes are refused by the authorizer (TOPIC_AUTHORIZATION_FAILED on Produce). The operator gave the rebalancer sidecar and the proxy their ACLs (AclsChanged).
+# Then the producer proxy gets basic auth (spec.proxy.authentication): alice's HTTP login writes as
+# her, a wrong password gets 401, and basic auth is turned off again.
 source "$(dirname "$0")/lib.sh"
 topic="e2e-users-$(date +%s)"
 SEP=$'\x1f'
@@ -107,5 +109,36 @@ for who in "CN=${CLUSTER}-rebalancer,O=evenkeel.dev" "CN=${CLUSTER}-proxy,O=even
     grep -q "User:${who}" <<<"$events" || die "no AclsChanged event for User:${who}"
 done
 ok "both got their ACLs"
+step "the producer proxy with basic auth: each HTTP user writes as their KafkaUser"
+k patch kafkacluster "$CLUSTER" --type merge -p '{"spec":{"proxy":{"authentication":{"type":"basic"}}}}' >/dev/null
+wait_user_ready "${CLUSTER}-proxy"
+wait_cluster_ready 3
+proxy="$(kc_field '{.status.proxy.url}')"
+proxy="${proxy#http://}"
+proxy="${proxy%/}"
+proxy_load() { # POD TOPIC RECORDS USER:PASSWORD
+    client_run 300 "$1" perf proxy --proxy "$proxy" --bootstrap "$BOOTSTRAP" --topic "$2" --partitions 3 \
+        --replication-factor 3 --num-records "$3" --clients 2 --api v2 --batch 50 --record-size 100 \
+        --basic-auth "$4"
+}
+out="$(proxy_load e2e-proxy-alice "${topic}-proxy" 1000 "alice:$(secret_entry alice password)")" ||
+    die "alice's records through the proxy failed: ${out}"
+printf '%s\n' "$out" | tail -2 | sed 's/^/    /'
+grep -q "read back: 1000 records, 0 missing" <<<"$out" || die "alice's records were not all read back: ${out}"
+ok "1000 records written as alice (the proxy's pods rolled to log her in) and read back"
+if out="$(proxy_load e2e-proxy-wrong "${topic}-wrong" 10 "alice:not-her-password")"; then
+    die "the proxy let a wrong password through: ${out}"
+fi
+grep -q '"error_code":401' <<<"$out" || die "a wrong password was refused, but not with 401: ${out}"
+ok "a wrong password: 401"
+k patch kafkacluster "$CLUSTER" --type json -p '[{"op":"remove","path":"/spec/proxy/authentication"}]' >/dev/null
+wait_cluster_ready 3
+deadline=$((SECONDS + 60))
+while k get kafkauser "${CLUSTER}-proxy" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || die "KafkaUser ${CLUSTER}-proxy outlived basic auth by 60 s"
+    sleep 2
+done
+ok "basic auth off again: the proxy's KafkaUser removed"
+
 k delete kafkauser alice carol --wait=true >/dev/null
 ok "KafkaUsers deleted"

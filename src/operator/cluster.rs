@@ -18,7 +18,9 @@ use serde_json::json;
 
 use super::certs;
 use super::components;
-use super::crd::{BrokerStatus, KafkaCluster, KafkaClusterStatus, ListenerStatus, ProxyStatus};
+use super::crd::{
+    BrokerStatus, KafkaCluster, KafkaClusterStatus, KafkaUser, ListenerStatus, ProxyStatus,
+};
 use super::kafka::{AdminConnector, ClusterState, TopicAdmin};
 use super::placement;
 use super::resources::{self, Names};
@@ -451,6 +453,8 @@ struct Objects {
 struct ProxyObjects {
     deployment: Deployment,
     service: Service,
+    /// Its own KafkaUser, with basic auth.
+    user: Option<KafkaUser>,
 }
 
 impl ProxyObjects {
@@ -465,6 +469,10 @@ impl ProxyObjects {
         Ok(Some(ProxyObjects {
             deployment: resources::proxy_deployment(kc, image)?,
             service: resources::proxy_service(kc)?,
+            user: match resources::proxy_login_listener(kc)? {
+                Some(_) => Some(resources::proxy_user(kc)?),
+                None => None,
+            },
         }))
     }
 }
@@ -625,9 +633,9 @@ impl Objects {
     }
 }
 
-/// Applies the producer proxy's Deployment and Service when the spec asks for a proxy, and
-/// returns the Deployment as applied (with its status); removes them when it does not
-/// (`spec.proxy` absent or 0 replicas).
+/// Applies the producer proxy's Deployment and Service (and, with basic auth, its own
+/// KafkaUser) when the spec asks for a proxy, and returns the Deployment as applied (with its
+/// status); removes them when it does not (`spec.proxy` absent or 0 replicas).
 async fn reconcile_proxy<C: AdminConnector>(
     ctx: &Context<C>,
     kc: &KafkaCluster,
@@ -638,6 +646,7 @@ async fn reconcile_proxy<C: AdminConnector>(
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
     let name = names.proxy();
+    reconcile_proxy_user(ctx, kc, names, proxy.and_then(|p| p.user.as_ref())).await?;
     if let Some(p) = proxy {
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         let applied = deployments
@@ -657,6 +666,31 @@ async fn reconcile_proxy<C: AdminConnector>(
             .await;
     }
     Ok(None)
+}
+
+/// Applies the proxy's own KafkaUser (basic auth: the KafkaUser reconciler makes its password
+/// Secret, which the proxy's pods mount, and its SCRAM credential), or deletes the one this
+/// cluster owns when basic auth is off (its finalizer removes the credential from Kafka).
+async fn reconcile_proxy_user<C: AdminConnector>(
+    ctx: &Context<C>,
+    kc: &KafkaCluster,
+    names: &Names,
+    user: Option<&KafkaUser>,
+) -> Result<(), Error> {
+    let users: Api<KafkaUser> = Api::namespaced(ctx.client.clone(), &names.namespace);
+    let name = names.proxy();
+    if let Some(u) = user {
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        users.patch(&name, &pp, &Patch::Apply(u)).await?;
+        return Ok(());
+    }
+    let owner = kc.uid().ok_or(Error::Missing("uid"))?;
+    if delete_if_controlled(&users, &name, &owner).await? {
+        let note = format!("removed the proxy's KafkaUser {name}: the proxy has no basic auth");
+        ctx.event(kc, EventType::Normal, "ProxyUserRemoved", &note)
+            .await;
+    }
+    Ok(())
 }
 
 /// `status.proxy` from the proxy's Deployment, and why the proxy is not ready yet: as

@@ -5,7 +5,8 @@
 //! The brokers and the operator are super users: the operator holds the CAs' keys and could
 //! issue itself any identity, so ACLs would not narrow what it can do. The sidecar may describe
 //! topics and alter the cluster (elect leaders, reassign partitions); the proxy may write to and
-//! describe topics, and write idempotently.
+//! describe topics, and write idempotently — unless it has basic auth, when its HTTP users'
+//! own logins and ACLs decide.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -174,6 +175,13 @@ fn every_topic() -> ResourcePattern {
     }
 }
 
+/// Whether the proxy's producer logs in with its certificate: a proxy without basic auth (with
+/// it, every produce goes through the login of its HTTP user, and the certificate's principal
+/// needs nothing).
+fn proxy_by_certificate(kc: &KafkaCluster) -> bool {
+    resources::wants_proxy(kc) && matches!(resources::proxy_login_listener(kc), Ok(None))
+}
+
 /// What `sync_component_acls` changed (one note per principal whose ACLs changed), and the
 /// error that stopped it, if one did: the notes of what was done before it are kept.
 #[derive(Debug, Default)]
@@ -205,7 +213,7 @@ pub async fn sync_component_acls<A: UserAdmin>(admin: &A, kc: &KafkaCluster) -> 
         ),
         (
             proxy_principal(&names),
-            wanted(resources::wants_proxy(kc), proxy_acls(&names)),
+            wanted(proxy_by_certificate(kc), proxy_acls(&names)),
         ),
     ];
     for (principal, desired) in components {

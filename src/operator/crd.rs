@@ -40,6 +40,9 @@ pub const CLUSTER_LABEL: &str = "kafka.evenkeel.dev/cluster";
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!has(self.proxy) || !has(self.proxy.authentication) || (has(self.listeners) && self.listeners.exists(l, has(l.authentication) && l.authentication.type == 'scram-sha-512'))").message(PROXY_BASIC_NEEDS_SCRAM),
+)]
 pub struct KafkaClusterSpec {
     /// Number of brokers.
     #[schemars(range(min = 1, max = 100))]
@@ -287,6 +290,33 @@ pub struct Proxy {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[x_kube(validation = Rule::new("!('bootstrap.servers' in self)").message("spec.proxy.config.bootstrap.servers is set by the operator (the cluster's bootstrap Service)"))]
     pub config: BTreeMap<String, String>,
+    /// How HTTP clients authenticate: `{type: basic}` (REST Proxy's BASIC): each request's
+    /// user name and password are a SCRAM-SHA-512 login of that user on the cluster (a
+    /// KafkaUser), so its ACLs apply to what the user produces. Needs a listener with
+    /// `authentication: {type: scram-sha-512}`. None: anyone who reaches the proxy may produce,
+    /// as the proxy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authentication: Option<ProxyAuthentication>,
+}
+
+/// Why `spec.proxy.authentication` is refused without a SCRAM listener (CEL and operator).
+pub const PROXY_BASIC_NEEDS_SCRAM: &str = "spec.proxy.authentication needs a listener with \
+     authentication type scram-sha-512: the proxy logs each HTTP user in to the cluster with \
+     SCRAM-SHA-512";
+
+/// `spec.proxy.authentication`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct ProxyAuthentication {
+    /// `basic`: HTTP basic auth, each user's login passed on to the cluster (SCRAM-SHA-512).
+    #[serde(rename = "type")]
+    pub type_: ProxyAuthenticationType,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProxyAuthenticationType {
+    // HTTP basic auth mapped to SCRAM-SHA-512 logins.
+    #[serde(rename = "basic")]
+    Basic,
 }
 
 /// Keys of `spec.proxy.config` the operator owns.
@@ -608,6 +638,40 @@ mod tests {
             with_proxy_config(serde_json::json!({"acks": "1", "linger.ms": "20"}))
                 .validate_cel()
                 .is_ok()
+        );
+    }
+
+    #[test]
+    fn proxy_basic_auth_without_a_scram_listener_is_refused_by_cel() {
+        let with = |listeners: serde_json::Value| {
+            let spec: KafkaClusterSpec = serde_json::from_value(serde_json::json!({
+                "replicas": 3, "listeners": listeners,
+                "proxy": {"replicas": 1, "authentication": {"type": "basic"}},
+            }))
+            .expect("spec parses");
+            KafkaCluster::new("main", spec)
+        };
+        for refused in [
+            serde_json::json!([{"name": "plain", "port": 9092}]),
+            serde_json::json!([{"name": "mtls", "port": 9094, "tls": true, "authentication": {"type": "tls"}}]),
+        ] {
+            let err = with(refused).validate_cel().unwrap_err();
+            assert!(
+                format!("{err:?}").contains(PROXY_BASIC_NEEDS_SCRAM),
+                "{err:?}"
+            );
+        }
+        let ok = with(serde_json::json!([
+            {"name": "plain", "port": 9092},
+            {"name": "scram", "port": 9095, "authentication": {"type": "scram-sha-512"}},
+        ]));
+        assert!(ok.validate_cel().is_ok());
+        assert_eq!(
+            ok.spec
+                .proxy
+                .and_then(|p| p.authentication)
+                .map(|a| a.type_),
+            Some(ProxyAuthenticationType::Basic)
         );
     }
 

@@ -17,8 +17,8 @@ use sha2::{Digest, Sha256};
 use super::certs::{self, CaKind, CA_CERT};
 use super::components;
 use super::crd::{
-    AuthenticationType, KafkaCluster, Listener, Proxy, CLUSTER_LABEL, GROUP, PROXY_RESERVED_KEYS,
-    TLS_AUTH_NEEDS_TLS,
+    AuthenticationType, KafkaCluster, KafkaUser, Listener, Proxy, CLUSTER_LABEL, GROUP,
+    PROXY_BASIC_NEEDS_SCRAM, PROXY_RESERVED_KEYS, TLS_AUTH_NEEDS_TLS,
 };
 use crate::config::auth::STANDARD_AUTHORIZER;
 
@@ -513,6 +513,87 @@ pub fn check_internal_listener_change(
 /// Whether the spec asks for producer proxies: `spec.proxy` with at least one replica.
 pub fn wants_proxy(kc: &KafkaCluster) -> bool {
     kc.spec.proxy.as_ref().is_some_and(|p| p.replicas > 0)
+}
+
+/// With `spec.proxy.authentication` (basic), the listener the proxy logs its HTTP users in
+/// on: a SCRAM-SHA-512 listener, a TLS one when there is one (the passwords cross the network).
+/// `None` without basic auth (or without a proxy); an error when no listener takes SCRAM.
+pub fn proxy_login_listener(kc: &KafkaCluster) -> Result<Option<&Listener>, BuildError> {
+    let basic = kc
+        .spec
+        .proxy
+        .as_ref()
+        .is_some_and(|p| p.replicas > 0 && p.authentication.is_some());
+    if !basic {
+        return Ok(None);
+    }
+    let scram = |l: &&Listener| l.authentication_type() == Some(AuthenticationType::ScramSha512);
+    let listeners = &kc.spec.listeners;
+    let found =
+        (listeners.iter().filter(scram).find(|l| l.tls)).or_else(|| listeners.iter().find(scram));
+    found
+        .map(Some)
+        .ok_or_else(|| BuildError::Invalid(PROXY_BASIC_NEEDS_SCRAM.into()))
+}
+
+/// Where the proxy's pods mount the Secret of its own KafkaUser (with basic auth).
+pub fn proxy_user_dir() -> String {
+    format!("{TLS_DIR}/proxy-user")
+}
+
+/// The producer keys of the proxy's own SCRAM-SHA-512 login on a listener (`tls` or not): its
+/// `sasl.jaas.config` read from the mounted Secret of its KafkaUser by Kafka's
+/// `DirectoryConfigProvider`, so that the password stands in no pod spec.
+fn proxy_scram_properties(tls: bool) -> Vec<(String, String)> {
+    let protocol = if tls { "SASL_SSL" } else { "SASL_PLAINTEXT" };
+    let mut props = vec![
+        ("security.protocol", protocol.to_string()),
+        ("sasl.mechanism", "SCRAM-SHA-512".into()),
+        ("config.providers", "secrets".into()),
+        (
+            "config.providers.secrets.class",
+            "org.apache.kafka.common.config.provider.DirectoryConfigProvider".into(),
+        ),
+        (
+            "sasl.jaas.config",
+            format!(
+                "${{secrets:{}:{}}}",
+                proxy_user_dir(),
+                super::user::JAAS_CONFIG
+            ),
+        ),
+    ];
+    if tls {
+        props.push(("ssl.truststore.type", "PEM".into()));
+        props.push((
+            "ssl.truststore.location",
+            format!("{TLS_DIR}/cluster-ca/{}", certs::CA_CERT),
+        ));
+    }
+    props.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+/// The proxy's own KafkaUser `<cluster>-proxy` (with basic auth): a SCRAM-SHA-512 login for
+/// what the proxy asks as itself (the cluster id, readiness), which needs no ACL — every
+/// produce goes through the login of its HTTP user. Owned by the cluster.
+pub fn proxy_user(kc: &KafkaCluster) -> Result<KafkaUser, BuildError> {
+    let names = Names::of(kc)?;
+    let mut spec = json!({
+        "clusterRef": names.cluster,
+        "authentication": {"type": "scram-sha-512"},
+    });
+    if kc.spec.authorization.is_some() {
+        spec["authorization"] = json!({"type": "simple", "acls": []});
+    }
+    typed(
+        "KafkaUser",
+        json!({
+            "apiVersion": "kafka.evenkeel.dev/v1alpha1",
+            "kind": "KafkaUser",
+            "metadata": metadata_labelled(kc, names.proxy(), proxy_labels(&names.cluster))?,
+            "spec": spec,
+        }),
+    )
 }
 
 /// Whether the spec asks for producer proxies serving HTTPS (`spec.proxy.tls`, replicas > 0).
@@ -1211,7 +1292,8 @@ fn proxy_args(
     if kc.spec.listeners.is_empty() {
         return Err(BuildError::Invalid("spec.listeners is empty".into()));
     }
-    let bootstrap = names.bootstrap_address(internal_port(kc));
+    let login = proxy_login_listener(kc)?;
+    let bootstrap = names.bootstrap_address(login.map_or(internal_port(kc), |l| l.port));
     let listen = std::net::SocketAddr::from(([0, 0, 0, 0], PROXY_PORT as u16));
     for key in proxy.config.keys() {
         let security_key = ["security.", "ssl.", "sasl."]
@@ -1250,11 +1332,17 @@ fn proxy_args(
         args.push("--ssl-keystore-location".into());
         args.push(keystore.clone());
     }
-    // On a secured cluster the proxy's producer logs in with the proxy's certificate; its
-    // files exist only in the pod, so they join after the check above.
-    let security = match is_secured(kc) {
-        true => components::client_properties(&keystore),
-        false => Vec::new(),
+    // With basic auth the proxy's producer logs in with SCRAM (its HTTP users' logins replace
+    // its own); else, on a secured cluster, with the proxy's certificate. Their files exist
+    // only in the pod, so they join after the check above.
+    let security = match (login, is_secured(kc)) {
+        (Some(l), _) => {
+            args.push("--authentication-method".into());
+            args.push("BASIC".into());
+            proxy_scram_properties(l.tls)
+        }
+        (None, true) => components::client_properties(&keystore),
+        (None, false) => Vec::new(),
     };
     for (k, v) in props.into_iter().chain(security) {
         args.push("--producer-props".into());
@@ -1304,9 +1392,14 @@ pub fn proxy_deployment(kc: &KafkaCluster, image: &str) -> Result<Deployment, Bu
         "terminationGracePeriodSeconds": grace_seconds,
     });
     let (mut mounts, mut volumes) = (Vec::new(), Vec::new());
-    if proxy.tls || is_secured(kc) {
+    let login = proxy_login_listener(kc)?;
+    if proxy.tls || (is_secured(kc) && login.is_none()) {
         mounts.push(json!({"name": "proxy-certs", "mountPath": format!("{TLS_DIR}/proxy"), "readOnly": true}));
         volumes.push(secret_volume("proxy-certs", &names.proxy_secret()));
+    }
+    if login.is_some() {
+        mounts.push(json!({"name": "proxy-user", "mountPath": proxy_user_dir(), "readOnly": true}));
+        volumes.push(secret_volume("proxy-user", &names.proxy()));
     }
     if is_secured(kc) {
         mounts.push(json!({"name": "cluster-ca-cert", "mountPath": format!("{TLS_DIR}/cluster-ca"), "readOnly": true}));

@@ -719,6 +719,132 @@ fn on_a_secured_cluster_the_sidecar_and_the_proxy_log_in_with_their_own_certific
     assert!(config_map(&plain, 3).unwrap().data.unwrap().len() == 1);
 }
 
+/// The `--producer-props` values of a proxy Deployment's container, and its Secret volumes.
+fn proxy_pod_of(kc: &KafkaCluster) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let d = proxy_deployment(kc, "img").unwrap();
+    let pod = d.spec.unwrap().template.spec.unwrap();
+    let args = pod.containers[0].args.clone().unwrap();
+    let props = args
+        .windows(2)
+        .filter(|w| w[0] == "--producer-props")
+        .map(|w| w[1].clone())
+        .collect();
+    let secrets = pod
+        .volumes
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
+        .collect();
+    (args, props, secrets)
+}
+
+#[test]
+fn a_proxy_with_basic_auth_logs_in_with_scram_from_its_own_kafkausers_secret() {
+    let kc = cluster(
+        &format!("{SECURED}proxy: {{replicas: 2, tls: true, authentication: {{type: basic}}}}\n")
+            .replace("port: 9093", "port: 9095"),
+    );
+    let (args, props, secrets) = proxy_pod_of(&kc);
+    // On the SCRAM listener (SASL_SSL: it has TLS), its users' logins passed on.
+    assert!(
+        args.windows(2)
+            .any(|w| w == ["--bootstrap", "main-kafka-bootstrap.streams.svc:9095"]),
+        "{args:?}"
+    );
+    assert!(
+        args.windows(2)
+            .any(|w| w == ["--authentication-method", "BASIC"]),
+        "{args:?}"
+    );
+    for kv in [
+        "security.protocol=SASL_SSL",
+        "sasl.mechanism=SCRAM-SHA-512",
+        "sasl.jaas.config=${secrets:/etc/evenkeel-tls/proxy-user:sasl.jaas.config}",
+        "ssl.truststore.location=/etc/evenkeel-tls/cluster-ca/ca.crt",
+    ] {
+        assert!(props.iter().any(|p| p == kv), "{kv} missing from {props:?}");
+    }
+    assert!(
+        !props.iter().any(|p| p.starts_with("ssl.keystore")),
+        "{props:?}"
+    );
+    // Its HTTPS certificate, the CA, and the password Secret of KafkaUser main-proxy.
+    assert_eq!(
+        secrets,
+        ["main-proxy-certs", "main-proxy", "main-cluster-ca-cert"]
+    );
+    let user = proxy_user(&kc).unwrap();
+    assert_eq!(user.metadata.name.as_deref(), Some("main-proxy"));
+    assert_eq!(user.spec.cluster_ref, "main");
+    assert_eq!(
+        user.spec.authentication.as_ref().map(|a| a.type_),
+        Some(AuthenticationType::ScramSha512)
+    );
+    let acls = user.acl_bindings().expect("an authorization");
+    assert!(
+        acls.is_empty(),
+        "the proxy's own login needs no ACL: {acls:?}"
+    );
+    assert_eq!(
+        user.metadata.owner_references.unwrap()[0].uid,
+        kc.metadata.uid.clone().unwrap()
+    );
+    // The properties the pod gets resolve, with the Secret mounted, to the user's JAAS line.
+    let dir = tempfile::tempdir().unwrap();
+    let jaas = "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"main-proxy\" password=\"p\";";
+    std::fs::write(dir.path().join("sasl.jaas.config"), jaas).unwrap();
+    let local: Vec<(String, String)> = props
+        .iter()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                v.replace(
+                    "/etc/evenkeel-tls/proxy-user",
+                    &dir.path().display().to_string(),
+                ),
+            )
+        })
+        .filter(|(k, _)| !k.starts_with("ssl."))
+        .map(|(k, v)| {
+            if k == "security.protocol" {
+                (k, "SASL_PLAINTEXT".into())
+            } else {
+                (k, v)
+            }
+        })
+        .collect();
+    let listen = "127.0.0.1:0".parse().unwrap();
+    let config = crate::proxy::ProxyConfig::new(listen, "b:9093", &local).unwrap();
+    assert_eq!(config.producer.security.username(), Some("main-proxy"));
+
+    // A plaintext SCRAM listener: SASL_PLAINTEXT, no truststore; the TLS one is preferred.
+    let both = cluster(
+        "replicas: 3\nlisteners:\n- {name: plain, port: 9092, authentication: {type: scram-sha-512}}\n\
+         - {name: tls, port: 9095, tls: true, authentication: {type: scram-sha-512}}\n\
+         proxy: {replicas: 1, authentication: {type: basic}}\n",
+    );
+    assert_eq!(proxy_login_listener(&both).unwrap().unwrap().name, "tls");
+    let plain = cluster(
+        "replicas: 3\nlisteners:\n- {name: plain, port: 9092, authentication: {type: scram-sha-512}}\n\
+         proxy: {replicas: 1, authentication: {type: basic}}\n",
+    );
+    let (_, props, secrets) = proxy_pod_of(&plain);
+    assert!(props
+        .iter()
+        .any(|p| p == "security.protocol=SASL_PLAINTEXT"));
+    assert!(!props.iter().any(|p| p.starts_with("ssl.")), "{props:?}");
+    assert_eq!(secrets, ["main-proxy", "main-cluster-ca-cert"]);
+    assert!(proxy_user(&plain).unwrap().spec.authorization.is_none());
+    // No listener takes SCRAM: refused, saying why.
+    let none = cluster(
+        "replicas: 3\nlisteners:\n- {name: mtls, port: 9094, tls: true, authentication: {type: tls}}\n\
+         proxy: {replicas: 1, authentication: {type: basic}}\n",
+    );
+    let err = proxy_deployment(&none, "img").unwrap_err().to_string();
+    assert!(err.contains("scram-sha-512"), "{err}");
+}
+
 #[test]
 fn cluster_id_is_the_uid_in_kafka_form() {
     let kc = cluster("replicas: 1");
