@@ -578,6 +578,19 @@ fn refusals(c: &mut TcpStream) -> Vec<(&'static str, i16, i16)> {
         -2
     };
     out.push(("DescribeLogDirs", named, cluster_auth));
+    // ALTER on the cluster: the top-level error, before the controller hears of it.
+    let r: UpdateFeaturesResponse = raw::call(
+        c,
+        ApiKey::UpdateFeatures,
+        2,
+        &UpdateFeaturesRequest::default().with_feature_updates(vec![
+            kafka_protocol::messages::update_features_request::FeatureUpdateKey::default()
+                .with_feature(s("metadata.version"))
+                .with_max_version_level(27)
+                .with_upgrade_type(1),
+        ]),
+    );
+    out.push(("UpdateFeatures", r.error_code, cluster_auth));
     let r: AlterUserScramCredentialsResponse = raw::call(c, ApiKey::AlterUserScramCredentials, 0, &AlterUserScramCredentialsRequest::default()
         .with_deletions(vec![kafka_protocol::messages::alter_user_scram_credentials_request::ScramCredentialDeletion::default().with_name(s("admin")).with_mechanism(2)]));
     out.push((

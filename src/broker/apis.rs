@@ -11,7 +11,8 @@ use kafka_protocol::protocol::{Encodable, HeaderVersion};
 use super::auth::Session;
 use super::refusals::{refuse_cluster_request, refuse_group_request, Refusal};
 use super::{
-    acls, admin, fetch, group, log_dirs, metadata, produce, scram_credentials, Broker, Outcome,
+    acls, admin, features, fetch, group, log_dirs, metadata, produce, scram_credentials, Broker,
+    Outcome,
 };
 use crate::protocol::{self, api_versions, errors, sasl, DecodedRequest, FrameError};
 
@@ -125,7 +126,10 @@ impl Broker {
             DecodedRequest::SaslAuthenticate(_) => {
                 at.now(&sasl::authenticate_after_authentication())
             }
-            DecodedRequest::ApiVersions(_) => at.now(&api_versions::response(errors::NONE)),
+            DecodedRequest::ApiVersions(_) => at.now(&features::api_versions(self, v)),
+            DecodedRequest::UpdateFeatures(req) => {
+                at.answer(features::update_features(self, session, v, req))
+            }
             DecodedRequest::Metadata(req) => {
                 at.answer(metadata::metadata(self, session.clone(), v, req))
             }
@@ -337,6 +341,7 @@ fn request_name(key: ApiKey) -> &'static str {
         ApiKey::DescribeTopicPartitions => "DescribeTopicPartitions",
         ApiKey::DescribeClientQuotas => "DescribeClientQuotas",
         ApiKey::DescribeLogDirs => "DescribeLogDirs",
+        ApiKey::UpdateFeatures => "UpdateFeatures",
         ApiKey::SaslHandshake => "SaslHandshake",
         ApiKey::SaslAuthenticate => "SaslAuthenticate",
         ApiKey::DescribeAcls => "DescribeAcls",

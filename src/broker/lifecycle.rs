@@ -12,7 +12,7 @@ use kafka_protocol::messages::{BrokerHeartbeatRequest, BrokerId, BrokerRegistrat
 use tokio::sync::watch;
 
 use super::controller_channel::{is_not_controller, ControllerChannel};
-use crate::controller::quorum_controller::METADATA_VERSION_LEVEL;
+use crate::metadata::features;
 use crate::metadata::image::MetadataImage;
 use crate::protocol::errors;
 use crate::storage::KafkaUuid;
@@ -165,6 +165,7 @@ impl Lifecycle {
     }
 
     fn registration(&self) -> BrokerRegistrationRequest {
+        let metadata_version = features::METADATA_VERSION_RANGE;
         BrokerRegistrationRequest::default()
             .with_broker_id(BrokerId(self.reg.node_id))
             .with_cluster_id(sb(self.reg.cluster_id.clone()))
@@ -183,9 +184,9 @@ impl Lifecycle {
                     .collect(),
             )
             .with_features(vec![Feature::default()
-                .with_name(sb("metadata.version"))
-                .with_min_supported_version(1)
-                .with_max_supported_version(METADATA_VERSION_LEVEL)])
+                .with_name(sb(metadata_version.name))
+                .with_min_supported_version(metadata_version.min)
+                .with_max_supported_version(metadata_version.max)])
             .with_rack(self.reg.rack.clone().map(sb))
     }
 

@@ -8,6 +8,7 @@ pub mod alter_partition;
 mod apis;
 pub mod auth;
 pub mod controller_channel;
+pub mod features;
 pub mod fetch;
 pub mod fetch_session;
 pub mod group;

@@ -20,6 +20,7 @@ use super::refusals::{self, Caller, ListenerAuthorizer};
 use super::replication::{IsrChange, ReassignmentSpec, TopicSpec};
 use super::{ControllerError, METADATA_TOPIC};
 use crate::config::cluster::Voter;
+use crate::metadata::features;
 use crate::metadata::records::{BrokerEndpoint, BrokerFeature, RESOURCE_BROKER, RESOURCE_TOPIC};
 use crate::protocol::{self, api_versions, errors, sasl, DecodedRequest, FrameError};
 use crate::security::acl::AclOperation;
@@ -128,8 +129,11 @@ impl ControllerNode {
         }
         match request {
             DecodedRequest::ApiVersions(_) => {
-                frame(v, cid, &api_versions::CONTROLLER.response(errors::NONE))
+                let resp = api_versions::CONTROLLER.response(errors::NONE);
+                let img = self.controller.image();
+                frame(v, cid, &features::advertise(resp, v, &img))
             }
+            DecodedRequest::UpdateFeatures(r) => frame(v, cid, &self.update_features(v, r).await),
             DecodedRequest::BrokerRegistration(r) => frame(v, cid, &self.register(r).await),
             DecodedRequest::BrokerHeartbeat(r) => frame(v, cid, &self.heartbeat(r).await),
             DecodedRequest::UnregisterBroker(r) => frame(v, cid, &self.unregister(r).await),
@@ -775,6 +779,19 @@ impl ControllerNode {
                     .with_current_voters(status.voters.iter().map(state).collect())
                     .with_observers(status.observers.iter().map(state).collect())])])
             .with_nodes(nodes)
+    }
+
+    /// UpdateFeatures (forwarded by a broker, or from `kafka-features --bootstrap-controller`).
+    async fn update_features(&self, v: i16, r: UpdateFeaturesRequest) -> UpdateFeaturesResponse {
+        let outcome = match features::updates_of(&r, v) {
+            Ok(updates) => self
+                .controller
+                .update_features(updates, r.validate_only)
+                .await
+                .map_err(|e| (e.code, e.message)),
+            Err(why) => Err((errors::INVALID_REQUEST, why)),
+        };
+        features::update_features_response(&r, v, outcome.err())
     }
 
     fn describe_cluster(&self, v: i16, r: DescribeClusterRequest) -> DescribeClusterResponse {

@@ -16,13 +16,12 @@ use super::replication::{
     self, CreatedTopic, ElectionOutcome, IsrChange, ReassignmentSpec, TopicDefaults, TopicSpec,
 };
 use super::{acls, scram, validate_topic_configs, ControllerError};
+use crate::metadata::features::{self, METADATA_VERSION_LEVEL};
 use crate::metadata::image::{MetadataImage, PartitionImage};
 use crate::metadata::records::{MetadataRecord, RESOURCE_BROKER, RESOURCE_TOPIC};
 use crate::protocol::errors;
 use crate::security::acl::{AclBinding, AclBindingFilter};
 
-/// The `metadata.version` a new cluster starts at (Kafka 4.1's latest production level).
-pub const METADATA_VERSION_LEVEL: i16 = 27;
 /// Kafka's `MAX_ELECTIONS_PER_IMBALANCE`.
 const MAX_ELECTIONS_PER_RUN: usize = 1000;
 /// Producer ids per AllocateProducerIds block.
@@ -361,6 +360,23 @@ impl QuorumController {
         self.commit(|img| Ok(scram::alter_credentials(img, &changes)))
             .await
             .map(|(results, _)| results)
+    }
+
+    /// UpdateFeatures, judged as Kafka's FeatureControlManager judges it: the new levels are
+    /// committed unless `validate_only`; one refused update refuses all (INVALID_UPDATE_VERSION).
+    pub async fn update_features(
+        &self,
+        updates: Vec<features::FeatureUpdate>,
+        validate_only: bool,
+    ) -> Result<(), ControllerError> {
+        let node = self.quorum.node_id();
+        self.commit(|img| {
+            let records = features::plan(&updates, img, node)
+                .map_err(|m| ControllerError::new(errors::INVALID_UPDATE_VERSION, m))?;
+            Ok((if validate_only { Vec::new() } else { records }, ()))
+        })
+        .await
+        .map(|_| ())
     }
 
     /// CreatePartitions.

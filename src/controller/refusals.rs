@@ -165,6 +165,15 @@ pub fn refusal(
             cid,
             &AllocateProducerIdsResponse::default().with_error_code(code),
         ),
+        D::UpdateFeatures(r) => frame(
+            v,
+            cid,
+            &crate::metadata::features::update_features_response(
+                r,
+                v,
+                Some((code, message().map(|m| m.to_string()).unwrap_or_default())),
+            ),
+        ),
         D::AlterPartition(_) => frame(
             v,
             cid,
@@ -514,6 +523,10 @@ mod tests {
             ),
             (ApiKey::CreateAcls, D::CreateAcls(Default::default())),
             (ApiKey::DeleteAcls, D::DeleteAcls(Default::default())),
+            (
+                ApiKey::UpdateFeatures,
+                D::UpdateFeatures(Default::default()),
+            ),
             (
                 ApiKey::AlterUserScramCredentials,
                 D::AlterUserScramCredentials(Default::default()),

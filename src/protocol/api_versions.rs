@@ -2,8 +2,11 @@
 //! listener of a controller — advertised in ranges a real Kafka 4.x node advertises (capped
 //! where the latest version is not stable in Kafka), and the ApiVersions answer.
 
-use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::api_versions_response::{
+    ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
+};
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
+use kafka_protocol::protocol::StrBytes;
 
 /// `(api, min, max)` for every API the broker answers. Produce advertises v0 as Kafka 4.x does
 /// (librdkafka needs to see it) but v0–v2 requests are refused with UNSUPPORTED_VERSION.
@@ -49,6 +52,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterUserScramCredentials, 0, 0),
     (ApiKey::DescribeClientQuotas, 0, 1),
     (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::UpdateFeatures, 0, 2),
 ];
 
 /// What the controller listener answers: the quorum's own traffic aside (a private key), the
@@ -78,6 +82,7 @@ pub const CONTROLLER_SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
     (ApiKey::AlterUserScramCredentials, 0, 0),
+    (ApiKey::UpdateFeatures, 0, 2),
 ];
 
 /// One listener's API table.
@@ -130,6 +135,50 @@ impl ApiSet {
     }
 }
 
+/// What an ApiVersions answer says of features (KIP-584): the levels the node supports, and
+/// those the cluster finalized as of metadata offset `epoch`.
+pub struct Features<'a> {
+    /// `(name, min, max)`.
+    pub supported: &'a [(&'a str, i16, i16)],
+    /// `(name, level)`, levels above 0 only.
+    pub finalized: &'a [(&'a str, i16)],
+    /// The metadata offset the finalized levels are read at; -1 when none are known yet.
+    pub epoch: i64,
+}
+
+/// `resp` with `features` for a request of `version` (they are tagged fields of v3+). Below
+/// v4 a supported feature whose minimum is 0 is left out, as Kafka leaves it out: older
+/// clients refuse a range that starts at 0 (KAFKA-17492).
+pub fn with_features(resp: ApiVersionsResponse, version: i16, f: &Features) -> ApiVersionsResponse {
+    if version < 3 {
+        return resp;
+    }
+    let supported = f
+        .supported
+        .iter()
+        .filter(|(_, min, _)| version >= 4 || *min > 0)
+        .map(|(name, min, max)| {
+            SupportedFeatureKey::default()
+                .with_name(StrBytes::from_string(name.to_string()))
+                .with_min_version(*min)
+                .with_max_version(*max)
+        })
+        .collect();
+    let finalized = f
+        .finalized
+        .iter()
+        .map(|(name, level)| {
+            FinalizedFeatureKey::default()
+                .with_name(StrBytes::from_string(name.to_string()))
+                .with_min_version_level(*level)
+                .with_max_version_level(*level)
+        })
+        .collect();
+    resp.with_supported_features(supported)
+        .with_finalized_features_epoch(f.epoch)
+        .with_finalized_features(finalized)
+}
+
 /// The lowest Produce version actually served.
 pub const PRODUCE_MIN_SERVED: i16 = 3;
 
@@ -151,6 +200,29 @@ pub fn response(error_code: i16) -> ApiVersionsResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn features_are_tagged_fields_of_v3_and_a_zero_minimum_needs_v4() {
+        let f = Features {
+            supported: &[("group.version", 0, 0), ("metadata.version", 27, 27)],
+            finalized: &[("metadata.version", 27)],
+            epoch: 42,
+        };
+        let names = |r: &ApiVersionsResponse| -> Vec<String> {
+            r.supported_features
+                .iter()
+                .map(|k| k.name.to_string())
+                .collect()
+        };
+        assert!(names(&with_features(response(0), 2, &f)).is_empty());
+        let v3 = with_features(response(0), 3, &f);
+        assert_eq!(names(&v3), ["metadata.version"]);
+        assert_eq!(v3.finalized_features_epoch, 42);
+        assert_eq!(v3.finalized_features[0].max_version_level, 27);
+        let v4 = with_features(response(0), 4, &f);
+        assert_eq!(names(&v4), ["group.version", "metadata.version"]);
+        assert_eq!(v4.supported_features[0].max_version, 0);
+    }
 
     #[test]
     fn advertised_ranges_fit_what_the_codec_supports() {

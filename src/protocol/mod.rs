@@ -193,6 +193,7 @@ decoded_requests! {
     DescribeUserScramCredentials => DescribeUserScramCredentialsRequest,
     DescribeClientQuotas => DescribeClientQuotasRequest,
     DescribeLogDirs => DescribeLogDirsRequest,
+    UpdateFeatures => UpdateFeaturesRequest,
     AlterUserScramCredentials => AlterUserScramCredentialsRequest,
 }
 
