@@ -282,6 +282,10 @@ fn print_ready(node: &evenkeel::node::Node, banner: bool) {
     if let Some(m) = node.metrics_addr() {
         println!("evenkeel broker {id} metrics on http://{m}/metrics");
     }
+    let controller = node.controller_addr().map(|a| a.to_string());
+    if let Some(c) = &controller {
+        println!("evenkeel broker {id} controller listener on {c}");
+    }
     println!(
         "evenkeel broker {id} ready on {bootstrap} (cluster {})",
         node.cluster_id
@@ -294,6 +298,7 @@ fn print_ready(node: &evenkeel::node::Node, banner: bool) {
             .collect();
         print_banner(
             &bootstrap,
+            controller.as_deref(),
             &[node.config.log_dir.display().to_string()],
             &metrics,
         );
@@ -301,9 +306,12 @@ fn print_ready(node: &evenkeel::node::Node, banner: bool) {
     let _ = std::io::stdout().flush();
 }
 
-fn print_banner(bootstrap: &str, data: &[String], metrics: &[String]) {
+fn print_banner(bootstrap: &str, controller: Option<&str>, data: &[String], metrics: &[String]) {
     println!();
     println!("  bootstrap servers:  {bootstrap}");
+    if let Some(c) = controller {
+        println!("  controller:         {c}");
+    }
     println!("  data:               {}", data.join(" "));
     if !metrics.is_empty() {
         println!("  metrics:            {}", metrics.join(" "));
@@ -318,6 +326,9 @@ fn print_banner(bootstrap: &str, data: &[String], metrics: &[String]) {
     );
     println!("    kafka-console-producer.sh --bootstrap-server {bootstrap} --topic orders");
     println!("    kafka-console-consumer.sh --bootstrap-server {bootstrap} --topic orders --from-beginning");
+    if let Some(c) = controller {
+        println!("    kafka-metadata-quorum.sh --bootstrap-controller {c} describe --status");
+    }
     println!();
     println!("  Ctrl-C stops every broker cleanly.");
 }
@@ -494,7 +505,7 @@ fn cmd_dev(
         .map(|i| data.join(format!("broker-{i}")).display().to_string())
         .collect();
     let metrics: Vec<String> = cluster.metrics.values().cloned().collect();
-    print_banner(&bootstrap, &dirs, &metrics);
+    print_banner(&bootstrap, None, &dirs, &metrics);
     use std::io::Write;
     let _ = std::io::stdout().flush();
     let rt = tokio::runtime::Runtime::new()?;

@@ -229,6 +229,7 @@ impl Node {
             voters: cfg.cluster.voters.clone(),
             broker_props: cfg.raw.clone(),
             authorizer,
+            bound: std::sync::OnceLock::new(),
         });
         // A cluster of one may have no controller listener: its broker reaches it on loopback.
         let (host, port) = match cfg.cluster.controller_listeners.first() {
@@ -249,6 +250,7 @@ impl Node {
             addr: format!("{host}:{port}"),
             source,
         })?;
+        let _ = node.bound.set(listener.addr);
         Ok((node, listener))
     }
 

@@ -493,3 +493,80 @@ async fn perf_produce_creates_its_topic_with_the_brokers_default_replication_fac
         "the last line says what failed and why: {stderr}"
     );
 }
+
+/// A cluster of one (`evenkeel dev --brokers 1`: no controller listener configured, its quorum
+/// on an ephemeral port) prints where its controller listener is, and DescribeCluster and
+/// DescribeQuorum there name that address, so `--bootstrap-controller` tools can follow it (they
+/// named port 0 before).
+#[test]
+fn a_cluster_of_one_names_its_bound_controller_listener() {
+    use common::raw;
+    use kafka_protocol::messages::{
+        ApiKey, DescribeClusterRequest, DescribeClusterResponse, DescribeQuorumRequest,
+        DescribeQuorumResponse,
+    };
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let data = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_evenkeel"))
+        .args([
+            "dev",
+            "--brokers",
+            "1",
+            "--port",
+            "0",
+            "--no-proxy",
+            "--data",
+        ])
+        .arg(data.path())
+        .args(["--override", "evenkeel.metrics.address=127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stdout = child.stdout.take().unwrap();
+    let _guard = Kill(child);
+    let controller = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| {
+            Some(
+                l.split("controller listener on ")
+                    .nth(1)?
+                    .trim()
+                    .to_string(),
+            )
+        })
+        .expect("a controller listener line");
+    let port: i32 = controller.rsplit(':').next().unwrap().parse().unwrap();
+    assert_ne!(port, 0);
+    let mut s = std::net::TcpStream::connect(&controller).unwrap();
+    s.set_read_timeout(Some(T)).unwrap();
+    let r: DescribeClusterResponse = raw::call(
+        &mut s,
+        ApiKey::DescribeCluster,
+        1,
+        &DescribeClusterRequest::default().with_endpoint_type(2),
+    );
+    assert_eq!(r.error_code, 0);
+    assert_eq!(r.brokers.len(), 1);
+    assert_eq!(
+        (r.brokers[0].host.as_str(), r.brokers[0].port),
+        ("127.0.0.1", port)
+    );
+    let q: DescribeQuorumResponse = raw::call(
+        &mut s,
+        ApiKey::DescribeQuorum,
+        2,
+        &DescribeQuorumRequest::default(),
+    );
+    let listener = &q.nodes[0].listeners[0];
+    assert_eq!(listener.port as i32, port, "{q:?}");
+}

@@ -41,6 +41,9 @@ pub struct ControllerNode {
     /// Who may call: set when the controller listener is SSL or SASL and an authorizer is
     /// configured (a PLAINTEXT controller listener knows no caller: it must stay private).
     pub authorizer: Option<ListenerAuthorizer>,
+    /// Where the controller listener is bound, once it is: what DescribeCluster names for this
+    /// node when its voter entry has no port (a cluster of one on an ephemeral port).
+    pub bound: std::sync::OnceLock<std::net::SocketAddr>,
 }
 
 use crate::protocol::str_bytes as s;
@@ -761,12 +764,13 @@ impl ControllerNode {
             .iter()
             .filter(|_| v >= 2)
             .map(|v| {
+                let (host, port) = self.voter_address(v);
                 Node::default()
                     .with_node_id(BrokerId(v.id))
                     .with_listeners(vec![Listener::default()
                         .with_name(s(self.listener.clone()))
-                        .with_host(s(v.host.clone()))
-                        .with_port(v.port)])
+                        .with_host(s(host))
+                        .with_port(port)])
             })
             .collect();
         DescribeQuorumResponse::default()
@@ -794,6 +798,17 @@ impl ControllerNode {
         features::update_features_response(&r, v, outcome.err())
     }
 
+    /// Where clients reach voter `v`'s controller listener: its configured address, or this
+    /// node's bound one when its entry has no port (a cluster of one on an ephemeral port).
+    fn voter_address(&self, v: &Voter) -> (String, u16) {
+        match self.bound.get() {
+            Some(addr) if v.id == self.quorum.node_id() && v.port == 0 => {
+                (addr.ip().to_string(), addr.port())
+            }
+            _ => (v.host.clone(), v.port),
+        }
+    }
+
     fn describe_cluster(&self, v: i16, r: DescribeClusterRequest) -> DescribeClusterResponse {
         use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
         const CONTROLLER_ENDPOINTS: i8 = 2;
@@ -812,10 +827,11 @@ impl ControllerNode {
             .voters
             .iter()
             .map(|v| {
+                let (host, port) = self.voter_address(v);
                 DescribeClusterBroker::default()
                     .with_broker_id(BrokerId(v.id))
-                    .with_host(s(v.host.clone()))
-                    .with_port(v.port as i32)
+                    .with_host(s(host))
+                    .with_port(port as i32)
             })
             .collect();
         base.with_controller_id(BrokerId(self.quorum.leader().unwrap_or(-1)))
