@@ -2356,6 +2356,23 @@ async fn produce_as(
     .map_err(|(e, _)| e.to_string())
 }
 
+/// One broker with a SCRAM-SHA-512 listener (SASL_PLAINTEXT) and the StandardAuthorizer, and
+/// its address on it. PLAINTEXT's ANONYMOUS is a super user: the operator reaches the broker that
+/// way, as it reaches a secured cluster's internal listener.
+fn scram_broker() -> (common::cluster::Cluster, String) {
+    let sasl_port = common::free_port();
+    let overrides = [
+        "listener.name.sasl.sasl.enabled.mechanisms=SCRAM-SHA-512",
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users=User:ANONYMOUS",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+    ];
+    let broker = common::cluster::Cluster::start_with(1, &overrides, |_, ports| {
+        common::cluster::Cluster::sasl_listeners(ports, sasl_port)
+    });
+    (broker, format!("127.0.0.1:{sasl_port}"))
+}
+
 /// 12. KafkaUser against a real broker with a SCRAM listener and the StandardAuthorizer: a SCRAM
 /// user's Secret holds a password that logs in and a ready `sasl.jaas.config`; its ACLs are in
 /// Kafka exactly as the spec lists them, so it may write where they allow and is refused where
@@ -2369,19 +2386,7 @@ async fn kafkauser_credentials_and_acls_against_a_real_broker() {
     use evenkeel::operator::kafka::UserAdmin;
     require_kube!();
     let (admin, ns) = kubeenv::operator_test("ku").await;
-    let sasl_port = common::free_port();
-    let overrides = [
-        "listener.name.sasl.sasl.enabled.mechanisms=SCRAM-SHA-512",
-        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users=User:ANONYMOUS",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
-    ];
-    let broker = common::cluster::Cluster::start_with(1, &overrides, |_, ports| {
-        common::cluster::Cluster::sasl_listeners(ports, sasl_port)
-    });
-    let sasl = format!("127.0.0.1:{sasl_port}");
-    // The operator reaches the broker as ANONYMOUS on PLAINTEXT, as it reaches a secured
-    // cluster's internal listener.
+    let (broker, sasl) = scram_broker();
     let op = Operator::start(&ns, &broker.bootstrap(), false);
     let clusters: Api<KafkaCluster> = Api::namespaced(admin.clone(), &ns);
     clusters
@@ -2671,17 +2676,7 @@ async fn a_proxy_with_basic_auth_logs_each_http_user_in_as_their_kafkauser() {
     use evenkeel::operator::kafka::UserAdmin;
     require_kube!();
     let (admin, ns) = kubeenv::operator_test("pba").await;
-    let sasl_port = common::free_port();
-    let overrides = [
-        "listener.name.sasl.sasl.enabled.mechanisms=SCRAM-SHA-512",
-        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users=User:ANONYMOUS",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
-    ];
-    let broker = common::cluster::Cluster::start_with(1, &overrides, |_, ports| {
-        common::cluster::Cluster::sasl_listeners(ports, sasl_port)
-    });
-    let sasl = format!("127.0.0.1:{sasl_port}");
+    let (broker, sasl) = scram_broker();
     let op = Operator::start(&ns, &broker.bootstrap(), false);
     let clusters: Api<KafkaCluster> = Api::namespaced(admin.clone(), &ns);
     let pp = PostParams::default();
