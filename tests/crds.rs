@@ -57,3 +57,29 @@ fn chart_ships_the_same_crds() {
         );
     }
 }
+
+/// Words a YAML 1.1 parser (Kubernetes' and kubectl's) reads as a boolean when unquoted.
+const YAML11_BOOLEANS: &[&str] = &[
+    "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "true", "True", "TRUE", "false",
+    "False", "FALSE", "on", "On", "ON", "off", "Off", "OFF",
+];
+
+#[test]
+fn no_enum_value_reads_as_a_boolean_to_the_api_server() {
+    // serde_yaml writes YAML 1.2, where `on` and `off` are strings; the API server's parser
+    // reads them as booleans, and the CRD would then refuse the very values it lists.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for entry in std::fs::read_dir(root.join("crds")).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let item = line.trim_start().strip_prefix("- ").map(str::trim);
+            assert!(
+                !item.is_some_and(|v| YAML11_BOOLEANS.contains(&v)),
+                "{}:{}: {line:?} is a boolean to YAML 1.1: quote it or rename the value",
+                path.display(),
+                n + 1
+            );
+        }
+    }
+}

@@ -1978,7 +1978,8 @@ async fn a_secured_cluster_gets_its_cas_broker_certificates_and_config() {
         message.contains("authentication type tls needs tls: true"),
         "{message}"
     );
-    // Unsecuring the running cluster would strand its roll: refused, the ConfigMap stays.
+    // Unsecuring a cluster created secured would split its quorum (its controller listener is
+    // mutual TLS): refused, the ConfigMap stays.
     clusters
         .patch(
             "sec",
@@ -1996,7 +1997,7 @@ async fn a_secured_cluster_gets_its_cas_broker_certificates_and_config() {
     })
     .await;
     assert!(
-        why.contains("unsecuring a running cluster is not supported yet"),
+        why.contains("unsecuring this cluster is not supported"),
         "{why}"
     );
     let kept = cm_api.get("sec-kafka-config").await.unwrap().data.unwrap();
@@ -2289,6 +2290,191 @@ async fn a_cas_key_is_replaced_in_three_steps_each_after_the_brokers_roll() {
     let last_user_cert = user_cert().await.unwrap();
     assert!(signed_by(&last_user_cert, &new_clients));
     assert!(!signed_by(&last_user_cert, &old_clients));
+}
+
+/// Writes the StatefulSet's status as its controller would once every pod runs the current
+/// template (none runs here), and labels the pods with that revision.
+async fn rolled_out(admin: &Client, ns: &str, cluster: &str, replicas: i32) {
+    let sts_api: Api<StatefulSet> = Api::namespaced(admin.clone(), ns);
+    let name = format!("{cluster}-kafka");
+    let generation = sts_api
+        .get(&name)
+        .await
+        .unwrap()
+        .metadata
+        .generation
+        .unwrap();
+    let revision = format!("{name}-rev{generation}");
+    sts_api
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "observedGeneration": generation, "replicas": replicas,
+                "readyReplicas": replicas, "updatedReplicas": replicas,
+                "currentRevision": revision, "updateRevision": revision,
+            }})),
+        )
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    for ordinal in 0..replicas {
+        let patch = json!({"metadata": {"labels": {"controller-revision-hash": revision}}});
+        pods.patch(
+            &format!("{name}-{ordinal}"),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+/// The cluster's `status.securityStage` once it is `stage`, with the brokers' server.properties.
+async fn at_stage(admin: &Client, ns: &str, cluster: &str, stage: &str) -> String {
+    let clusters: Api<KafkaCluster> = Api::namespaced(admin.clone(), ns);
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
+    wait_for(&format!("security stage {stage}"), 60, || async {
+        let kc = serde_json::to_value(clusters.get(cluster).await.ok()?).unwrap();
+        (kc["status"]["securityStage"] == stage).then_some(())?;
+        let cm = cms.get(&format!("{cluster}-kafka-config")).await.ok()?;
+        let props = cm.data?.remove("server.properties")?;
+        let annotated = Api::<StatefulSet>::namespaced(admin.clone(), ns)
+            .get(&format!("{cluster}-kafka"))
+            .await
+            .ok()?
+            .metadata
+            .annotations?
+            .remove("kafka.evenkeel.dev/security-stage");
+        (annotated.as_deref() == Some(stage)).then_some(props)
+    })
+    .await
+}
+
+/// The value of `key` in server.properties text.
+fn prop<'a>(props: &'a str, key: &str) -> Option<&'a str> {
+    props
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// 9c. A running cluster is secured one roll per step, each only once every broker runs the
+/// last: the internal listener added (replication stays on the first listener, PLAINTEXT, no
+/// authorizer), then replication on it, then the spec's TLS, SASL and authorizer; its controller
+/// listener stays PLAINTEXT. Unsecuring walks the steps back.
+#[tokio::test]
+async fn a_running_cluster_is_secured_and_unsecured_one_roll_per_step() {
+    require_kube!();
+    let (admin, ns) = kubeenv::operator_test("mig").await;
+    let _op = Operator::start(&ns, "127.0.0.1:9", false);
+    let clusters: Api<KafkaCluster> = Api::namespaced(admin.clone(), &ns);
+    clusters
+        .create(&PostParams::default(), &cluster("mig", 2, &[]))
+        .await
+        .unwrap();
+    wait_for("StatefulSet mig-kafka", 60, || async {
+        Api::<StatefulSet>::namespaced(admin.clone(), &ns)
+            .get_opt("mig-kafka")
+            .await
+            .ok()?
+    })
+    .await;
+    for ordinal in 0..2 {
+        ready_broker_pod(&admin, &ns, "mig", ordinal).await;
+    }
+    rolled_out(&admin, &ns, "mig", 2).await;
+    let props = at_stage(&admin, &ns, "mig", "unsecured").await;
+    assert_eq!(prop(&props, "inter.broker.listener.name"), Some("PLAIN"));
+
+    let secure = json!({"spec": {
+        "listeners": [
+            {"name": "plain", "port": 9092, "tls": true, "authentication": {"type": "scram-sha-512"}},
+        ],
+        "authorization": {"type": "simple", "superUsers": ["admin"]},
+    }});
+    clusters
+        .patch("mig", &PatchParams::default(), &Patch::Merge(secure))
+        .await
+        .unwrap();
+    let props = at_stage(&admin, &ns, "mig", "internal").await;
+    assert_eq!(
+        prop(&props, "listener.security.protocol.map"),
+        Some("PLAIN:PLAINTEXT,REPLICATION:SSL,CONTROLLER:PLAINTEXT")
+    );
+    assert_eq!(prop(&props, "inter.broker.listener.name"), Some("PLAIN"));
+    assert_eq!(prop(&props, "authorizer.class.name"), None);
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), &ns);
+    security_secrets(&secrets, "mig", 2).await;
+    let kc = serde_json::to_value(clusters.get("mig").await.unwrap()).unwrap();
+    let (_, reason, message) = condition(&kc, "Reconciling").unwrap();
+    assert_eq!(reason, "Securing", "{message}");
+    assert!(message.contains("step internal"), "{message}");
+    // A pass later with the brokers not rolled yet: still the first step.
+    operator_pass(&clusters, "mig", "25").await;
+    let props = at_stage(&admin, &ns, "mig", "internal").await;
+    assert_eq!(prop(&props, "log.retention.hours"), Some("25"));
+
+    rolled_out(&admin, &ns, "mig", 2).await;
+    let props = at_stage(&admin, &ns, "mig", "inter-broker").await;
+    assert_eq!(
+        prop(&props, "listener.security.protocol.map"),
+        Some("REPLICATION:SSL,PLAIN:PLAINTEXT,CONTROLLER:PLAINTEXT")
+    );
+    assert_eq!(
+        prop(&props, "inter.broker.listener.name"),
+        Some("REPLICATION")
+    );
+    assert_eq!(prop(&props, "authorizer.class.name"), None);
+
+    rolled_out(&admin, &ns, "mig", 2).await;
+    let props = at_stage(&admin, &ns, "mig", "secured").await;
+    assert_eq!(
+        prop(&props, "listener.security.protocol.map"),
+        Some("REPLICATION:SSL,PLAIN:SASL_SSL,CONTROLLER:PLAINTEXT")
+    );
+    assert!(prop(&props, "authorizer.class.name").is_some());
+    // (The recorder folds the steps' events, of one reason, into one series.)
+    let events = cluster_events(&admin, &ns, "mig").await;
+    assert!(
+        events.iter().any(|(reason, _)| reason == "Securing"),
+        "{events:?}"
+    );
+
+    // Back: the authorizer and TLS go first (the brokers still replicate on the internal
+    // listener, which is the next step's config too: it needs no roll of its own), then
+    // replication leaves the internal listener, then the listener goes.
+    let unsecure = json!({"spec": {
+        "listeners": [{"name": "plain", "port": 9092}],
+        "authorization": null,
+    }});
+    clusters
+        .patch("mig", &PatchParams::default(), &Patch::Merge(unsecure))
+        .await
+        .unwrap();
+    wait_for("the operator's pass over the change", 60, || async {
+        let kc = clusters.get("mig").await.ok()?;
+        (kc.status?.observed_generation == kc.metadata.generation).then_some(())
+    })
+    .await;
+    let props = at_stage(&admin, &ns, "mig", "secured").await;
+    assert_eq!(
+        prop(&props, "listener.security.protocol.map"),
+        Some("REPLICATION:SSL,PLAIN:PLAINTEXT,CONTROLLER:PLAINTEXT")
+    );
+    assert_eq!(
+        prop(&props, "inter.broker.listener.name"),
+        Some("REPLICATION")
+    );
+    assert_eq!(prop(&props, "authorizer.class.name"), None);
+    rolled_out(&admin, &ns, "mig", 2).await;
+    let props = at_stage(&admin, &ns, "mig", "internal").await;
+    assert_eq!(prop(&props, "inter.broker.listener.name"), Some("PLAIN"));
+    rolled_out(&admin, &ns, "mig", 2).await;
+    let props = at_stage(&admin, &ns, "mig", "unsecured").await;
+    assert_eq!(
+        prop(&props, "listener.security.protocol.map"),
+        Some("PLAIN:PLAINTEXT,CONTROLLER:PLAINTEXT")
+    );
 }
 
 fn kafka_user(name: &str, auth: &str, acls: Value) -> KafkaUser {

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Applies examples/kafkacluster.yaml, with what the e2e adds (E2E_CLUSTER_PATCH: brokers spread over
-# the nodes' zones, the leadership rebalancer, the producer proxy, and security: a SCRAM listener
-# over TLS and a mutual-TLS one beside the plain one, and the StandardAuthorizer), and
+# the nodes' zones, the leadership rebalancer and the producer proxy, on the plain listener), and
 # examples/kafkatopic.yaml, and waits for them. Checks one broker per node and zone, each with
 # its zone as broker.rack.
 #
-# Being secured, the cluster's brokers replicate, and the operator, the rebalancer sidecar and the
-# proxy reach them, on the internal listener with certificates of their own, through every step.
-# The plain listener's clients (User:ANONYMOUS) are made super users so that the other steps'
-# clients need no login; 42-users.sh logs in on the secured listeners as KafkaUsers.
+# The cluster starts unsecured: 41-secure.sh secures it while it runs (E2E_SECURE_PATCH: a SCRAM
+# listener over TLS and a mutual-TLS one beside the plain one, and the StandardAuthorizer). From
+# then on its brokers replicate, and the operator, the rebalancer sidecar and the proxy reach
+# them, on the internal listener with certificates of their own. The plain listener's clients
+# (User:ANONYMOUS) are made super users so that the other steps' clients need no login;
+# 42-users.sh logs in on the secured listeners as KafkaUsers.
 source "$(dirname "$0")/lib.sh"
 step "namespace ${NS}"
 ensure_namespace "$NS"
@@ -17,10 +18,7 @@ ok "ready"
 # The rebalancer acts within seconds in the e2e (55-rebalancer.sh waits for it).
 patch='{"spec":{"rack":{"topologyKey":"topology.kubernetes.io/zone"},
   "rebalancer":{"enabled":true,"intervalSeconds":10,"muteSeconds":20},"proxy":{"replicas":1},
-  "listeners":[{"name":"plain","port":9092},
-    {"name":"mtls","port":9094,"tls":true,"authentication":{"type":"tls"}},
-    {"name":"scram","port":9095,"tls":true,"authentication":{"type":"scram-sha-512"}}],
-  "authorization":{"type":"simple","superUsers":["ANONYMOUS"]}}}'
+  "listeners":[{"name":"plain","port":9092}]}}'
 patch="${E2E_CLUSTER_PATCH:-$patch}"
 step "KafkaCluster ${CLUSTER} (examples/kafkacluster.yaml, 3 brokers, and ${patch//[[:space:]]/})"
 kubectl patch --local -f "$ROOT/examples/kafkacluster.yaml" --type merge -p "$patch" -o yaml |

@@ -32,7 +32,7 @@ BROKER_SELECTOR="app.kubernetes.io/name=evenkeel,app.kubernetes.io/component=bro
 # shellcheck disable=SC2034 # used by run-all.sh and local
 E2E_CLUSTER_STEPS=(00-kind-up.sh 10-build-image.sh)
 # shellcheck disable=SC2034
-E2E_TEST_STEPS=(20-install.sh 30-cluster.sh 40-produce-consume.sh 42-users.sh 45-faults.sh 50-scale.sh 55-rebalancer.sh
+E2E_TEST_STEPS=(20-install.sh 30-cluster.sh 40-produce-consume.sh 41-secure.sh 42-users.sh 45-faults.sh 50-scale.sh 55-rebalancer.sh
     65-rolls-under-load.sh 70-bad-input.sh)
 
 step() { printf '\n==> %s\n' "$*"; }

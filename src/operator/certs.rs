@@ -655,7 +655,7 @@ pub async fn reconcile<C: AdminConnector>(
     replicas: i32,
     rollout: &Rollout,
 ) -> Result<Cas, Error> {
-    let secured = resources::is_secured(kc);
+    let secured = resources::has_internal_listener(kc);
     let proxy_certificate = resources::proxy_tls(kc) || (secured && resources::wants_proxy(kc));
     if !secured && !proxy_certificate {
         return Ok(Cas::default());
@@ -724,7 +724,7 @@ async fn ensure_ca<C: AdminConnector>(
     kind: CaKind,
     rollout: &Rollout,
 ) -> Result<(Ca, u64), Error> {
-    let secured = resources::is_secured(kc);
+    let secured = resources::has_internal_listener(kc);
     let (cert_name, key_name) = (kind.cert_secret(names), kind.key_secret(names));
     match ca_secrets(api, names, kind).await? {
         (Some(cert), Some(key)) => {

@@ -20,8 +20,10 @@ use super::certs;
 use super::components;
 use super::crd::{
     BrokerStatus, KafkaCluster, KafkaClusterStatus, KafkaUser, ListenerStatus, ProxyStatus,
+    SecurityStage,
 };
 use super::kafka::{AdminConnector, ClusterState, TopicAdmin};
+use super::migration;
 use super::placement;
 use super::resources::{self, Names};
 use super::status::{self, set_condition};
@@ -202,19 +204,26 @@ async fn reconcile_inner<C: AdminConnector>(
         .unwrap_or(0);
     let quorum = resources::quorum_shape(kc, existing.as_ref());
     let image = resources::image_of(kc, &ctx.default_image).to_string();
-    let built = resources::check_internal_listener_change(kc, existing.as_ref())
+    let pods = list_broker_pods(ctx, &names).await?;
+    let target = SecurityStage::target(kc);
+    let rolled_out = existing.as_ref().is_some_and(|s| rolled_out(s, &pods));
+    let stage = migration::next_stage(target, migration::recorded(existing.as_ref()), rolled_out);
+    // From here on the pass works on the spec of the security stage it applies.
+    let (real, staged) = (kc, migration::staged(kc, stage));
+    let kc = &staged;
+    let controller_tls = quorum.controller_tls(real);
+    let built = migration::check(real, existing.as_ref(), controller_tls)
         .and_then(|()| Objects::build(kc, &image, quorum));
     let mut objects = match built {
         Ok(objects) => objects,
         Err(resources::BuildError::Invalid(msg)) => {
-            return report_invalid_spec(ctx, &clusters, kc, pass, msg).await;
+            return report_invalid_spec(ctx, &clusters, real, pass, msg).await;
         }
         Err(e) => return Err(e.into()),
     };
     let brokers = observe_brokers(ctx, kc, current).await;
     let replicas = decide_replicas(ctx, kc, &brokers, current, quorum.controllers, &mut pass).await;
     objects.set_replicas(replicas);
-    let pods = list_broker_pods(ctx, &names).await?;
     // The certificates before the pods that mount them (a new pod finds its own).
     let rollout = certs::Rollout::of(&pods, replicas);
     let cas = certs::reconcile(ctx, kc, &names, replicas, &rollout).await?;
@@ -234,12 +243,17 @@ async fn reconcile_inner<C: AdminConnector>(
     }
 
     let views = broker_views(&pods, &applied);
-    let step = next_roll_step(&views, current.min(replicas), brokers.state.as_ref().ok());
+    let step = match template_pending(&applied) {
+        true => RollStep::Wait("waiting for the StatefulSet to take the new pod template".into()),
+        false => next_roll_step(&views, current.min(replicas), brokers.state.as_ref().ok()),
+    };
     roll(ctx, kc, &step, &mut pass).await?;
+    report_security_stage(ctx, kc, existing.as_ref(), stage, target, &mut pass).await;
     spread_after_scale_up(ctx, kc, &brokers, &views, &step, replicas, &mut pass).await;
     sync_component_acls(ctx, kc, &brokers, &mut pass).await;
 
     let mut st = pass.status.clone();
+    st.security_stage = Some(stage);
     fill_status(&mut st, kc, &views, &brokers, &objects.sts)?;
     st.listeners = listener_status(kc, &names, &cas.cluster_ca);
     let (proxy_status, proxy_waiting) = match &proxy {
@@ -253,8 +267,55 @@ async fn reconcile_inner<C: AdminConnector>(
     pass.proxy_waiting = proxy_waiting;
     pass.unregistered = unregistered(&views, &brokers);
     let requeue = pass.conclude(ctx, kc, &mut st).await;
-    patch_status(&clusters, kc, st).await?;
+    patch_status(&clusters, real, st).await?;
     Ok(Action::requeue(requeue))
+}
+
+/// Whether the StatefulSet controller has not yet seen the template just applied: its
+/// `updateRevision`, and so which pods are stale, still names the one before, and the pods
+/// would all look current.
+fn template_pending(applied: &StatefulSet) -> bool {
+    let observed = applied.status.as_ref().and_then(|s| s.observed_generation);
+    matches!((observed, applied.metadata.generation), (Some(o), Some(g)) if o < g)
+}
+
+/// Whether every broker pod runs the StatefulSet's latest template and is ready: the roll of
+/// the security stage it records is done.
+fn rolled_out(existing: &StatefulSet, pods: &[Pod]) -> bool {
+    let observed = existing
+        .status
+        .as_ref()
+        .is_some_and(|s| s.observed_generation == existing.metadata.generation);
+    let replicas = existing.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
+    let views = broker_views(pods, existing);
+    observed
+        && views.len() == usize::try_from(replicas).unwrap_or(0)
+        && views.iter().all(|v| v.ready && !v.stale && !v.terminating)
+}
+
+/// While a running cluster is secured or unsecured: an event when a step starts, and the step
+/// in the Reconciling condition (when the roll itself says nothing).
+async fn report_security_stage<C: AdminConnector>(
+    ctx: &Context<C>,
+    kc: &KafkaCluster,
+    existing: Option<&StatefulSet>,
+    stage: SecurityStage,
+    target: SecurityStage,
+    pass: &mut Pass,
+) {
+    let Some((reason, message)) = migration::progress(stage, target) else {
+        return;
+    };
+    if migration::recorded(existing) != Some(stage) {
+        ctx.event(kc, EventType::Normal, &reason, &message).await;
+    }
+    // The step's reason, with what the roll waits for; a blocked roll keeps its own reason.
+    pass.rolling = Some(match pass.rolling.take() {
+        Some((roll, why)) if roll == "RollBlocked" => (roll, format!("{message}; {why}")),
+        Some((_, why)) => (reason, format!("{message}; {why}")),
+        None => (reason, message),
+    });
+    pass.requeue_within(Duration::from_secs(10));
 }
 
 /// What one reconcile pass found: the status it started from, why the cluster is degraded,

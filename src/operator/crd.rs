@@ -367,6 +367,32 @@ pub struct KafkaClusterStatus {
     /// The producer proxy's Deployment, while `spec.proxy` asks for one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy: Option<ProxyStatus>,
+    /// How far the brokers are secured: `unsecured`, `internal` (the internal listener added),
+    /// `inter-broker` (the brokers replicate on it), `secured` (the spec's listeners and
+    /// authorization). A running cluster is secured or unsecured one roll per step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_stage: Option<SecurityStage>,
+}
+
+/// The steps of securing a running cluster, in order (unsecuring walks them back): each is a
+/// rolling restart, and brokers on either side of it can still replicate from each other.
+#[derive(
+    JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord,
+)]
+// No doc comments on the variants: they would make the schema a `oneOf`, not an `enum`.
+pub enum SecurityStage {
+    // No internal listener: the brokers replicate on the first listener, PLAINTEXT.
+    #[serde(rename = "unsecured")]
+    Unsecured,
+    // The internal listener (mutual TLS) is there, unused; the listeners stay PLAINTEXT.
+    #[serde(rename = "internal")]
+    Internal,
+    // The brokers replicate on the internal listener; the listeners stay PLAINTEXT.
+    #[serde(rename = "inter-broker")]
+    InterBroker,
+    // The spec's listeners (TLS, SASL) and authorization.
+    #[serde(rename = "secured")]
+    Secured,
 }
 
 /// The producer proxy as its Deployment reports it.

@@ -10,6 +10,7 @@ pub mod crd;
 pub mod kafka;
 pub mod leader;
 pub mod metrics;
+pub mod migration;
 pub mod placement;
 pub mod resources;
 pub mod status;
@@ -111,11 +112,12 @@ impl<C: AdminConnector> Context<C> {
         ))
     }
 
-    /// How the operator connects to a cluster: on a secured one, mutual TLS with its own
-    /// certificate from the cluster's CA (`components::Identities`); else, and with
+    /// How the operator connects to a cluster: once the brokers replicate on the internal
+    /// listener, mutual TLS with its own certificate from the cluster's CA
+    /// (`components::Identities`); else, and with
     /// `bootstrap_override` (an operator outside the cluster, and tests), PLAINTEXT.
     pub async fn security_of(&self, kc: &KafkaCluster) -> Result<ClientSecurity, AdminError> {
-        if self.bootstrap_override.is_some() || !resources::is_secured(kc) {
+        if self.bootstrap_override.is_some() || !resources::internal_listener_in_use(kc) {
             return Ok(ClientSecurity::plaintext());
         }
         let transport = |e: String| AdminError::transport(e);

@@ -20,6 +20,7 @@ use super::crd::{
     AuthenticationType, KafkaCluster, KafkaUser, Listener, Proxy, CLUSTER_LABEL, GROUP,
     PROXY_BASIC_NEEDS_SCRAM, PROXY_RESERVED_KEYS, TLS_AUTH_NEEDS_TLS,
 };
+use super::migration::{self, SECURITY_STAGE_ANNOTATION};
 use crate::config::auth::STANDARD_AUTHORIZER;
 
 /// Port of the brokers' `/metrics`, `/healthz` and `/readyz`.
@@ -278,7 +279,7 @@ impl QuorumShape {
     /// Whether `kc`'s controller listener is SSL: a secured cluster's is, unless the
     /// StatefulSet records a PLAINTEXT one.
     pub fn controller_tls(&self, kc: &KafkaCluster) -> bool {
-        is_secured(kc) && self.tls.unwrap_or(true)
+        has_internal_listener(kc) && self.tls.unwrap_or(true)
     }
 }
 
@@ -397,7 +398,7 @@ fn check_listeners(kc: &KafkaCluster) -> Result<(), BuildError> {
     if spec.listeners.is_empty() {
         return Err(BuildError::Invalid("spec.listeners is empty".into()));
     }
-    let secured = is_secured(kc);
+    let secured = has_internal_listener(kc);
     for (i, l) in spec.listeners.iter().enumerate() {
         let internal = secured && (l.name == INTERNAL_LISTENER || l.port == INTERNAL_PORT);
         if ["controller", "metrics"].contains(&l.name.as_str()) || internal {
@@ -455,59 +456,6 @@ fn check_security(kc: &KafkaCluster) -> Result<(), BuildError> {
         )));
     }
     Ok(())
-}
-
-/// Refuses adding or removing the internal listener on a cluster whose StatefulSet exists:
-/// brokers on either side of the roll could not replicate from each other, and the operator
-/// could not reach the old ones to check min.insync.replicas, so the roll would never end.
-pub fn check_internal_listener_change(
-    kc: &KafkaCluster,
-    existing: Option<&StatefulSet>,
-) -> Result<(), BuildError> {
-    let Some(sts) = existing else {
-        return Ok(());
-    };
-    let broker = sts
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.spec.as_ref())
-        .into_iter()
-        .flat_map(|p| &p.containers)
-        .find(|c| c.name == "broker");
-    let has_internal = broker
-        .into_iter()
-        .flat_map(|c| c.ports.iter().flatten())
-        .any(|p| p.name.as_deref() == Some(INTERNAL_LISTENER));
-    // The internal listener's keystore is on the command line since it is mutual TLS.
-    let keystore = format!(
-        "{}ssl.keystore.location=",
-        listener_prefix(INTERNAL_LISTENER)
-    );
-    let internal_tls = broker
-        .into_iter()
-        .flat_map(|c| c.args.iter().flatten())
-        .any(|a| a.starts_with(&keystore));
-    if has_internal && !internal_tls {
-        return Err(BuildError::Invalid(format!(
-            "this cluster's internal listener {INTERNAL_LISTENER} on {INTERNAL_PORT} is \
-             PLAINTEXT (it was secured by an earlier operator); this operator makes it mutual \
-             TLS, and brokers on either side of that roll could not replicate: recreate the \
-             cluster (a migration is not done)"
-        )));
-    }
-    if has_internal == is_secured(kc) {
-        return Ok(());
-    }
-    let change = if has_internal {
-        "unsecuring"
-    } else {
-        "securing"
-    };
-    Err(BuildError::Invalid(format!(
-        "{change} a running cluster is not supported yet: it adds or removes the internal \
-         listener {INTERNAL_LISTENER} on {INTERNAL_PORT}, which the brokers replicate on; set \
-         tls, authentication and authorization when the cluster is created"
-    )))
 }
 
 /// Whether the spec asks for producer proxies: `spec.proxy` with at least one replica.
@@ -604,17 +552,23 @@ pub fn proxy_tls(kc: &KafkaCluster) -> bool {
         .is_some_and(|p| p.tls && p.replicas > 0)
 }
 
-/// Whether the spec secures a listener (TLS or authentication) or asks for authorization: then
-/// the brokers get the internal listener and the operator makes the CAs.
-pub fn is_secured(kc: &KafkaCluster) -> bool {
-    certs::wants_certificates(kc) || kc.spec.authorization.is_some()
+/// Whether the brokers have the internal listener (mutual TLS with the cluster CA) and the
+/// operator makes the CAs: a secured cluster, and one being secured or unsecured
+/// (`migration::stage_of`).
+pub fn has_internal_listener(kc: &KafkaCluster) -> bool {
+    migration::stage_of(kc).has_internal_listener()
+}
+
+/// Whether the brokers replicate on the internal listener, and the operator, the rebalancer
+/// sidecar and the producer proxy reach them on it with their certificates.
+pub fn internal_listener_in_use(kc: &KafkaCluster) -> bool {
+    migration::stage_of(kc).internal_listener_in_use()
 }
 
 /// The port the brokers replicate on and the operator, the rebalancer sidecar and the producer
-/// proxy reach them on: the internal listener's when the cluster is secured, else the first
-/// listener's.
+/// proxy reach them on: the internal listener's once it is in use, else the first listener's.
 pub fn internal_port(kc: &KafkaCluster) -> i32 {
-    if is_secured(kc) {
+    if internal_listener_in_use(kc) {
         return INTERNAL_PORT;
     }
     kc.spec.listeners.first().map_or(9092, |l| l.port)
@@ -628,22 +582,31 @@ struct BrokerListener {
     protocol: &'static str,
 }
 
-/// The brokers' listeners, the inter-broker one first: the internal listener of a secured
-/// cluster, then the client listeners.
+/// The brokers' listeners, the inter-broker one first: the internal listener once the brokers
+/// replicate on it, else the first client listener (with the internal listener last while a
+/// running cluster is secured or unsecured, `migration`).
 fn broker_listeners(kc: &KafkaCluster) -> Vec<BrokerListener> {
-    let mut out = Vec::new();
-    if is_secured(kc) {
-        out.push(BrokerListener {
+    let mut out: Vec<BrokerListener> = kc
+        .spec
+        .listeners
+        .iter()
+        .map(|l| BrokerListener {
+            name: listener_name(&l.name),
+            port: l.port,
+            protocol: security_protocol(l),
+        })
+        .collect();
+    if has_internal_listener(kc) {
+        let internal = BrokerListener {
             name: listener_name(INTERNAL_LISTENER),
             port: INTERNAL_PORT,
             protocol: "SSL",
-        });
+        };
+        match internal_listener_in_use(kc) {
+            true => out.insert(0, internal),
+            false => out.push(internal),
+        }
     }
-    out.extend(kc.spec.listeners.iter().map(|l| BrokerListener {
-        name: listener_name(&l.name),
-        port: l.port,
-        protocol: security_protocol(l),
-    }));
     out
 }
 
@@ -669,7 +632,7 @@ fn security_properties(
     controller_tls: bool,
 ) -> Result<Vec<(String, String)>, BuildError> {
     let mut out = Vec::new();
-    let internal = is_secured(kc).then_some(INTERNAL_LISTENER);
+    let internal = has_internal_listener(kc).then_some(INTERNAL_LISTENER);
     let controller = controller_tls.then_some(CONTROLLER_LISTENER);
     for name in internal.into_iter().chain(controller) {
         let prefix = listener_prefix(name);
@@ -732,7 +695,7 @@ fn client_certificates(prefix: &str, ca_dir: &str) -> [(String, String); 3] {
 /// certificate and key (`<pod>.pem` of the broker Secret); `$(POD_NAME)` is expanded by the
 /// kubelet.
 fn keystore_overrides(kc: &KafkaCluster, controller_tls: bool) -> Vec<String> {
-    let internal = is_secured(kc).then_some(INTERNAL_LISTENER);
+    let internal = has_internal_listener(kc).then_some(INTERNAL_LISTENER);
     let controller = controller_tls.then_some(CONTROLLER_LISTENER);
     let tls = kc
         .spec
@@ -837,7 +800,7 @@ pub fn config_map(
 /// `rebalancer.properties` (its client keys, `--command-config`).
 fn config_map_data(kc: &KafkaCluster, quorum: QuorumShape) -> Result<Value, BuildError> {
     let mut data = json!({ "server.properties": server_properties(kc, quorum)? });
-    if is_secured(kc) && kc.spec.rebalancer.enabled {
+    if internal_listener_in_use(kc) && kc.spec.rebalancer.enabled {
         let keystore = format!("{TLS_DIR}/rebalancer/{}.pem", certs::REBALANCER_ENTRY);
         let props: String = components::client_properties(&keystore)
             .into_iter()
@@ -858,7 +821,7 @@ fn service_ports(kc: &KafkaCluster, with_controller: bool) -> Vec<Value> {
         .iter()
         .map(|l| json!({"name": l.name, "port": l.port, "targetPort": l.port, "protocol": "TCP"}))
         .collect();
-    if is_secured(kc) {
+    if has_internal_listener(kc) {
         ports.push(json!({"name": INTERNAL_LISTENER, "port": INTERNAL_PORT, "targetPort": INTERNAL_PORT, "protocol": "TCP"}));
     }
     if with_controller {
@@ -1048,7 +1011,7 @@ fn volume_mounts(kc: &KafkaCluster) -> Value {
         json!({"name": "data", "mountPath": "/var/lib/evenkeel"}),
         json!({"name": "config", "mountPath": CONFIG_DIR, "readOnly": true}),
     ];
-    if is_secured(kc) {
+    if has_internal_listener(kc) {
         for (volume, dir) in TLS_VOLUMES {
             mounts.push(
                 json!({"name": volume, "mountPath": format!("{TLS_DIR}/{dir}"), "readOnly": true}),
@@ -1068,7 +1031,7 @@ const TLS_VOLUMES: [(&str, &str); 3] = [
 /// The pod's volumes: the ConfigMap, and a secured cluster's Secrets (`TLS_VOLUMES`).
 fn pod_volumes(kc: &KafkaCluster, names: &Names) -> Value {
     let mut volumes = vec![json!({"name": "config", "configMap": {"name": names.config_map()}})];
-    if is_secured(kc) {
+    if has_internal_listener(kc) {
         let secrets = [
             names.broker_secret(),
             CaKind::Cluster.cert_secret(names),
@@ -1162,7 +1125,7 @@ fn broker_container(kc: &KafkaCluster, names: &Names, image: &str, controller_tl
         .iter()
         .map(|l| json!({"name": l.name, "containerPort": l.port, "protocol": "TCP"}))
         .collect();
-    if is_secured(kc) {
+    if has_internal_listener(kc) {
         ports.push(
             json!({"name": INTERNAL_LISTENER, "containerPort": INTERNAL_PORT, "protocol": "TCP"}),
         );
@@ -1194,7 +1157,7 @@ fn broker_container(kc: &KafkaCluster, names: &Names, image: &str, controller_tl
 /// (`rebalancer.properties`).
 fn rebalancer_container(kc: &KafkaCluster, names: &Names, image: &str) -> Value {
     let r = &kc.spec.rebalancer;
-    let secured = is_secured(kc);
+    let secured = internal_listener_in_use(kc);
     let host = match secured {
         true => format!(
             "$(POD_NAME).{}.{}.svc",
@@ -1275,6 +1238,7 @@ fn statefulset_metadata(
     m["annotations"] = json!({
         CONTROLLERS_ANNOTATION: quorum.controllers.to_string(),
         CONTROLLER_TLS_ANNOTATION: quorum.controller_tls(kc).to_string(),
+        SECURITY_STAGE_ANNOTATION: migration::stage_of(kc).as_str(),
     });
     Ok(m)
 }
@@ -1299,7 +1263,9 @@ fn proxy_args(
         let security_key = ["security.", "ssl.", "sasl."]
             .iter()
             .any(|p| key.starts_with(p));
-        if PROXY_RESERVED_KEYS.contains(&key.as_str()) || (security_key && is_secured(kc)) {
+        if PROXY_RESERVED_KEYS.contains(&key.as_str())
+            || (security_key && internal_listener_in_use(kc))
+        {
             return Err(BuildError::Invalid(format!(
                 "spec.proxy.config.{key} is set by the operator and cannot be overridden"
             )));
@@ -1335,7 +1301,7 @@ fn proxy_args(
     // With basic auth the proxy's producer logs in with SCRAM (its HTTP users' logins replace
     // its own); else, on a secured cluster, with the proxy's certificate. Their files exist
     // only in the pod, so they join after the check above.
-    let security = match (login, is_secured(kc)) {
+    let security = match (login, internal_listener_in_use(kc)) {
         (Some(l), _) => {
             args.push("--authentication-method".into());
             args.push("BASIC".into());
@@ -1393,7 +1359,7 @@ pub fn proxy_deployment(kc: &KafkaCluster, image: &str) -> Result<Deployment, Bu
     });
     let (mut mounts, mut volumes) = (Vec::new(), Vec::new());
     let login = proxy_login_listener(kc)?;
-    if proxy.tls || (is_secured(kc) && login.is_none()) {
+    if proxy.tls || (internal_listener_in_use(kc) && login.is_none()) {
         mounts.push(json!({"name": "proxy-certs", "mountPath": format!("{TLS_DIR}/proxy"), "readOnly": true}));
         volumes.push(secret_volume("proxy-certs", &names.proxy_secret()));
     }
@@ -1401,7 +1367,7 @@ pub fn proxy_deployment(kc: &KafkaCluster, image: &str) -> Result<Deployment, Bu
         mounts.push(json!({"name": "proxy-user", "mountPath": proxy_user_dir(), "readOnly": true}));
         volumes.push(secret_volume("proxy-user", &names.proxy()));
     }
-    if is_secured(kc) {
+    if internal_listener_in_use(kc) {
         mounts.push(json!({"name": "cluster-ca-cert", "mountPath": format!("{TLS_DIR}/cluster-ca"), "readOnly": true}));
         volumes.push(secret_volume(
             "cluster-ca-cert",

@@ -1,7 +1,7 @@
 //! Field-by-field checks of the objects the KafkaCluster reconciler applies.
 
 use super::*;
-use crate::operator::crd::{KafkaClusterSpec, Rack};
+use crate::operator::crd::{KafkaClusterSpec, Rack, SecurityStage};
 
 fn cluster(yaml_spec: &str) -> KafkaCluster {
     let spec: KafkaClusterSpec = serde_yaml::from_str(yaml_spec).expect("spec parses");
@@ -1283,26 +1283,143 @@ fn the_controller_listener_stays_as_the_statefulset_records_it() {
         .ends_with(",CONTROLLER:PLAINTEXT"));
 }
 
+/// A cluster whose StatefulSet exists at `stage`, as the operator applies it (`migration`).
+fn staged_properties(spec: &KafkaCluster, existing: &StatefulSet, stage: SecurityStage) -> String {
+    let quorum = quorum_shape(spec, Some(existing));
+    server_properties(&migration::staged(spec, stage), quorum).unwrap()
+}
+
 #[test]
-fn securing_or_unsecuring_a_running_cluster_is_refused() {
+fn a_running_cluster_is_secured_in_three_rolls_that_each_keep_replication() {
+    use SecurityStage::*;
+    let plain = cluster("replicas: 3\nlisteners:\n- {name: plain, port: 9092}\n");
+    let running = statefulset(&plain, "img", 3).unwrap();
+    assert_eq!(migration::recorded(Some(&running)), Some(Unsecured));
+    let target = cluster(&SECURED.replace("name: tls, port: 9093", "name: plain, port: 9092"));
+    assert_eq!(SecurityStage::target(&target), Secured);
+    let controller_tls = quorum_shape(&target, Some(&running)).controller_tls(&target);
+    assert!(
+        !controller_tls,
+        "the controller listener keeps its PLAINTEXT"
+    );
+    assert!(migration::check(&target, Some(&running), controller_tls).is_ok());
+
+    // Step 1: the internal listener is added, unused; the first listener stays the inter-broker
+    // one, PLAINTEXT, and there is no authorizer yet.
+    let props = staged_properties(&target, &running, Internal);
+    let p = |k| property(&props, k).map(str::to_string);
+    assert_eq!(
+        p("listeners").as_deref(),
+        Some("PLAIN://0.0.0.0:9092,MTLS://0.0.0.0:9094,REPLICATION://0.0.0.0:9091,CONTROLLER://0.0.0.0:9093")
+    );
+    assert_eq!(
+        p("listener.security.protocol.map").as_deref(),
+        Some("PLAIN:PLAINTEXT,MTLS:PLAINTEXT,REPLICATION:SSL,CONTROLLER:PLAINTEXT")
+    );
+    assert_eq!(p("inter.broker.listener.name").as_deref(), Some("PLAIN"));
+    assert_eq!(p("authorizer.class.name"), None);
+    assert_eq!(
+        p("listener.name.replication.ssl.client.auth").as_deref(),
+        Some("required")
+    );
+    let step1 = migration::staged(&target, Internal);
+    assert_eq!(
+        internal_port(&step1),
+        9092,
+        "the operator still uses the first listener"
+    );
+    let sts1 = statefulset(&step1, "img", quorum_shape(&target, Some(&running))).unwrap();
+    assert_eq!(migration::recorded(Some(&sts1)), Some(Internal));
+    let ports = yaml(&sts1);
+    let ports = at(&ports, "spec.template.spec.containers.0.ports");
+    assert!(ports
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .any(|p| s(&p["name"]) == "replication"));
+
+    // Step 2: the brokers replicate on it; still PLAINTEXT outside, still no authorizer.
+    let props = staged_properties(&target, &sts1, InterBroker);
+    let p = |k| property(&props, k).map(str::to_string);
+    assert_eq!(
+        p("listeners").as_deref(),
+        Some("REPLICATION://0.0.0.0:9091,PLAIN://0.0.0.0:9092,MTLS://0.0.0.0:9094,CONTROLLER://0.0.0.0:9093")
+    );
+    assert_eq!(
+        p("inter.broker.listener.name").as_deref(),
+        Some("REPLICATION")
+    );
+    assert_eq!(p("authorizer.class.name"), None);
+    assert_eq!(
+        internal_port(&migration::staged(&target, InterBroker)),
+        9091
+    );
+
+    // Step 3: the spec's listeners and authorizer; the controller listener as it was.
+    let props = staged_properties(&target, &sts1, Secured);
+    let p = |k| property(&props, k).map(str::to_string);
+    assert_eq!(
+        p("listener.security.protocol.map").as_deref(),
+        Some("REPLICATION:SSL,PLAIN:SASL_SSL,MTLS:SSL,CONTROLLER:PLAINTEXT")
+    );
+    assert_eq!(
+        p("inter.broker.listener.name").as_deref(),
+        Some("REPLICATION")
+    );
+    assert!(p("authorizer.class.name").is_some());
+}
+
+#[test]
+fn a_cluster_secured_while_running_is_unsecured_the_same_steps_back() {
+    use SecurityStage::*;
+    let plain = cluster("replicas: 3\nlisteners:\n- {name: plain, port: 9092}\n");
+    let before = statefulset(&plain, "img", 3).unwrap();
+    let target = cluster(&SECURED.replace("name: tls, port: 9093", "name: plain, port: 9092"));
+    let on = migration::staged(&target, Secured);
+    let running = statefulset(&on, "img", quorum_shape(&target, Some(&before))).unwrap();
+    assert_eq!(migration::recorded(Some(&running)), Some(Secured));
+    let controller_tls = quorum_shape(&plain, Some(&running)).controller_tls(&plain);
+    assert!(migration::check(&plain, Some(&running), controller_tls).is_ok());
+    let props = staged_properties(&plain, &running, InterBroker);
+    let p = |k| property(&props, k).map(str::to_string);
+    assert_eq!(
+        p("listener.security.protocol.map").as_deref(),
+        Some("REPLICATION:SSL,PLAIN:PLAINTEXT,CONTROLLER:PLAINTEXT")
+    );
+    assert_eq!(
+        p("inter.broker.listener.name").as_deref(),
+        Some("REPLICATION")
+    );
+    let props = staged_properties(&plain, &running, Internal);
+    assert_eq!(
+        property(&props, "inter.broker.listener.name"),
+        Some("PLAIN")
+    );
+    let props = staged_properties(&plain, &running, Unsecured);
+    assert_eq!(
+        property(&props, "listener.security.protocol.map"),
+        Some("PLAIN:PLAINTEXT,CONTROLLER:PLAINTEXT")
+    );
+}
+
+#[test]
+fn unsecuring_a_cluster_created_secured_is_refused() {
     let plain = cluster("replicas: 3\nlisteners:\n- {name: tls, port: 9095}\n");
     let tls = secured();
-    let running_plain = statefulset(&plain, "img", 3).unwrap();
     let running_tls = statefulset(&tls, "img", 3).unwrap();
-    assert!(check_internal_listener_change(&tls, None).is_ok());
-    assert!(check_internal_listener_change(&tls, Some(&running_tls)).is_ok());
-    assert!(check_internal_listener_change(&plain, Some(&running_plain)).is_ok());
-    let err = check_internal_listener_change(&tls, Some(&running_plain))
+    let controller_tls = quorum_shape(&tls, Some(&running_tls)).controller_tls(&tls);
+    assert!(
+        controller_tls,
+        "created secured: its controller listener is mutual TLS"
+    );
+    assert!(migration::check(&tls, Some(&running_tls), controller_tls).is_ok());
+    let err = migration::check(&plain, Some(&running_tls), controller_tls)
         .unwrap_err()
         .to_string();
     assert!(
-        err.starts_with("securing a running cluster is not supported yet"),
+        err.starts_with("unsecuring this cluster is not supported"),
         "{err}"
     );
-    let err = check_internal_listener_change(&plain, Some(&running_tls))
-        .unwrap_err()
-        .to_string();
-    assert!(err.starts_with("unsecuring a running cluster"), "{err}");
     // A cluster an earlier operator secured: its internal listener has no keystore (PLAINTEXT).
     let mut earlier = running_tls.clone();
     let pod = earlier
@@ -1315,7 +1432,7 @@ fn securing_or_unsecuring_a_running_cluster_is_refused() {
         .unwrap();
     let args = pod.containers[0].args.as_mut().unwrap();
     args.retain(|a| !a.starts_with("listener.name.replication.ssl.keystore.location="));
-    let err = check_internal_listener_change(&tls, Some(&earlier))
+    let err = migration::check(&tls, Some(&earlier), false)
         .unwrap_err()
         .to_string();
     assert!(
