@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, Pod, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
@@ -205,9 +206,7 @@ async fn reconcile_inner<C: AdminConnector>(
     let quorum = resources::quorum_shape(kc, existing.as_ref());
     let image = resources::image_of(kc, &ctx.default_image).to_string();
     let pods = list_broker_pods(ctx, &names).await?;
-    let target = SecurityStage::target(kc);
-    let rolled_out = existing.as_ref().is_some_and(|s| rolled_out(s, &pods));
-    let stage = migration::next_stage(target, migration::recorded(existing.as_ref()), rolled_out);
+    let (stage, target) = security_stages(kc, existing.as_ref(), &pods);
     // From here on the pass works on the spec of the security stage it applies.
     let (real, staged) = (kc, migration::staged(kc, stage));
     let kc = &staged;
@@ -233,6 +232,7 @@ async fn reconcile_inner<C: AdminConnector>(
         identity.apply(ctx, &names).await?;
     }
     let applied = objects.apply(ctx, &names).await?;
+    reconcile_controller_policy(ctx, kc, &names, objects.controller_policy.as_ref()).await?;
     let proxy = reconcile_proxy(ctx, kc, &names, objects.proxy.as_ref()).await?;
     if objects.rebalancer.is_none() {
         remove_rebalancer_identity(ctx, kc, &names).await?;
@@ -243,10 +243,7 @@ async fn reconcile_inner<C: AdminConnector>(
     }
 
     let views = broker_views(&pods, &applied);
-    let step = match template_pending(&applied) {
-        true => RollStep::Wait("waiting for the StatefulSet to take the new pod template".into()),
-        false => next_roll_step(&views, current.min(replicas), brokers.state.as_ref().ok()),
-    };
+    let step = roll_step(&applied, &views, current.min(replicas), &brokers);
     roll(ctx, kc, &step, &mut pass).await?;
     report_security_stage(ctx, kc, existing.as_ref(), stage, target, &mut pass).await;
     spread_after_scale_up(ctx, kc, &brokers, &views, &step, replicas, &mut pass).await;
@@ -271,12 +268,33 @@ async fn reconcile_inner<C: AdminConnector>(
     Ok(Action::requeue(requeue))
 }
 
-/// Whether the StatefulSet controller has not yet seen the template just applied: its
-/// `updateRevision`, and so which pods are stale, still names the one before, and the pods
-/// would all look current.
-fn template_pending(applied: &StatefulSet) -> bool {
+/// The security stage this pass applies, and the one the spec asks for (`migration`): a step
+/// nearer the spec's once every broker runs the stage the StatefulSet records.
+fn security_stages(
+    kc: &KafkaCluster,
+    existing: Option<&StatefulSet>,
+    pods: &[Pod],
+) -> (SecurityStage, SecurityStage) {
+    let target = SecurityStage::target(kc);
+    let rolled_out = existing.is_some_and(|s| rolled_out(s, pods));
+    let stage = migration::next_stage(target, migration::recorded(existing), rolled_out);
+    (stage, target)
+}
+
+/// The roll's next step against the StatefulSet as applied. Until the StatefulSet controller
+/// has seen a new template its `updateRevision` still names the one before, and every pod
+/// would look current: wait for it.
+fn roll_step<A>(
+    applied: &StatefulSet,
+    views: &[PodView],
+    expected: i32,
+    brokers: &BrokerView<A>,
+) -> RollStep {
     let observed = applied.status.as_ref().and_then(|s| s.observed_generation);
-    matches!((observed, applied.metadata.generation), (Some(o), Some(g)) if o < g)
+    if matches!((observed, applied.metadata.generation), (Some(o), Some(g)) if o < g) {
+        return RollStep::Wait("waiting for the StatefulSet to take the new pod template".into());
+    }
+    next_roll_step(views, expected, brokers.state.as_ref().ok())
 }
 
 /// Whether every broker pod runs the StatefulSet's latest template and is ready: the roll of
@@ -294,7 +312,7 @@ fn rolled_out(existing: &StatefulSet, pods: &[Pod]) -> bool {
 }
 
 /// While a running cluster is secured or unsecured: an event when a step starts, and the step
-/// in the Reconciling condition (when the roll itself says nothing).
+/// in the Reconciling condition, followed by what the roll waits for.
 async fn report_security_stage<C: AdminConnector>(
     ctx: &Context<C>,
     kc: &KafkaCluster,
@@ -508,6 +526,8 @@ struct Objects {
     proxy: Option<ProxyObjects>,
     /// Only while the rebalancer is enabled.
     rebalancer: Option<RebalancerIdentity>,
+    /// Only with a PLAINTEXT controller listener beside the internal listener.
+    controller_policy: Option<NetworkPolicy>,
 }
 
 /// The producer proxy's objects.
@@ -621,6 +641,7 @@ impl Objects {
             sts: resources::statefulset(kc, image, quorum)?,
             proxy: ProxyObjects::build(kc, image)?,
             rebalancer: RebalancerIdentity::build(kc)?,
+            controller_policy: resources::controller_network_policy(kc, quorum)?,
         })
     }
 
@@ -692,6 +713,29 @@ impl Objects {
             .patch(&names.statefulset(), &pp, &Patch::Apply(&self.sts))
             .await?)
     }
+}
+
+/// Applies the NetworkPolicy that fences a PLAINTEXT controller listener when there is one to
+/// fence (`resources::controller_network_policy`), and removes it once there is none.
+async fn reconcile_controller_policy<C: AdminConnector>(
+    ctx: &Context<C>,
+    kc: &KafkaCluster,
+    names: &Names,
+    policy: Option<&NetworkPolicy>,
+) -> Result<(), Error> {
+    let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &names.namespace);
+    let name = names.controller_policy();
+    match policy {
+        Some(p) => {
+            let pp = PatchParams::apply(FIELD_MANAGER).force();
+            api.patch(&name, &pp, &Patch::Apply(p)).await?;
+        }
+        None => {
+            let owner = kc.uid().ok_or(Error::Missing("uid"))?;
+            delete_if_controlled(&api, &name, &owner).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Applies the producer proxy's Deployment and Service (and, with basic auth, its own
