@@ -26,6 +26,7 @@ use evenkeel::operator::kafka::{AdminConnector, ClientConnector, TopicAdmin};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -1720,6 +1721,13 @@ async fn a_secured_cluster_gets_its_cas_broker_certificates_and_config() {
     let uid = created.uid().unwrap();
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), &ns);
     let first = security_secrets(&secrets, "sec", 2).await;
+    // Created secured: its controller listener is mutual TLS, and needs no NetworkPolicy.
+    let policies: Api<NetworkPolicy> = Api::namespaced(admin.clone(), &ns);
+    assert!(policies
+        .get_opt("sec-kafka-controller")
+        .await
+        .unwrap()
+        .is_none());
     for s in &first {
         assert!(
             s.owner_references()
@@ -2093,6 +2101,11 @@ async fn operator_pass(clusters: &Api<KafkaCluster>, name: &str, hours: &str) {
         .patch(name, &PatchParams::default(), &Patch::Merge(patch))
         .await
         .unwrap();
+    operator_passed(clusters, name).await;
+}
+
+/// Waits for the operator's pass over the cluster's latest spec.
+async fn operator_passed(clusters: &Api<KafkaCluster>, name: &str) {
     wait_for("the operator's pass over the change", 60, || async {
         let kc = clusters.get(name).await.ok()?;
         (kc.status?.observed_generation == kc.metadata.generation).then_some(())
@@ -2358,6 +2371,20 @@ fn prop<'a>(props: &'a str, key: &str) -> Option<&'a str> {
         .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
 }
 
+/// Checks the brokers' listener protocols, the listener they replicate on, and whether they
+/// run an authorizer.
+fn assert_brokers(props: &str, protocols: &str, inter_broker: &str, authorizer: bool) {
+    assert_eq!(
+        prop(props, "listener.security.protocol.map"),
+        Some(protocols)
+    );
+    assert_eq!(
+        prop(props, "inter.broker.listener.name"),
+        Some(inter_broker)
+    );
+    assert_eq!(prop(props, "authorizer.class.name").is_some(), authorizer);
+}
+
 /// 9c. A running cluster is secured one roll per step, each only once every broker runs the
 /// last: the internal listener added (replication stays on the first listener, PLAINTEXT, no
 /// authorizer), then replication on it, then the spec's TLS, SASL and authorizer; its controller
@@ -2397,14 +2424,22 @@ async fn a_running_cluster_is_secured_and_unsecured_one_roll_per_step() {
         .await
         .unwrap();
     let props = at_stage(&admin, &ns, "mig", "internal").await;
-    assert_eq!(
-        prop(&props, "listener.security.protocol.map"),
-        Some("PLAIN:PLAINTEXT,REPLICATION:SSL,CONTROLLER:PLAINTEXT")
-    );
-    assert_eq!(prop(&props, "inter.broker.listener.name"), Some("PLAIN"));
-    assert_eq!(prop(&props, "authorizer.class.name"), None);
+    let protocols = "PLAIN:PLAINTEXT,REPLICATION:SSL,CONTROLLER:PLAINTEXT";
+    assert_brokers(&props, protocols, "PLAIN", false);
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), &ns);
     security_secrets(&secrets, "mig", 2).await;
+    // Its controller listener stays PLAINTEXT: fenced to the brokers by a NetworkPolicy.
+    let policies: Api<NetworkPolicy> = Api::namespaced(admin.clone(), &ns);
+    let policy = wait_for("NetworkPolicy mig-kafka-controller", 60, || async {
+        policies.get_opt("mig-kafka-controller").await.ok()?
+    })
+    .await;
+    let ingress = serde_json::to_value(policy.spec.unwrap().ingress).unwrap();
+    assert_eq!(ingress[0]["ports"][0]["port"], 9093);
+    assert_eq!(
+        ingress[0]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"],
+        "broker"
+    );
     let kc = serde_json::to_value(clusters.get("mig").await.unwrap()).unwrap();
     let (_, reason, message) = condition(&kc, "Reconciling").unwrap();
     assert_eq!(reason, "Securing", "{message}");
@@ -2416,23 +2451,13 @@ async fn a_running_cluster_is_secured_and_unsecured_one_roll_per_step() {
 
     rolled_out(&admin, &ns, "mig", 2).await;
     let props = at_stage(&admin, &ns, "mig", "inter-broker").await;
-    assert_eq!(
-        prop(&props, "listener.security.protocol.map"),
-        Some("REPLICATION:SSL,PLAIN:PLAINTEXT,CONTROLLER:PLAINTEXT")
-    );
-    assert_eq!(
-        prop(&props, "inter.broker.listener.name"),
-        Some("REPLICATION")
-    );
-    assert_eq!(prop(&props, "authorizer.class.name"), None);
+    let protocols = "REPLICATION:SSL,PLAIN:PLAINTEXT,CONTROLLER:PLAINTEXT";
+    assert_brokers(&props, protocols, "REPLICATION", false);
 
     rolled_out(&admin, &ns, "mig", 2).await;
     let props = at_stage(&admin, &ns, "mig", "secured").await;
-    assert_eq!(
-        prop(&props, "listener.security.protocol.map"),
-        Some("REPLICATION:SSL,PLAIN:SASL_SSL,CONTROLLER:PLAINTEXT")
-    );
-    assert!(prop(&props, "authorizer.class.name").is_some());
+    let protocols = "REPLICATION:SSL,PLAIN:SASL_SSL,CONTROLLER:PLAINTEXT";
+    assert_brokers(&props, protocols, "REPLICATION", true);
     // (The recorder folds the steps' events, of one reason, into one series.)
     let events = cluster_events(&admin, &ns, "mig").await;
     assert!(
@@ -2451,30 +2476,31 @@ async fn a_running_cluster_is_secured_and_unsecured_one_roll_per_step() {
         .patch("mig", &PatchParams::default(), &Patch::Merge(unsecure))
         .await
         .unwrap();
-    wait_for("the operator's pass over the change", 60, || async {
-        let kc = clusters.get("mig").await.ok()?;
-        (kc.status?.observed_generation == kc.metadata.generation).then_some(())
-    })
-    .await;
+    operator_passed(&clusters, "mig").await;
     let props = at_stage(&admin, &ns, "mig", "secured").await;
-    assert_eq!(
-        prop(&props, "listener.security.protocol.map"),
-        Some("REPLICATION:SSL,PLAIN:PLAINTEXT,CONTROLLER:PLAINTEXT")
-    );
-    assert_eq!(
-        prop(&props, "inter.broker.listener.name"),
-        Some("REPLICATION")
-    );
-    assert_eq!(prop(&props, "authorizer.class.name"), None);
+    let protocols = "REPLICATION:SSL,PLAIN:PLAINTEXT,CONTROLLER:PLAINTEXT";
+    assert_brokers(&props, protocols, "REPLICATION", false);
     rolled_out(&admin, &ns, "mig", 2).await;
     let props = at_stage(&admin, &ns, "mig", "internal").await;
-    assert_eq!(prop(&props, "inter.broker.listener.name"), Some("PLAIN"));
+    let protocols = "PLAIN:PLAINTEXT,REPLICATION:SSL,CONTROLLER:PLAINTEXT";
+    assert_brokers(&props, protocols, "PLAIN", false);
     rolled_out(&admin, &ns, "mig", 2).await;
     let props = at_stage(&admin, &ns, "mig", "unsecured").await;
-    assert_eq!(
-        prop(&props, "listener.security.protocol.map"),
-        Some("PLAIN:PLAINTEXT,CONTROLLER:PLAINTEXT")
+    assert_brokers(
+        &props,
+        "PLAIN:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "PLAIN",
+        false,
     );
+    wait_for("the NetworkPolicy removed", 60, || async {
+        policies
+            .get_opt("mig-kafka-controller")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
 }
 
 fn kafka_user(name: &str, auth: &str, acls: Value) -> KafkaUser {

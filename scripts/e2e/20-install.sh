@@ -33,7 +33,8 @@ for a in "list kafkaclusters.kafka.evenkeel.dev -A" "patch kafkatopics.kafka.eve
     "create roles.rbac.authorization.k8s.io -n ${NS}" "delete roles.rbac.authorization.k8s.io -n ${NS}" \
     "create rolebindings.rbac.authorization.k8s.io -n ${NS}" "delete rolebindings.rbac.authorization.k8s.io -n ${NS}" \
     "create events -n ${NS}" "patch kafkaclusters.kafka.evenkeel.dev --subresource=status -n ${NS}" \
-    "get secrets -n ${NS}" "create secrets -n ${NS}" "patch secrets -n ${NS}"; do
+    "get secrets -n ${NS}" "create secrets -n ${NS}" "patch secrets -n ${NS}" \
+    "create networkpolicies.networking.k8s.io -n ${NS}" "delete networkpolicies.networking.k8s.io -n ${NS}"; do
     # shellcheck disable=SC2086 # split into kubectl's arguments
     [[ "$(can $a)" == yes ]] || die "the operator's ServiceAccount cannot: ${a}"
 done

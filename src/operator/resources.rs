@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::{Resource, ResourceExt};
@@ -101,6 +102,10 @@ impl Names {
     }
     pub fn pdb(&self) -> String {
         format!("{}-kafka", self.cluster)
+    }
+    /// The NetworkPolicy that keeps a PLAINTEXT controller listener to the cluster's own pods.
+    pub fn controller_policy(&self) -> String {
+        format!("{}-kafka-controller", self.cluster)
     }
     /// The producer proxy's Deployment and Service.
     pub fn proxy(&self) -> String {
@@ -908,6 +913,42 @@ fn pod_security() -> Value {
         "fsGroupChangePolicy": "OnRootMismatch",
         "seccompProfile": {"type": "RuntimeDefault"},
     })
+}
+
+/// With the internal listener but a PLAINTEXT controller listener (a cluster secured while it
+/// ran, or by an earlier operator): a NetworkPolicy that lets only the cluster's broker pods
+/// reach the controller port, and anyone every other TCP port. `None` otherwise: a mutual-TLS
+/// controller listener needs none, and an unsecured cluster is open on every listener anyway.
+pub fn controller_network_policy(
+    kc: &KafkaCluster,
+    quorum: QuorumShape,
+) -> Result<Option<NetworkPolicy>, BuildError> {
+    if !has_internal_listener(kc) || quorum.controller_tls(kc) {
+        return Ok(None);
+    }
+    let names = Names::of(kc)?;
+    let brokers = json!({"matchLabels": selector(&names.cluster)});
+    let policy = typed(
+        "NetworkPolicy",
+        json!({
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": metadata(kc, names.controller_policy())?,
+            "spec": {
+                "podSelector": brokers,
+                "policyTypes": ["Ingress"],
+                "ingress": [
+                    {"from": [{"podSelector": brokers}],
+                     "ports": [{"protocol": "TCP", "port": CONTROLLER_PORT}]},
+                    {"ports": [
+                        {"protocol": "TCP", "port": 1, "endPort": CONTROLLER_PORT - 1},
+                        {"protocol": "TCP", "port": CONTROLLER_PORT + 1, "endPort": 65535},
+                    ]},
+                ],
+            },
+        }),
+    )?;
+    Ok(Some(policy))
 }
 
 /// The brokers' StatefulSet. `updateStrategy: OnDelete`: the operator restarts pods itself, one

@@ -1403,6 +1403,41 @@ fn a_cluster_secured_while_running_is_unsecured_the_same_steps_back() {
 }
 
 #[test]
+fn a_plaintext_controller_listener_is_fenced_to_the_brokers_and_a_tls_one_is_not() {
+    use SecurityStage::*;
+    let plain = cluster("replicas: 3\nlisteners:\n- {name: plain, port: 9092}\n");
+    let before = statefulset(&plain, "img", 3).unwrap();
+    let target = cluster(&SECURED.replace("name: tls, port: 9093", "name: plain, port: 9092"));
+    let quorum = quorum_shape(&target, Some(&before));
+    let policy = |kc: &KafkaCluster, q| controller_network_policy(kc, q).unwrap().map(|p| yaml(&p));
+    assert!(policy(&migration::staged(&plain, Unsecured), quorum).is_none());
+    assert!(
+        policy(&secured(), 3.into()).is_none(),
+        "created secured: mutual TLS"
+    );
+    for stage in [Internal, InterBroker, Secured] {
+        let p = policy(&migration::staged(&target, stage), quorum).expect("a policy");
+        assert_eq!(s(at(&p, "metadata.name")), "main-kafka-controller");
+        let brokers = at(&p, "spec.podSelector.matchLabels");
+        assert_eq!(s(&brokers["app.kubernetes.io/component"]), "broker");
+        let controller = at(&p, "spec.ingress.0");
+        assert_eq!(
+            &controller["from"][0]["podSelector"]["matchLabels"],
+            brokers
+        );
+        assert_eq!(controller["ports"][0]["port"].as_i64(), Some(9093));
+        // Every other port, the metrics', the listeners' and the internal one's, from anywhere.
+        let open = at(&p, "spec.ingress.1");
+        assert!(open.get("from").is_none());
+        let range = |i: usize| {
+            let r = &open["ports"][i];
+            (r["port"].as_i64().unwrap(), r["endPort"].as_i64().unwrap())
+        };
+        assert_eq!((range(0), range(1)), ((1, 9092), (9094, 65535)));
+    }
+}
+
+#[test]
 fn unsecuring_a_cluster_created_secured_is_refused() {
     let plain = cluster("replicas: 3\nlisteners:\n- {name: tls, port: 9095}\n");
     let tls = secured();
