@@ -210,8 +210,7 @@ async fn reconcile_inner<C: AdminConnector>(
     // From here on the pass works on the spec of the security stage it applies.
     let (real, staged) = (kc, migration::staged(kc, stage));
     let kc = &staged;
-    let controller_tls = quorum.controller_tls(real);
-    let built = migration::check(real, existing.as_ref(), controller_tls)
+    let built = migration::check(real, existing.as_ref(), quorum)
         .and_then(|()| Objects::build(kc, &image, quorum));
     let mut objects = match built {
         Ok(objects) => objects,

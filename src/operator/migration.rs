@@ -10,7 +10,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 
 use super::certs;
 use super::crd::{KafkaCluster, SecurityStage};
-use super::resources::{BuildError, INTERNAL_LISTENER, INTERNAL_PORT};
+use super::resources::{BuildError, QuorumShape, INTERNAL_LISTENER, INTERNAL_PORT};
 
 /// StatefulSet annotation: the `SecurityStage` its pod template runs.
 pub const SECURITY_STAGE_ANNOTATION: &str = "kafka.evenkeel.dev/security-stage";
@@ -47,25 +47,24 @@ impl SecurityStage {
         }
     }
 
+    /// Every stage, in the order securing takes them.
+    const ORDER: [SecurityStage; 4] = [
+        SecurityStage::Unsecured,
+        SecurityStage::Internal,
+        SecurityStage::InterBroker,
+        SecurityStage::Secured,
+    ];
+
     fn parse(s: &str) -> Option<SecurityStage> {
-        [
-            SecurityStage::Unsecured,
-            SecurityStage::Internal,
-            SecurityStage::InterBroker,
-            SecurityStage::Secured,
-        ]
-        .into_iter()
-        .find(|stage| stage.as_str() == s)
+        Self::ORDER.into_iter().find(|stage| stage.as_str() == s)
     }
 
     /// One step from `self` toward `target`.
     fn toward(self, target: SecurityStage) -> SecurityStage {
-        use SecurityStage::*;
-        let order = [Unsecured, Internal, InterBroker, Secured];
-        let at = order.iter().position(|s| *s == self).unwrap_or(0);
+        let at = Self::ORDER.iter().position(|s| *s == self).unwrap_or(0);
         match self.cmp(&target) {
-            std::cmp::Ordering::Less => order[at + 1],
-            std::cmp::Ordering::Greater => order[at - 1],
+            std::cmp::Ordering::Less => Self::ORDER[at + 1],
+            std::cmp::Ordering::Greater => Self::ORDER[at - 1],
             std::cmp::Ordering::Equal => self,
         }
     }
@@ -170,17 +169,18 @@ pub fn staged(kc: &KafkaCluster, stage: SecurityStage) -> KafkaCluster {
     view
 }
 
-/// Refuses what no sequence of rolls can do: unsecuring a cluster whose controller listener is
-/// mutual TLS (fixed when it was created), and any cluster whose internal listener an earlier
-/// operator made PLAINTEXT (this one makes it mutual TLS).
+/// Refuses what no sequence of rolls can do: unsecuring a cluster whose controller listener the
+/// StatefulSet records as mutual TLS (fixed when it was created), and any cluster whose internal
+/// listener an earlier operator made PLAINTEXT (this one makes it mutual TLS).
 pub fn check(
     kc: &KafkaCluster,
     existing: Option<&StatefulSet>,
-    controller_tls: bool,
+    quorum: QuorumShape,
 ) -> Result<(), BuildError> {
     let Some(sts) = existing else {
         return Ok(());
     };
+    let controller_tls = quorum.tls == Some(true);
     let target = SecurityStage::target(kc);
     if has_internal_port(sts) && !internal_keystore(sts) {
         return Err(BuildError::Invalid(format!(

@@ -1153,3 +1153,34 @@ fn ca_generations_go_on_the_brokers_template_and_the_cluster_cas_on_the_proxys()
     assert_eq!(proxy[cluster_ca], "4");
     assert!(!proxy.contains_key(clients_ca), "{proxy:?}");
 }
+
+#[test]
+fn the_roll_waits_until_the_statefulset_has_seen_a_new_template() {
+    let sts = |generation: i64, observed: Option<i64>| -> StatefulSet {
+        serde_json::from_value(json!({
+            "metadata": {"name": "main-kafka", "generation": generation},
+            "status": {"replicas": 3, "observedGeneration": observed, "updateRevision": "r1"},
+        }))
+        .unwrap()
+    };
+    let brokers = BrokerView::<()> {
+        admin: Err("none".into()),
+        state: Ok(state(0, Vec::new())),
+    };
+    // Every pod on revision r1 looks current while the StatefulSet has not seen generation 2.
+    let views = pods(3, &[], &[]);
+    let pending = roll_step(&sts(2, Some(1)), &views, 3, &brokers);
+    assert!(
+        matches!(&pending, RollStep::Wait(why) if why.contains("new pod template")),
+        "{pending:?}"
+    );
+    assert_eq!(
+        roll_step(&sts(2, Some(2)), &views, 3, &brokers),
+        RollStep::Done
+    );
+    // No status at all (a StatefulSet just made): nothing to wait for.
+    assert_eq!(
+        roll_step(&sts(1, None), &views, 3, &brokers),
+        RollStep::Done
+    );
+}
