@@ -14,7 +14,7 @@ use crate::broker::{open_log_dir, Broker, BrokerError, BrokerParts};
 use crate::client::ClientSecurity;
 use crate::config::broker::BrokerConfig;
 use crate::controller::apis::ControllerNode;
-use crate::controller::listener::{ControllerListener, ControllerSasl};
+use crate::controller::listener::{ControllerListener, ControllerListenerSettings, ControllerSasl};
 use crate::controller::quorum_controller::{ControllerSettings, QuorumController};
 use crate::controller::raft::entries::DEFAULT_CONTROLLER_LISTENER;
 use crate::controller::raft::observer::{Observer, ObserverConfig};
@@ -60,7 +60,8 @@ pub struct Node {
     metadata: Metadata,
     /// How this node connects to the controller listener (one TLS client for every use).
     controller_security: ClientSecurity,
-    controller: Option<(Arc<ControllerNode>, ControllerListener)>,
+    /// The controller and its listeners, the dialled one first.
+    controller: Option<(Arc<ControllerNode>, Vec<ControllerListener>)>,
     broker: Option<(Arc<Broker>, Server)>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -93,28 +94,35 @@ fn controller_security(cfg: &BrokerConfig) -> Result<ClientSecurity, BrokerError
         .map_err(|source| BrokerError::ControllerListener { listener, source })
 }
 
-/// Who may call the controller listener: with an authorizer configured and the listener SSL
-/// or SASL, callers are known by their certificates or logins and checked (Kafka's
+/// Whether callers on controller listener `name` are checked: with an authorizer configured
+/// and the listener SSL or SASL, callers are known by their certificates or logins (Kafka's
 /// ControllerApis). A PLAINTEXT controller listener knows no caller and is not checked: it must
 /// stay private.
-fn controller_authorizer(cfg: &BrokerConfig, quorum: &Quorum) -> Option<ListenerAuthorizer> {
-    let settings = cfg.auth.authorizer.as_ref()?;
-    let listener = controller_listener_name(cfg);
-    let protocol = cfg.cluster.security_protocols.protocol(&listener);
-    if !protocol.is_tls() && !protocol.is_sasl() {
-        return None;
-    }
-    Some(ListenerAuthorizer::new(settings, quorum.images()))
+fn checks_callers(cfg: &BrokerConfig, name: &str) -> bool {
+    let protocol = cfg.cluster.security_protocols.protocol(name);
+    cfg.auth.authorizer.is_some() && (protocol.is_tls() || protocol.is_sasl())
 }
 
-/// The SASL side of the controller listener when it is SASL_PLAINTEXT or SASL_SSL (an error,
-/// not an open door, should its settings be missing).
-fn controller_sasl(cfg: &BrokerConfig) -> Result<Option<ControllerSasl>, BrokerError> {
-    let listener = controller_listener_name(cfg);
-    if !cfg.cluster.security_protocols.protocol(&listener).is_sasl() {
+/// The authorizer of the controller listeners that check their callers, if any does.
+fn controller_authorizer(cfg: &BrokerConfig, quorum: &Quorum) -> Option<ListenerAuthorizer> {
+    let settings = cfg.auth.authorizer.as_ref()?;
+    let names = &cfg.cluster.controller_listener_names;
+    names
+        .iter()
+        .any(|name| checks_callers(cfg, name))
+        .then(|| ListenerAuthorizer::new(settings, quorum.images()))
+}
+
+/// The SASL side of controller listener `listener` when it is SASL_PLAINTEXT or SASL_SSL (an
+/// error, not an open door, should its settings be missing).
+fn controller_sasl(
+    cfg: &BrokerConfig,
+    listener: &str,
+) -> Result<Option<ControllerSasl>, BrokerError> {
+    if !cfg.cluster.security_protocols.protocol(listener).is_sasl() {
         return Ok(None);
     }
-    let settings = cfg.auth.sasl.get(&listener).ok_or_else(|| {
+    let settings = cfg.auth.sasl.get(listener).ok_or_else(|| {
         BrokerError::Fatal(format!(
             "the controller listener {listener} uses SASL but has no SASL settings"
         ))
@@ -125,6 +133,38 @@ fn controller_sasl(cfg: &BrokerConfig) -> Result<Option<ControllerSasl>, BrokerE
         max_receive_bytes: cfg.auth.sasl_server_max_receive_size,
         failed_delay: cfg.connections.failed_authentication_delay(),
     }))
+}
+
+/// The controller listeners to bind, the dialled one first: every listener named in
+/// `controller.listener.names`, so that voters and brokers still dialling one (during a roll
+/// that moves the controller listener) reach this node. A cluster of one may have none: its
+/// broker reaches it on loopback.
+fn controller_listener_settings(
+    cfg: &BrokerConfig,
+) -> Result<Vec<ControllerListenerSettings>, BrokerError> {
+    let c = &cfg.cluster;
+    let mut bound: Vec<(String, String, u16)> = c
+        .controller_listeners
+        .iter()
+        .map(|l| (l.name.clone(), l.host.clone(), l.port))
+        .collect();
+    if bound.is_empty() {
+        bound.push((controller_listener_name(cfg), "127.0.0.1".into(), 0));
+    }
+    bound
+        .into_iter()
+        .map(|(name, host, port)| {
+            Ok(ControllerListenerSettings {
+                tls: crate::broker::server::tls_server(cfg, &name)?,
+                sasl: controller_sasl(cfg, &name)?,
+                checks_callers: checks_callers(cfg, &name),
+                max_request_bytes: cfg.socket_request_max_bytes,
+                name,
+                host,
+                port,
+            })
+        })
+        .collect()
 }
 
 impl Node {
@@ -204,7 +244,7 @@ impl Node {
     async fn start_controller(
         &self,
         quorum: Arc<Quorum>,
-    ) -> Result<(Arc<ControllerNode>, ControllerListener), BrokerError> {
+    ) -> Result<(Arc<ControllerNode>, Vec<ControllerListener>), BrokerError> {
         let cfg = &self.config;
         let settings = ControllerSettings {
             session_timeout: Duration::from_millis(cfg.cluster.broker_session_timeout_ms),
@@ -231,27 +271,18 @@ impl Node {
             authorizer,
             bound: std::sync::OnceLock::new(),
         });
-        // A cluster of one may have no controller listener: its broker reaches it on loopback.
-        let (host, port) = match cfg.cluster.controller_listeners.first() {
-            Some(l) => (l.host.clone(), l.port),
-            None => ("127.0.0.1".to_string(), 0),
-        };
-        let listener = ControllerListener::start(
-            node.clone(),
-            &controller_listener_name(cfg),
-            &host,
-            port,
-            cfg.socket_request_max_bytes,
-            crate::broker::server::tls_server(cfg, &controller_listener_name(cfg))?,
-            controller_sasl(cfg)?,
-        )
-        .await
-        .map_err(|source| BrokerError::Bind {
-            addr: format!("{host}:{port}"),
-            source,
-        })?;
-        let _ = node.bound.set(listener.addr);
-        Ok((node, listener))
+        let mut listeners = Vec::new();
+        for s in controller_listener_settings(cfg)? {
+            let addr = format!("{}:{}", s.host, s.port);
+            let l = ControllerListener::start(node.clone(), s)
+                .await
+                .map_err(|source| BrokerError::Bind { addr, source })?;
+            listeners.push(l);
+        }
+        if let Some(first) = listeners.first() {
+            let _ = node.bound.set(first.addr);
+        }
+        Ok((node, listeners))
     }
 
     /// Where the broker finds the active controller: the voters' controller listeners (this
@@ -265,8 +296,8 @@ impl Node {
             .is_tls();
         let named = c.voters.first().is_some_and(|v| !v.host.is_empty());
         if c.is_single_node() && !(tls && named) {
-            if let Some((_, l)) = &self.controller {
-                return vec![(self.config.node_id, format!("127.0.0.1:{}", l.addr.port()))];
+            if let Some(addr) = self.controller_addr() {
+                return vec![(self.config.node_id, format!("127.0.0.1:{}", addr.port()))];
             }
         }
         c.quorum_contacts()
@@ -357,7 +388,7 @@ impl Node {
     }
 
     pub fn controller_addr(&self) -> Option<std::net::SocketAddr> {
-        self.controller.as_ref().map(|(_, l)| l.addr)
+        self.controller.as_ref()?.1.first().map(|l| l.addr)
     }
 
     /// Why the node must stop, if something made it impossible to go on.
@@ -382,8 +413,10 @@ impl Node {
         for t in &self.tasks {
             t.abort();
         }
-        if let Some((_, listener)) = self.controller {
-            listener.stop().await;
+        if let Some((_, listeners)) = self.controller {
+            for listener in listeners {
+                listener.stop().await;
+            }
         }
         if let Metadata::Voter(q) = &self.metadata {
             q.shutdown().await;

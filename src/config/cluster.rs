@@ -59,7 +59,9 @@ pub struct ClusterConfig {
     /// `controller.quorum.bootstrap.servers`: where a broker-only node may find the quorum when
     /// the voters are not listed.
     pub bootstrap_servers: Vec<String>,
-    /// The listeners named in `controller.listener.names` that this node binds (controllers).
+    /// The listeners named in `controller.listener.names` that this node binds (controllers),
+    /// in that key's order: voters and brokers dial the first, every one is served (so the
+    /// controller listener can be moved, as in Kafka, by listing a second one).
     pub controller_listeners: Vec<Listener>,
     pub controller_listener_names: Vec<String>,
     /// `inter.broker.listener.name`: the listener other brokers reach this one on.
@@ -230,9 +232,10 @@ impl Quorum {
                 controller: false,
             },
         };
-        let controller_listeners: Vec<Listener> = all_listeners
+        // In the order of `controller.listener.names`: the first is the one dialled.
+        let controller_listeners: Vec<Listener> = controller_listener_names
             .iter()
-            .filter(|l| controller_listener_names.contains(&l.name))
+            .filter_map(|name| all_listeners.iter().find(|l| &l.name == name))
             .cloned()
             .collect();
         if roles.controller && voters.is_empty() {
@@ -520,6 +523,26 @@ mod tests {
         );
         assert_eq!(c.offsets_topic_replication_factor, 3);
         assert!(!c.is_single_node());
+    }
+
+    #[test]
+    fn controller_listeners_follow_the_order_of_controller_listener_names() {
+        let text = KAFKA_COMBINED
+            .replace(
+                "CONTROLLER://:9095",
+                "CONTROLLER://:9095,CONTROLLER_SSL://:9096",
+            )
+            .replace(
+                "controller.listener.names=CONTROLLER",
+                "controller.listener.names=CONTROLLER_SSL,CONTROLLER",
+            );
+        let c = cluster(&text).unwrap();
+        let bound: Vec<(&str, u16)> = c
+            .controller_listeners
+            .iter()
+            .map(|l| (l.name.as_str(), l.port))
+            .collect();
+        assert_eq!(bound, [("CONTROLLER_SSL", 9096), ("CONTROLLER", 9095)]);
     }
 
     #[test]

@@ -38,8 +38,9 @@ pub struct ControllerNode {
     pub voters: Vec<Voter>,
     /// `server.properties` as given, to tell where topic config values come from.
     pub broker_props: BTreeMap<String, String>,
-    /// Who may call: set when the controller listener is SSL or SASL and an authorizer is
-    /// configured (a PLAINTEXT controller listener knows no caller: it must stay private).
+    /// Who may call: set when a controller listener is SSL or SASL and an authorizer is
+    /// configured; asked for callers on such a listener (a PLAINTEXT controller listener knows
+    /// no caller: it must stay private).
     pub authorizer: Option<ListenerAuthorizer>,
     /// Where the controller listener is bound, once it is: what DescribeCluster names for this
     /// node when its voter entry has no port (a cluster of one on an ephemeral port).
@@ -61,11 +62,14 @@ fn frame<R: kafka_protocol::protocol::Encodable + kafka_protocol::protocol::Head
 }
 
 impl ControllerNode {
-    /// Whether `caller` may do `op` on the cluster (always, without an authorizer).
+    /// Whether `caller` may do `op` on the cluster (always, without an authorizer or on a
+    /// listener that does not check its callers).
     fn allows(&self, caller: &Caller, op: AclOperation) -> bool {
-        self.authorizer
-            .as_ref()
-            .is_none_or(|a| a.allows(caller, op))
+        !caller.checked
+            || self
+                .authorizer
+                .as_ref()
+                .is_none_or(|a| a.allows(caller, op))
     }
 
     /// The answer to a request `caller` may not make: CLUSTER_AUTHORIZATION_FAILED, or the

@@ -46,34 +46,46 @@ pub struct ControllerListener {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// One controller listener to bind: its name and address (port 0: any), the largest request
+/// it reads, TLS when it is SSL, SASL when it is SASL, and whether its callers are checked by
+/// the authorizer (an SSL or SASL listener of a node that has one).
+pub struct ControllerListenerSettings {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+    pub max_request_bytes: usize,
+    pub tls: Option<Arc<TlsServer>>,
+    pub sasl: Option<ControllerSasl>,
+    pub checks_callers: bool,
+}
+
 impl ControllerListener {
-    /// Binds `host:port` (port 0: any) and serves `node` on it as the listener `name`: plain
-    /// TCP, or TLS with `tls` (an SSL controller listener, whose callers are known by their
-    /// client certificates).
+    /// Binds the listener of `s` and serves `node` on it: plain TCP, or TLS (an SSL controller
+    /// listener, whose callers are known by their client certificates).
     pub async fn start(
         node: Arc<ControllerNode>,
-        name: &str,
-        host: &str,
-        port: u16,
-        max_request_bytes: usize,
-        tls: Option<Arc<TlsServer>>,
-        sasl: Option<ControllerSasl>,
+        s: ControllerListenerSettings,
     ) -> std::io::Result<ControllerListener> {
-        let host = if host.is_empty() { "0.0.0.0" } else { host };
-        let listener = TcpListener::bind((host, port)).await?;
+        let host = if s.host.is_empty() {
+            "0.0.0.0"
+        } else {
+            &s.host
+        };
+        let listener = TcpListener::bind((host, s.port)).await?;
         let addr = listener.local_addr()?;
         let (stop, rx) = watch::channel(false);
-        let mut settings = ListenerSettings::plaintext(name, max_request_bytes);
-        settings.tls = tls;
-        let sasl = sasl.map(|s| {
+        let mut settings = ListenerSettings::plaintext(&s.name, s.max_request_bytes);
+        settings.tls = s.tls;
+        let (name, max_request_bytes, checked) = (s.name, s.max_request_bytes, s.checks_callers);
+        let sasl = s.sasl.map(|sasl| {
             Arc::new(Login {
-                listener: name.to_string(),
+                listener: name.clone(),
                 max_request_bytes,
-                sasl: s,
+                sasl,
             })
         });
         let handler: Handler =
-            Arc::new(move |conn| Box::pin(connection(conn, node.clone(), sasl.clone())));
+            Arc::new(move |conn| Box::pin(connection(conn, node.clone(), sasl.clone(), checked)));
         let task = tokio::spawn(serve(
             listener,
             settings,
@@ -81,7 +93,7 @@ impl ControllerListener {
             handler,
             rx,
         ));
-        tracing::info!(address = %addr, "controller listener");
+        tracing::info!(address = %addr, listener = %name, "controller listener");
         Ok(ControllerListener { addr, stop, task })
     }
 
@@ -107,10 +119,12 @@ async fn connection(
     mut conn: Connection,
     node: Arc<ControllerNode>,
     login: Option<Arc<Login>>,
+    checked: bool,
 ) -> Result<(), CloseReason> {
     let mut caller = Caller {
         principal: conn.principal().to_string(),
         host: conn.peer().ip().to_canonical().to_string(),
+        checked,
     };
     let mut sasl = login.map(|login| {
         // Until a SASL client has logged in it may send only small frames.

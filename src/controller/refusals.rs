@@ -32,6 +32,9 @@ pub struct Caller {
     pub principal: String,
     /// The caller's address, as ACL hosts name it.
     pub host: String,
+    /// Whether the listener it came on checks its callers (SSL or SASL, with an authorizer); a
+    /// PLAINTEXT controller listener knows no caller to check.
+    pub checked: bool,
 }
 
 /// How often a refused principal is logged at INFO (a refused voter or broker retries at

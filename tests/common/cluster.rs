@@ -276,6 +276,28 @@ impl Cluster {
         out
     }
 
+    /// Rewrites keys of node `id`'s server.properties (read at its next start); an empty value
+    /// removes the key.
+    pub fn set_config(&mut self, id: usize, pairs: &[(&str, String)]) {
+        let path = self.node(id).config.clone();
+        let text = std::fs::read_to_string(&path).expect("the node's config");
+        let mut props = evenkeel::config::parse_properties(&text);
+        for (k, v) in pairs {
+            match v.is_empty() {
+                true => props.remove(*k),
+                false => props.insert(k.to_string(), v.clone()),
+            };
+        }
+        let text: String = props.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+        std::fs::write(&path, text).expect("the node's config written");
+    }
+
+    /// The value of `key` in node `id`'s server.properties.
+    pub fn config_value(&self, id: usize, key: &str) -> Option<String> {
+        let text = std::fs::read_to_string(&self.nodes[id - 1].config).ok()?;
+        evenkeel::config::parse_properties(&text).remove(key)
+    }
+
     /// Starts node `id` and waits until it is ready.
     pub fn restart(&mut self, id: usize) {
         self.spawn(id);

@@ -176,6 +176,16 @@ fn election_timeouts(config: &openraft::Config) -> election::Timeouts {
     }
 }
 
+/// The voters' configured addresses; a voter without a port (a cluster of one on an
+/// ephemeral port) has none and is dialled where the membership says.
+fn configured_addresses(voters: &[Voter]) -> HashMap<NodeId, String> {
+    voters
+        .iter()
+        .filter(|v| v.port != 0)
+        .map(|v| (v.id as NodeId, v.address()))
+        .collect()
+}
+
 impl Quorum {
     /// Opens the metadata log and snapshot, starts openraft and, on a fresh log, writes the
     /// voter set. Every voter writes the same first entry, so the order of start-up is free.
@@ -208,6 +218,7 @@ impl Quorum {
             mismatch.clone(),
             contacts.lock().last_ack.clone(),
             election.clone(),
+            configured_addresses(&cfg.voters),
         );
         let raft = Raft::new(
             cfg.node_id as NodeId,

@@ -75,6 +75,10 @@ pub struct Network {
     election: ElectionTimer,
     /// Voters that do not answer: since when, and whether that was logged yet.
     down: Arc<parking_lot::Mutex<HashMap<NodeId, (std::time::Instant, bool)>>>,
+    /// Where each voter is dialled, from `controller.quorum.voters`: a static quorum takes its
+    /// voters' addresses from configuration, as Kafka's does, not from the membership written
+    /// when the log began, so a roll can move the controller listener to another port.
+    addresses: Arc<HashMap<NodeId, String>>,
 }
 
 /// When each voter last answered an AppendEntries (milliseconds since the epoch).
@@ -88,6 +92,7 @@ impl Network {
         mismatch: ClusterMismatch,
         acks: Acks,
         election: ElectionTimer,
+        addresses: HashMap<NodeId, String>,
     ) -> Network {
         Network {
             cluster_id: cluster_id.into(),
@@ -98,6 +103,7 @@ impl Network {
             acks,
             election,
             down: Arc::default(),
+            addresses: Arc::new(addresses),
         }
     }
 
@@ -135,9 +141,10 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Peer;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Peer {
+        let configured = self.addresses.get(&target);
         Peer {
             target,
-            addr: node.addr.clone(),
+            addr: configured.unwrap_or(&node.addr).clone(),
             net: self.clone(),
         }
     }
