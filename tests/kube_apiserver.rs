@@ -2385,10 +2385,47 @@ fn assert_brokers(props: &str, protocols: &str, inter_broker: &str, authorizer: 
     assert_eq!(prop(props, "authorizer.class.name").is_some(), authorizer);
 }
 
-/// 9c. A running cluster is secured one roll per step, each only once every broker runs the
-/// last: the internal listener added (replication stays on the first listener, PLAINTEXT, no
-/// authorizer), then replication on it, then the spec's TLS, SASL and authorizer; its controller
-/// listener stays PLAINTEXT. Unsecuring walks the steps back.
+/// The brokers' server.properties once the cluster is at `stage` with its controller listeners
+/// named `names` (`controller.listener.names`, the dialled one first).
+async fn at_step(admin: &Client, ns: &str, cluster: &str, stage: &str, names: &str) -> String {
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
+    wait_for(&format!("step {stage} with {names}"), 60, || async {
+        at_stage(admin, ns, cluster, stage).await;
+        let cm = cms.get(&format!("{cluster}-kafka-config")).await.ok()?;
+        let props = cm.data?.remove("server.properties")?;
+        (prop(&props, "controller.listener.names") == Some(names)).then_some(props)
+    })
+    .await
+}
+
+/// The ports the NetworkPolicy fencing PLAINTEXT controller listeners lets only the brokers
+/// reach, once it exists.
+async fn fenced_ports(policies: &Api<NetworkPolicy>, name: &str) -> Value {
+    let policy = wait_for(&format!("NetworkPolicy {name}"), 60, || async {
+        policies.get_opt(name).await.ok()?
+    })
+    .await;
+    let ingress = serde_json::to_value(policy.spec.unwrap().ingress).unwrap();
+    assert_eq!(
+        ingress[0]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"],
+        "broker"
+    );
+    ingress[0]["ports"].clone()
+}
+
+async fn policy_removed(policies: &Api<NetworkPolicy>, name: &str) {
+    wait_for(&format!("NetworkPolicy {name} removed"), 60, || async {
+        policies.get_opt(name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+}
+
+/// 9c. A running cluster is secured in five rolls, each only once every broker runs the last:
+/// the internal listener and a spare mutual-TLS controller listener added (replication stays
+/// on the first listener, PLAINTEXT, no authorizer); replication on the internal listener and
+/// everyone dialling the spare; the spec's TLS, SASL and authorizer with the controller port
+/// turned mutual TLS; the controller port dialled again; the spare removed. Unsecuring walks
+/// back the same way, the controller listener first.
 #[tokio::test]
 async fn a_running_cluster_is_secured_and_unsecured_one_roll_per_step() {
     require_kube!();
@@ -2423,41 +2460,63 @@ async fn a_running_cluster_is_secured_and_unsecured_one_roll_per_step() {
         .patch("mig", &PatchParams::default(), &Patch::Merge(secure))
         .await
         .unwrap();
-    let props = at_stage(&admin, &ns, "mig", "internal").await;
-    let protocols = "PLAIN:PLAINTEXT,REPLICATION:SSL,CONTROLLER:PLAINTEXT";
+    let dial_main = "CONTROLLER,CONTROLLER_SPARE";
+    let dial_spare = "CONTROLLER_SPARE,CONTROLLER";
+    let props = at_step(&admin, &ns, "mig", "internal", dial_main).await;
+    let protocols = "PLAIN:PLAINTEXT,REPLICATION:SSL,CONTROLLER:PLAINTEXT,CONTROLLER_SPARE:SSL";
     assert_brokers(&props, protocols, "PLAIN", false);
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), &ns);
     security_secrets(&secrets, "mig", 2).await;
-    // Its controller listener stays PLAINTEXT: fenced to the brokers by a NetworkPolicy.
+    // The PLAINTEXT controller port is fenced to the brokers while it is there.
     let policies: Api<NetworkPolicy> = Api::namespaced(admin.clone(), &ns);
-    let policy = wait_for("NetworkPolicy mig-kafka-controller", 60, || async {
-        policies.get_opt("mig-kafka-controller").await.ok()?
-    })
-    .await;
-    let ingress = serde_json::to_value(policy.spec.unwrap().ingress).unwrap();
-    assert_eq!(ingress[0]["ports"][0]["port"], 9093);
-    assert_eq!(
-        ingress[0]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"],
-        "broker"
-    );
+    let fenced = fenced_ports(&policies, "mig-kafka-controller").await;
+    assert_eq!(fenced, json!([{"protocol": "TCP", "port": 9093}]));
     let kc = serde_json::to_value(clusters.get("mig").await.unwrap()).unwrap();
     let (_, reason, message) = condition(&kc, "Reconciling").unwrap();
     assert_eq!(reason, "Securing", "{message}");
     assert!(message.contains("step internal"), "{message}");
+    assert!(
+        message.contains("spare controller listener on 9090"),
+        "{message}"
+    );
     // A pass later with the brokers not rolled yet: still the first step.
     operator_pass(&clusters, "mig", "25").await;
-    let props = at_stage(&admin, &ns, "mig", "internal").await;
+    let props = at_step(&admin, &ns, "mig", "internal", dial_main).await;
     assert_eq!(prop(&props, "log.retention.hours"), Some("25"));
 
     rolled_out(&admin, &ns, "mig", 2).await;
-    let props = at_stage(&admin, &ns, "mig", "inter-broker").await;
-    let protocols = "REPLICATION:SSL,PLAIN:PLAINTEXT,CONTROLLER:PLAINTEXT";
+    let props = at_step(&admin, &ns, "mig", "inter-broker", dial_spare).await;
+    let protocols = "REPLICATION:SSL,PLAIN:PLAINTEXT,CONTROLLER_SPARE:SSL,CONTROLLER:PLAINTEXT";
     assert_brokers(&props, protocols, "REPLICATION", false);
+    assert!(prop(&props, "controller.quorum.voters")
+        .unwrap()
+        .ends_with(":9090"));
 
     rolled_out(&admin, &ns, "mig", 2).await;
-    let props = at_stage(&admin, &ns, "mig", "secured").await;
-    let protocols = "REPLICATION:SSL,PLAIN:SASL_SSL,CONTROLLER:PLAINTEXT";
+    let props = at_step(&admin, &ns, "mig", "secured", dial_spare).await;
+    let protocols = "REPLICATION:SSL,PLAIN:SASL_SSL,CONTROLLER_SPARE:SSL,CONTROLLER:SSL";
     assert_brokers(&props, protocols, "REPLICATION", true);
+    policy_removed(&policies, "mig-kafka-controller").await;
+
+    rolled_out(&admin, &ns, "mig", 2).await;
+    let props = at_step(&admin, &ns, "mig", "secured", dial_main).await;
+    assert!(prop(&props, "controller.quorum.voters")
+        .unwrap()
+        .ends_with(":9093"));
+    rolled_out(&admin, &ns, "mig", 2).await;
+    let props = at_step(&admin, &ns, "mig", "secured", "CONTROLLER").await;
+    let protocols = "REPLICATION:SSL,PLAIN:SASL_SSL,CONTROLLER:SSL";
+    assert_brokers(&props, protocols, "REPLICATION", true);
+    let sts = Api::<StatefulSet>::namespaced(admin.clone(), &ns);
+    let annotations = sts
+        .get("mig-kafka")
+        .await
+        .unwrap()
+        .metadata
+        .annotations
+        .unwrap();
+    assert_eq!(annotations["kafka.evenkeel.dev/controller-tls"], "true");
+    assert!(!annotations.contains_key("kafka.evenkeel.dev/controller-spare"));
     // (The recorder folds the steps' events, of one reason, into one series.)
     let events = cluster_events(&admin, &ns, "mig").await;
     assert!(
@@ -2466,8 +2525,9 @@ async fn a_running_cluster_is_secured_and_unsecured_one_roll_per_step() {
     );
 
     // Back: the authorizer and TLS go first (the brokers still replicate on the internal
-    // listener, which is the next step's config too: it needs no roll of its own), then
-    // replication leaves the internal listener, then the listener goes.
+    // listener); then, a roll each, a PLAINTEXT spare (fenced) and replication on the first
+    // listener, everyone dialling the spare and the internal listener gone with the
+    // controller port's TLS, the controller port dialled again, the spare removed.
     let unsecure = json!({"spec": {
         "listeners": [{"name": "plain", "port": 9092}],
         "authorization": null,
@@ -2477,30 +2537,33 @@ async fn a_running_cluster_is_secured_and_unsecured_one_roll_per_step() {
         .await
         .unwrap();
     operator_passed(&clusters, "mig").await;
-    let props = at_stage(&admin, &ns, "mig", "secured").await;
-    let protocols = "REPLICATION:SSL,PLAIN:PLAINTEXT,CONTROLLER:PLAINTEXT";
+    let props = at_step(&admin, &ns, "mig", "secured", "CONTROLLER").await;
+    let protocols = "REPLICATION:SSL,PLAIN:PLAINTEXT,CONTROLLER:SSL";
     assert_brokers(&props, protocols, "REPLICATION", false);
     rolled_out(&admin, &ns, "mig", 2).await;
-    let props = at_stage(&admin, &ns, "mig", "internal").await;
-    let protocols = "PLAIN:PLAINTEXT,REPLICATION:SSL,CONTROLLER:PLAINTEXT";
-    assert_brokers(&props, protocols, "PLAIN", false);
+    let props = at_step(&admin, &ns, "mig", "inter-broker", dial_main).await;
+    let protocols = "REPLICATION:SSL,PLAIN:PLAINTEXT,CONTROLLER:SSL,CONTROLLER_SPARE:PLAINTEXT";
+    assert_brokers(&props, protocols, "REPLICATION", false);
+    let fenced = fenced_ports(&policies, "mig-kafka-controller").await;
+    assert_eq!(fenced, json!([{"protocol": "TCP", "port": 9090}]));
     rolled_out(&admin, &ns, "mig", 2).await;
-    let props = at_stage(&admin, &ns, "mig", "unsecured").await;
+    let props = at_step(&admin, &ns, "mig", "internal", dial_spare).await;
+    assert_eq!(prop(&props, "inter.broker.listener.name"), Some("PLAIN"));
+    rolled_out(&admin, &ns, "mig", 2).await;
+    let props = at_step(&admin, &ns, "mig", "unsecured", dial_spare).await;
+    let protocols = "PLAIN:PLAINTEXT,CONTROLLER_SPARE:PLAINTEXT,CONTROLLER:PLAINTEXT";
+    assert_brokers(&props, protocols, "PLAIN", false);
+    policy_removed(&policies, "mig-kafka-controller").await;
+    rolled_out(&admin, &ns, "mig", 2).await;
+    at_step(&admin, &ns, "mig", "unsecured", dial_main).await;
+    rolled_out(&admin, &ns, "mig", 2).await;
+    let props = at_step(&admin, &ns, "mig", "unsecured", "CONTROLLER").await;
     assert_brokers(
         &props,
         "PLAIN:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "PLAIN",
         false,
     );
-    wait_for("the NetworkPolicy removed", 60, || async {
-        policies
-            .get_opt("mig-kafka-controller")
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
 }
 
 fn kafka_user(name: &str, auth: &str, acls: Value) -> KafkaUser {

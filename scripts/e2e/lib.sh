@@ -11,8 +11,6 @@
 #   OPERATOR_NS    namespace of the operator's release     (evenkeel-system)
 #   E2E_NAMESPACE  namespace of the KafkaCluster and topic (kafka)
 #   E2E_TIMEOUT    seconds to wait for each state          (600)
-#   E2E_NETWORK_POLICIES  `enforced` when the cluster's network plugin enforces NetworkPolicies
-#                  (kind's kindnetd does): connections they refuse are tried (enforced)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

@@ -203,15 +203,15 @@ async fn reconcile_inner<C: AdminConnector>(
         .as_ref()
         .and_then(|s| s.spec.as_ref()?.replicas)
         .unwrap_or(0);
-    let quorum = resources::quorum_shape(kc, existing.as_ref());
     let image = resources::image_of(kc, &ctx.default_image).to_string();
     let pods = list_broker_pods(ctx, &names).await?;
-    let (stage, target) = security_stages(kc, existing.as_ref(), &pods);
+    let steps = security_steps(kc, existing.as_ref(), &pods);
+    let (stage, quorum) = (steps.stage, steps.quorum);
     // From here on the pass works on the spec of the security stage it applies.
     let (real, staged) = (kc, migration::staged(kc, stage));
     let kc = &staged;
-    let built = migration::check(real, existing.as_ref(), quorum)
-        .and_then(|()| Objects::build(kc, &image, quorum));
+    let built =
+        migration::check(existing.as_ref()).and_then(|()| Objects::build(kc, &image, quorum));
     let mut objects = match built {
         Ok(objects) => objects,
         Err(resources::BuildError::Invalid(msg)) => {
@@ -244,7 +244,7 @@ async fn reconcile_inner<C: AdminConnector>(
     let views = broker_views(&pods, &applied);
     let step = roll_step(&applied, &views, current.min(replicas), &brokers);
     roll(ctx, kc, &step, &mut pass).await?;
-    report_security_stage(ctx, kc, existing.as_ref(), stage, target, &mut pass).await;
+    report_security_stage(ctx, kc, existing.as_ref(), &steps, &mut pass).await;
     spread_after_scale_up(ctx, kc, &brokers, &views, &step, replicas, &mut pass).await;
     sync_component_acls(ctx, kc, &brokers, &mut pass).await;
 
@@ -267,17 +267,29 @@ async fn reconcile_inner<C: AdminConnector>(
     Ok(Action::requeue(requeue))
 }
 
-/// The security stage this pass applies, and the one the spec asks for (`migration`): a step
-/// nearer the spec's once every broker runs the stage the StatefulSet records.
-fn security_stages(
+/// Where a pass takes a cluster being secured or unsecured (`migration`): the security stage
+/// and the quorum, with its controller listeners, this pass applies, a step nearer the spec's
+/// once every broker runs what the StatefulSet records; and the stage the spec asks for.
+struct SecuritySteps {
+    stage: SecurityStage,
+    quorum: resources::QuorumShape,
+    target: SecurityStage,
+}
+
+fn security_steps(
     kc: &KafkaCluster,
     existing: Option<&StatefulSet>,
     pods: &[Pod],
-) -> (SecurityStage, SecurityStage) {
-    let target = SecurityStage::target(kc);
+) -> SecuritySteps {
+    let recorded = resources::quorum_shape(kc, existing);
     let rolled_out = existing.is_some_and(|s| rolled_out(s, pods));
-    let stage = migration::next_stage(target, migration::recorded(existing), rolled_out);
-    (stage, target)
+    let (stage, quorum) =
+        migration::next_steps(kc, migration::recorded(existing), recorded, rolled_out);
+    SecuritySteps {
+        stage,
+        quorum,
+        target: SecurityStage::target(kc),
+    }
 }
 
 /// The roll's next step against the StatefulSet as applied. Until the StatefulSet controller
@@ -316,14 +328,15 @@ async fn report_security_stage<C: AdminConnector>(
     ctx: &Context<C>,
     kc: &KafkaCluster,
     existing: Option<&StatefulSet>,
-    stage: SecurityStage,
-    target: SecurityStage,
+    steps: &SecuritySteps,
     pass: &mut Pass,
 ) {
-    let Some((reason, message)) = migration::progress(stage, target) else {
+    let layout = steps.quorum.layout(kc);
+    let Some((reason, message)) = migration::progress(steps.stage, steps.target, layout) else {
         return;
     };
-    if migration::recorded(existing) != Some(stage) {
+    let recorded = resources::quorum_shape(kc, existing).layout(kc);
+    if migration::recorded(existing) != Some(steps.stage) || recorded != layout {
         ctx.event(kc, EventType::Normal, &reason, &message).await;
     }
     // The step's reason, with what the roll waits for; a blocked roll keeps its own reason.

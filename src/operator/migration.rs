@@ -4,11 +4,13 @@
 //!
 //! Securing: the internal listener is added (`internal`), the brokers move their replication
 //! onto it (`inter-broker`), then the spec's TLS, SASL and authorizer come (`secured`). Unsecuring
-//! walks the same steps back. The controller listener keeps what it was created with.
+//! walks the same steps back. The controller listener moves to mutual TLS (or back) alongside,
+//! a step per roll (`controller_move`), in the same rolls where it can.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 
 use super::certs;
+use super::controller_move::{self, ControllerLayout};
 use super::crd::{KafkaCluster, SecurityStage};
 use super::resources::{BuildError, QuorumShape, INTERNAL_LISTENER, INTERNAL_PORT};
 
@@ -114,37 +116,70 @@ pub fn recorded(existing: Option<&StatefulSet>) -> Option<SecurityStage> {
     }))
 }
 
-/// The stage to apply: the target for a new cluster; else the recorded one, a step nearer the
-/// target once `rolled_out` (every broker runs the recorded stage and is ready).
-pub fn next_stage(
-    target: SecurityStage,
+/// The stage and the controller listeners to apply: for a new cluster, the spec's; else what
+/// the StatefulSet records, each a step nearer the spec once `rolled_out`, in the same roll.
+/// A mutual-TLS controller listener needs the brokers' certificates: while the next
+/// controller listeners need them the stage does not go below `internal`, and they wait for a
+/// stage that has them.
+pub fn next_steps(
+    kc: &KafkaCluster,
     recorded: Option<SecurityStage>,
+    quorum: QuorumShape,
     rolled_out: bool,
-) -> SecurityStage {
-    match recorded {
-        None => target,
-        Some(at) if rolled_out => at.toward(target),
-        Some(at) => at,
+) -> (SecurityStage, QuorumShape) {
+    let target = SecurityStage::target(kc);
+    let Some(at) = recorded else {
+        return (target, quorum);
+    };
+    if !rolled_out {
+        return (at, quorum);
+    }
+    let layout = ControllerLayout {
+        tls: quorum.tls == Some(true),
+        spare: quorum.spare,
+    };
+    let want_tls = target == SecurityStage::Secured;
+    let stage = at.toward(target);
+    let next = controller_move::next_layout(layout, want_tls, controller_move::spare_port(kc));
+    let needs_certificates = next.tls || next.spare.is_some_and(|s| s.tls);
+    match (
+        needs_certificates,
+        stage.has_internal_listener(),
+        at.has_internal_listener(),
+    ) {
+        (false, _, _) | (true, true, _) => (stage, quorum.with_layout(next)),
+        (true, false, true) => (at, quorum.with_layout(next)),
+        (true, false, false) => (stage, quorum),
     }
 }
 
-/// What a step under way says, for the Reconciling condition: `None` at the target.
-pub fn progress(stage: SecurityStage, target: SecurityStage) -> Option<(String, String)> {
-    if stage == target {
+/// What a step under way says, for the Reconciling condition: `None` once the stage is the
+/// target and the controller listener is where the target wants it.
+pub fn progress(
+    stage: SecurityStage,
+    target: SecurityStage,
+    layout: ControllerLayout,
+) -> Option<(String, String)> {
+    let want_tls = target == SecurityStage::Secured;
+    if stage == target && layout.settled(want_tls) {
         return None;
     }
     let (reason, verb) = match target {
         SecurityStage::Secured => ("Securing", "securing"),
         _ => ("Unsecuring", "unsecuring"),
     };
-    Some((
-        reason.to_string(),
-        format!(
-            "{verb} the running cluster, step {}: {}",
-            stage.as_str(),
-            stage.describe()
-        ),
-    ))
+    let mut message = format!(
+        "{verb} the running cluster, step {}: {}",
+        stage.as_str(),
+        stage.describe()
+    );
+    if !layout.settled(want_tls) {
+        message.push_str(&format!(
+            "; moving the controller listener: {}",
+            layout.describe()
+        ));
+    }
+    Some((reason.to_string(), message))
 }
 
 /// The spec `stage` runs, with the stage in its status. Below `secured` the listeners are PLAINTEXT,
@@ -169,19 +204,12 @@ pub fn staged(kc: &KafkaCluster, stage: SecurityStage) -> KafkaCluster {
     view
 }
 
-/// Refuses what no sequence of rolls can do: unsecuring a cluster whose controller listener the
-/// StatefulSet records as mutual TLS (fixed when it was created), and any cluster whose internal
+/// Refuses what no sequence of rolls can do: securing or unsecuring a cluster whose internal
 /// listener an earlier operator made PLAINTEXT (this one makes it mutual TLS).
-pub fn check(
-    kc: &KafkaCluster,
-    existing: Option<&StatefulSet>,
-    quorum: QuorumShape,
-) -> Result<(), BuildError> {
+pub fn check(existing: Option<&StatefulSet>) -> Result<(), BuildError> {
     let Some(sts) = existing else {
         return Ok(());
     };
-    let controller_tls = quorum.tls == Some(true);
-    let target = SecurityStage::target(kc);
     if has_internal_port(sts) && !internal_keystore(sts) {
         return Err(BuildError::Invalid(format!(
             "this cluster's internal listener {INTERNAL_LISTENER} on {INTERNAL_PORT} is \
@@ -189,15 +217,6 @@ pub fn check(
              TLS, and brokers on either side of that roll could not replicate: recreate the \
              cluster (a migration is not done)"
         )));
-    }
-    if target == SecurityStage::Unsecured && controller_tls {
-        return Err(BuildError::Invalid(
-            "unsecuring this cluster is not supported: its controller listener has been mutual \
-             TLS since it was created, and voters on either side of a change could not reach \
-             each other; keep a listener secured or spec.authorization set, or recreate the \
-             cluster"
-                .into(),
-        ));
     }
     Ok(())
 }
@@ -237,26 +256,72 @@ mod tests {
     use super::SecurityStage::*;
     use super::*;
 
-    #[test]
-    fn a_stage_moves_one_step_toward_the_target_only_once_rolled_out() {
-        assert_eq!(
-            next_stage(Secured, None, false),
-            Secured,
-            "a new cluster starts there"
+    fn cluster(secured: bool) -> KafkaCluster {
+        let tls = if secured { ", \"tls\": true" } else { "" };
+        let spec = format!(
+            r#"{{"replicas": 3, "storage": {{"size": "1Gi"}},
+               "listeners": [{{"name": "plain", "port": 9092{tls}}}]}}"#
         );
+        let spec: serde_json::Value = serde_json::from_str(&spec).unwrap();
+        KafkaCluster::new("main", serde_json::from_value(spec).unwrap())
+    }
+
+    fn shape(tls: Option<bool>) -> QuorumShape {
+        QuorumShape {
+            controllers: 3,
+            tls,
+            spare: None,
+        }
+    }
+
+    #[test]
+    fn a_step_is_taken_only_once_rolled_out() {
+        let kc = cluster(true);
         assert_eq!(
-            next_stage(Secured, Some(Unsecured), false),
-            Unsecured,
+            next_steps(&kc, None, shape(None), false),
+            (Secured, shape(None)),
+            "a new cluster starts where the spec is"
+        );
+        let plain = shape(Some(false));
+        assert_eq!(
+            next_steps(&kc, Some(Unsecured), plain, false),
+            (Unsecured, plain),
             "the roll is not done"
         );
-        assert_eq!(next_stage(Secured, Some(Unsecured), true), Internal);
-        assert_eq!(next_stage(Secured, Some(Internal), true), InterBroker);
-        assert_eq!(next_stage(Secured, Some(InterBroker), true), Secured);
-        assert_eq!(next_stage(Secured, Some(Secured), true), Secured);
-        assert_eq!(next_stage(Unsecured, Some(Secured), true), InterBroker);
-        assert_eq!(next_stage(Unsecured, Some(InterBroker), true), Internal);
-        assert_eq!(next_stage(Unsecured, Some(Internal), true), Unsecured);
-        assert_eq!(next_stage(Unsecured, Some(InterBroker), false), InterBroker);
+        let (stage, quorum) = next_steps(&kc, Some(Unsecured), plain, true);
+        assert_eq!(stage, Internal);
+        assert!(quorum.spare.is_some_and(|s| s.tls && !s.dialled));
+        // A cluster created secured, at the spec: nothing moves.
+        let tls = shape(Some(true));
+        assert_eq!(next_steps(&kc, Some(Secured), tls, true), (Secured, tls));
+    }
+
+    #[test]
+    fn the_stage_waits_at_internal_while_the_controller_listener_needs_certificates() {
+        let kc = cluster(false);
+        let dialled_tls = QuorumShape {
+            spare: Some(controller_move::SpareListener {
+                tls: false,
+                port: 9090,
+                dialled: true,
+            }),
+            ..shape(Some(true))
+        };
+        // Unsecuring: the controller port is still TLS; the next layout turns it PLAINTEXT,
+        // which needs no certificate, so the stage may go too.
+        let (stage, quorum) = next_steps(&kc, Some(Internal), dialled_tls, true);
+        assert_eq!((stage, quorum.tls), (Unsecured, Some(false)));
+        // A TLS spare still to be dialled needs them: the stage stays.
+        let tls_spare = QuorumShape {
+            spare: Some(controller_move::SpareListener {
+                tls: true,
+                port: 9090,
+                dialled: false,
+            }),
+            ..shape(Some(false))
+        };
+        let (stage, _) = next_steps(&cluster(true), Some(Internal), tls_spare, true);
+        assert_eq!(stage, InterBroker);
     }
 
     #[test]
@@ -275,12 +340,24 @@ mod tests {
 
     #[test]
     fn progress_names_the_direction_and_the_step() {
-        assert_eq!(progress(Secured, Secured), None);
-        let (reason, message) = progress(Internal, Secured).unwrap();
+        let tls = ControllerLayout {
+            tls: true,
+            spare: None,
+        };
+        let plain = ControllerLayout { tls: false, ..tls };
+        assert_eq!(progress(Secured, Secured, tls), None);
+        let (reason, message) = progress(Internal, Secured, plain).unwrap();
         assert_eq!(reason, "Securing");
         assert!(message.starts_with("securing the running cluster, step internal:"));
-        let (reason, message) = progress(InterBroker, Unsecured).unwrap();
+        assert!(message.contains("moving the controller listener: controller port 9093 PLAINTEXT"));
+        let (reason, message) = progress(InterBroker, Unsecured, plain).unwrap();
         assert_eq!(reason, "Unsecuring");
         assert!(message.contains("step inter-broker"), "{message}");
+        assert!(!message.contains("controller"), "{message}");
+        let (_, message) = progress(Secured, Secured, plain).unwrap();
+        assert!(
+            message.contains("moving the controller listener"),
+            "{message}"
+        );
     }
 }

@@ -6,6 +6,7 @@ pub mod backoff;
 pub mod certs;
 pub mod cluster;
 pub mod components;
+pub mod controller_move;
 pub mod crd;
 pub mod kafka;
 pub mod leader;

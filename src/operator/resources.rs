@@ -17,6 +17,9 @@ use sha2::{Digest, Sha256};
 
 use super::certs::{self, CaKind, CA_CERT};
 use super::components;
+use super::controller_move::{
+    ControllerLayout, SpareListener, CONTROLLER_SPARE_ANNOTATION, SPARE_LISTENER,
+};
 use super::crd::{
     AuthenticationType, KafkaCluster, KafkaUser, Listener, Proxy, CLUSTER_LABEL, GROUP,
     PROXY_BASIC_NEEDS_SCRAM, PROXY_RESERVED_KEYS, TLS_AUTH_NEEDS_TLS,
@@ -255,10 +258,11 @@ pub const RESERVED_KEYS: &[&str] = &[
     "broker.rack",
 ];
 
-/// StatefulSet annotation that records whether the controller listener is SSL (`true`): mutual
-/// TLS with the cluster CA for a secured cluster this operator created. Fixed at creation, as
-/// voters on either side of a change could not reach each other; a secured cluster an earlier
-/// operator created keeps its PLAINTEXT controller listener.
+/// StatefulSet annotation that records whether the controller port's listener is SSL (`true`):
+/// mutual TLS with the cluster CA on a secured cluster. It changes only through a spare
+/// controller listener (`controller_move`), as voters on either side of a single roll that
+/// changed it could not reach each other; a secured cluster an earlier operator created has no
+/// record, and a PLAINTEXT controller listener that moves.
 pub const CONTROLLER_TLS_ANNOTATION: &str = "kafka.evenkeel.dev/controller-tls";
 
 /// The metadata quorum the cluster's pods form, as the StatefulSet fixes it.
@@ -268,6 +272,8 @@ pub struct QuorumShape {
     pub controllers: i32,
     /// Whether the controller listener is SSL, as recorded; `None` for a new cluster.
     pub tls: Option<bool>,
+    /// The spare controller listener while the controller listener moves (`controller_move`).
+    pub spare: Option<SpareListener>,
 }
 
 impl From<i32> for QuorumShape {
@@ -276,6 +282,7 @@ impl From<i32> for QuorumShape {
         QuorumShape {
             controllers,
             tls: None,
+            spare: None,
         }
     }
 }
@@ -285,6 +292,47 @@ impl QuorumShape {
     /// StatefulSet records a PLAINTEXT one.
     pub fn controller_tls(&self, kc: &KafkaCluster) -> bool {
         has_internal_listener(kc) && self.tls.unwrap_or(true)
+    }
+
+    /// The controller listeners as they are laid out for `kc`.
+    pub fn layout(&self, kc: &KafkaCluster) -> ControllerLayout {
+        ControllerLayout {
+            tls: self.controller_tls(kc),
+            spare: self.spare,
+        }
+    }
+
+    /// This quorum with the controller listeners laid out as `layout`.
+    pub fn with_layout(self, layout: ControllerLayout) -> QuorumShape {
+        QuorumShape {
+            tls: Some(layout.tls),
+            spare: layout.spare,
+            ..self
+        }
+    }
+
+    /// The controller listeners that are mutual TLS: they get the pod's keystore and the
+    /// cluster CA (only while the brokers have their certificates).
+    fn tls_listeners(&self, kc: &KafkaCluster) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.controller_tls(kc) {
+            out.push(CONTROLLER_LISTENER);
+        }
+        if self.spare.is_some_and(|s| s.tls) && has_internal_listener(kc) {
+            out.push(SPARE_LISTENER);
+        }
+        out
+    }
+
+    /// The controller ports that are PLAINTEXT on a cluster with the internal listener: the
+    /// ones a NetworkPolicy fences.
+    fn plaintext_ports(&self, kc: &KafkaCluster) -> Vec<i32> {
+        if !has_internal_listener(kc) {
+            return Vec::new();
+        }
+        let spare = self.spare.filter(|s| !s.tls).map(|s| s.port);
+        let main = (!self.controller_tls(kc)).then_some(CONTROLLER_PORT);
+        main.into_iter().chain(spare).collect()
     }
 }
 
@@ -297,9 +345,18 @@ pub fn quorum_shape(kc: &KafkaCluster, existing: Option<&StatefulSet>) -> Quorum
             .map(String::as_str)
             == Some("true")
     };
+    let spare = existing
+        .and_then(|s| {
+            s.metadata
+                .annotations
+                .as_ref()?
+                .get(CONTROLLER_SPARE_ANNOTATION)
+        })
+        .and_then(|v| SpareListener::parse(v));
     QuorumShape {
         controllers: controller_count(kc, existing),
         tls: existing.map(recorded),
+        spare,
     }
 }
 
@@ -324,26 +381,36 @@ pub fn server_properties(
 ) -> Result<String, BuildError> {
     let quorum = quorum.into();
     let controllers = quorum.controllers;
-    let controller_tls = quorum.controller_tls(kc);
     let names = Names::of(kc)?;
     check_config_keys(kc)?;
     check_listeners(kc)?;
+    check_spare_port(kc, quorum)?;
     check_security(kc)?;
     let brokers = broker_listeners(kc);
-    let mut listeners: Vec<String> = brokers
+    let controller = controller_listeners(kc, quorum);
+    let listeners: Vec<String> = brokers
         .iter()
         .map(|l| format!("{}://0.0.0.0:{}", l.name, l.port))
+        .chain(
+            controller
+                .iter()
+                .map(|(name, port, _)| format!("{name}://0.0.0.0:{port}")),
+        )
         .collect();
-    listeners.push(format!("{CONTROLLER_LISTENER}://0.0.0.0:{CONTROLLER_PORT}"));
-    let mut protocol_map: Vec<String> = brokers
+    let protocol_map: Vec<String> = brokers
         .iter()
         .map(|l| format!("{}:{}", l.name, l.protocol))
+        .chain(
+            controller
+                .iter()
+                .map(|(name, _, protocol)| format!("{name}:{protocol}")),
+        )
         .collect();
-    let controller_protocol = if controller_tls { "SSL" } else { "PLAINTEXT" };
-    protocol_map.push(format!("{CONTROLLER_LISTENER}:{controller_protocol}"));
+    let dialled = quorum.layout(kc).dialled_port();
     let voters: Vec<String> = (0..controllers)
-        .map(|i| format!("{i}@{}:{CONTROLLER_PORT}", names.pod_host(&i.to_string())))
+        .map(|i| format!("{i}@{}:{dialled}", names.pod_host(&i.to_string())))
         .collect();
+    let controller_names: Vec<&str> = controller.iter().map(|(name, _, _)| *name).collect();
     let mut out = format!(
         "# Generated by evenkeel-operator for KafkaCluster {}/{}.\n\
          # node.id, advertised.listeners and broker.rack are set per pod on the command line.\n\
@@ -358,7 +425,7 @@ pub fn server_properties(
         ),
         (
             "controller.listener.names".into(),
-            CONTROLLER_LISTENER.into(),
+            controller_names.join(","),
         ),
         ("inter.broker.listener.name".into(), brokers[0].name.clone()),
         ("controller.quorum.voters".into(), voters.join(",")),
@@ -368,7 +435,7 @@ pub fn server_properties(
             format!("0.0.0.0:{METRICS_PORT}"),
         ),
     ];
-    let security = security_properties(kc, controller_tls)?;
+    let security = security_properties(kc, &quorum.tls_listeners(kc))?;
     for (k, v) in fixed.into_iter().chain(security) {
         out.push_str(&format!("{k}={v}\n"));
     }
@@ -381,6 +448,41 @@ pub fn server_properties(
         out.push_str(&format!("{k}={v}\n"));
     }
     Ok(out)
+}
+
+/// The controller listeners of `quorum` on `kc`, the dialled one first: name, port, protocol.
+fn controller_listeners(
+    kc: &KafkaCluster,
+    quorum: QuorumShape,
+) -> Vec<(&'static str, i32, &'static str)> {
+    let protocol = |tls: bool| if tls { "SSL" } else { "PLAINTEXT" };
+    let layout = quorum.layout(kc);
+    let mut out = vec![(CONTROLLER_LISTENER, CONTROLLER_PORT, protocol(layout.tls))];
+    if let Some(spare) = layout.spare {
+        let tls = spare.tls && has_internal_listener(kc);
+        let entry = (SPARE_LISTENER, spare.port, protocol(tls));
+        match spare.dialled {
+            true => out.insert(0, entry),
+            false => out.push(entry),
+        }
+    }
+    out
+}
+
+/// Refuses a spec listener on the spare controller listener's port while the controller
+/// listener moves.
+fn check_spare_port(kc: &KafkaCluster, quorum: QuorumShape) -> Result<(), BuildError> {
+    let Some(spare) = quorum.spare else {
+        return Ok(());
+    };
+    match kc.spec.listeners.iter().find(|l| l.port == spare.port) {
+        Some(l) => Err(BuildError::Invalid(format!(
+            "listener {}: port {} is taken by the spare controller listener while the \
+             controller listener moves; choose another port",
+            l.name, spare.port
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Refuses a `spec.config` key the operator sets.
@@ -634,12 +736,11 @@ pub const AUTHORIZATION_KEYS: &[&str] = &["authorizer.class.name", "super.users"
 /// listeners, and `super.users`: the brokers, the operator and the spec's.
 fn security_properties(
     kc: &KafkaCluster,
-    controller_tls: bool,
+    tls_controllers: &[&'static str],
 ) -> Result<Vec<(String, String)>, BuildError> {
     let mut out = Vec::new();
     let internal = has_internal_listener(kc).then_some(INTERNAL_LISTENER);
-    let controller = controller_tls.then_some(CONTROLLER_LISTENER);
-    for name in internal.into_iter().chain(controller) {
+    for name in internal.into_iter().chain(tls_controllers.iter().copied()) {
         let prefix = listener_prefix(name);
         out.push((format!("{prefix}ssl.keystore.type"), "PEM".into()));
         out.extend(client_certificates(&prefix, "cluster-ca"));
@@ -699,9 +800,8 @@ fn client_certificates(prefix: &str, ca_dir: &str) -> [(String, String); 3] {
 /// `--override` arguments giving each TLS listener (the internal one included) the pod's own
 /// certificate and key (`<pod>.pem` of the broker Secret); `$(POD_NAME)` is expanded by the
 /// kubelet.
-fn keystore_overrides(kc: &KafkaCluster, controller_tls: bool) -> Vec<String> {
+fn keystore_overrides(kc: &KafkaCluster, tls_controllers: &[&'static str]) -> Vec<String> {
     let internal = has_internal_listener(kc).then_some(INTERNAL_LISTENER);
-    let controller = controller_tls.then_some(CONTROLLER_LISTENER);
     let tls = kc
         .spec
         .listeners
@@ -710,7 +810,7 @@ fn keystore_overrides(kc: &KafkaCluster, controller_tls: bool) -> Vec<String> {
         .map(|l| l.name.as_str());
     internal
         .into_iter()
-        .chain(controller)
+        .chain(tls_controllers.iter().copied())
         .chain(tls)
         .flat_map(|name| {
             let prefix = listener_prefix(name);
@@ -916,18 +1016,28 @@ fn pod_security() -> Value {
 }
 
 /// With the internal listener but a PLAINTEXT controller listener (a cluster secured while it
-/// ran, or by an earlier operator): a NetworkPolicy that lets only the cluster's broker pods
-/// reach the controller port, and anyone every other TCP port. `None` otherwise: a mutual-TLS
-/// controller listener needs none, and an unsecured cluster is open on every listener anyway.
+/// ran, or by an earlier operator, until its controller listener has moved; a spare one while
+/// it moves back): a NetworkPolicy that lets only the cluster's broker pods reach those ports,
+/// and anyone every other TCP port. `None` otherwise: a mutual-TLS controller listener needs
+/// none, and an unsecured cluster is open on every listener anyway.
 pub fn controller_network_policy(
     kc: &KafkaCluster,
     quorum: QuorumShape,
 ) -> Result<Option<NetworkPolicy>, BuildError> {
-    if !has_internal_listener(kc) || quorum.controller_tls(kc) {
+    let fenced = quorum.plaintext_ports(kc);
+    if fenced.is_empty() {
         return Ok(None);
     }
     let names = Names::of(kc)?;
     let brokers = json!({"matchLabels": selector(&names.cluster)});
+    let fenced_ports: Vec<Value> = fenced
+        .iter()
+        .map(|p| json!({"protocol": "TCP", "port": p}))
+        .collect();
+    let open: Vec<Value> = open_ranges(&fenced)
+        .into_iter()
+        .map(|(from, to)| json!({"protocol": "TCP", "port": from, "endPort": to}))
+        .collect();
     let policy = typed(
         "NetworkPolicy",
         json!({
@@ -938,17 +1048,31 @@ pub fn controller_network_policy(
                 "podSelector": brokers,
                 "policyTypes": ["Ingress"],
                 "ingress": [
-                    {"from": [{"podSelector": brokers}],
-                     "ports": [{"protocol": "TCP", "port": CONTROLLER_PORT}]},
-                    {"ports": [
-                        {"protocol": "TCP", "port": 1, "endPort": CONTROLLER_PORT - 1},
-                        {"protocol": "TCP", "port": CONTROLLER_PORT + 1, "endPort": 65535},
-                    ]},
+                    {"from": [{"podSelector": brokers}], "ports": fenced_ports},
+                    {"ports": open},
                 ],
             },
         }),
     )?;
     Ok(Some(policy))
+}
+
+/// The TCP port ranges (first, last) left once `fenced` are taken out of 1–65535.
+fn open_ranges(fenced: &[i32]) -> Vec<(i32, i32)> {
+    let mut fenced = fenced.to_vec();
+    fenced.sort_unstable();
+    let mut out = Vec::new();
+    let mut from = 1;
+    for p in fenced {
+        if p > from {
+            out.push((from, p - 1));
+        }
+        from = from.max(p + 1);
+    }
+    if from <= 65535 {
+        out.push((from, 65535));
+    }
+    out
 }
 
 /// The brokers' StatefulSet. `updateStrategy: OnDelete`: the operator restarts pods itself, one
@@ -986,7 +1110,7 @@ pub fn statefulset(
                         "labels": labels(&names.cluster),
                         "annotations": {CONFIG_HASH_ANNOTATION: hash},
                     },
-                    "spec": broker_pod_spec(kc, &names, image, quorum.controller_tls(kc))?,
+                    "spec": broker_pod_spec(kc, &names, image, &quorum.tls_listeners(kc))?,
                 },
                 "volumeClaimTemplates": [{
                     "metadata": {"name": "data", "labels": selector(&names.cluster)},
@@ -1002,17 +1126,17 @@ fn broker_pod_spec(
     kc: &KafkaCluster,
     names: &Names,
     image: &str,
-    controller_tls: bool,
+    tls_controllers: &[&'static str],
 ) -> Result<Value, BuildError> {
     let spec = &kc.spec;
-    let mut containers = vec![broker_container(kc, names, image, controller_tls)];
+    let mut containers = vec![broker_container(kc, names, image, tls_controllers)];
     if spec.rebalancer.enabled {
         containers.push(rebalancer_container(kc, names, image));
     }
     let mut pod_spec = json!({
         "securityContext": pod_security(),
         "terminationGracePeriodSeconds": 60,
-        "initContainers": [format_container(kc, image, &cluster_id(kc)?, controller_tls)],
+        "initContainers": [format_container(kc, image, &cluster_id(kc)?, tls_controllers)],
         "containers": containers,
         "volumes": pod_volumes(kc, names),
     });
@@ -1102,7 +1226,7 @@ fn format_container(
     kc: &KafkaCluster,
     image: &str,
     cluster_id: &str,
-    controller_tls: bool,
+    tls_controllers: &[&'static str],
 ) -> Value {
     // `--cluster-id=ID` in one argument: an id can start with '-' (one cluster in 64: it is
     // the uid's bytes in URL-safe base64), which a parser would take for a flag.
@@ -1115,7 +1239,7 @@ fn format_container(
         "--override".into(),
         "node.id=$(POD_INDEX)".into(),
     ];
-    args.extend(keystore_overrides(kc, controller_tls));
+    args.extend(keystore_overrides(kc, tls_controllers));
     json!({
         "name": "format",
         "image": image,
@@ -1131,7 +1255,12 @@ fn format_container(
 
 /// The broker: its node id from the pod index, its advertised listeners from the pod's DNS
 /// name, its rack from the node's topology label.
-fn broker_container(kc: &KafkaCluster, names: &Names, image: &str, controller_tls: bool) -> Value {
+fn broker_container(
+    kc: &KafkaCluster,
+    names: &Names,
+    image: &str,
+    tls_controllers: &[&'static str],
+) -> Value {
     let spec = &kc.spec;
     let advertised: Vec<String> = broker_listeners(kc)
         .iter()
@@ -1155,7 +1284,7 @@ fn broker_container(kc: &KafkaCluster, names: &Names, image: &str, controller_tl
         "--override".into(),
         format!("advertised.listeners={}", advertised.join(",")),
     ];
-    args.extend(keystore_overrides(kc, controller_tls));
+    args.extend(keystore_overrides(kc, tls_controllers));
     if let Some(rack) = &spec.rack {
         env.push(json!({"name": "BROKER_RACK", "valueFrom": {"fieldRef": {"fieldPath": format!("metadata.labels['{}']", rack.topology_key)}}}));
         args.push("--override".into());
@@ -1281,6 +1410,9 @@ fn statefulset_metadata(
         CONTROLLER_TLS_ANNOTATION: quorum.controller_tls(kc).to_string(),
         SECURITY_STAGE_ANNOTATION: migration::stage_of(kc).as_str(),
     });
+    if let Some(spare) = quorum.spare {
+        m["annotations"][CONTROLLER_SPARE_ANNOTATION] = json!(spare.annotation());
+    }
     Ok(m)
 }
 

@@ -1,5 +1,7 @@
 //! Field-by-field checks of the objects the KafkaCluster reconciler applies.
 
+use std::collections::BTreeSet;
+
 use super::*;
 use crate::operator::crd::{KafkaClusterSpec, Rack, SecurityStage};
 
@@ -1266,7 +1268,8 @@ fn the_controller_listener_stays_as_the_statefulset_records_it() {
         kept,
         QuorumShape {
             controllers: 3,
-            tls: Some(false)
+            tls: Some(false),
+            spare: None,
         }
     );
     assert!(protocols(kept).unwrap().ends_with(",CONTROLLER:PLAINTEXT"));
@@ -1283,123 +1286,211 @@ fn the_controller_listener_stays_as_the_statefulset_records_it() {
         .ends_with(",CONTROLLER:PLAINTEXT"));
 }
 
-/// A cluster whose StatefulSet exists at `stage`, as the operator applies it (`migration`).
-fn staged_properties(spec: &KafkaCluster, existing: &StatefulSet, stage: SecurityStage) -> String {
-    let quorum = quorum_shape(spec, Some(existing));
-    server_properties(&migration::staged(spec, stage), quorum).unwrap()
+/// What an operator applies to `running`, pass after pass, each once the last roll is done
+/// (`migration::next_steps`), until a pass changes nothing: each step's stage, properties and
+/// StatefulSet.
+fn walk(target: &KafkaCluster, running: &StatefulSet) -> Vec<(SecurityStage, String, StatefulSet)> {
+    let mut sts = running.clone();
+    let mut out = Vec::new();
+    loop {
+        let recorded = quorum_shape(target, Some(&sts));
+        let at = migration::recorded(Some(&sts));
+        let (stage, quorum) = migration::next_steps(target, at, recorded, true);
+        if Some(stage) == at && quorum == recorded {
+            return out;
+        }
+        let view = migration::staged(target, stage);
+        sts = statefulset(&view, "img", quorum).unwrap();
+        out.push((
+            stage,
+            server_properties(&view, quorum).unwrap(),
+            sts.clone(),
+        ));
+        assert!(
+            out.len() <= 8,
+            "no end: {:?}",
+            out.iter().map(|o| o.0).collect::<Vec<_>>()
+        );
+    }
+}
+
+/// `SECURED` with its first listener PLAINTEXT on 9092, and the same cluster unsecured.
+fn secured_and_plain() -> (KafkaCluster, KafkaCluster) {
+    let target = cluster(&SECURED.replace("name: tls, port: 9093", "name: plain, port: 9092"));
+    let plain = cluster("replicas: 3\nlisteners:\n- {name: plain, port: 9092}\n");
+    (target, plain)
 }
 
 #[test]
-fn a_running_cluster_is_secured_in_three_rolls_that_each_keep_replication() {
+fn a_running_cluster_is_secured_in_five_rolls_ending_as_one_created_secured() {
     use SecurityStage::*;
-    let plain = cluster("replicas: 3\nlisteners:\n- {name: plain, port: 9092}\n");
+    let (target, plain) = secured_and_plain();
     let running = statefulset(&plain, "img", 3).unwrap();
     assert_eq!(migration::recorded(Some(&running)), Some(Unsecured));
-    let target = cluster(&SECURED.replace("name: tls, port: 9093", "name: plain, port: 9092"));
-    assert_eq!(SecurityStage::target(&target), Secured);
-    let quorum = quorum_shape(&target, Some(&running));
-    assert!(
-        !quorum.controller_tls(&target),
-        "the controller listener keeps its PLAINTEXT"
-    );
-    assert!(migration::check(&target, Some(&running), quorum).is_ok());
+    assert!(migration::check(Some(&running)).is_ok());
+    let steps = walk(&target, &running);
+    let stages: Vec<SecurityStage> = steps.iter().map(|s| s.0).collect();
+    assert_eq!(stages, [Internal, InterBroker, Secured, Secured, Secured]);
+    let p = |i: usize, k: &str| property(&steps[i].1, k).map(str::to_string);
+    let voters_on = |i: usize| {
+        let voters = p(i, "controller.quorum.voters").unwrap();
+        let ports: BTreeSet<&str> = voters
+            .split(',')
+            .filter_map(|v| v.rsplit(':').next())
+            .collect();
+        ports.into_iter().map(str::to_string).collect::<Vec<_>>()
+    };
 
-    // Step 1: the internal listener is added, unused; the first listener stays the inter-broker
-    // one, PLAINTEXT, and there is no authorizer yet.
-    let props = staged_properties(&target, &running, Internal);
-    let p = |k| property(&props, k).map(str::to_string);
+    // Step 1: the internal listener and a spare controller listener (mutual TLS) are added,
+    // both unused; replication stays on the first listener, PLAINTEXT, without an authorizer.
     assert_eq!(
-        p("listeners").as_deref(),
-        Some("PLAIN://0.0.0.0:9092,MTLS://0.0.0.0:9094,REPLICATION://0.0.0.0:9091,CONTROLLER://0.0.0.0:9093")
+        p(0, "listeners").as_deref(),
+        Some("PLAIN://0.0.0.0:9092,MTLS://0.0.0.0:9094,REPLICATION://0.0.0.0:9091,CONTROLLER://0.0.0.0:9093,CONTROLLER_SPARE://0.0.0.0:9090")
     );
     assert_eq!(
-        p("listener.security.protocol.map").as_deref(),
-        Some("PLAIN:PLAINTEXT,MTLS:PLAINTEXT,REPLICATION:SSL,CONTROLLER:PLAINTEXT")
+        p(0, "listener.security.protocol.map").as_deref(),
+        Some("PLAIN:PLAINTEXT,MTLS:PLAINTEXT,REPLICATION:SSL,CONTROLLER:PLAINTEXT,CONTROLLER_SPARE:SSL")
     );
-    assert_eq!(p("inter.broker.listener.name").as_deref(), Some("PLAIN"));
-    assert_eq!(p("authorizer.class.name"), None);
     assert_eq!(
-        p("listener.name.replication.ssl.client.auth").as_deref(),
+        p(0, "controller.listener.names").as_deref(),
+        Some("CONTROLLER,CONTROLLER_SPARE")
+    );
+    assert_eq!(voters_on(0), ["9093"]);
+    assert_eq!(p(0, "inter.broker.listener.name").as_deref(), Some("PLAIN"));
+    assert_eq!(p(0, "authorizer.class.name"), None);
+    assert_eq!(
+        p(0, "listener.name.controller_spare.ssl.client.auth").as_deref(),
         Some("required")
     );
-    let step1 = migration::staged(&target, Internal);
+    let args = yaml(&steps[0].2);
+    let args = at(&args, "spec.template.spec.containers.0.args");
+    let keystore = "listener.name.controller_spare.ssl.keystore.location=";
+    assert!(
+        args.as_sequence()
+            .unwrap()
+            .iter()
+            .any(|a| s(a).starts_with(keystore)),
+        "{args:?}"
+    );
     assert_eq!(
-        internal_port(&step1),
+        internal_port(&migration::staged(&target, Internal)),
         9092,
         "the operator still uses the first listener"
     );
-    let sts1 = statefulset(&step1, "img", quorum_shape(&target, Some(&running))).unwrap();
-    assert_eq!(migration::recorded(Some(&sts1)), Some(Internal));
-    let ports = yaml(&sts1);
-    let ports = at(&ports, "spec.template.spec.containers.0.ports");
-    assert!(ports
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .any(|p| s(&p["name"]) == "replication"));
 
-    // Step 2: the brokers replicate on it; still PLAINTEXT outside, still no authorizer.
-    let props = staged_properties(&target, &sts1, InterBroker);
-    let p = |k| property(&props, k).map(str::to_string);
+    // Step 2: replication on the internal listener; everyone dials the spare.
     assert_eq!(
-        p("listeners").as_deref(),
-        Some("REPLICATION://0.0.0.0:9091,PLAIN://0.0.0.0:9092,MTLS://0.0.0.0:9094,CONTROLLER://0.0.0.0:9093")
-    );
-    assert_eq!(
-        p("inter.broker.listener.name").as_deref(),
+        p(1, "inter.broker.listener.name").as_deref(),
         Some("REPLICATION")
     );
-    assert_eq!(p("authorizer.class.name"), None);
+    assert_eq!(
+        p(1, "controller.listener.names").as_deref(),
+        Some("CONTROLLER_SPARE,CONTROLLER")
+    );
+    assert_eq!(voters_on(1), ["9090"]);
+    assert_eq!(p(1, "authorizer.class.name"), None);
     assert_eq!(
         internal_port(&migration::staged(&target, InterBroker)),
         9091
     );
 
-    // Step 3: the spec's listeners and authorizer; the controller listener as it was.
-    let props = staged_properties(&target, &sts1, Secured);
-    let p = |k| property(&props, k).map(str::to_string);
+    // Step 3: the spec's listeners and authorizer; the controller port turns mutual TLS while
+    // nobody dials it.
     assert_eq!(
-        p("listener.security.protocol.map").as_deref(),
-        Some("REPLICATION:SSL,PLAIN:SASL_SSL,MTLS:SSL,CONTROLLER:PLAINTEXT")
+        p(2, "listener.security.protocol.map").as_deref(),
+        Some("REPLICATION:SSL,PLAIN:SASL_SSL,MTLS:SSL,CONTROLLER_SPARE:SSL,CONTROLLER:SSL")
     );
+    assert_eq!(voters_on(2), ["9090"]);
+    assert!(p(2, "authorizer.class.name").is_some());
+
+    // Steps 4 and 5: the controller port dialled again, then the spare gone: as created.
     assert_eq!(
-        p("inter.broker.listener.name").as_deref(),
-        Some("REPLICATION")
+        p(3, "controller.listener.names").as_deref(),
+        Some("CONTROLLER,CONTROLLER_SPARE")
     );
-    assert!(p("authorizer.class.name").is_some());
+    assert_eq!(voters_on(3), ["9093"]);
+    let created = server_properties(&target, 3).unwrap();
+    assert_eq!(
+        steps[4].1, created,
+        "the last step renders what a created secured cluster has"
+    );
+    let annotations = steps[4].2.metadata.annotations.clone().unwrap();
+    assert_eq!(annotations[CONTROLLER_TLS_ANNOTATION], "true");
+    assert!(
+        !annotations.contains_key(CONTROLLER_SPARE_ANNOTATION),
+        "{annotations:?}"
+    );
+    assert!(
+        controller_network_policy(&target, quorum_shape(&target, Some(&steps[4].2)))
+            .unwrap()
+            .is_none(),
+        "nothing left to fence"
+    );
 }
 
 #[test]
-fn a_cluster_secured_while_running_is_unsecured_the_same_steps_back() {
+fn a_secured_cluster_is_unsecured_in_five_rolls_its_controller_listener_first() {
     use SecurityStage::*;
-    let plain = cluster("replicas: 3\nlisteners:\n- {name: plain, port: 9092}\n");
-    let before = statefulset(&plain, "img", 3).unwrap();
-    let target = cluster(&SECURED.replace("name: tls, port: 9093", "name: plain, port: 9092"));
-    let on = migration::staged(&target, Secured);
-    let running = statefulset(&on, "img", quorum_shape(&target, Some(&before))).unwrap();
-    assert_eq!(migration::recorded(Some(&running)), Some(Secured));
-    let quorum = quorum_shape(&plain, Some(&running));
-    assert!(migration::check(&plain, Some(&running), quorum).is_ok());
-    let props = staged_properties(&plain, &running, InterBroker);
-    let p = |k| property(&props, k).map(str::to_string);
-    assert_eq!(
-        p("listener.security.protocol.map").as_deref(),
-        Some("REPLICATION:SSL,PLAIN:PLAINTEXT,CONTROLLER:PLAINTEXT")
+    let (target, plain) = secured_and_plain();
+    // Created secured, and secured while running: both walk back to what a created
+    // unsecured cluster has.
+    let created = statefulset(&target, "img", 3).unwrap();
+    let secured_later = walk(&target, &statefulset(&plain, "img", 3).unwrap())
+        .pop()
+        .unwrap()
+        .2;
+    for running in [created, secured_later] {
+        let steps = walk(&plain, &running);
+        let stages: Vec<SecurityStage> = steps.iter().map(|s| s.0).collect();
+        assert_eq!(
+            stages,
+            [InterBroker, Internal, Unsecured, Unsecured, Unsecured]
+        );
+        let p = |i: usize, k: &str| property(&steps[i].1, k).map(str::to_string);
+        // The spare comes PLAINTEXT and fenced; the controller port turns PLAINTEXT only once
+        // nobody dials it, and the certificates go with it.
+        assert_eq!(
+            p(0, "listener.security.protocol.map").as_deref(),
+            Some("REPLICATION:SSL,PLAIN:PLAINTEXT,CONTROLLER:SSL,CONTROLLER_SPARE:PLAINTEXT")
+        );
+        let quorum = quorum_shape(&plain, Some(&steps[0].2));
+        let policy = controller_network_policy(&migration::staged(&plain, InterBroker), quorum)
+            .unwrap()
+            .map(|p| yaml(&p))
+            .expect("the PLAINTEXT spare is fenced");
+        assert_eq!(
+            at(&policy, "spec.ingress.0.ports.0.port").as_i64(),
+            Some(9090)
+        );
+        assert_eq!(
+            at(&policy, "spec.ingress.1.ports.1.port").as_i64(),
+            Some(9091)
+        );
+        assert_eq!(
+            p(1, "controller.listener.names").as_deref(),
+            Some("CONTROLLER_SPARE,CONTROLLER")
+        );
+        assert_eq!(
+            p(2, "listener.security.protocol.map").as_deref(),
+            Some("PLAIN:PLAINTEXT,CONTROLLER_SPARE:PLAINTEXT,CONTROLLER:PLAINTEXT")
+        );
+        assert_eq!(steps[4].1, server_properties(&plain, 3).unwrap());
+    }
+}
+
+#[test]
+fn a_listener_on_the_spare_controller_port_is_refused_while_it_is_there() {
+    let (target, plain) = secured_and_plain();
+    let steps = walk(&target, &statefulset(&plain, "img", 3).unwrap());
+    let quorum = quorum_shape(&target, Some(&steps[0].2));
+    let taken = cluster(&SECURED.replace("name: tls, port: 9093", "name: plain, port: 9090"));
+    let err = server_properties(&taken, quorum).unwrap_err().to_string();
+    assert!(
+        err.contains("port 9090 is taken by the spare controller listener"),
+        "{err}"
     );
-    assert_eq!(
-        p("inter.broker.listener.name").as_deref(),
-        Some("REPLICATION")
-    );
-    let props = staged_properties(&plain, &running, Internal);
-    assert_eq!(
-        property(&props, "inter.broker.listener.name"),
-        Some("PLAIN")
-    );
-    let props = staged_properties(&plain, &running, Unsecured);
-    assert_eq!(
-        property(&props, "listener.security.protocol.map"),
-        Some("PLAIN:PLAINTEXT,CONTROLLER:PLAINTEXT")
-    );
+    // A new move picks a port no listener takes.
+    assert_eq!(crate::operator::controller_move::spare_port(&taken), 9089);
 }
 
 #[test]
@@ -1438,29 +1529,10 @@ fn a_plaintext_controller_listener_is_fenced_to_the_brokers_and_a_tls_one_is_not
 }
 
 #[test]
-fn unsecuring_a_cluster_created_secured_is_refused() {
-    let plain = cluster("replicas: 3\nlisteners:\n- {name: tls, port: 9095}\n");
+fn a_cluster_whose_internal_listener_an_earlier_operator_made_plaintext_is_refused() {
     let tls = secured();
     let running_tls = statefulset(&tls, "img", 3).unwrap();
-    let quorum = quorum_shape(&tls, Some(&running_tls));
-    assert!(
-        quorum.controller_tls(&tls),
-        "created secured: its controller listener is mutual TLS"
-    );
-    assert!(migration::check(&tls, Some(&running_tls), quorum).is_ok());
-    // Refused from what the StatefulSet records, even for a cluster no pass of this operator
-    // has written a stage for yet (its unsecured spec alone would say PLAINTEXT).
-    let err = migration::check(
-        &plain,
-        Some(&running_tls),
-        quorum_shape(&plain, Some(&running_tls)),
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(
-        err.starts_with("unsecuring this cluster is not supported"),
-        "{err}"
-    );
+    assert!(migration::check(Some(&running_tls)).is_ok());
     // A cluster an earlier operator secured: its internal listener has no keystore (PLAINTEXT).
     let mut earlier = running_tls.clone();
     let pod = earlier
@@ -1473,11 +1545,19 @@ fn unsecuring_a_cluster_created_secured_is_refused() {
         .unwrap();
     let args = pod.containers[0].args.as_mut().unwrap();
     args.retain(|a| !a.starts_with("listener.name.replication.ssl.keystore.location="));
-    let err = migration::check(&tls, Some(&earlier), quorum_shape(&tls, Some(&earlier)))
-        .unwrap_err()
-        .to_string();
+    let err = migration::check(Some(&earlier)).unwrap_err().to_string();
     assert!(
         err.contains("is PLAINTEXT (it was secured by an earlier operator)"),
         "{err}"
     );
+}
+
+#[test]
+fn the_ports_left_open_are_every_other_tcp_port() {
+    assert_eq!(open_ranges(&[9093]), [(1, 9092), (9094, 65535)]);
+    assert_eq!(
+        open_ranges(&[9093, 9090]),
+        [(1, 9089), (9091, 9092), (9094, 65535)]
+    );
+    assert_eq!(open_ranges(&[1, 2, 65535]), [(3, 65534)]);
 }
