@@ -1986,30 +1986,6 @@ async fn a_secured_cluster_gets_its_cas_broker_certificates_and_config() {
         message.contains("authentication type tls needs tls: true"),
         "{message}"
     );
-    // Unsecuring a cluster created secured would split its quorum (its controller listener is
-    // mutual TLS): refused, the ConfigMap stays.
-    clusters
-        .patch(
-            "sec",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {
-                "authorization": null,
-                "listeners": [{"name": "plain", "port": 9092}],
-            }})),
-        )
-        .await
-        .unwrap();
-    let (_, _, why) = wait_for("InvalidSpec for unsecuring", 60, || async {
-        let v = serde_json::to_value(clusters.get("sec").await.ok()?).unwrap();
-        condition(&v, "Ready").filter(|c| c.1 == "InvalidSpec")
-    })
-    .await;
-    assert!(
-        why.contains("unsecuring this cluster is not supported"),
-        "{why}"
-    );
-    let kept = cm_api.get("sec-kafka-config").await.unwrap().data.unwrap();
-    assert!(kept["server.properties"].contains("inter.broker.listener.name=REPLICATION"));
     // A super user that would smuggle in a second one: the operator refuses it, saying why.
     let mut open = secured_cluster("open", 1);
     if let Some(authz) = open.spec.authorization.as_mut() {
