@@ -2362,14 +2362,28 @@ fn assert_brokers(props: &str, protocols: &str, inter_broker: &str, authorizer: 
 }
 
 /// The brokers' server.properties once the cluster is at `stage` with its controller listeners
-/// named `names` (`controller.listener.names`, the dialled one first).
+/// named `names` (`controller.listener.names`, the dialled one first), and the StatefulSet
+/// records that step's spare (the ConfigMap is applied just before the StatefulSet: a roll
+/// marked done in between would be of the template before).
 async fn at_step(admin: &Client, ns: &str, cluster: &str, stage: &str, names: &str) -> String {
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
+    let sts: Api<StatefulSet> = Api::namespaced(admin.clone(), ns);
+    let spare_recorded = |spare: Option<&String>| match spare {
+        None => names == "CONTROLLER",
+        Some(s) => names.starts_with("CONTROLLER_SPARE") == s.ends_with(":dialled"),
+    };
     wait_for(&format!("step {stage} with {names}"), 60, || async {
         at_stage(admin, ns, cluster, stage).await;
         let cm = cms.get(&format!("{cluster}-kafka-config")).await.ok()?;
         let props = cm.data?.remove("server.properties")?;
-        (prop(&props, "controller.listener.names") == Some(names)).then_some(props)
+        (prop(&props, "controller.listener.names") == Some(names)).then_some(())?;
+        let annotations = sts
+            .get(&format!("{cluster}-kafka"))
+            .await
+            .ok()?
+            .metadata
+            .annotations?;
+        spare_recorded(annotations.get("kafka.evenkeel.dev/controller-spare")).then_some(props)
     })
     .await
 }

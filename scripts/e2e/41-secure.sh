@@ -22,9 +22,9 @@ if [[ -z "$patch" || "$(kc_field '{.status.securityStage}')" != unsecured ]]; th
     exit 0
 fi
 rate=250
-# Five rolls (about 25 s each on kind here, 20-55 s for one config roll in 65-rolls-under-load),
-# and up to 10 s between the steps.
-records=$((rate * (5 * 35 + 20)))
+# Five rolls (125-138 s in all on kind here, 20-55 s for one config roll in
+# 65-rolls-under-load), and up to 10 s between the steps.
+records=$((rate * (5 * 30 + 20)))
 topic="e2e-secure-$(date +%s)"
 pod=e2e-secure-producer
 producer_start "$pod" "$topic" "$records" "$rate"

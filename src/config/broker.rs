@@ -270,18 +270,18 @@ fn controller_client_auth(
     let Some(authorizer) = &auth.authorizer else {
         return Ok(());
     };
-    let Some(c) = cluster
-        .controller_listener_names
-        .first()
-        .filter(|c| !cluster.security_protocols.protocol(c).is_sasl())
-        .and_then(|c| ssl.get(c))
-    else {
-        return Ok(()); // no TLS, or SASL_SSL: the callers are known by their logins
-    };
     let anonymous = authorizer.super_users.iter().any(|u| u == "User:ANONYMOUS");
-    if c.client_auth == super::ssl::ClientAuth::Required || anonymous {
+    // Every controller listener a node serves, not only the dialled one: no TLS, or SASL_SSL
+    // (the callers are known by their logins), needs nothing.
+    let unknown_callers = cluster
+        .controller_listener_names
+        .iter()
+        .filter(|c| !cluster.security_protocols.protocol(c).is_sasl())
+        .filter_map(|c| ssl.get(c))
+        .find(|c| c.client_auth != super::ssl::ClientAuth::Required && !anonymous);
+    let Some(c) = unknown_callers else {
         return Ok(());
-    }
+    };
     let key = format!(
         "listener.name.{}.ssl.client.auth",
         c.listener.to_lowercase()
@@ -753,6 +753,28 @@ mod tests {
             "required".into(),
         );
         BrokerConfig::from_props(&authorized).unwrap();
+        // So must a second controller listener's (every one named is served).
+        let mut spare = authorized.clone();
+        spare.insert(
+            "controller.listener.names".into(),
+            "CONTROLLER,SPARE".into(),
+        );
+        spare.insert(
+            "listener.security.protocol.map".into(),
+            "INTERNAL:PLAINTEXT,CONTROLLER:SSL,SPARE:SSL".into(),
+        );
+        for (k, v) in &authorized {
+            if let Some(key) = k.strip_prefix("listener.name.controller.ssl.") {
+                if key != "client.auth" {
+                    spare.insert(format!("listener.name.spare.ssl.{key}"), v.clone());
+                }
+            }
+        }
+        let e = BrokerConfig::from_props(&spare).unwrap_err().to_string();
+        assert!(
+            e.contains("configuration listener.name.spare.ssl.client.auth:"),
+            "{e}"
+        );
     }
 
     #[test]
