@@ -2486,10 +2486,15 @@ async fn a_running_cluster_is_secured_and_unsecured_one_roll_per_step() {
     let props = at_step(&admin, &ns, "mig", "secured", dial_spare).await;
     let protocols = "REPLICATION:SSL,PLAIN:SASL_SSL,CONTROLLER_SPARE:SSL,CONTROLLER:SSL";
     assert_brokers(&props, protocols, "REPLICATION", true);
-    policy_removed(&policies, "mig-kafka-controller").await;
+    // Pods not rolled yet still serve 9093 PLAINTEXT: it stays fenced until the roll is done,
+    // a pass later too.
+    operator_pass(&clusters, "mig", "26").await;
+    let fenced = fenced_ports(&policies, "mig-kafka-controller").await;
+    assert_eq!(fenced, json!([{"protocol": "TCP", "port": 9093}]));
 
     rolled_out(&admin, &ns, "mig", 2).await;
     let props = at_step(&admin, &ns, "mig", "secured", dial_main).await;
+    policy_removed(&policies, "mig-kafka-controller").await;
     assert!(prop(&props, "controller.quorum.voters")
         .unwrap()
         .ends_with(":9093"));
@@ -2543,9 +2548,9 @@ async fn a_running_cluster_is_secured_and_unsecured_one_roll_per_step() {
     let props = at_step(&admin, &ns, "mig", "unsecured", dial_spare).await;
     let protocols = "PLAIN:PLAINTEXT,CONTROLLER_SPARE:PLAINTEXT,CONTROLLER:PLAINTEXT";
     assert_brokers(&props, protocols, "PLAIN", false);
-    policy_removed(&policies, "mig-kafka-controller").await;
     rolled_out(&admin, &ns, "mig", 2).await;
     at_step(&admin, &ns, "mig", "unsecured", dial_main).await;
+    policy_removed(&policies, "mig-kafka-controller").await;
     rolled_out(&admin, &ns, "mig", 2).await;
     let props = at_step(&admin, &ns, "mig", "unsecured", "CONTROLLER").await;
     assert_brokers(

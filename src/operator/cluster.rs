@@ -231,7 +231,7 @@ async fn reconcile_inner<C: AdminConnector>(
         identity.apply(ctx, &names).await?;
     }
     let applied = objects.apply(ctx, &names).await?;
-    reconcile_controller_policy(ctx, kc, &names, objects.controller_policy.as_ref()).await?;
+    reconcile_controller_policy(ctx, kc, real, &names, &steps).await?;
     let proxy = reconcile_proxy(ctx, kc, &names, objects.proxy.as_ref()).await?;
     if objects.rebalancer.is_none() {
         remove_rebalancer_identity(ctx, kc, &names).await?;
@@ -274,6 +274,10 @@ struct SecuritySteps {
     stage: SecurityStage,
     quorum: resources::QuorumShape,
     target: SecurityStage,
+    /// What the StatefulSet records, and whether every pod runs it.
+    recorded_stage: Option<SecurityStage>,
+    recorded: resources::QuorumShape,
+    rolled_out: bool,
 }
 
 fn security_steps(
@@ -282,13 +286,16 @@ fn security_steps(
     pods: &[Pod],
 ) -> SecuritySteps {
     let recorded = resources::quorum_shape(kc, existing);
+    let recorded_stage = migration::recorded(existing);
     let rolled_out = existing.is_some_and(|s| rolled_out(s, pods));
-    let (stage, quorum) =
-        migration::next_steps(kc, migration::recorded(existing), recorded, rolled_out);
+    let (stage, quorum) = migration::next_steps(kc, recorded_stage, recorded, rolled_out);
     SecuritySteps {
         stage,
         quorum,
         target: SecurityStage::target(kc),
+        recorded_stage,
+        recorded,
+        rolled_out,
     }
 }
 
@@ -538,8 +545,6 @@ struct Objects {
     proxy: Option<ProxyObjects>,
     /// Only while the rebalancer is enabled.
     rebalancer: Option<RebalancerIdentity>,
-    /// Only with a PLAINTEXT controller listener beside the internal listener.
-    controller_policy: Option<NetworkPolicy>,
 }
 
 /// The producer proxy's objects.
@@ -653,7 +658,6 @@ impl Objects {
             sts: resources::statefulset(kc, image, quorum)?,
             proxy: ProxyObjects::build(kc, image)?,
             rebalancer: RebalancerIdentity::build(kc)?,
-            controller_policy: resources::controller_network_policy(kc, quorum)?,
         })
     }
 
@@ -727,23 +731,37 @@ impl Objects {
     }
 }
 
-/// Applies the NetworkPolicy that fences a PLAINTEXT controller listener when there is one to
-/// fence (`resources::controller_network_policy`), and removes it once there is none.
+/// Applies the NetworkPolicy that fences PLAINTEXT controller ports
+/// (`resources::controller_network_policy`) while any pod may serve one, and removes it once
+/// none may. A port the applied step no longer has stays fenced until every pod runs without it:
+/// those of the step the StatefulSet records, and until that roll is done, those fenced now.
 async fn reconcile_controller_policy<C: AdminConnector>(
     ctx: &Context<C>,
     kc: &KafkaCluster,
+    real: &KafkaCluster,
     names: &Names,
-    policy: Option<&NetworkPolicy>,
+    steps: &SecuritySteps,
 ) -> Result<(), Error> {
     let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &names.namespace);
     let name = names.controller_policy();
-    match policy {
+    let owner = kc.uid().ok_or(Error::Missing("uid"))?;
+    let mut still = match steps.recorded_stage {
+        Some(stage) => steps
+            .recorded
+            .plaintext_ports(&migration::staged(real, stage)),
+        None => Vec::new(),
+    };
+    if !steps.rolled_out {
+        let current = api.get_opt(&name).await?;
+        let ours = current.filter(|p| controlled_by(p, &owner));
+        still.extend(ours.iter().flat_map(resources::fenced_ports));
+    }
+    match resources::controller_network_policy(kc, steps.quorum, &still)? {
         Some(p) => {
             let pp = PatchParams::apply(FIELD_MANAGER).force();
             api.patch(&name, &pp, &Patch::Apply(p)).await?;
         }
         None => {
-            let owner = kc.uid().ok_or(Error::Missing("uid"))?;
             delete_if_controlled(&api, &name, &owner).await?;
         }
     }
@@ -850,6 +868,13 @@ pub fn proxy_view(d: &Deployment, url: String) -> (ProxyStatus, Option<String>) 
 
 /// Deletes object `name` if the KafkaCluster with UID `owner` controls it (an object of that name
 /// that someone else made is left alone); one already gone is fine. Returns whether it deleted.
+/// Whether `obj`'s controller is the object with uid `owner`.
+fn controlled_by<K: Resource>(obj: &K, owner: &str) -> bool {
+    obj.owner_references()
+        .iter()
+        .any(|r| r.uid == owner && r.controller == Some(true))
+}
+
 async fn delete_if_controlled<K>(api: &Api<K>, name: &str, owner: &str) -> Result<bool, Error>
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
@@ -857,11 +882,7 @@ where
     let Some(obj) = api.get_opt(name).await? else {
         return Ok(false);
     };
-    let controlled = obj
-        .owner_references()
-        .iter()
-        .any(|r| r.uid == owner && r.controller == Some(true));
-    if !controlled {
+    if !controlled_by(&obj, owner) {
         return Ok(false);
     }
     let dp = DeleteParams {

@@ -311,7 +311,20 @@ mod tests {
         // which needs no certificate, so the stage may go too.
         let (stage, quorum) = next_steps(&kc, Some(Internal), dialled_tls, true);
         assert_eq!((stage, quorum.tls), (Unsecured, Some(false)));
-        // A TLS spare still to be dialled needs them: the stage stays.
+        // A PLAINTEXT spare to be dialled while 9093 is still mutual TLS: the next layout
+        // needs the certificates, so the stage waits at internal.
+        let plain_spare = QuorumShape {
+            spare: Some(controller_move::SpareListener {
+                tls: false,
+                port: 9090,
+                dialled: false,
+            }),
+            ..shape(Some(true))
+        };
+        let (stage, quorum) = next_steps(&kc, Some(Internal), plain_spare, true);
+        assert_eq!(stage, Internal, "the stage waits");
+        assert!(quorum.spare.is_some_and(|s| s.dialled) && quorum.tls == Some(true));
+        // Securing from internal: the stage goes on with a TLS spare.
         let tls_spare = QuorumShape {
             spare: Some(controller_move::SpareListener {
                 tls: true,

@@ -326,7 +326,7 @@ impl QuorumShape {
 
     /// The controller ports that are PLAINTEXT on a cluster with the internal listener: the
     /// ones a NetworkPolicy fences.
-    fn plaintext_ports(&self, kc: &KafkaCluster) -> Vec<i32> {
+    pub fn plaintext_ports(&self, kc: &KafkaCluster) -> Vec<i32> {
         if !has_internal_listener(kc) {
             return Vec::new();
         }
@@ -1017,14 +1017,19 @@ fn pod_security() -> Value {
 
 /// With the internal listener but a PLAINTEXT controller listener (a cluster secured while it
 /// ran, or by an earlier operator, until its controller listener has moved; a spare one while
-/// it moves back): a NetworkPolicy that lets only the cluster's broker pods reach those ports,
-/// and anyone every other TCP port. `None` otherwise: a mutual-TLS controller listener needs
-/// none, and an unsecured cluster is open on every listener anyway.
+/// it moves back), or `still` PLAINTEXT ports pods not yet rolled serve: a NetworkPolicy that
+/// lets only the cluster's broker pods reach those ports, and anyone every other TCP port.
+/// `None` otherwise: a mutual-TLS controller listener needs none, and an unsecured cluster is
+/// open on every listener anyway.
 pub fn controller_network_policy(
     kc: &KafkaCluster,
     quorum: QuorumShape,
+    still: &[i32],
 ) -> Result<Option<NetworkPolicy>, BuildError> {
-    let fenced = quorum.plaintext_ports(kc);
+    let mut fenced = quorum.plaintext_ports(kc);
+    fenced.extend_from_slice(still);
+    fenced.sort_unstable();
+    fenced.dedup();
     if fenced.is_empty() {
         return Ok(None);
     }
@@ -1055,6 +1060,22 @@ pub fn controller_network_policy(
         }),
     )?;
     Ok(Some(policy))
+}
+
+/// The ports `policy` (a `controller_network_policy`) fences.
+pub fn fenced_ports(policy: &NetworkPolicy) -> Vec<i32> {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let rules = policy.spec.as_ref().and_then(|s| s.ingress.as_ref());
+    let first = rules.and_then(|r| r.first());
+    first
+        .and_then(|rule| rule.ports.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|p| match p.port {
+            Some(IntOrString::Int(port)) => Some(port),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The TCP port ranges (first, last) left once `fenced` are taken out of 1–65535.

@@ -1259,8 +1259,8 @@ fn the_controller_listener_stays_as_the_statefulset_records_it() {
         assert!(args.iter().any(|a| a.starts_with(keystore)), "{args:?}");
     }
     assert_eq!(quorum_shape(&tls, Some(&running)).tls, Some(true));
-    // A secured cluster an earlier operator made: no record, so its PLAINTEXT listener stays
-    // (voters on either side of a change could not reach each other).
+    // A secured cluster an earlier operator made: no record, so its listener is PLAINTEXT
+    // (until it moves: `controller_move`).
     let mut earlier = running.clone();
     earlier.metadata.annotations = Some([(CONTROLLERS_ANNOTATION.to_string(), "3".into())].into());
     let kept = quorum_shape(&tls, Some(&earlier));
@@ -1421,7 +1421,7 @@ fn a_running_cluster_is_secured_in_five_rolls_ending_as_one_created_secured() {
         "{annotations:?}"
     );
     assert!(
-        controller_network_policy(&target, quorum_shape(&target, Some(&steps[4].2)))
+        controller_network_policy(&target, quorum_shape(&target, Some(&steps[4].2)), &[])
             .unwrap()
             .is_none(),
         "nothing left to fence"
@@ -1454,10 +1454,11 @@ fn a_secured_cluster_is_unsecured_in_five_rolls_its_controller_listener_first() 
             Some("REPLICATION:SSL,PLAIN:PLAINTEXT,CONTROLLER:SSL,CONTROLLER_SPARE:PLAINTEXT")
         );
         let quorum = quorum_shape(&plain, Some(&steps[0].2));
-        let policy = controller_network_policy(&migration::staged(&plain, InterBroker), quorum)
-            .unwrap()
-            .map(|p| yaml(&p))
-            .expect("the PLAINTEXT spare is fenced");
+        let policy =
+            controller_network_policy(&migration::staged(&plain, InterBroker), quorum, &[])
+                .unwrap()
+                .map(|p| yaml(&p))
+                .expect("the PLAINTEXT spare is fenced");
         assert_eq!(
             at(&policy, "spec.ingress.0.ports.0.port").as_i64(),
             Some(9090)
@@ -1500,7 +1501,11 @@ fn a_plaintext_controller_listener_is_fenced_to_the_brokers_and_a_tls_one_is_not
     let before = statefulset(&plain, "img", 3).unwrap();
     let target = cluster(&SECURED.replace("name: tls, port: 9093", "name: plain, port: 9092"));
     let quorum = quorum_shape(&target, Some(&before));
-    let policy = |kc: &KafkaCluster, q| controller_network_policy(kc, q).unwrap().map(|p| yaml(&p));
+    let policy = |kc: &KafkaCluster, q| {
+        controller_network_policy(kc, q, &[])
+            .unwrap()
+            .map(|p| yaml(&p))
+    };
     assert!(policy(&migration::staged(&plain, Unsecured), quorum).is_none());
     assert!(
         policy(&secured(), 3.into()).is_none(),
@@ -1560,4 +1565,27 @@ fn the_ports_left_open_are_every_other_tcp_port() {
         [(1, 9089), (9091, 9092), (9094, 65535)]
     );
     assert_eq!(open_ranges(&[1, 2, 65535]), [(3, 65534)]);
+}
+
+#[test]
+fn ports_pods_not_yet_rolled_serve_plaintext_stay_fenced() {
+    let kc = secured();
+    let tls = quorum_shape(&kc, None);
+    assert!(controller_network_policy(&kc, tls, &[]).unwrap().is_none());
+    let policy = controller_network_policy(&kc, tls, &[9093, 9093])
+        .unwrap()
+        .expect("9093 still fenced");
+    assert_eq!(fenced_ports(&policy), [9093]);
+    let spare = QuorumShape {
+        spare: Some(crate::operator::controller_move::SpareListener {
+            tls: false,
+            port: 9090,
+            dialled: true,
+        }),
+        ..tls
+    };
+    let policy = controller_network_policy(&kc, spare, &[9093])
+        .unwrap()
+        .unwrap();
+    assert_eq!(fenced_ports(&policy), [9090, 9093]);
 }
