@@ -753,8 +753,14 @@ mod tests {
             "required".into(),
         );
         BrokerConfig::from_props(&authorized).unwrap();
-        // So must a second controller listener's (every one named is served).
+        // So must a second controller listener's, on a controller (it serves every one named).
         let mut spare = authorized.clone();
+        spare.insert("node.id".into(), "1".into());
+        spare.insert("process.roles".into(), "controller".into());
+        spare.insert(
+            "listeners".into(),
+            "CONTROLLER://:9093,SPARE://:9094".into(),
+        );
         spare.insert(
             "controller.listener.names".into(),
             "CONTROLLER,SPARE".into(),
