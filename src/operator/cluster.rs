@@ -244,7 +244,7 @@ async fn reconcile_inner<C: AdminConnector>(
     let views = broker_views(&pods, &applied);
     let step = roll_step(&applied, &views, current.min(replicas), &brokers);
     roll(ctx, kc, &step, &mut pass).await?;
-    report_security_stage(ctx, kc, existing.as_ref(), &steps, &mut pass).await;
+    report_security_stage(ctx, kc, &steps, &mut pass).await;
     spread_after_scale_up(ctx, kc, &brokers, &views, &step, replicas, &mut pass).await;
     sync_component_acls(ctx, kc, &brokers, &mut pass).await;
 
@@ -334,7 +334,6 @@ fn rolled_out(existing: &StatefulSet, pods: &[Pod]) -> bool {
 async fn report_security_stage<C: AdminConnector>(
     ctx: &Context<C>,
     kc: &KafkaCluster,
-    existing: Option<&StatefulSet>,
     steps: &SecuritySteps,
     pass: &mut Pass,
 ) {
@@ -342,8 +341,8 @@ async fn report_security_stage<C: AdminConnector>(
     let Some((reason, message)) = migration::progress(steps.stage, steps.target, layout) else {
         return;
     };
-    let recorded = resources::quorum_shape(kc, existing).layout(kc);
-    if migration::recorded(existing) != Some(steps.stage) || recorded != layout {
+    // A step starts when this pass applies other than what the StatefulSet records.
+    if steps.recorded_stage != Some(steps.stage) || steps.recorded != steps.quorum {
         ctx.event(kc, EventType::Normal, &reason, &message).await;
     }
     // The step's reason, with what the roll waits for; a blocked roll keeps its own reason.

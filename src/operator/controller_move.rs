@@ -91,14 +91,12 @@ impl ControllerLayout {
         let main = format!("controller port {CONTROLLER_PORT} {}", protocol(self.tls));
         match self.spare {
             None => main,
-            Some(s) => {
-                let dialled = if s.dialled { s.port } else { CONTROLLER_PORT };
-                format!(
-                    "{main}, spare controller listener on {} {}; the nodes dial {dialled}",
-                    s.port,
-                    protocol(s.tls)
-                )
-            }
+            Some(s) => format!(
+                "{main}, spare controller listener on {} {}; the nodes dial {}",
+                s.port,
+                protocol(s.tls),
+                self.dialled_port()
+            ),
         }
     }
 }

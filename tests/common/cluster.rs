@@ -292,12 +292,6 @@ impl Cluster {
         std::fs::write(&path, text).expect("the node's config written");
     }
 
-    /// The value of `key` in node `id`'s server.properties.
-    pub fn config_value(&self, id: usize, key: &str) -> Option<String> {
-        let text = std::fs::read_to_string(&self.nodes[id - 1].config).ok()?;
-        evenkeel::config::parse_properties(&text).remove(key)
-    }
-
     /// Starts node `id` and waits until it is ready.
     pub fn restart(&mut self, id: usize) {
         self.spawn(id);
