@@ -22,9 +22,9 @@ if [[ -z "$patch" || "$(kc_field '{.status.securityStage}')" != unsecured ]]; th
     exit 0
 fi
 rate=250
-# Five rolls (125-138 s in all on kind here, 20-55 s for one config roll in
-# 65-rolls-under-load), and up to 10 s between the steps.
-records=$((rate * (5 * 30 + 20)))
+# At most: five rolls (125-138 s in all on kind here, 20-55 s for one config roll in
+# 65-rolls-under-load) and up to 10 s between the steps; stopped once they are done.
+records=$((rate * (5 * 60 + 60)))
 topic="e2e-secure-$(date +%s)"
 pod=e2e-secure-producer
 producer_start "$pod" "$topic" "$records" "$rate"
@@ -86,5 +86,5 @@ out="$(reach 9092 2>&1)" || die "a client pod cannot reach the plain listener: $
 ok "fenced while PLAINTEXT (NetworkPolicy seen ${fenced}), then moved: 9093 refuses a plain client, 9092 serves it"
 k get events --field-selector "involvedObject.name=${CLUSTER},reason=Securing" 2>/dev/null | sed 's/^/    /' | tail -4
 
-producer_finish "$pod" "$records"
+producer_stop "$pod"
 read_back "$topic" "$ACKED" "the cluster secured in five rolls while the producer wrote"

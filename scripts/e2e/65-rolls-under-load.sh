@@ -12,8 +12,8 @@ source "$(dirname "$0")/lib.sh"
 rolls="${E2E_ROLLS:-5}"
 rate="${E2E_ROLL_RATE:-500}"
 # Enough records to outlast the rolls (20-55 s each on kind here, 60 s allowed, and 20 s for the
-# steps between them); the producer finishes afterwards. With 45 s a roll, two rolls of 54 and
-# 50 s outlasted the producer, and the check below refused a fault without load.
+# steps between them); the producer is stopped once they are done. With 45 s a roll, two rolls
+# of 54 and 50 s outlasted the producer, and the check below refused a fault without load.
 secured=0
 k get secret "${CLUSTER}-cluster-ca-cert" >/dev/null 2>&1 && secured=1
 # A key replacement is three rolls.
@@ -39,5 +39,5 @@ for i in $(seq 1 "$rolls"); do
 done
 ok "${rolls} rolls in $((SECONDS - start)) s"
 
-producer_finish "$pod" "$records"
+producer_stop "$pod"
 read_back "$topic" "$ACKED" "${rolls} rolls$( ((secured)) && echo " (the first a CA key replacement, itself three rolls)"), one with an operator failover"

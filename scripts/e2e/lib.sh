@@ -191,14 +191,13 @@ client_run() {
     [[ "$phase" == Succeeded ]]
 }
 
-# An idempotent acks=all producer in pod $1: RECORDS at RATE/s to TOPIC (6 partitions, RF 3).
-# Sets PRODUCER_DONE to when (in $SECONDS) it should have sent them all.
+# An idempotent acks=all producer in pod $1: at most RECORDS at RATE/s to TOPIC (6 partitions,
+# RF 3); producer_stop ends it once the faults it runs under are over.
 producer_start() { # POD TOPIC RECORDS RATE
     step "producer: $3 records at $4/s to $2 (idempotent, acks=all), in pod $1"
     client_start "$1" perf produce --bootstrap "$BOOTSTRAP" --topic "$2" --partitions 6 \
         --num-records "$3" --throughput "$4" --record-size 200 \
         --producer-props acks=all enable.idempotence=true message.timeout.ms=300000
-    PRODUCER_DONE=$((SECONDS + $3 / $4))
     ok "running"
 }
 
@@ -210,19 +209,32 @@ producer_running() { # POD WHAT
         die "the producer is ${phase:-gone} before $2: raise its record count so the fault runs under load"
 }
 
-# Waits for the producer of pod $1 to end and sets ACKED to the records it was told were written;
-# fails unless it wrote all $2 of them.
-producer_finish() { # POD RECORDS
-    local pod="$1" records="$2" phase log wait
-    wait=$((${PRODUCER_DONE:-$SECONDS} > SECONDS ? PRODUCER_DONE - SECONDS : 0))
-    step "wait for the producer to finish"
-    phase="$(pod_wait_ended "$pod" $((wait + E2E_TIMEOUT)))"
-    log="$(k logs "$pod" 2>&1 | tail -3 || true)"
-    printf '%s\n' "$log" | sed 's/^/    /'
-    [[ "$phase" == Succeeded ]] || die "the producer ended ${phase:-nowhere}: some records were not acknowledged"
-    ACKED="$(sed -n 's/^\([0-9]*\) records sent,.*/\1/p' <<<"$log" | tail -1)"
-    [[ "$ACKED" == "$records" ]] || die "the producer reports ${ACKED:-no count} acknowledged of ${records}"
-    k delete pod "$pod" --wait=false >/dev/null
+# Stops the producer of pod $1 once its faults are over: the pod is deleted, so the producer
+# gets SIGTERM, stops sending, waits for the answers to what it sent and prints its figures,
+# followed here as it writes them. Sets ACKED to the records it was told were written; fails
+# if any record was not.
+producer_stop() { # POD
+    local pod="$1" log follower deadline=$((SECONDS + 30))
+    step "stop the producer (SIGTERM: it sends no more, waits for its answers, reports)"
+    log="$(mktemp)"
+    timeout $((E2E_TIMEOUT + 300)) kubectl -n "$NS" logs -f "$pod" >"$log" 2>&1 &
+    follower=$!
+    # It prints a progress line every 5 s: once one is here, the stream is attached.
+    until [[ -s "$log" ]]; do
+        ((SECONDS < deadline)) || die "no output from the producer in pod ${pod}"
+        sleep 1
+    done
+    k delete pod "$pod" --grace-period=300 --wait=false >/dev/null
+    wait "$follower" || true
+    tail -3 "$log" | sed 's/^/    /'
+    ACKED="$(sed -n 's/^\([0-9]*\) records sent,.* ms avg latency.*/\1/p' "$log" | tail -1)"
+    if grep -q "records failed" "$log"; then
+        rm -f "$log"
+        die "the producer reports records that were not acknowledged"
+    fi
+    rm -f "$log"
+    [[ -n "$ACKED" ]] || die "the producer stopped without reporting its count"
+    ok "${ACKED} records acknowledged"
 }
 
 # Reads TOPIC from the beginning and prints acked / consumed / lost; fails unless exactly the

@@ -12,7 +12,8 @@ use super::kafka::{self, ProduceOptions, ProduceReport};
 /// The benchmarks of `evenkeel perf`.
 #[derive(clap::Subcommand)]
 pub enum PerfCommand {
-    /// Produce load through librdkafka, printed like kafka-producer-perf-test.
+    /// Produce load through librdkafka, printed like kafka-producer-perf-test. SIGTERM stops
+    /// sending; what was sent is waited for and the figures printed as at the end of a run.
     Produce(ProduceArgs),
     /// Read a topic from the beginning through librdkafka, printed like kafka-consumer-perf-test.
     Consume(ConsumeArgs),
@@ -172,8 +173,19 @@ fn produce(a: ProduceArgs) -> anyhow::Result<()> {
         throughput: a.throughput,
         props: crate::config::parse_key_values(&a.producer_props)?,
         round_robin: None,
+        stop: Some(Default::default()),
     };
     let rt = tokio::runtime::Runtime::new()?;
+    // SIGTERM (a client pod deleted) ends the run early, reported like a finished one.
+    if let Some(stop) = o.stop.clone() {
+        let mut term = rt.block_on(async {
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        })?;
+        rt.spawn(async move {
+            term.recv().await;
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+    }
     let (partitions, rf) = (a.partitions, a.replication_factor);
     match a.client.as_str() {
         "evenkeel" => rt.block_on(super::producer::ensure_topic(&o, partitions, rf))?,
@@ -330,6 +342,7 @@ fn wide_fetch(a: WideFetchArgs) -> anyhow::Result<()> {
             ("statistics.interval.ms".into(), "1000".into()),
         ],
         round_robin: Some(a.partitions),
+        stop: None,
     };
     eprintln!("warming up (metadata, connections) ...");
     let warm = ProduceOptions {

@@ -92,6 +92,17 @@ pub struct ProduceOptions {
     pub props: Vec<(String, String)>,
     /// Send record i to partition i % n instead of letting the partitioner choose.
     pub round_robin: Option<i32>,
+    /// Set to stop sending early: what was sent is still waited for and reported.
+    pub stop: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl ProduceOptions {
+    /// Whether the run was asked to stop before its last record.
+    pub fn stopped(&self) -> bool {
+        self.stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Relaxed))
+    }
 }
 
 /// What a produce run measured.
@@ -241,7 +252,7 @@ pub fn produce(
     let start = Instant::now();
     let mut last_report = start;
     let mut sent = 0u64;
-    while sent < o.num_records {
+    while sent < o.num_records && !o.stopped() {
         if o.throughput > 0.0 {
             let due = start + Duration::from_secs_f64(sent as f64 / o.throughput);
             let now = Instant::now();

@@ -73,6 +73,9 @@ pub async fn produce(
     let start = Instant::now();
     let mut last_report = start;
     for sent in 0..o.num_records {
+        if o.stopped() {
+            break;
+        }
         if o.throughput > 0.0 {
             let due = start + Duration::from_secs_f64(sent as f64 / o.throughput);
             tokio::time::sleep_until(due.into()).await;

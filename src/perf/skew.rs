@@ -341,6 +341,7 @@ fn producer(o: &SkewOptions, seconds: u64) -> kafka::ProduceOptions {
             ("linger.ms".into(), "5".into()),
         ],
         round_robin: Some(o.partitions as i32),
+        stop: None,
     }
 }
 
