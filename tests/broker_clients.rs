@@ -268,27 +268,14 @@ async fn lz4_batches_are_stored_and_served_as_sent() {
     use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
     use kafka_protocol::protocol::StrBytes;
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
+    use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions};
 
     let b = common::BrokerProcess::start(&[]);
     create_topic(&b.bootstrap, "c-lz4", 1, &[]).await;
     let records: Vec<Record> = (0..500)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i,
-            sequence: -1,
-            timestamp: 1_700_000_000_000 + i,
-            key: None,
-            value: Some(format!("lz4 record {i} {}", "z".repeat(100)).into()),
-            headers: Default::default(),
+        .map(|i| {
+            let value = format!("lz4 record {i} {}", "z".repeat(100));
+            common::plain_record(i, 1_700_000_000_000 + i, value.into())
         })
         .collect();
     let mut buf = BytesMut::new();

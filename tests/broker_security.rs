@@ -598,6 +598,21 @@ fn refusals(c: &mut TcpStream) -> Vec<(&'static str, i16, i16)> {
         r.results[0].error_code,
         cluster_auth,
     ));
+    // ALTER_CONFIGS on the cluster, each entry refused before the controller hears of it.
+    use kafka_protocol::messages::alter_client_quotas_request as quotas;
+    let r: AlterClientQuotasResponse = raw::call(
+        c,
+        ApiKey::AlterClientQuotas,
+        1,
+        &AlterClientQuotasRequest::default().with_entries(vec![quotas::EntryData::default()
+            .with_entity(vec![quotas::EntityData::default()
+                .with_entity_type(s("client-id"))
+                .with_entity_name(Some(s("app")))])
+            .with_ops(vec![quotas::OpData::default()
+                .with_key(s("producer_byte_rate"))
+                .with_value(1024.0)])]),
+    );
+    out.push(("AlterClientQuotas", r.entries[0].error_code, cluster_auth));
     let r: InitProducerIdResponse = raw::call(
         c,
         ApiKey::InitProducerId,

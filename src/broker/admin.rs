@@ -17,7 +17,9 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Request, StrBytes};
 
 use super::auth::{Action, Session};
+use super::client_quotas::{take_mutations, take_topic_deletions};
 use super::controller_channel::{is_not_controller, DEFAULT_RETRY_TIMEOUT};
+use super::quotas::ClientIdentity;
 use super::{msg, Broker, Outcome};
 use crate::config::{topic_config_entries, SOURCE_STATIC_BROKER};
 use crate::metadata::image::MetadataImage;
@@ -70,6 +72,7 @@ async fn as_is<T>(_: Arc<Broker>, r: T) -> T {
 pub fn create_topics(
     broker: &Arc<Broker>,
     session: &Session,
+    who: ClientIdentity<'_>,
     version: i16,
     mut req: CreateTopicsRequest,
 ) -> Outcome<CreateTopicsResponse> {
@@ -103,8 +106,40 @@ pub fn create_topics(
             true
         }
     });
+    let default_partitions = broker.config.num_partitions;
+    let throttle_ms = if req.validate_only {
+        0
+    } else {
+        take_mutations(
+            broker,
+            session,
+            who,
+            version >= 6,
+            &mut req.topics,
+            |t| {
+                f64::from(match (t.num_partitions, t.assignments.len()) {
+                    (n, _) if n > 0 => n,
+                    (_, 0) => default_partitions,
+                    (_, assigned) => assigned as i32,
+                })
+            },
+            |t| {
+                refused.push(
+                    CreatableTopicResult::default()
+                        .with_name(t.name.clone())
+                        .with_num_partitions(-1)
+                        .with_replication_factor(-1)
+                        .with_error_code(errors::THROTTLING_QUOTA_EXCEEDED),
+                )
+            },
+        )
+    };
     if req.topics.is_empty() {
-        return Outcome::Now(CreateTopicsResponse::default().with_topics(refused));
+        return Outcome::Now(
+            CreateTopicsResponse::default()
+                .with_topics(refused)
+                .with_throttle_time_ms(throttle_ms),
+        );
     }
     let validate_only = req.validate_only;
     let names: Vec<TopicName> = req.topics.iter().map(|t| t.name.clone()).collect();
@@ -141,7 +176,7 @@ pub fn create_topics(
                     .await;
             }
             resp.topics.extend(refused);
-            resp
+            resp.with_throttle_time_ms(throttle_ms)
         },
     )
 }
@@ -149,12 +184,18 @@ pub fn create_topics(
 pub fn delete_topics(
     broker: &Arc<Broker>,
     session: &Session,
+    who: ClientIdentity<'_>,
     version: i16,
     mut req: DeleteTopicsRequest,
 ) -> Outcome<DeleteTopicsResponse> {
-    let refused = refuse_undeletable(broker, session, &mut req);
+    let mut refused = refuse_undeletable(broker, session, &mut req);
+    let throttle_ms = take_topic_deletions(broker, session, who, version, &mut req, &mut refused);
     if req.topic_names.is_empty() && req.topics.is_empty() {
-        return Outcome::Now(DeleteTopicsResponse::default().with_responses(refused));
+        return Outcome::Now(
+            DeleteTopicsResponse::default()
+                .with_responses(refused)
+                .with_throttle_time_ms(throttle_ms),
+        );
     }
     forward(
         broker,
@@ -162,7 +203,7 @@ pub fn delete_topics(
         req,
         |r| r.responses.iter().any(|t| is_not_controller(t.error_code)),
         |_| DeleteTopicsResponse::default(),
-        |broker, mut resp| async move {
+        move |broker, mut resp| async move {
             resp.responses.extend(refused);
             let gone: Vec<uuid::Uuid> = resp
                 .responses
@@ -176,7 +217,7 @@ pub fn delete_topics(
                         .all(|id| img.topic_by_id(&(*id).into()).is_none())
                 })
                 .await;
-            resp
+            resp.with_throttle_time_ms(throttle_ms)
         },
     )
 }
@@ -225,6 +266,7 @@ fn refuse_undeletable(
 pub fn create_partitions(
     broker: &Arc<Broker>,
     session: &Session,
+    who: ClientIdentity<'_>,
     version: i16,
     mut req: CreatePartitionsRequest,
 ) -> Outcome<CreatePartitionsResponse> {
@@ -242,8 +284,39 @@ pub fn create_partitions(
         }
         ok
     });
+    let img = broker.image();
+    let added = |t: &create_partitions_request::CreatePartitionsTopic| {
+        let now = img
+            .topic(&t.name.0)
+            .map_or(0, |t| t.partitions.len() as i32);
+        f64::from((t.count - now).max(0))
+    };
+    let throttle_ms = if req.validate_only {
+        0
+    } else {
+        take_mutations(
+            broker,
+            session,
+            who,
+            version >= 3,
+            &mut req.topics,
+            added,
+            |t| {
+                refused.push(
+                    CreatePartitionsTopicResult::default()
+                        .with_name(t.name.clone())
+                        .with_error_code(errors::THROTTLING_QUOTA_EXCEEDED)
+                        .with_error_message(None),
+                )
+            },
+        )
+    };
     if req.topics.is_empty() {
-        return Outcome::Now(CreatePartitionsResponse::default().with_results(refused));
+        return Outcome::Now(
+            CreatePartitionsResponse::default()
+                .with_results(refused)
+                .with_throttle_time_ms(throttle_ms),
+        );
     }
     let wanted: Vec<(String, i32)> = if req.validate_only {
         Vec::new()
@@ -277,7 +350,7 @@ pub fn create_partitions(
                 })
                 .await;
             resp.results.extend(refused);
-            resp
+            resp.with_throttle_time_ms(throttle_ms)
         },
     )
 }
@@ -795,43 +868,6 @@ fn describe_broker(
         out.push(r);
     }
     out
-}
-
-/// DescribeClientQuotas. evenkeel enforces no client quotas and AlterClientQuotas is not
-/// served, so no quota is ever set: the answer is an empty list, after Kafka's checks (the
-/// cluster's DESCRIBE_CONFIGS, known entity types). `kafka-configs --describe --entity-type
-/// users` asks this before it describes SCRAM credentials.
-pub fn describe_client_quotas(
-    broker: &Arc<Broker>,
-    session: &Session,
-    req: DescribeClientQuotasRequest,
-) -> DescribeClientQuotasResponse {
-    let refused = |code, text: Option<String>| {
-        DescribeClientQuotasResponse::default()
-            .with_error_code(code)
-            .with_error_message(text.and_then(msg))
-            .with_entries(None)
-    };
-    if !broker.authorize(session, Action::cluster(AclOperation::DescribeConfigs)) {
-        return refused(errors::CLUSTER_AUTHORIZATION_FAILED, None);
-    }
-    const ENTITY_TYPES: [&str; 3] = ["user", "client-id", "ip"];
-    if let Some(c) = req
-        .components
-        .iter()
-        .find(|c| !ENTITY_TYPES.contains(&c.entity_type.as_str()))
-    {
-        return refused(
-            errors::INVALID_REQUEST,
-            Some(format!(
-                "Custom entity type '{}' not supported",
-                c.entity_type.as_str()
-            )),
-        );
-    }
-    DescribeClientQuotasResponse::default()
-        .with_error_message(None)
-        .with_entries(Some(Vec::new()))
 }
 
 #[cfg(test)]

@@ -5,14 +5,15 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use kafka_protocol::messages::{ApiKey, FetchRequest};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, ProduceRequest};
 use kafka_protocol::protocol::{Encodable, HeaderVersion};
 
 use super::auth::Session;
+use super::quotas::{self, ClientIdentity};
 use super::refusals::{refuse_cluster_request, refuse_group_request, Refusal};
 use super::{
-    acls, admin, features, fetch, group, log_dirs, metadata, produce, scram_credentials, Broker,
-    Outcome,
+    acls, admin, client_quotas, features, fetch, group, log_dirs, metadata, produce,
+    scram_credentials, Broker, Outcome,
 };
 use crate::protocol::{self, api_versions, errors, sasl, DecodedRequest, FrameError};
 
@@ -39,9 +40,28 @@ impl Broker {
     /// is a request parked in the purgatory. An error closes the connection, as Kafka does for
     /// unknown APIs, unsupported versions and malformed requests.
     pub fn handle(self: &Arc<Self>, frame: Bytes, session: &Arc<Session>) -> Handled {
+        let started = std::time::Instant::now();
+        let quotas_set = !self.published.borrow().quotas().is_empty();
+        let header = quotas_set.then(|| frame.clone());
         let mut label = "Unknown";
         let reply = self.dispatch(frame, session, &mut label);
+        if let Some(frame) = header.filter(|_| label != "FetchFollower") {
+            self.record_request_time(&frame, session, started.elapsed());
+        }
         Handled { label, reply }
+    }
+
+    /// Counts a request's handler time against the client's `request_percentage` and mutes its
+    /// connection for the throttle. Unlike Kafka, the response does not carry that throttle
+    /// time (it is encoded by then); follower fetches are not counted, as in Kafka.
+    fn record_request_time(&self, frame: &Bytes, session: &Session, spent: std::time::Duration) {
+        let client_id = protocol::peek_client_id(frame).unwrap_or_default();
+        let who = ClientIdentity::new(&session.principal, &client_id);
+        let image = self.image();
+        let throttle =
+            self.request_quotas
+                .record(image.quotas(), who, quotas::handler_percent(spent));
+        session.mute_after_response(throttle);
     }
 
     fn dispatch(
@@ -65,17 +85,23 @@ impl Broker {
                 .map(Reply::Now);
             }
         }
+        // What a produce quota counts: the request, header and body (Kafka's sizeInBytes).
+        let size = frame.len();
         // The same checks and decoding the fuzz target exercises.
         let (header, request) = protocol::decode_request(frame)?;
         let at = Request {
             version: header.request_api_version,
             correlation_id: header.correlation_id,
         };
+        let client_id = super::client_id(&header);
         if let DecodedRequest::Fetch(req) = request {
             if fetch::is_follower(&req) {
                 *label = "FetchFollower";
             }
-            return self.fetch(at, req, session);
+            return self.fetch(at, req, session, client_id);
+        }
+        if let DecodedRequest::Produce(req) = request {
+            return self.produce(at, req, session, client_id, size);
         }
         let refusal = refuse_group_request(self, session, &request)
             .or_else(|| refuse_cluster_request(self, session, &request));
@@ -92,24 +118,29 @@ impl Broker {
                 self, at.version, &client, &host, req,
             ));
         }
-        self.handle_request(at, request, header.request_api_key, session)
+        self.handle_request(at, request, header.request_api_key, session, client_id)
     }
 
-    /// Every API but Fetch and JoinGroup (which need more than the request).
+    /// Every API but Fetch, Produce and JoinGroup (which need more than the request).
     fn handle_request(
         self: &Arc<Self>,
         at: Request,
         request: DecodedRequest,
         key: i16,
         session: &Arc<Session>,
+        client_id: &str,
     ) -> Result<Reply, FrameError> {
         let v = at.version;
+        let who = ClientIdentity::new(&session.principal, client_id);
         match request {
             DecodedRequest::DescribeAcls(req) => at.now(&acls::describe_acls(self, session, req)),
             DecodedRequest::CreateAcls(req) => at.answer(acls::create_acls(self, session, v, req)),
             DecodedRequest::DeleteAcls(req) => at.answer(acls::delete_acls(self, session, v, req)),
             DecodedRequest::DescribeClientQuotas(req) => {
-                at.now(&admin::describe_client_quotas(self, session, req))
+                at.now(&client_quotas::describe(self, session, req))
+            }
+            DecodedRequest::AlterClientQuotas(req) => {
+                at.answer(client_quotas::alter(self, session, v, req))
             }
             DecodedRequest::DescribeLogDirs(req) => {
                 at.now(&log_dirs::describe_log_dirs(self, session, req))
@@ -139,10 +170,6 @@ impl Broker {
             DecodedRequest::DescribeTopicPartitions(req) => {
                 at.now(&metadata::describe_topic_partitions(self, session, req))
             }
-            // acks=0 answers nothing.
-            DecodedRequest::Produce(req) => reply(produce::produce(self, session, req), move |r| {
-                r.map_or(Ok(None), |r| at.frame(&r))
-            }),
             DecodedRequest::ListOffsets(req) => at.now(&fetch::list_offsets(self, session, v, req)),
             DecodedRequest::OffsetForLeaderEpoch(req) => {
                 at.now(&fetch::offset_for_leader_epoch(self, session, req))
@@ -151,13 +178,13 @@ impl Broker {
                 at.answer(produce::init_producer_id(self, session, req))
             }
             DecodedRequest::CreateTopics(req) => {
-                at.answer(admin::create_topics(self, session, v, req))
+                at.answer(admin::create_topics(self, session, who, v, req))
             }
             DecodedRequest::DeleteTopics(req) => {
-                at.answer(admin::delete_topics(self, session, v, req))
+                at.answer(admin::delete_topics(self, session, who, v, req))
             }
             DecodedRequest::CreatePartitions(req) => {
-                at.answer(admin::create_partitions(self, session, v, req))
+                at.answer(admin::create_partitions(self, session, who, v, req))
             }
             DecodedRequest::DeleteRecords(req) => {
                 at.now(&admin::delete_records(self, session, req))
@@ -215,23 +242,56 @@ impl Broker {
         }
     }
 
-    /// A Fetch. Consumer fetches, wide ones included, are read and encoded on the fetch pool,
-    /// so produce and follower fetches never queue behind them.
+    /// Produce, counted against the client's `producer_byte_rate`: a response carries the
+    /// throttle time the request earned, and the connection is muted for it (acks=0 too, which
+    /// answers nothing).
+    fn produce(
+        self: &Arc<Self>,
+        at: Request,
+        req: ProduceRequest,
+        session: &Arc<Session>,
+        client_id: &str,
+        size: usize,
+    ) -> Result<Reply, FrameError> {
+        let who = ClientIdentity::new(&session.principal, client_id);
+        let throttle = self
+            .produce_quotas
+            .record(self.image().quotas(), who, size as f64);
+        session.mute_after_response(throttle);
+        let ms = throttle_ms(throttle);
+        reply(produce::produce(self, session, req), move |r| {
+            r.map_or(Ok(None), |r| at.frame(&r.with_throttle_time_ms(ms)))
+        })
+    }
+
+    /// A Fetch. A follower's is served on the handler and counts against no client quota.
+    /// Consumer fetches, wide ones included, are read and encoded on the fetch pool, so produce
+    /// and follower fetches never queue behind them, and count against `consumer_byte_rate` (at
+    /// most a quota window's bytes per fetch; the response carries the throttle time).
     fn fetch(
         self: &Arc<Self>,
         at: Request,
-        req: FetchRequest,
+        mut req: FetchRequest,
         session: &Arc<Session>,
+        client_id: &str,
     ) -> Result<Reply, FrameError> {
         if fetch::is_follower(&req) {
             return at.answer(fetch::fetch(self, session, at.version, req));
         }
         let broker = self.clone();
         let session = session.clone();
+        let client_id = client_id.to_string();
+        let image = self.image();
+        let who = ClientIdentity::new(&session.principal, &client_id);
+        if let Some(max) = self.fetch_quotas.max_in_window(image.quotas(), who) {
+            req.max_bytes = req.max_bytes.min(max.min(i32::MAX as usize) as i32);
+        }
         let task = self.fetch_pool.spawn(async move {
             let r = fetch::fetch(&broker, &session, at.version, req)
                 .resolve()
                 .await;
+            let who = ClientIdentity::new(&session.principal, &client_id);
+            let r = broker.throttle_fetch(&session, who, at.version, r);
             at.frame(&r)
         });
         Ok(Reply::Later(Box::pin(async move {
@@ -239,6 +299,30 @@ impl Broker {
                 .unwrap_or_else(|e| Err(FrameError::Malformed(format!("fetch task failed: {e}"))))
         })))
     }
+
+    /// Counts a consumer fetch's response against the client's quota (Kafka counts the body
+    /// and its 4-byte size); the response carries the throttle time, the connection is muted.
+    fn throttle_fetch(
+        &self,
+        session: &Session,
+        who: ClientIdentity<'_>,
+        version: i16,
+        r: FetchResponse,
+    ) -> FetchResponse {
+        let image = self.image();
+        if quotas::resolve(image.quotas(), quotas::QuotaType::Fetch.key(), who).is_none() {
+            return r;
+        }
+        let size = r.compute_size(version).map_or(0, |n| n + 4);
+        let throttle = self.fetch_quotas.record(image.quotas(), who, size as f64);
+        session.mute_after_response(throttle);
+        r.with_throttle_time_ms(throttle_ms(throttle))
+    }
+}
+
+/// A throttle time as the wire's `throttle_time_ms`.
+fn throttle_ms(d: std::time::Duration) -> i32 {
+    d.as_millis().min(i32::MAX as u128) as i32
 }
 
 /// The version and correlation id a response is framed with.
@@ -349,6 +433,7 @@ fn request_name(key: ApiKey) -> &'static str {
         ApiKey::DeleteAcls => "DeleteAcls",
         ApiKey::DescribeUserScramCredentials => "DescribeUserScramCredentials",
         ApiKey::AlterUserScramCredentials => "AlterUserScramCredentials",
+        ApiKey::AlterClientQuotas => "AlterClientQuotas",
         _ => "Other",
     }
 }

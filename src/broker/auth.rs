@@ -20,7 +20,29 @@ pub struct Session {
     pub peer: Option<SocketAddr>,
     /// The listener the connection came in on: answers name other brokers' endpoints on it.
     pub listener: String,
+    /// How long the connection stays muted after the response it is answering now (a client
+    /// quota's throttle time, in ms); the connection takes it once the response is written.
+    mute_ms: Mute,
 }
+
+/// A connection's pending mute (ms). Not part of what a session is: clones start unmuted and
+/// comparisons ignore it.
+#[derive(Debug, Default)]
+struct Mute(std::sync::atomic::AtomicU64);
+
+impl Clone for Mute {
+    fn clone(&self) -> Self {
+        Mute::default()
+    }
+}
+
+impl PartialEq for Mute {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Mute {}
 
 impl Session {
     pub fn new(principal: impl Into<String>, peer: Option<SocketAddr>, listener: &str) -> Session {
@@ -31,7 +53,22 @@ impl Session {
                 .unwrap_or_default(),
             peer,
             listener: listener.to_string(),
+            mute_ms: Default::default(),
         }
+    }
+
+    /// Mutes the connection for `d` after its current response (the longest asked for wins).
+    pub fn mute_after_response(&self, d: std::time::Duration) {
+        let ms = d.as_millis().min(u64::MAX as u128) as u64;
+        self.mute_ms
+            .0
+            .fetch_max(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How long to stay muted now that the response is written; resets it.
+    pub fn take_mute(&self) -> std::time::Duration {
+        let ms = self.mute_ms.0.swap(0, std::sync::atomic::Ordering::Relaxed);
+        std::time::Duration::from_millis(ms)
     }
 }
 

@@ -7,6 +7,7 @@ pub mod admin;
 pub mod alter_partition;
 mod apis;
 pub mod auth;
+mod client_quotas;
 pub mod controller_channel;
 pub mod features;
 pub mod fetch;
@@ -19,6 +20,7 @@ mod partition;
 pub mod produce;
 mod producer_state;
 mod purgatory;
+mod quotas;
 mod refusals;
 pub mod replica_manager;
 pub mod replication;
@@ -129,6 +131,12 @@ pub struct Broker {
     strays_deleted: std::sync::atomic::AtomicBool,
     /// `authorizer.class.name`: `None` allows every request.
     authorizer: Option<auth::Authorizer>,
+    /// `producer_byte_rate`, `consumer_byte_rate` and `request_percentage`, enforced.
+    produce_quotas: quotas::ClientQuotaManager,
+    fetch_quotas: quotas::ClientQuotaManager,
+    request_quotas: quotas::ClientQuotaManager,
+    /// `controller_mutation_rate`, enforced on the topic mutations this broker forwards.
+    mutation_quotas: quotas::MutationQuotaManager,
     /// The broker's background tasks (see `start_background`), stopped by `shutdown`.
     tasks: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
@@ -250,6 +258,38 @@ impl Broker {
             metrics.fetch_session_evictions.clone(),
         );
         let authorizer = config.auth.authorizer.as_ref().map(auth::Authorizer::new);
+        let quota_manager =
+            |kind, rate: &prometheus::GaugeVec, throttle_time: &prometheus::GaugeVec| {
+                quotas::ClientQuotaManager::new(
+                    kind,
+                    config.quota_window_size,
+                    config.quota_window_num,
+                    quotas::QuotaMetrics {
+                        rate: rate.clone(),
+                        throttle_time: throttle_time.clone(),
+                    },
+                )
+            };
+        let produce_quotas = quota_manager(
+            quotas::QuotaType::Produce,
+            &metrics.produce_byte_rate,
+            &metrics.produce_throttle_time,
+        );
+        let fetch_quotas = quota_manager(
+            quotas::QuotaType::Fetch,
+            &metrics.fetch_byte_rate,
+            &metrics.fetch_throttle_time,
+        );
+        let request_quotas = quota_manager(
+            quotas::QuotaType::Request,
+            &metrics.request_time,
+            &metrics.request_throttle_time,
+        );
+        let mutation_quotas = quotas::MutationQuotaManager::new(
+            config.quota_window_size,
+            config.quota_window_num,
+            metrics.mutation_throttle_time.clone(),
+        );
         let broker = Arc::new(Broker {
             cluster_id,
             fetch_sessions,
@@ -268,6 +308,10 @@ impl Broker {
             coordinated: parking_lot::Mutex::new(Default::default()),
             strays_deleted: std::sync::atomic::AtomicBool::new(false),
             authorizer,
+            produce_quotas,
+            fetch_quotas,
+            request_quotas,
+            mutation_quotas,
             tasks: parking_lot::Mutex::new(Vec::new()),
         });
         broker.start_background(images, isr_change_requests);

@@ -559,5 +559,11 @@ async fn connection(
             Err(e) => return Err(CloseReason::Handler(e.to_string())),
         }
         broker.metrics.observe(answer.label, version, times);
+        // A client over its quota: read nothing more from it until its throttle time is over
+        // (Kafka mutes the channel after sending the response, KIP-219).
+        let mute = session.take_mute();
+        if !mute.is_zero() {
+            tokio::time::sleep(mute).await;
+        }
     }
 }

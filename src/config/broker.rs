@@ -29,6 +29,10 @@ pub struct BrokerConfig {
     /// `max.incremental.fetch.session.cache.slots`: fetch sessions (KIP-227) kept at once.
     pub max_incremental_fetch_session_cache_slots: usize,
     pub socket_request_max_bytes: usize,
+    /// `quota.window.num` (11) samples of `quota.window.size.seconds` (1) over which client
+    /// quotas measure rates.
+    pub quota_window_num: usize,
+    pub quota_window_size: std::time::Duration,
     pub auto_create_topics_enable: bool,
     pub num_partitions: i32,
     pub default_replication_factor: i16,
@@ -85,6 +89,8 @@ const KNOWN: &[&str] = &[
     "queued.max.requests",
     "max.incremental.fetch.session.cache.slots",
     "socket.request.max.bytes",
+    "quota.window.num",
+    "quota.window.size.seconds",
     "auto.create.topics.enable",
     "num.partitions",
     "default.replication.factor",
@@ -194,6 +200,8 @@ impl BrokerConfig {
             queued_max_requests: requests.queued_max_requests,
             max_incremental_fetch_session_cache_slots: requests.fetch_session_cache_slots,
             socket_request_max_bytes: requests.socket_request_max_bytes,
+            quota_window_num: requests.quota_window_num,
+            quota_window_size: requests.quota_window_size,
             auto_create_topics_enable: topics.auto_create_topics_enable,
             num_partitions: topics.num_partitions,
             default_replication_factor: topics.default_replication_factor,
@@ -418,13 +426,16 @@ fn metrics_address(props: &BTreeMap<String, String>) -> Result<(SocketAddr, bool
     Ok((address, set))
 }
 
-/// The request path's keys: threads, the request queue, fetch sessions, the frame limit.
+/// The request path's keys: threads, the request queue, fetch sessions, the frame limit, the
+/// client quotas' windows.
 struct RequestPath {
     num_io_threads: usize,
     num_network_threads: usize,
     queued_max_requests: usize,
     fetch_session_cache_slots: usize,
     socket_request_max_bytes: usize,
+    quota_window_num: usize,
+    quota_window_size: std::time::Duration,
 }
 
 impl RequestPath {
@@ -439,8 +450,27 @@ impl RequestPath {
                 1000usize,
             )?,
             socket_request_max_bytes: parse(props, "socket.request.max.bytes", 104_857_600usize)?,
+            quota_window_num: at_least_one(props, "quota.window.num", 11)?,
+            quota_window_size: std::time::Duration::from_secs(at_least_one(
+                props,
+                "quota.window.size.seconds",
+                1,
+            )? as u64),
         })
     }
+}
+
+/// A count that Kafka's ConfigDef bounds with `atLeast(1)`.
+fn at_least_one(
+    props: &BTreeMap<String, String>,
+    key: &str,
+    default: usize,
+) -> Result<usize, ConfigError> {
+    let v = parse(props, key, default)?;
+    if v == 0 {
+        return Err(bad(key, "0", "must be at least 1"));
+    }
+    Ok(v)
 }
 
 /// What a topic created without them gets: auto-creation, partitions, replication factor.

@@ -171,6 +171,9 @@ impl ControllerNode {
             DecodedRequest::AlterUserScramCredentials(r) => {
                 frame(v, cid, &self.alter_scram_credentials(r).await)
             }
+            DecodedRequest::AlterClientQuotas(r) => {
+                frame(v, cid, &self.alter_client_quotas(r).await)
+            }
             // On a listener without SASL no exchange is expected (on a SASL one the
             // authenticator answers these, a re-login included, before they get here).
             DecodedRequest::SaslHandshake(r) => {

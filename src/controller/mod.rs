@@ -4,6 +4,7 @@
 
 mod acls;
 pub mod apis;
+mod client_quotas;
 pub mod cluster;
 pub mod listener;
 pub mod partition_change;

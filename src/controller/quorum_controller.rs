@@ -15,7 +15,7 @@ use super::raft::{Applied, Quorum, QuorumStatus, WriteError};
 use super::replication::{
     self, CreatedTopic, ElectionOutcome, IsrChange, ReassignmentSpec, TopicDefaults, TopicSpec,
 };
-use super::{acls, scram, validate_topic_configs, ControllerError};
+use super::{acls, client_quotas, scram, validate_topic_configs, ControllerError};
 use crate::metadata::features::{self, METADATA_VERSION_LEVEL};
 use crate::metadata::image::{MetadataImage, PartitionImage};
 use crate::metadata::records::{MetadataRecord, RESOURCE_BROKER, RESOURCE_TOPIC};
@@ -360,6 +360,20 @@ impl QuorumController {
         self.commit(|img| Ok(scram::alter_credentials(img, &changes)))
             .await
             .map(|(results, _)| results)
+    }
+
+    /// AlterClientQuotas: each entity's result; nothing is written with `validate_only`.
+    pub async fn alter_client_quotas(
+        &self,
+        alterations: Vec<client_quotas::QuotaAlteration>,
+        validate_only: bool,
+    ) -> Result<Vec<Result<(), ControllerError>>, ControllerError> {
+        self.commit(|img| {
+            let (records, results) = client_quotas::alter_client_quotas(img, &alterations);
+            Ok((if validate_only { Vec::new() } else { records }, results))
+        })
+        .await
+        .map(|(results, _)| results)
     }
 
     /// UpdateFeatures, judged as Kafka's FeatureControlManager judges it: the new levels are

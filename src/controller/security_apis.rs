@@ -1,12 +1,15 @@
-//! The controller's side of the security admin APIs brokers forward: CreateAcls, DeleteAcls
-//! and AlterUserScramCredentials, answered with what the active controller committed.
+//! The controller's side of the security and tenancy admin APIs brokers forward: CreateAcls,
+//! DeleteAcls, AlterUserScramCredentials and AlterClientQuotas, answered with what the active
+//! controller committed.
 
+use kafka_protocol::messages::alter_client_quotas_response;
 use kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
 use kafka_protocol::messages::create_acls_response::AclCreationResult;
 use kafka_protocol::messages::delete_acls_response::DeleteAclsFilterResult;
 use kafka_protocol::messages::*;
 
 use super::apis::{msg, ControllerNode};
+use super::client_quotas::QuotaAlteration;
 use super::scram::ScramChange;
 use super::ControllerError;
 use crate::protocol::str_bytes as s;
@@ -97,5 +100,60 @@ impl ControllerNode {
             Err(e) => users.iter().map(|u| result(u, Some(&e))).collect(),
         };
         AlterUserScramCredentialsResponse::default().with_results(results)
+    }
+
+    pub(super) async fn alter_client_quotas(
+        &self,
+        r: AlterClientQuotasRequest,
+    ) -> AlterClientQuotasResponse {
+        let alterations: Vec<QuotaAlteration> = r
+            .entries
+            .iter()
+            .map(|e| QuotaAlteration {
+                entity: e
+                    .entity
+                    .iter()
+                    .map(|d| {
+                        let name = d.entity_name.as_ref().map(|n| n.to_string());
+                        (d.entity_type.to_string(), name)
+                    })
+                    .collect(),
+                ops: e
+                    .ops
+                    .iter()
+                    .map(|o| (o.key.to_string(), (!o.remove).then_some(o.value)))
+                    .collect(),
+            })
+            .collect();
+        let results = match self
+            .controller
+            .alter_client_quotas(alterations, r.validate_only)
+            .await
+        {
+            Ok(each) => each,
+            Err(e) => refused_all(r.entries.len(), &e, |e| Err(e.clone())),
+        };
+        let entries = r
+            .entries
+            .iter()
+            .zip(results)
+            .map(|(e, result)| {
+                let entity = e
+                    .entity
+                    .iter()
+                    .map(|d| {
+                        alter_client_quotas_response::EntityData::default()
+                            .with_entity_type(d.entity_type.clone())
+                            .with_entity_name(d.entity_name.clone())
+                    })
+                    .collect();
+                let err = result.err();
+                alter_client_quotas_response::EntryData::default()
+                    .with_error_code(err.as_ref().map_or(0, |e| e.code))
+                    .with_error_message(err.and_then(|e| msg(e.message)))
+                    .with_entity(entity)
+            })
+            .collect();
+        AlterClientQuotasResponse::default().with_entries(entries)
     }
 }

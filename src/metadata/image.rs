@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use super::quota_image::QuotaImage;
 use super::records::{
     BrokerEndpoint, BrokerRegistration, MetadataRecord, PartitionChange, NO_LEADER,
     NO_LEADER_CHANGE, RESOURCE_BROKER, RESOURCE_TOPIC,
@@ -114,6 +115,8 @@ pub struct MetadataImage {
     pub next_producer_id: i64,
     /// ACLs and SCRAM credentials.
     security: SecurityImage,
+    /// Client quotas.
+    quotas: QuotaImage,
 }
 
 /// Sets or (with `None`) removes one config of a resource; a resource left without configs
@@ -334,7 +337,9 @@ impl MetadataImage {
             }
             MetadataRecord::NoOp => {}
             other => {
-                self.security.apply(other);
+                if !self.security.apply(other) {
+                    self.quotas.apply(other);
+                }
             }
         }
     }
@@ -342,6 +347,11 @@ impl MetadataImage {
     /// The ACLs and SCRAM credentials.
     pub fn security(&self) -> &SecurityImage {
         &self.security
+    }
+
+    /// The client quotas.
+    pub fn quotas(&self) -> &QuotaImage {
+        &self.quotas
     }
 
     fn topic_mut(&mut self, id: &KafkaUuid) -> Option<&mut TopicImage> {
@@ -452,6 +462,7 @@ impl MetadataImage {
             });
         }
         self.security.to_records(&mut out);
+        self.quotas.to_records(&mut out);
         out
     }
 
@@ -499,6 +510,7 @@ impl MetadataImage {
             && self.features == other.features
             && self.next_producer_id == other.next_producer_id
             && self.security == other.security
+            && self.quotas == other.quotas
     }
 }
 

@@ -19,6 +19,7 @@ pub const FENCE_BROKER_RECORD: u32 = 7;
 pub const UNFENCE_BROKER_RECORD: u32 = 8;
 pub const REMOVE_TOPIC_RECORD: u32 = 9;
 pub const FEATURE_LEVEL_RECORD: u32 = 12;
+pub const CLIENT_QUOTA_RECORD: u32 = 14;
 pub const PRODUCER_IDS_RECORD: u32 = 15;
 pub const BROKER_REGISTRATION_CHANGE_RECORD: u32 = 17;
 pub const NO_OP_RECORD: u32 = 20;
@@ -152,7 +153,21 @@ pub enum MetadataRecord {
         name: String,
         mechanism: i8,
     },
+    ClientQuota(ClientQuotaRecord),
 }
+
+/// One client quota of one entity set or removed (Kafka's ClientQuotaRecord): the entity is
+/// its `(entity type, name)` pairs, a `None` name standing for the type's default.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientQuotaRecord {
+    pub entity: Vec<(String, Option<String>)>,
+    pub key: String,
+    pub value: f64,
+    pub remove: bool,
+}
+
+/// Quota values are checked finite before a record is written, so equality is an equivalence.
+impl Eq for ClientQuotaRecord {}
 
 /// A user's SCRAM credential for one mechanism, as the metadata log holds it (never the
 /// password).
@@ -430,6 +445,7 @@ impl MetadataRecord {
             MetadataRecord::RemoveAccessControlEntry { .. } => REMOVE_ACCESS_CONTROL_ENTRY_RECORD,
             MetadataRecord::UserScramCredential(_) => USER_SCRAM_CREDENTIAL_RECORD,
             MetadataRecord::RemoveUserScramCredential { .. } => REMOVE_USER_SCRAM_CREDENTIAL_RECORD,
+            MetadataRecord::ClientQuota(_) => CLIENT_QUOTA_RECORD,
         }
     }
 
@@ -603,6 +619,16 @@ impl MetadataRecord {
             MetadataRecord::RemoveUserScramCredential { name, mechanism } => {
                 w.str(Some(name)).i8(*mechanism).no_tags();
             }
+            MetadataRecord::ClientQuota(q) => {
+                w.len(q.entity.len());
+                for (entity_type, name) in &q.entity {
+                    w.str(Some(entity_type)).str(name.as_deref()).no_tags();
+                }
+                w.str(Some(&q.key))
+                    .i64(q.value.to_bits() as i64)
+                    .bool(q.remove)
+                    .no_tags();
+            }
         }
         w.0
     }
@@ -710,6 +736,11 @@ impl MetadataRecord {
                 r.skip_tags()?;
                 rec
             }
+            CLIENT_QUOTA_RECORD => {
+                let rec = decode_client_quota(&mut r)?;
+                r.skip_tags()?;
+                rec
+            }
             _ => return Ok(None),
         };
         if !r.0.is_empty() {
@@ -763,6 +794,28 @@ fn decode_security(r: &mut Reader<'_>, kind: u32) -> Result<MetadataRecord, Reco
             mechanism: r.i8("mechanism")?,
         },
     })
+}
+
+/// ClientQuotaRecord's body (its tagged fields left to the caller).
+fn decode_client_quota(r: &mut Reader<'_>) -> Result<MetadataRecord, RecordDecodeError> {
+    let mut entity = Vec::new();
+    for _ in 0..r.len("quota entity")? {
+        entity.push((r.string("entity type")?, r.str("entity name")?));
+        r.skip_tags()?;
+    }
+    let key = r.string("quota key")?;
+    let value = f64::from_bits(r.i64("quota value")? as u64);
+    if !value.is_finite() {
+        return Err(RecordDecodeError(format!(
+            "quota {key} is not a finite number"
+        )));
+    }
+    Ok(MetadataRecord::ClientQuota(ClientQuotaRecord {
+        entity,
+        key,
+        value,
+        remove: r.bool("quota remove")?,
+    }))
 }
 
 fn decode_register_broker(
@@ -1153,6 +1206,21 @@ mod tests {
                 name: "alice".into(),
                 mechanism: 2,
             },
+            MetadataRecord::ClientQuota(ClientQuotaRecord {
+                entity: vec![
+                    ("user".into(), Some("alice".into())),
+                    ("client-id".into(), None),
+                ],
+                key: "producer_byte_rate".into(),
+                value: 1048576.0,
+                remove: false,
+            }),
+            MetadataRecord::ClientQuota(ClientQuotaRecord {
+                entity: vec![("client-id".into(), Some("c".into()))],
+                key: "request_percentage".into(),
+                value: 0.0,
+                remove: true,
+            }),
         ]
     }
 
@@ -1184,6 +1252,41 @@ mod tests {
             "ab".repeat(16)
         ));
         assert_eq!(bytes, want);
+    }
+
+    #[test]
+    fn a_client_quota_record_is_encoded_as_kafka_writes_it() {
+        let bytes = MetadataRecord::ClientQuota(ClientQuotaRecord {
+            entity: vec![
+                ("user".into(), Some("alice".into())),
+                ("client-id".into(), None),
+            ],
+            key: "producer_byte_rate".into(),
+            value: 1048576.0,
+            remove: false,
+        })
+        .encode();
+        // frame 1, type 14, version 0; two entity entries (a null name for the default), the
+        // key, the value as an IEEE 754 double, remove, no tags.
+        let want = hex(&format!(
+            "01 0e 00 03 05{} 06{} 00 0a{} 00 00 13{} 4130000000000000 00 00",
+            plain_hex("user"),
+            plain_hex("alice"),
+            plain_hex("client-id"),
+            plain_hex("producer_byte_rate")
+        ));
+        assert_eq!(bytes, want);
+        let nan = |r: &mut Vec<u8>| {
+            let at = r.len() - 10;
+            r[at..at + 8].copy_from_slice(&f64::NAN.to_bits().to_be_bytes());
+        };
+        let mut bad = bytes.clone();
+        nan(&mut bad);
+        assert!(MetadataRecord::decode(&bad).is_err());
+    }
+
+    fn plain_hex(s: &str) -> String {
+        s.bytes().map(|b| format!("{b:02x}")).collect()
     }
 
     #[test]

@@ -295,6 +295,52 @@ broker_metrics! {
         "kafka_server_broker_metadata_metrics_metadata_apply_error_count",
         "Metadata changes this broker failed to apply to its logs",
     ),
+    /// Kafka's client quota metrics (`kafka.server:type=Produce|Fetch,user=…,client-id=…`), for
+    /// the clients a quota applies to; a tag the quota does not tell apart is empty.
+    produce_byte_rate: GaugeVec = gauge_vec(
+        &r,
+        "kafka_server_produce_byte_rate",
+        "Bytes per second a quota-bound user or client id produces, over the quota window",
+        &["user", "client_id"],
+    ),
+    produce_throttle_time: GaugeVec = gauge_vec(
+        &r,
+        "kafka_server_produce_throttle_time",
+        "Average produce throttle time (ms) handed out over the quota window",
+        &["user", "client_id"],
+    ),
+    fetch_byte_rate: GaugeVec = gauge_vec(
+        &r,
+        "kafka_server_fetch_byte_rate",
+        "Bytes per second a quota-bound user or client id fetches, over the quota window",
+        &["user", "client_id"],
+    ),
+    fetch_throttle_time: GaugeVec = gauge_vec(
+        &r,
+        "kafka_server_fetch_throttle_time",
+        "Average fetch throttle time (ms) handed out over the quota window",
+        &["user", "client_id"],
+    ),
+    request_time: GaugeVec = gauge_vec(
+        &r,
+        "kafka_server_request_request_time",
+        "Percent of one request handler's time a quota-bound user or client id takes, over \
+         the quota window",
+        &["user", "client_id"],
+    ),
+    mutation_throttle_time: GaugeVec = gauge_vec(
+        &r,
+        "kafka_server_controllermutation_throttle_time",
+        "The throttle time (ms) the last topic mutation of a quota-bound user or client id \
+         earned (how long its partition bucket stays in debt)",
+        &["user", "client_id"],
+    ),
+    request_throttle_time: GaugeVec = gauge_vec(
+        &r,
+        "kafka_server_request_throttle_time",
+        "Average request-quota throttle time (ms) handed out over the quota window",
+        &["user", "client_id"],
+    ),
     log_size: GaugeVec = gauge_vec(
         &r,
         "kafka_log_log_size",

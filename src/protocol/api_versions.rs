@@ -51,6 +51,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
     (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::AlterClientQuotas, 0, 1),
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::UpdateFeatures, 0, 2),
 ];
@@ -82,6 +83,7 @@ pub const CONTROLLER_SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
     (ApiKey::AlterUserScramCredentials, 0, 0),
+    (ApiKey::AlterClientQuotas, 0, 1),
     (ApiKey::UpdateFeatures, 0, 2),
 ];
 

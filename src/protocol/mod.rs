@@ -51,6 +51,15 @@ pub fn peek_header(frame: &[u8]) -> Result<RawHeader, FrameError> {
     })
 }
 
+/// The client id of a request (header v1 and later: a nullable string after the first eight
+/// bytes, never a compact one), without decoding the rest; `None` when absent or malformed.
+pub fn peek_client_id(frame: &[u8]) -> Option<String> {
+    let len = i16::from_be_bytes([*frame.get(8)?, *frame.get(9)?]);
+    let len = usize::try_from(len).ok()?;
+    let bytes = frame.get(10..10 + len)?;
+    String::from_utf8(bytes.to_vec()).ok()
+}
+
 /// Decodes the request header and leaves `frame` at the body.
 pub fn decode_header(frame: &mut Bytes) -> Result<(ApiKey, RequestHeader), FrameError> {
     let raw = peek_header(frame)?;
@@ -192,6 +201,7 @@ decoded_requests! {
     DeleteAcls => DeleteAclsRequest,
     DescribeUserScramCredentials => DescribeUserScramCredentialsRequest,
     DescribeClientQuotas => DescribeClientQuotasRequest,
+    AlterClientQuotas => AlterClientQuotasRequest,
     DescribeLogDirs => DescribeLogDirsRequest,
     UpdateFeatures => UpdateFeaturesRequest,
     AlterUserScramCredentials => AlterUserScramCredentialsRequest,
@@ -253,6 +263,17 @@ mod tests {
         let mut buf = header_bytes(key, version);
         body.encode(&mut buf, version).unwrap();
         buf.freeze()
+    }
+
+    #[test]
+    fn the_client_id_is_read_without_decoding_the_request() {
+        // Header v2 (flexible Metadata v12) keeps the client id a plain nullable string.
+        for version in [1, 12] {
+            let frame = request_frame(ApiKey::Metadata, version, &MetadataRequest::default());
+            assert_eq!(peek_client_id(&frame).as_deref(), Some("unit"));
+        }
+        assert_eq!(peek_client_id(&bare_header(3, 1)), None);
+        assert_eq!(peek_client_id(&[0, 3, 0, 1, 0, 0, 0, 1, 0, 9, b'x']), None);
     }
 
     /// Just the 8-byte raw header and a null client id.

@@ -271,6 +271,29 @@ pub fn read_all(
     out
 }
 
+/// A record of a non-transactional, non-idempotent client, as kafka-protocol's encoder takes it.
+pub fn plain_record(
+    offset: i64,
+    timestamp: i64,
+    value: bytes::Bytes,
+) -> kafka_protocol::records::Record {
+    kafka_protocol::records::Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: kafka_protocol::records::TimestampType::Creation,
+        offset,
+        sequence: -1,
+        timestamp,
+        key: None,
+        value: Some(value),
+        headers: Default::default(),
+    }
+}
+
 /// A FutureProducer with Java's partitioner (murmur2) and the given extra properties.
 pub fn producer(bootstrap: &str, extra: &[(&str, &str)]) -> rdkafka::producer::FutureProducer {
     let mut c = rdkafka::ClientConfig::new();
