@@ -365,7 +365,8 @@ fn config_refusal(
     Some(r)
 }
 
-/// CreateAcls, DeleteAcls and AlterUserScramCredentials refused on every item.
+/// CreateAcls, DeleteAcls, AlterUserScramCredentials and AlterClientQuotas refused on every
+/// item.
 fn security_refusal(
     request: &DecodedRequest,
     v: i16,
@@ -422,6 +423,26 @@ fn security_refusal(
                 ),
             )
         }
+        D::AlterClientQuotas(r) => frame(
+            v,
+            cid,
+            &AlterClientQuotasResponse::default().with_entries(
+                r.entries
+                    .iter()
+                    .map(|e| {
+                        let entity = e.entity.iter().map(|d| {
+                            alter_client_quotas_response::EntityData::default()
+                                .with_entity_type(d.entity_type.clone())
+                                .with_entity_name(d.entity_name.clone())
+                        });
+                        alter_client_quotas_response::EntryData::default()
+                            .with_error_code(code)
+                            .with_error_message(message())
+                            .with_entity(entity.collect())
+                    })
+                    .collect(),
+            ),
+        ),
         _ => return None,
     };
     Some(r)
@@ -533,6 +554,10 @@ mod tests {
             (
                 ApiKey::AlterUserScramCredentials,
                 D::AlterUserScramCredentials(Default::default()),
+            ),
+            (
+                ApiKey::AlterClientQuotas,
+                D::AlterClientQuotas(Default::default()),
             ),
         ]
     }
