@@ -220,20 +220,25 @@ producer_stop() { # POD
     timeout $((E2E_TIMEOUT + 300)) kubectl -n "$NS" logs -f "$pod" >"$log" 2>&1 &
     follower=$!
     # It prints a progress line every 5 s: once one is here, the stream is attached.
-    until [[ -s "$log" ]]; do
-        ((SECONDS < deadline)) || die "no output from the producer in pod ${pod}"
+    until grep -q "records sent" "$log"; do
+        if ((SECONDS >= deadline)); then
+            kill "$follower" 2>/dev/null || true
+            cat "$log"
+            rm -f "$log"
+            die "no progress line from the producer in pod ${pod}"
+        fi
         sleep 1
     done
     k delete pod "$pod" --grace-period=300 --wait=false >/dev/null
     wait "$follower" || true
-    tail -3 "$log" | sed 's/^/    /'
     ACKED="$(sed -n 's/^\([0-9]*\) records sent,.* ms avg latency.*/\1/p' "$log" | tail -1)"
-    if grep -q "records failed" "$log"; then
+    if [[ -z "$ACKED" ]] || grep -q "records failed" "$log"; then
+        sed 's/^/    /' "$log"
         rm -f "$log"
-        die "the producer reports records that were not acknowledged"
+        die "the producer stopped without a count, or with records that were not acknowledged"
     fi
+    tail -3 "$log" | sed 's/^/    /'
     rm -f "$log"
-    [[ -n "$ACKED" ]] || die "the producer stopped without reporting its count"
     ok "${ACKED} records acknowledged"
 }
 

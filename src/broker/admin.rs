@@ -17,7 +17,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Request, StrBytes};
 
 use super::auth::{Action, Session};
-use super::client_quotas::{take_mutations, take_topic_deletions};
+use super::client_quotas::{take_partition_additions, take_topic_creations, take_topic_deletions};
 use super::controller_channel::{is_not_controller, DEFAULT_RETRY_TIMEOUT};
 use super::quotas::ClientIdentity;
 use super::{msg, Broker, Outcome};
@@ -106,34 +106,7 @@ pub fn create_topics(
             true
         }
     });
-    let default_partitions = broker.config.num_partitions;
-    let throttle_ms = if req.validate_only {
-        0
-    } else {
-        take_mutations(
-            broker,
-            session,
-            who,
-            version >= 6,
-            &mut req.topics,
-            |t| {
-                f64::from(match (t.num_partitions, t.assignments.len()) {
-                    (n, _) if n > 0 => n,
-                    (_, 0) => default_partitions,
-                    (_, assigned) => assigned as i32,
-                })
-            },
-            |t| {
-                refused.push(
-                    CreatableTopicResult::default()
-                        .with_name(t.name.clone())
-                        .with_num_partitions(-1)
-                        .with_replication_factor(-1)
-                        .with_error_code(errors::THROTTLING_QUOTA_EXCEEDED),
-                )
-            },
-        )
-    };
+    let throttle_ms = take_topic_creations(broker, session, who, version, &mut req, &mut refused);
     if req.topics.is_empty() {
         return Outcome::Now(
             CreateTopicsResponse::default()
@@ -284,33 +257,8 @@ pub fn create_partitions(
         }
         ok
     });
-    let img = broker.image();
-    let added = |t: &create_partitions_request::CreatePartitionsTopic| {
-        let now = img
-            .topic(&t.name.0)
-            .map_or(0, |t| t.partitions.len() as i32);
-        f64::from((t.count - now).max(0))
-    };
-    let throttle_ms = if req.validate_only {
-        0
-    } else {
-        take_mutations(
-            broker,
-            session,
-            who,
-            version >= 3,
-            &mut req.topics,
-            added,
-            |t| {
-                refused.push(
-                    CreatePartitionsTopicResult::default()
-                        .with_name(t.name.clone())
-                        .with_error_code(errors::THROTTLING_QUOTA_EXCEEDED)
-                        .with_error_message(None),
-                )
-            },
-        )
-    };
+    let throttle_ms =
+        take_partition_additions(broker, session, who, version, &mut req, &mut refused);
     if req.topics.is_empty() {
         return Outcome::Now(
             CreatePartitionsResponse::default()

@@ -258,7 +258,7 @@ impl Broker {
             .produce_quotas
             .record(self.image().quotas(), who, size as f64);
         session.mute_after_response(throttle);
-        let ms = throttle_ms(throttle);
+        let ms = quotas::as_throttle_ms(throttle);
         reply(produce::produce(self, session, req), move |r| {
             r.map_or(Ok(None), |r| at.frame(&r.with_throttle_time_ms(ms)))
         })
@@ -284,7 +284,13 @@ impl Broker {
         let image = self.image();
         let who = ClientIdentity::new(&session.principal, &client_id);
         if let Some(max) = self.fetch_quotas.max_in_window(image.quotas(), who) {
-            req.max_bytes = req.max_bytes.min(max.min(i32::MAX as usize) as i32);
+            // 0 or less asks for no limit, which a quota does not grant.
+            let max = max.min(i32::MAX as usize) as i32;
+            req.max_bytes = if req.max_bytes > 0 {
+                req.max_bytes.min(max)
+            } else {
+                max
+            };
         }
         let task = self.fetch_pool.spawn(async move {
             let r = fetch::fetch(&broker, &session, at.version, req)
@@ -316,13 +322,8 @@ impl Broker {
         let size = r.compute_size(version).map_or(0, |n| n + 4);
         let throttle = self.fetch_quotas.record(image.quotas(), who, size as f64);
         session.mute_after_response(throttle);
-        r.with_throttle_time_ms(throttle_ms(throttle))
+        r.with_throttle_time_ms(quotas::as_throttle_ms(throttle))
     }
-}
-
-/// A throttle time as the wire's `throttle_time_ms`.
-fn throttle_ms(d: std::time::Duration) -> i32 {
-    d.as_millis().min(i32::MAX as u128) as i32
 }
 
 /// The version and correlation id a response is framed with.

@@ -111,12 +111,7 @@ fn parse_filter(req: &DescribeClientQuotasRequest) -> Result<Filter, (i16, Strin
                         .into(),
                 )
             }
-            (other, _) => {
-                return Err((
-                    errors::UNSUPPORTED_VERSION,
-                    format!("Unknown match type {other}"),
-                ))
-            }
+            (other, _) => return invalid(format!("Unknown match type {other}")),
         }
     }
     let has = |t: &str| f.exact.contains_key(t) || f.any.contains(t);
@@ -265,7 +260,7 @@ fn shows(img: &MetadataImage, done: &Expected) -> bool {
 /// (`permits`) taken in request order: the topics that found the client's bucket in debt on a
 /// strict version are taken out of `topics` and handed to `refuse`. The session is muted for
 /// the throttle, which is returned in ms for the response.
-pub(super) fn take_mutations<T>(
+fn take_mutations<T>(
     broker: &Broker,
     session: &Session,
     who: ClientIdentity<'_>,
@@ -296,7 +291,85 @@ pub(super) fn take_mutations<T>(
         }
     });
     session.mute_after_response(throttle);
-    throttle.as_millis().min(i32::MAX as u128) as i32
+    super::quotas::as_throttle_ms(throttle)
+}
+
+/// The controller mutation quota over a CreateTopics request (strict from v6; nothing for a
+/// validate-only one): each topic's partitions, the brokers' `num.partitions` where it names
+/// none; refused topics join `refused`.
+pub(super) fn take_topic_creations(
+    broker: &Broker,
+    session: &Session,
+    who: ClientIdentity<'_>,
+    version: i16,
+    req: &mut CreateTopicsRequest,
+    refused: &mut Vec<create_topics_response::CreatableTopicResult>,
+) -> i32 {
+    if req.validate_only {
+        return 0;
+    }
+    let default_partitions = broker.config.num_partitions;
+    take_mutations(
+        broker,
+        session,
+        who,
+        version >= 6,
+        &mut req.topics,
+        |t| {
+            f64::from(match (t.num_partitions, t.assignments.len()) {
+                (n, _) if n > 0 => n,
+                (_, 0) => default_partitions,
+                (_, assigned) => assigned as i32,
+            })
+        },
+        |t| {
+            refused.push(
+                create_topics_response::CreatableTopicResult::default()
+                    .with_name(t.name.clone())
+                    .with_num_partitions(-1)
+                    .with_replication_factor(-1)
+                    .with_error_code(errors::THROTTLING_QUOTA_EXCEEDED),
+            )
+        },
+    )
+}
+
+/// The controller mutation quota over a CreatePartitions request (strict from v3; nothing for
+/// a validate-only one): the partitions each topic gains; refused topics join `refused`.
+pub(super) fn take_partition_additions(
+    broker: &Broker,
+    session: &Session,
+    who: ClientIdentity<'_>,
+    version: i16,
+    req: &mut CreatePartitionsRequest,
+    refused: &mut Vec<create_partitions_response::CreatePartitionsTopicResult>,
+) -> i32 {
+    if req.validate_only {
+        return 0;
+    }
+    let img = broker.image();
+    let added = |t: &create_partitions_request::CreatePartitionsTopic| {
+        let now = img
+            .topic(&t.name.0)
+            .map_or(0, |t| t.partitions.len() as i32);
+        f64::from((t.count - now).max(0))
+    };
+    take_mutations(
+        broker,
+        session,
+        who,
+        version >= 3,
+        &mut req.topics,
+        added,
+        |t| {
+            refused.push(
+                create_partitions_response::CreatePartitionsTopicResult::default()
+                    .with_name(t.name.clone())
+                    .with_error_code(errors::THROTTLING_QUOTA_EXCEEDED)
+                    .with_error_message(None),
+            )
+        },
+    )
 }
 
 /// The controller mutation quota over a DeleteTopics request (strict from v5): each topic's
@@ -412,7 +485,7 @@ mod tests {
         );
         assert_eq!(
             refused(vec![component(USER, 7, None)]),
-            (errors::UNSUPPORTED_VERSION, "Unknown match type 7".into())
+            (errors::INVALID_REQUEST, "Unknown match type 7".into())
         );
         assert_eq!(
             refused(vec![

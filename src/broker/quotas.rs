@@ -180,8 +180,77 @@ fn throttle_time(rate: f64, bound: f64, window: Duration) -> Duration {
     if rate <= bound || bound <= 0.0 {
         return Duration::ZERO;
     }
-    let ms = (rate - bound) / bound * window.as_secs_f64() * 1000.0;
-    Duration::from_millis(ms.round().min(u32::MAX as f64) as u64)
+    millis((rate - bound) / bound * window.as_secs_f64() * 1000.0)
+}
+
+/// A throttle of `ms` milliseconds, at most `i32::MAX` (what `throttle_time_ms` can say): a
+/// tiny quota can make any figure, never a panic.
+fn millis(ms: f64) -> Duration {
+    if ms.is_nan() || ms <= 0.0 {
+        return Duration::ZERO;
+    }
+    Duration::from_millis(ms.round().min(i32::MAX as f64) as u64)
+}
+
+/// A throttle as the wire's `throttle_time_ms`.
+pub fn as_throttle_ms(d: Duration) -> i32 {
+    d.as_millis().min(i32::MAX as u128) as i32
+}
+
+/// How long a client's measurement outlives its last request (Kafka expires quota sensors
+/// after an hour), and how often the idle ones are looked for.
+const IDLE_EXPIRY: Duration = Duration::from_secs(3600);
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// Per-client state by metric tags, with its metric series dropped once idle for an hour, so
+/// clients that come and go (a default quota covers every client id) leave nothing behind.
+struct PerClient<T> {
+    entries: HashMap<(String, String), (T, Instant)>,
+    swept: Option<Instant>,
+}
+
+impl<T> PerClient<T> {
+    fn new() -> Self {
+        PerClient {
+            entries: HashMap::new(),
+            swept: None,
+        }
+    }
+
+    /// The entry of `tags`, made with `make` if new; idle entries are swept first, and
+    /// `forget` is called with the tags of each.
+    fn entry(
+        &mut self,
+        tags: &(String, String),
+        now: Instant,
+        make: impl FnOnce() -> T,
+        forget: impl Fn(&(String, String)),
+    ) -> &mut T {
+        if self
+            .swept
+            .is_none_or(|t| now.saturating_duration_since(t) >= SWEEP_EVERY)
+        {
+            self.swept = Some(now);
+            self.entries.retain(|tags, (_, used)| {
+                let keep = now.saturating_duration_since(*used) < IDLE_EXPIRY;
+                if !keep {
+                    forget(tags);
+                }
+                keep
+            });
+        }
+        let (value, used) = self
+            .entries
+            .entry(tags.clone())
+            .or_insert_with(|| (make(), now));
+        *used = now;
+        value
+    }
+}
+
+/// Drops one client's series from a gauge.
+fn forget_series(gauge: &GaugeVec, tags: &(String, String)) {
+    let _ = gauge.remove_label_values(&[tags.0.as_str(), tags.1.as_str()]);
 }
 
 /// The metrics of one quota type: `kafka.server:type=Produce|Fetch|Request,user=…,
@@ -199,7 +268,7 @@ pub struct ClientQuotaManager {
     /// The longest throttle: one window for the request quota (Kafka's
     /// ClientRequestQuotaManager), none for the byte rates.
     max_throttle: Option<Duration>,
-    sensors: parking_lot::Mutex<HashMap<(String, String), Sensor>>,
+    sensors: parking_lot::Mutex<PerClient<Sensor>>,
     metrics: QuotaMetrics,
 }
 
@@ -210,7 +279,7 @@ impl ClientQuotaManager {
             window,
             samples: samples.max(1),
             max_throttle: (kind == QuotaType::Request).then_some(window),
-            sensors: parking_lot::Mutex::new(HashMap::new()),
+            sensors: parking_lot::Mutex::new(PerClient::new()),
             metrics,
         }
     }
@@ -226,7 +295,11 @@ impl ClientQuotaManager {
 
     fn record_at(&self, quota: &ResolvedQuota, value: f64, now: Instant) -> Duration {
         let mut sensors = self.sensors.lock();
-        let sensor = sensors.entry(quota.tags.clone()).or_default();
+        let forget = |tags: &(String, String)| {
+            forget_series(&self.metrics.rate, tags);
+            forget_series(&self.metrics.throttle_time, tags);
+        };
+        let sensor = sensors.entry(&quota.tags, now, Sensor::default, forget);
         sensor.current(now, self.window, self.samples).value += value;
         let (rate, window) = sensor.rate(now, self.window, self.samples);
         let mut throttle = throttle_time(rate, quota.bound, window);
@@ -280,7 +353,7 @@ struct Bucket {
 /// DeleteTopics v5+, CreatePartitions v3+) has its topics refused, an older one is throttled.
 pub struct MutationQuotaManager {
     depth: Duration,
-    buckets: parking_lot::Mutex<HashMap<(String, String), Bucket>>,
+    buckets: parking_lot::Mutex<PerClient<Bucket>>,
     throttle_time: GaugeVec,
 }
 
@@ -288,7 +361,7 @@ impl MutationQuotaManager {
     pub fn new(window: Duration, samples: usize, throttle_time: GaugeVec) -> Self {
         MutationQuotaManager {
             depth: window * samples.max(1) as u32,
-            buckets: parking_lot::Mutex::new(HashMap::new()),
+            buckets: parking_lot::Mutex::new(PerClient::new()),
             throttle_time,
         }
     }
@@ -311,14 +384,16 @@ impl MutationQuotaManager {
         let rate = quota.bound;
         let burst = rate * self.depth.as_secs_f64();
         let mut buckets = self.buckets.lock();
-        let b = buckets.entry(quota.tags.clone()).or_insert(Bucket {
+        let full = || Bucket {
             tokens: burst,
             at: now,
-        });
+        };
+        let forget = |tags: &(String, String)| forget_series(&self.throttle_time, tags);
+        let b = buckets.entry(&quota.tags, now, full, forget);
         let refill = rate * now.saturating_duration_since(b.at).as_secs_f64();
         b.tokens = (b.tokens + refill).min(burst);
         b.at = now;
-        let debt = |tokens: f64| Duration::from_secs_f64((-tokens / rate).max(0.0));
+        let debt = |tokens: f64| millis(-tokens / rate * 1000.0);
         let decided = if strict && b.tokens < 0.0 {
             Mutation::Refused(debt(b.tokens))
         } else {
@@ -337,6 +412,7 @@ impl MutationQuotaManager {
 mod tests {
     use super::*;
     use crate::metadata::records::{ClientQuotaRecord, MetadataRecord};
+    use prometheus::core::Collector;
 
     fn image(quotas: &[(EntityParts<'_>, f64)]) -> QuotaImage {
         let mut img = QuotaImage::default();
@@ -473,6 +549,42 @@ mod tests {
             m.take_at(&quota, 1.0, true, t2),
             Mutation::Allowed(Duration::ZERO)
         );
+    }
+
+    #[test]
+    fn a_tiny_quota_throttles_for_as_long_as_the_wire_can_say_and_never_panics() {
+        let m = MutationQuotaManager::new(Duration::from_secs(1), 11, metrics().throttle_time);
+        let quota = ResolvedQuota {
+            bound: 1e-19,
+            tags: ("".into(), "admin".into()),
+        };
+        let longest = Duration::from_millis(i32::MAX as u64);
+        assert_eq!(
+            m.take_at(&quota, 10.0, false, Instant::now()),
+            Mutation::Allowed(longest)
+        );
+        assert_eq!(
+            throttle_time(1e300, 1e-300, Duration::from_secs(1)),
+            longest
+        );
+    }
+
+    #[test]
+    fn an_idle_client_is_forgotten_with_its_metric_series() {
+        let window = Duration::from_secs(1);
+        let m = ClientQuotaManager::new(QuotaType::Produce, window, 11, metrics());
+        let quota = |client: &str| ResolvedQuota {
+            bound: 1000.0,
+            tags: ("".into(), client.into()),
+        };
+        let t0 = Instant::now();
+        m.record_at(&quota("gone"), 10.0, t0);
+        m.record_at(&quota("stays"), 10.0, t0 + IDLE_EXPIRY / 2);
+        assert_eq!(m.metrics.rate.collect()[0].get_metric().len(), 2);
+        m.record_at(&quota("stays"), 10.0, t0 + IDLE_EXPIRY);
+        let series = m.metrics.rate.collect()[0].get_metric().len();
+        assert_eq!(series, 1, "the idle client's series is gone");
+        assert_eq!(m.sensors.lock().entries.len(), 1);
     }
 
     #[test]

@@ -25,11 +25,16 @@ pub struct QuotaImage {
 
 impl QuotaImage {
     /// Applies a ClientQuotaRecord; whether it was one. An entity left without quotas is
-    /// dropped, so an image rebuilt from a snapshot equals the one that replayed the log.
+    /// dropped, so an image rebuilt from a snapshot equals the one that replayed the log. A
+    /// value that is not a finite number (Kafka's controller lets a NaN through; evenkeel's
+    /// refuses it) is no quota at all.
     pub fn apply(&mut self, rec: &MetadataRecord) -> bool {
         let MetadataRecord::ClientQuota(q) = rec else {
             return false;
         };
+        if !q.remove && !q.value.is_finite() {
+            return true;
+        }
         let entity: QuotaEntity = q.entity.iter().cloned().collect();
         let quotas = Arc::make_mut(&mut self.quotas);
         if q.remove {
@@ -113,6 +118,12 @@ mod tests {
             set(&[(CLIENT_ID, Some("c"))], "request_percentage", 50.0, false),
             set(&[(CLIENT_ID, Some("c"))], "request_percentage", 0.0, true),
             set(&[(USER, None)], "producer_byte_rate", 0.0, true),
+            set(
+                &[(USER, Some("bob"))],
+                "producer_byte_rate",
+                f64::NAN,
+                false,
+            ),
         ] {
             assert!(img.apply(&rec));
         }

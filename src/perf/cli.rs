@@ -196,6 +196,11 @@ fn produce(a: ProduceArgs) -> anyhow::Result<()> {
         _ => kafka::produce(&o, &mut |line| println!("{line}"))?,
     };
     println!("{report}");
+    if o.stopped() {
+        // Stopped by SIGTERM (its pod deleted): a moment for whoever follows the log to read
+        // the figures before the process, and with it the log, is gone.
+        std::thread::sleep(Duration::from_secs(2));
+    }
     if report.failed > 0 {
         let why = report.first_error.as_deref().unwrap_or("no reason given");
         anyhow::bail!("{} records failed; the first: {why}", report.failed);

@@ -42,17 +42,22 @@ def test_client_quotas_are_set_described_and_removed(bootstrap):
 
 
 def test_default_client_and_user_quotas(bootstrap):
+    """A default every client falls under: a request share no test comes near, removed after."""
     user = "quota-user-%s" % uuid.uuid4().hex[:8]
     default = ("--entity-type", "clients", "--entity-default")
-    ok(configs(bootstrap, "--alter", *default, "--add-config", "consumer_byte_rate=4096"), "alter")
+    ok(configs(bootstrap, "--alter", *default, "--add-config", "request_percentage=1000"),
+       "alter")
     try:
         shows(bootstrap, default,
-              present=("Quota configs for the default client-id are consumer_byte_rate=4096.0",))
+              present=("Quota configs for the default client-id are request_percentage=1000.0",))
     finally:
-        configs(bootstrap, "--alter", *default, "--delete-config", "consumer_byte_rate")
+        ok(configs(bootstrap, "--alter", *default, "--delete-config", "request_percentage"),
+           "delete")
     users = ("--entity-type", "users", "--entity-name", user)
     ok(configs(bootstrap, "--alter", *users, "--add-config", "request_percentage=25.5"), "alter")
     shows(bootstrap, users, present=("request_percentage=25.5",))
+    ok(configs(bootstrap, "--alter", *users, "--delete-config", "request_percentage"), "delete")
+    shows(bootstrap, users, absent=("request_percentage",))
 
 
 def test_a_negative_rate_is_refused_and_nothing_is_set(bootstrap):
