@@ -7,7 +7,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use kafka_protocol::messages::alter_client_quotas_response;
 use kafka_protocol::messages::describe_client_quotas_response::{EntityData, EntryData, ValueData};
 use kafka_protocol::messages::*;
 
@@ -17,6 +16,7 @@ use super::quotas::{ClientIdentity, Mutation};
 use super::{msg, Broker, Outcome};
 use crate::metadata::image::MetadataImage;
 use crate::metadata::quota_image::{QuotaEntity, CLIENT_ID, IP, USER};
+use crate::protocol::client_quotas as wire;
 use crate::protocol::errors;
 use crate::protocol::str_bytes as s;
 use crate::security::acl::AclOperation;
@@ -172,31 +172,8 @@ pub fn alter(
     version: i16,
     req: AlterClientQuotasRequest,
 ) -> Outcome<AlterClientQuotasResponse> {
-    let entities: Vec<Vec<alter_client_quotas_response::EntityData>> = req
-        .entries
-        .iter()
-        .map(|e| {
-            e.entity
-                .iter()
-                .map(|d| {
-                    alter_client_quotas_response::EntityData::default()
-                        .with_entity_type(d.entity_type.clone())
-                        .with_entity_name(d.entity_name.clone())
-                })
-                .collect()
-        })
-        .collect();
-    let all = move |code: i16| {
-        let entries = entities
-            .iter()
-            .map(|entity| {
-                alter_client_quotas_response::EntryData::default()
-                    .with_error_code(code)
-                    .with_entity(entity.clone())
-            })
-            .collect();
-        AlterClientQuotasResponse::default().with_entries(entries)
-    };
+    let asked = req.clone();
+    let all = move |code: i16| wire::refuse_all(&asked, code, None);
     if !broker.authorize(session, Action::cluster(AclOperation::AlterConfigs)) {
         return Outcome::Now(all(errors::CLUSTER_AUTHORIZATION_FAILED));
     }
@@ -229,20 +206,8 @@ fn expected(req: &AlterClientQuotasRequest) -> Expected {
     req.entries
         .iter()
         .map(|e| {
-            let entity = e
-                .entity
-                .iter()
-                .map(|d| {
-                    let name = d.entity_name.as_ref().map(|n| n.to_string());
-                    (d.entity_type.to_string(), name)
-                })
-                .collect();
-            let ops = e
-                .ops
-                .iter()
-                .map(|o| (o.key.to_string(), (!o.remove).then_some(o.value)))
-                .collect();
-            (entity, ops)
+            let (entity, changes) = wire::alteration(e);
+            (entity.into_iter().collect(), changes)
         })
         .collect()
 }

@@ -426,22 +426,7 @@ fn security_refusal(
         D::AlterClientQuotas(r) => frame(
             v,
             cid,
-            &AlterClientQuotasResponse::default().with_entries(
-                r.entries
-                    .iter()
-                    .map(|e| {
-                        let entity = e.entity.iter().map(|d| {
-                            alter_client_quotas_response::EntityData::default()
-                                .with_entity_type(d.entity_type.clone())
-                                .with_entity_name(d.entity_name.clone())
-                        });
-                        alter_client_quotas_response::EntryData::default()
-                            .with_error_code(code)
-                            .with_error_message(message())
-                            .with_entity(entity.collect())
-                    })
-                    .collect(),
-            ),
+            &protocol::client_quotas::refuse_all(r, code, message()),
         ),
         _ => return None,
     };

@@ -2,7 +2,6 @@
 //! DeleteAcls, AlterUserScramCredentials and AlterClientQuotas, answered with what the active
 //! controller committed.
 
-use kafka_protocol::messages::alter_client_quotas_response;
 use kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
 use kafka_protocol::messages::create_acls_response::AclCreationResult;
 use kafka_protocol::messages::delete_acls_response::DeleteAclsFilterResult;
@@ -12,6 +11,7 @@ use super::apis::{msg, ControllerNode};
 use super::client_quotas::QuotaAlteration;
 use super::scram::ScramChange;
 use super::ControllerError;
+use crate::protocol::client_quotas;
 use crate::protocol::str_bytes as s;
 use crate::security::wire;
 
@@ -109,20 +109,9 @@ impl ControllerNode {
         let alterations: Vec<QuotaAlteration> = r
             .entries
             .iter()
-            .map(|e| QuotaAlteration {
-                entity: e
-                    .entity
-                    .iter()
-                    .map(|d| {
-                        let name = d.entity_name.as_ref().map(|n| n.to_string());
-                        (d.entity_type.to_string(), name)
-                    })
-                    .collect(),
-                ops: e
-                    .ops
-                    .iter()
-                    .map(|o| (o.key.to_string(), (!o.remove).then_some(o.value)))
-                    .collect(),
+            .map(|e| {
+                let (entity, ops) = client_quotas::alteration(e);
+                QuotaAlteration { entity, ops }
             })
             .collect();
         let results = match self
@@ -137,21 +126,9 @@ impl ControllerNode {
             .entries
             .iter()
             .zip(results)
-            .map(|(e, result)| {
-                let entity = e
-                    .entity
-                    .iter()
-                    .map(|d| {
-                        alter_client_quotas_response::EntityData::default()
-                            .with_entity_type(d.entity_type.clone())
-                            .with_entity_name(d.entity_name.clone())
-                    })
-                    .collect();
-                let err = result.err();
-                alter_client_quotas_response::EntryData::default()
-                    .with_error_code(err.as_ref().map_or(0, |e| e.code))
-                    .with_error_message(err.and_then(|e| msg(e.message)))
-                    .with_entity(entity)
+            .map(|(e, result)| match result {
+                Ok(()) => client_quotas::answer(e, 0, None),
+                Err(err) => client_quotas::answer(e, err.code, msg(err.message)),
             })
             .collect();
         AlterClientQuotasResponse::default().with_entries(entries)

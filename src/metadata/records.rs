@@ -1216,15 +1216,7 @@ mod tests {
                 name: "alice".into(),
                 mechanism: 2,
             },
-            MetadataRecord::ClientQuota(ClientQuotaRecord {
-                entity: vec![
-                    ("user".into(), Some("alice".into())),
-                    ("client-id".into(), None),
-                ],
-                key: "producer_byte_rate".into(),
-                value: 1048576.0,
-                remove: false,
-            }),
+            MetadataRecord::ClientQuota(sample_quota()),
             MetadataRecord::ClientQuota(ClientQuotaRecord {
                 entity: vec![("client-id".into(), Some("c".into()))],
                 key: "request_percentage".into(),
@@ -1232,6 +1224,19 @@ mod tests {
                 remove: true,
             }),
         ]
+    }
+
+    /// A user's quota with the default client.
+    fn sample_quota() -> ClientQuotaRecord {
+        ClientQuotaRecord {
+            entity: vec![
+                ("user".into(), Some("alice".into())),
+                ("client-id".into(), None),
+            ],
+            key: "producer_byte_rate".into(),
+            value: 1048576.0,
+            remove: false,
+        }
     }
 
     fn sample_acl() -> AclBinding {
@@ -1266,16 +1271,7 @@ mod tests {
 
     #[test]
     fn a_client_quota_record_is_encoded_as_kafka_writes_it() {
-        let bytes = MetadataRecord::ClientQuota(ClientQuotaRecord {
-            entity: vec![
-                ("user".into(), Some("alice".into())),
-                ("client-id".into(), None),
-            ],
-            key: "producer_byte_rate".into(),
-            value: 1048576.0,
-            remove: false,
-        })
-        .encode();
+        let bytes = MetadataRecord::ClientQuota(sample_quota()).encode();
         // frame 1, type 14, version 0; two entity entries (a null name for the default), the
         // key, the value as an IEEE 754 double, remove, no tags.
         let want = hex(&format!(

@@ -3,6 +3,7 @@
 //! connection limits. Knows nothing of storage.
 
 pub mod api_versions;
+pub mod client_quotas;
 pub mod creation_rate;
 pub mod errors;
 pub mod listener;
