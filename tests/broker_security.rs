@@ -664,6 +664,25 @@ fn refusals(c: &mut TcpStream) -> Vec<(&'static str, i16, i16)> {
         &DeleteGroupsRequest::default().with_groups_names(vec![group()]),
     );
     out.push(("DeleteGroups", r.results[0].error_code, group_auth));
+    let r: ConsumerGroupHeartbeatResponse = raw::call(
+        c,
+        ApiKey::ConsumerGroupHeartbeat,
+        1,
+        &ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(group())
+            .with_member_id(s("m"))
+            .with_rebalance_timeout_ms(30_000)
+            .with_subscribed_topic_names(Some(vec![topic()]))
+            .with_topic_partitions(Some(Vec::new())),
+    );
+    out.push(("ConsumerGroupHeartbeat", r.error_code, group_auth));
+    let r: ConsumerGroupDescribeResponse = raw::call(
+        c,
+        ApiKey::ConsumerGroupDescribe,
+        1,
+        &ConsumerGroupDescribeRequest::default().with_group_ids(vec![group()]),
+    );
+    out.push(("ConsumerGroupDescribe", r.groups[0].error_code, group_auth));
     out
 }
 

@@ -216,7 +216,7 @@ impl Broker {
             DecodedRequest::Heartbeat(req) => at.now(&group::api::heartbeat(self, req)),
             DecodedRequest::LeaveGroup(req) => at.now(&group::api::leave_group(self, v, req)),
             DecodedRequest::OffsetCommit(req) => {
-                at.answer(group::api::offset_commit(self, session, req))
+                at.answer(group::api::offset_commit(self, session, v, req))
             }
             DecodedRequest::OffsetFetch(req) => {
                 at.now(&group::api::offset_fetch(self, session, v, req))
@@ -232,6 +232,12 @@ impl Broker {
             }
             DecodedRequest::OffsetDelete(req) => {
                 at.now(&group::api::offset_delete(self, session, req))
+            }
+            DecodedRequest::ConsumerGroupHeartbeat(req) => at.answer(
+                group::consumer_api::heartbeat(self, session, v, client_id, req),
+            ),
+            DecodedRequest::ConsumerGroupDescribe(req) => {
+                at.now(&group::consumer_api::describe(self, session, v, req))
             }
             // Fetch and JoinGroup are handled before; controller APIs are not served here
             // (decoding refuses them first).

@@ -17,9 +17,18 @@ use crate::security::acl::AclOperation;
 
 /// ApiVersions at `version`: the client listener's APIs, and the features of this broker's
 /// metadata image.
+/// The consumer group APIs are left out while the cluster does not run `group.version` 1.
 pub fn api_versions(broker: &Arc<Broker>, version: i16) -> ApiVersionsResponse {
-    let resp = api_versions::response(errors::NONE);
-    features::advertise(resp, version, &broker.image())
+    let img = broker.image();
+    let mut resp = api_versions::response(errors::NONE);
+    if !super::group::consumer_api::enabled(broker, &img) {
+        resp.api_keys.retain(|k| {
+            !api_versions::CONSUMER_GROUP_APIS
+                .iter()
+                .any(|a| *a as i16 == k.api_key)
+        });
+    }
+    features::advertise(resp, version, &img)
 }
 
 /// UpdateFeatures: CLUSTER_AUTHORIZATION_FAILED without ALTER on the cluster; else the active

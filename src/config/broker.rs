@@ -68,6 +68,8 @@ pub struct BrokerConfig {
     /// The limits on client connections (`max.connections`, `max.connections.per.ip`,
     /// `connections.max.idle.ms`).
     pub connections: super::connections::ConnectionConfig,
+    /// The consumer group protocol's keys (`group.consumer.*`, KIP-848).
+    pub consumer_groups: super::consumer_groups::ConsumerGroupConfig,
     /// SASL mechanisms by listener, re-authentication and the authorizer.
     pub auth: super::auth::AuthConfig,
     /// The `ssl.*` settings of every TLS listener (SSL, SASL_SSL), by listener name.
@@ -225,6 +227,7 @@ impl BrokerConfig {
             replication: super::replication::ReplicationConfig::from_props(props)?,
             cleaner: super::cleaner::CleanerConfig::from_props(props)?,
             connections: super::connections::ConnectionConfig::from_props(props)?,
+            consumer_groups: super::consumer_groups::ConsumerGroupConfig::from_props(props)?,
             auth,
             ssl,
             raw: props.clone(),
@@ -336,6 +339,7 @@ fn unknown_keys(props: &BTreeMap<String, String>) -> Vec<String> {
                 && !super::replication::KEYS.contains(&k)
                 && !super::cleaner::KEYS.contains(&k)
                 && !super::connections::KEYS.contains(&k)
+                && !super::consumer_groups::KEYS.contains(&k)
                 && !super::connections::is_listener_key(k)
                 && !super::auth::is_auth_key(k)
                 && !super::ssl::is_known(k)

@@ -146,6 +146,7 @@ pub mod broker;
 pub mod cleaner;
 pub mod cluster;
 pub mod connections;
+pub mod consumer_groups;
 pub mod principal_rules;
 pub mod providers;
 pub mod replication;

@@ -118,10 +118,18 @@ impl QuorumController {
         let img = self.quorum.image();
         self.sessions.lock().activate(&img, Instant::now());
         if img.feature("metadata.version").is_none() {
-            let mut records = vec![MetadataRecord::FeatureLevel {
-                name: "metadata.version".into(),
-                level: METADATA_VERSION_LEVEL,
-            }];
+            // A new cluster runs the consumer group protocol, as Kafka 4's `format` sets
+            // group.version 1.
+            let mut records = vec![
+                MetadataRecord::FeatureLevel {
+                    name: "metadata.version".into(),
+                    level: METADATA_VERSION_LEVEL,
+                },
+                MetadataRecord::FeatureLevel {
+                    name: "group.version".into(),
+                    level: 1,
+                },
+            ];
             records.extend(self.settings.bootstrap.iter().cloned());
             self.quorum.write(&records).await.map_err(write_error)?;
         }

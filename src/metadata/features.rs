@@ -36,15 +36,19 @@ const fn only(name: &'static str, level: i16) -> Supported {
 /// The `metadata.version` levels a node runs (a broker registers them).
 pub const METADATA_VERSION_RANGE: Supported = only(METADATA_VERSION, METADATA_VERSION_LEVEL);
 
-/// Every feature the newest Kafka release's tools know, sorted, each with the one level evenkeel
-/// runs: `metadata.version` 27, and 0 for what it does not serve yet — `kraft.version` 1
-/// (dynamic voters, KIP-853), `group.version` 1 (the consumer group protocol, KIP-848),
-/// `transaction.version` 1–2 (transactions), `eligible.leader.replicas.version` 1 (KIP-966),
+/// Every feature the newest Kafka release's tools know, sorted, each with the levels evenkeel
+/// runs: `metadata.version` 27, `group.version` 0–1 (1: the consumer group protocol,
+/// KIP-848, which a new cluster starts with), and 0 for what it does not serve yet —
+/// `kraft.version` 1 (dynamic voters, KIP-853), `transaction.version` 1–2 (transactions), `eligible.leader.replicas.version` 1 (KIP-966),
 /// `share.version` 1 (share groups, KIP-932), `streams.version` 1 (KIP-1071). A tool that asks
 /// for one of those levels is refused, as a Kafka controller refuses a level it cannot run.
 pub const SUPPORTED: &[Supported] = &[
     only("eligible.leader.replicas.version", 0),
-    only("group.version", 0),
+    Supported {
+        name: "group.version",
+        min: 0,
+        max: 1,
+    },
     only("kraft.version", 0),
     METADATA_VERSION_RANGE,
     only("share.version", 0),
@@ -284,13 +288,15 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("more than once"), "{e}");
-        let e = plan(&[update("group.version", 1, UpgradeType::Upgrade)], &img, 3).unwrap_err();
+        let e = plan(&[update("group.version", 2, UpgradeType::Upgrade)], &img, 3).unwrap_err();
         assert_eq!(
             e,
             "The update failed for all features since the following feature had an error: \
-             Invalid update version 1 for feature group.version. Local controller 3 only \
-             supports versions 0-0"
+             Invalid update version 2 for feature group.version. Local controller 3 only \
+             supports versions 0-1"
         );
+        let e = plan(&[update("share.version", 1, UpgradeType::Upgrade)], &img, 3).unwrap_err();
+        assert!(e.ends_with("only supports versions 0-0"), "{e}");
         let e = plan(
             &[update("unknown.feature", 1, UpgradeType::Upgrade)],
             &img,
@@ -335,5 +341,25 @@ mod tests {
             plan(&[update("group.version", 0, UpgradeType::Upgrade)], &img, 1),
             Ok(Vec::new())
         );
+    }
+
+    #[test]
+    fn group_version_goes_up_and_down_between_0_and_1() {
+        let img = image(&[("group.version", 0)]);
+        let up = plan(&[update("group.version", 1, UpgradeType::Upgrade)], &img, 1);
+        let record = MetadataRecord::FeatureLevel {
+            name: "group.version".into(),
+            level: 1,
+        };
+        assert_eq!(up, Ok(vec![record]));
+        let img = image(&[("group.version", 1)]);
+        let e = plan(&[update("group.version", 0, UpgradeType::Upgrade)], &img, 1).unwrap_err();
+        assert!(e.contains("Can't downgrade"), "{e}");
+        let down = plan(
+            &[update("group.version", 0, UpgradeType::SafeDowngrade)],
+            &img,
+            1,
+        );
+        assert_eq!(down.map(|r| r.len()), Ok(1));
     }
 }

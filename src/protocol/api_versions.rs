@@ -54,6 +54,15 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterClientQuotas, 0, 1),
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::UpdateFeatures, 0, 2),
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
+];
+
+/// The consumer group protocol's APIs (KIP-848): advertised only while the cluster's
+/// `group.version` is 1 or more, as Kafka advertises them.
+pub const CONSUMER_GROUP_APIS: &[ApiKey] = &[
+    ApiKey::ConsumerGroupHeartbeat,
+    ApiKey::ConsumerGroupDescribe,
 ];
 
 /// What the controller listener answers: the quorum's own traffic aside (a private key), the

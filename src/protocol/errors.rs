@@ -146,6 +146,7 @@ kafka_errors! {
     INVALID_VOTER_KEY = 125,
     DUPLICATE_VOTER = 126,
     VOTER_NOT_FOUND = 127,
+    INVALID_REGULAR_EXPRESSION = 128,
 }
 
 /// Whether Kafka's client retries an operation that failed with `code` (the errors whose

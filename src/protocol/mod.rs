@@ -206,6 +206,8 @@ decoded_requests! {
     DescribeLogDirs => DescribeLogDirsRequest,
     UpdateFeatures => UpdateFeaturesRequest,
     AlterUserScramCredentials => AlterUserScramCredentialsRequest,
+    ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest,
+    ConsumerGroupDescribe => ConsumerGroupDescribeRequest,
 }
 
 /// Decodes a whole request frame (without its 4-byte size prefix) with the checks the broker

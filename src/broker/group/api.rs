@@ -309,6 +309,7 @@ pub fn leave_group(
 pub fn offset_commit(
     broker: &Arc<Broker>,
     session: &Session,
+    version: i16,
     req: OffsetCommitRequest,
 ) -> Outcome<OffsetCommitResponse> {
     use offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
@@ -318,6 +319,7 @@ pub fn offset_commit(
             &group,
             req.generation_id_or_member_epoch,
             req.member_id.as_str(),
+            version,
         ),
         Err(code) => CommitCheck::Error(code),
     };
@@ -462,10 +464,18 @@ pub fn offset_fetch(
             .groups
             .into_iter()
             .map(|g| {
-                let refused = denied_group(&g.group_id.0).map_or_else(
-                    || coordinator_partition(broker, &g.group_id.0).map(|_| ()),
-                    Err,
-                );
+                let refused = denied_group(&g.group_id.0)
+                    .map_or_else(
+                        || coordinator_partition(broker, &g.group_id.0).map(|_| ()),
+                        Err,
+                    )
+                    .and_then(|()| {
+                        // v9: a consumer group's member reads at its member epoch.
+                        let member = g.member_id.as_ref().map(|m| m.as_str());
+                        broker
+                            .groups
+                            .check_offset_fetch(&g.group_id.0, member, g.member_epoch)
+                    });
                 if let Err(code) = refused {
                     return OffsetFetchResponseGroup::default()
                         .with_group_id(g.group_id)
@@ -560,15 +570,16 @@ pub fn list_groups(
         if !all && !broker.authorize(session, Action::group(AclOperation::Describe, &id)) {
             continue;
         }
-        let Some((state, protocol_type)) = broker.groups.with_group(&id, |g| {
-            (g.state.name(), g.protocol_type.clone().unwrap_or_default())
+        let Some((state, protocol_type, kind)) = broker.groups.with_group(&id, |g| {
+            let protocol_type = g.protocol_type.clone().unwrap_or_default();
+            (g.state_name(), protocol_type, g.type_name())
         }) else {
             continue;
         };
         if !states.is_empty() && !states.contains(&state.to_lowercase()) {
             continue;
         }
-        if !types.is_empty() && !types.contains(&"classic".to_string()) {
+        if !types.is_empty() && !types.iter().any(|t| t == kind) {
             continue;
         }
         let mut g = list_groups_response::ListedGroup::default()
@@ -578,7 +589,7 @@ pub fn list_groups(
             g = g.with_group_state(s(state));
         }
         if version >= 5 {
-            g = g.with_group_type(s("classic"));
+            g = g.with_group_type(s(kind));
         }
         groups.push(g);
     }
@@ -607,6 +618,12 @@ pub fn describe_groups(
                     .with_error_code(code);
             }
             let described = broker.groups.with_group(gid.0.as_str(), |g| {
+                if g.is_consumer_group() {
+                    // Not a classic group: v0-5 say Dead (v6, not served, adds an error).
+                    return DescribedGroup::default()
+                        .with_group_id(gid.clone())
+                        .with_group_state(s("Dead"));
+                }
                 let protocol = g.protocol_name.clone().unwrap_or_default();
                 let stable = matches!(
                     g.state,

@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use super::consumer_group::{ConsumerGroup, ConsumerSettings};
 use crate::storage::log::now_ms;
+
+mod consumer;
 
 /// Kafka error codes of the group APIs.
 /// Group error codes live in the one table, `protocol::errors`.
@@ -22,6 +25,8 @@ pub struct GroupConfig {
     pub max_size: usize,
     pub offset_metadata_max_bytes: usize,
     pub offsets_retention: Duration,
+    /// The consumer protocol's `group.consumer.*` settings.
+    pub consumer: ConsumerSettings,
 }
 
 impl Default for GroupConfig {
@@ -33,6 +38,7 @@ impl Default for GroupConfig {
             max_size: i32::MAX as usize,
             offset_metadata_max_bytes: 4096,
             offsets_retention: Duration::from_secs(7 * 24 * 3600),
+            consumer: ConsumerSettings::default(),
         }
     }
 }
@@ -209,6 +215,8 @@ pub struct Group {
     join_not_before: Option<Instant>,
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
     pub state_changed_ms: i64,
+    /// The group's consumer-protocol (KIP-848) state; `None` for a classic group.
+    pub consumer: Option<ConsumerGroup>,
 }
 
 impl Group {
@@ -227,6 +235,7 @@ impl Group {
             join_not_before: None,
             offsets: BTreeMap::new(),
             state_changed_ms: now_ms(),
+            consumer: None,
         }
     }
 
@@ -725,6 +734,17 @@ impl Coordinator {
                 &req.member_id,
             ));
         }
+        if g.is_consumer_group() {
+            if !g.is_empty() {
+                return Pending::Now(JoinResult::error(
+                    codes::INCONSISTENT_GROUP_PROTOCOL,
+                    &req.member_id,
+                ));
+            }
+            // An empty consumer group becomes a classic one again; its offsets stay.
+            g.consumer = None;
+            g.protocol_type = None;
+        }
         if !g.supports(&req.protocol_type, &req.protocols) {
             return Pending::Now(JoinResult::error(
                 codes::INCONSISTENT_GROUP_PROTOCOL,
@@ -933,6 +953,7 @@ impl Coordinator {
         let groups = self.all_groups();
         for g in groups {
             let mut g = g.lock().unwrap_or_else(|p| p.into_inner());
+            self.expire_consumer_members(&mut g, now);
             let expired: Vec<String> = g
                 .members
                 .values()
@@ -962,12 +983,22 @@ impl Coordinator {
     }
 
     /// Checks that a commit may be stored (Kafka's rules for generations and members).
-    pub fn check_commit(&self, group_id: &str, generation: i32, member_id: &str) -> CommitCheck {
+    /// A consumer group's members commit at their member epoch instead (v9+).
+    pub fn check_commit(
+        &self,
+        group_id: &str,
+        generation: i32,
+        member_id: &str,
+        version: i16,
+    ) -> CommitCheck {
         if group_id.is_empty() {
             return CommitCheck::Error(codes::INVALID_GROUP_ID);
         }
         let g = self.group_or_new(group_id);
         let g = g.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = &g.consumer {
+            return Self::check_consumer_commit(c, group_id, member_id, generation, version);
+        }
         if generation < 0 && member_id.is_empty() {
             // A commit from outside any generation (assign() consumers, admin tools).
             return if g.members.is_empty() {
@@ -1020,7 +1051,7 @@ impl Coordinator {
             return Err(codes::GROUP_ID_NOT_FOUND);
         };
         let g = g.lock().unwrap_or_else(|p| p.into_inner());
-        if g.state != GroupState::Empty && g.subscribes_to(topic) {
+        if !g.is_empty() && (g.subscribes_to(topic) || g.consumer_subscribes_to(topic)) {
             return Err(codes::GROUP_SUBSCRIBED_TO_TOPIC);
         }
         Ok(())
@@ -1033,7 +1064,7 @@ impl Coordinator {
             return Err(codes::GROUP_ID_NOT_FOUND);
         };
         let mut g = g.lock().unwrap_or_else(|p| p.into_inner());
-        if g.state != GroupState::Empty || !g.members.is_empty() {
+        if !g.is_empty() {
             return Err(codes::NON_EMPTY_GROUP);
         }
         g.transition(GroupState::Dead);
@@ -1076,7 +1107,7 @@ impl Coordinator {
         let mut out = Vec::new();
         for g in groups {
             let mut g = g.lock().unwrap_or_else(|p| p.into_inner());
-            if g.state != GroupState::Empty {
+            if !g.is_empty() {
                 continue;
             }
             let since = g.state_changed_ms;

@@ -207,31 +207,31 @@ fn leaving_members_rebalance_the_rest_and_the_last_one_empties_the_group() {
 fn commits_need_a_current_member_unless_the_group_is_empty() {
     let c = Coordinator::new(cfg());
     assert_eq!(
-        c.check_commit("", -1, ""),
+        c.check_commit("", -1, "", 8),
         CommitCheck::Error(codes::INVALID_GROUP_ID)
     );
-    assert_eq!(c.check_commit("g", -1, ""), CommitCheck::Ok);
+    assert_eq!(c.check_commit("g", -1, "", 8), CommitCheck::Ok);
     let (a, mut ja) = join_new(&c, "g", &["range"]);
     ja.try_recv().unwrap();
     assert_eq!(
-        c.check_commit("g", -1, ""),
+        c.check_commit("g", -1, "", 8),
         CommitCheck::Error(codes::UNKNOWN_MEMBER_ID)
     );
     assert_eq!(
-        c.check_commit("g", 1, "stranger"),
+        c.check_commit("g", 1, "stranger", 8),
         CommitCheck::Error(codes::UNKNOWN_MEMBER_ID)
     );
     assert_eq!(
-        c.check_commit("g", 0, &a),
+        c.check_commit("g", 0, &a, 8),
         CommitCheck::Error(codes::ILLEGAL_GENERATION)
     );
     assert_eq!(
-        c.check_commit("g", 1, &a),
+        c.check_commit("g", 1, &a, 8),
         CommitCheck::Error(codes::REBALANCE_IN_PROGRESS)
     );
     drop(later(c.sync("g", 1, &a, vec![(a.clone(), vec![])]).answer));
     c.complete_sync("g", 1, Ok(()));
-    assert_eq!(c.check_commit("g", 1, &a), CommitCheck::Ok);
+    assert_eq!(c.check_commit("g", 1, &a, 8), CommitCheck::Ok);
     assert_eq!(c.delete_group("g"), Err(codes::NON_EMPTY_GROUP));
     assert_eq!(c.delete_group("nope"), Err(codes::GROUP_ID_NOT_FOUND));
 }

@@ -1,0 +1,294 @@
+use super::*;
+
+fn topic_id(n: u8) -> KafkaUuid {
+    KafkaUuid([n; 16])
+}
+
+fn topics() -> TopicsView {
+    BTreeMap::from([
+        ("orders".to_string(), (topic_id(1), 4)),
+        ("audit".to_string(), (topic_id(2), 2)),
+    ])
+}
+
+fn settings() -> ConsumerSettings {
+    ConsumerSettings {
+        max_size: 3,
+        ..ConsumerSettings::default()
+    }
+}
+
+fn join(id: &str, topic: &str) -> Heartbeat {
+    Heartbeat {
+        member_id: id.to_string(),
+        member_epoch: 0,
+        rebalance_timeout_ms: 30_000,
+        topic_names: Some(vec![topic.to_string()]),
+        owned: Some(Assignment::new()),
+        ..Heartbeat::default()
+    }
+}
+
+/// A heartbeat at `epoch` that says the member owns `owned`.
+fn beat(id: &str, epoch: i32, owned: &Assignment) -> Heartbeat {
+    Heartbeat {
+        member_id: id.to_string(),
+        member_epoch: epoch,
+        rebalance_timeout_ms: -1,
+        owned: Some(owned.clone()),
+        ..Heartbeat::default()
+    }
+}
+
+fn count(a: &Assignment) -> usize {
+    a.values().map(|s| s.len()).sum()
+}
+
+#[test]
+fn a_second_member_gets_partitions_only_after_the_first_revokes_them() {
+    let (mut g, t, s, now) = (
+        ConsumerGroup::default(),
+        topics(),
+        settings(),
+        Instant::now(),
+    );
+    let a1 = g.heartbeat("g", &join("a", "orders"), &t, &s, now).unwrap();
+    assert_eq!((a1.member_epoch, g.state_name()), (1, "Stable"));
+    let a_owned = a1.assignment.unwrap();
+    assert_eq!(count(&a_owned), 4);
+
+    let b1 = g.heartbeat("g", &join("b", "orders"), &t, &s, now).unwrap();
+    // b is at the new epoch but everything of its target is still a's.
+    assert_eq!(b1.member_epoch, 2);
+    assert_eq!(b1.assignment, Some(Assignment::new()));
+    assert_eq!(g.members["b"].state, MemberState::UnreleasedPartitions);
+
+    // a is asked to revoke half: its epoch stays until it has.
+    let a2 = g
+        .heartbeat("g", &beat("a", 1, &a_owned), &t, &s, now)
+        .unwrap();
+    assert_eq!(a2.member_epoch, 1);
+    let a_kept = a2.assignment.unwrap();
+    assert_eq!(count(&a_kept), 2);
+    assert_eq!(g.members["a"].state, MemberState::UnrevokedPartitions);
+    assert_eq!(g.state_name(), "Reconciling");
+
+    // b still gets nothing while a owns them.
+    let b2 = g
+        .heartbeat("g", &beat("b", 2, &Assignment::new()), &t, &s, now)
+        .unwrap();
+    assert_eq!(b2.assignment, None, "nothing changed, nothing sent");
+    assert_eq!(g.members["b"].assigned, Assignment::new());
+
+    // a says it revoked: it moves to epoch 2; then b gets the two partitions.
+    let a3 = g
+        .heartbeat("g", &beat("a", 1, &a_kept), &t, &s, now)
+        .unwrap();
+    assert_eq!(a3.member_epoch, 2);
+    let b3 = g
+        .heartbeat("g", &beat("b", 2, &Assignment::new()), &t, &s, now)
+        .unwrap();
+    let b_owned = b3.assignment.unwrap();
+    assert_eq!(count(&b_owned), 2);
+    assert!(b_owned[&topic_id(1)].is_disjoint(&a_kept[&topic_id(1)]));
+    assert_eq!(g.state_name(), "Stable");
+}
+
+#[test]
+fn epochs_ahead_or_behind_are_fenced_except_a_lost_answer() {
+    let (mut g, mut t, s, now) = (
+        ConsumerGroup::default(),
+        topics(),
+        settings(),
+        Instant::now(),
+    );
+    let a = g.heartbeat("g", &join("a", "orders"), &t, &s, now).unwrap();
+    // A wider subscription moves a to epoch 2 with more partitions (nothing to revoke).
+    let mut wider = beat("a", 1, &a.assignment.unwrap());
+    wider.topic_names = Some(vec!["orders".into(), "audit".into()]);
+    let a = g.heartbeat("g", &wider, &t, &s, now).unwrap();
+    assert_eq!(a.member_epoch, 2);
+    // audit grows: a moves to epoch 3.
+    t.insert("audit".into(), (topic_id(2), 3));
+    let a = g
+        .heartbeat("g", &beat("a", 2, &a.assignment.unwrap()), &t, &s, now)
+        .unwrap();
+    assert_eq!(a.member_epoch, 3);
+    let owned = a.assignment.unwrap();
+    assert_eq!(count(&owned), 7);
+    let ahead = g
+        .heartbeat("g", &beat("a", 9, &owned), &t, &s, now)
+        .unwrap_err();
+    assert_eq!(ahead.code, codes::FENCED_MEMBER_EPOCH);
+    assert!(
+        ahead.message.contains("greater member epoch (9)"),
+        "{}",
+        ahead.message
+    );
+    let behind = g
+        .heartbeat("g", &beat("a", 1, &owned), &t, &s, now)
+        .unwrap_err();
+    assert_eq!(behind.code, codes::FENCED_MEMBER_EPOCH);
+    // The previous epoch with less than it was given is fenced too.
+    let partial = BTreeMap::from([(topic_id(1), BTreeSet::from([0]))]);
+    let stale = g
+        .heartbeat("g", &beat("a", 2, &partial), &t, &s, now)
+        .unwrap_err();
+    assert_eq!(stale.code, codes::FENCED_MEMBER_EPOCH);
+    // The previous epoch (2) with what it was given: the member missed the answer.
+    assert_eq!(
+        g.heartbeat("g", &beat("a", 2, &owned), &t, &s, now)
+            .unwrap()
+            .member_epoch,
+        3
+    );
+    let stranger = g
+        .heartbeat("g", &beat("x", 3, &owned), &t, &s, now)
+        .unwrap_err();
+    assert_eq!(stranger.code, codes::UNKNOWN_MEMBER_ID);
+    assert_eq!(stranger.message, "Member x is not a member of group g.");
+}
+
+#[test]
+fn a_leaving_member_frees_its_partitions_at_once() {
+    let (mut g, t, s, now) = (
+        ConsumerGroup::default(),
+        topics(),
+        settings(),
+        Instant::now(),
+    );
+    g.heartbeat("g", &join("a", "orders"), &t, &s, now).unwrap();
+    g.heartbeat("g", &join("b", "orders"), &t, &s, now).unwrap();
+    let epoch = g.group_epoch;
+    let left = g
+        .heartbeat(
+            "g",
+            &beat("a", LEAVE_EPOCH, &Assignment::new()),
+            &t,
+            &s,
+            now,
+        )
+        .unwrap();
+    assert_eq!(left.member_epoch, LEAVE_EPOCH);
+    assert!(g.group_epoch > epoch);
+    let b = g
+        .heartbeat("g", &beat("b", 2, &Assignment::new()), &t, &s, now)
+        .unwrap();
+    assert_eq!(count(&b.assignment.unwrap()), 4);
+}
+
+#[test]
+fn silent_members_and_members_that_do_not_revoke_are_removed() {
+    let (mut g, t, s, now) = (
+        ConsumerGroup::default(),
+        topics(),
+        settings(),
+        Instant::now(),
+    );
+    let a = g.heartbeat("g", &join("a", "orders"), &t, &s, now).unwrap();
+    let owned = a.assignment.unwrap();
+    g.heartbeat("g", &join("b", "orders"), &t, &s, now).unwrap();
+    g.heartbeat("g", &beat("a", 1, &owned), &t, &s, now)
+        .unwrap();
+    assert_eq!(g.members["a"].state, MemberState::UnrevokedPartitions);
+    // a keeps heartbeating but never revokes: its rebalance timeout (30 s) removes it.
+    let later = now + Duration::from_secs(31);
+    g.heartbeat(
+        "g",
+        &beat("a", 1, &owned),
+        &t,
+        &s,
+        later - Duration::from_secs(1),
+    )
+    .unwrap();
+    assert!(g.expire(&s, later).contains(&"a".to_string()));
+    // b's session (45 s) has run out too by then.
+    assert_eq!(
+        g.expire(&s, now + Duration::from_secs(46)),
+        vec!["b".to_string()]
+    );
+    assert_eq!(g.state_name(), "Empty");
+}
+
+#[test]
+fn a_static_member_takes_its_place_back_after_a_temporary_leave() {
+    let (mut g, t, s, now) = (
+        ConsumerGroup::default(),
+        topics(),
+        settings(),
+        Instant::now(),
+    );
+    let mut hb = join("a", "orders");
+    hb.instance_id = Some("i1".into());
+    let a = g.heartbeat("g", &hb, &t, &s, now).unwrap();
+    let mut other = join("z", "orders");
+    other.instance_id = Some("i1".into());
+    let taken = g.heartbeat("g", &other, &t, &s, now).unwrap_err();
+    assert_eq!(taken.code, codes::UNRELEASED_INSTANCE_ID);
+    g.heartbeat(
+        "g",
+        &beat("a", STATIC_LEAVE_EPOCH, &Assignment::new()),
+        &t,
+        &s,
+        now,
+    )
+    .unwrap();
+    let epoch = g.group_epoch;
+    let back = g.heartbeat("g", &other, &t, &s, now).unwrap();
+    assert_eq!(back.assignment, a.assignment);
+    assert_eq!(back.member_epoch, a.member_epoch);
+    assert_eq!(
+        g.group_epoch, epoch,
+        "no rebalance for a returning static member"
+    );
+}
+
+#[test]
+fn the_group_refuses_members_past_its_size_and_follows_topic_changes() {
+    let (mut g, mut t, s, now) = (
+        ConsumerGroup::default(),
+        topics(),
+        settings(),
+        Instant::now(),
+    );
+    for id in ["a", "b", "c"] {
+        g.heartbeat("g", &join(id, "audit"), &t, &s, now).unwrap();
+    }
+    let full = g
+        .heartbeat("g", &join("d", "audit"), &t, &s, now)
+        .unwrap_err();
+    assert_eq!(full.code, codes::GROUP_MAX_SIZE_REACHED);
+    // A member subscribed to a topic that does not exist yet gets it once it is created.
+    let mut g = ConsumerGroup::default();
+    let a = g.heartbeat("g", &join("a", "later"), &t, &s, now).unwrap();
+    assert_eq!(a.assignment, Some(Assignment::new()));
+    t.insert("later".into(), (topic_id(3), 3));
+    let a = g.heartbeat(
+        "g",
+        &beat("a", a.member_epoch, &Assignment::new()),
+        &t,
+        &s,
+        now,
+    );
+    assert_eq!(count(&a.unwrap().assignment.unwrap()), 3);
+}
+
+#[test]
+fn commits_need_the_members_current_epoch() {
+    let (mut g, t, s, now) = (
+        ConsumerGroup::default(),
+        topics(),
+        settings(),
+        Instant::now(),
+    );
+    g.heartbeat("g", &join("a", "orders"), &t, &s, now).unwrap();
+    assert_eq!(g.check_member_epoch("g", "a", 1), Ok(()));
+    assert_eq!(
+        g.check_member_epoch("g", "a", 0),
+        Err(codes::STALE_MEMBER_EPOCH)
+    );
+    assert_eq!(
+        g.check_member_epoch("g", "b", 1),
+        Err(codes::UNKNOWN_MEMBER_ID)
+    );
+}

@@ -1,0 +1,317 @@
+//! The consumer group protocol (KIP-848) against the real binary: librdkafka members with
+//! `group.protocol=consumer` joining and leaving under a steady produce, a classic group's
+//! offsets kept across the switch, and the heartbeat's refusals on the wire.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::producer::FutureRecord;
+use rdkafka::Message;
+
+/// Broker keys that let the protocol move in test time (Kafka's minimums are 5 s and 45 s).
+const FAST: &[&str] = &[
+    "group.consumer.min.heartbeat.interval.ms=100",
+    "group.consumer.heartbeat.interval.ms=300",
+    "group.consumer.min.session.timeout.ms=1000",
+    "group.consumer.session.timeout.ms=6000",
+];
+
+fn member(bootstrap: &str, group: &str) -> BaseConsumer {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("group.protocol", "consumer")
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap()
+}
+
+fn assigned(c: &BaseConsumer) -> BTreeSet<i32> {
+    c.assignment()
+        .map(|a| a.elements().iter().map(|e| e.partition()).collect())
+        .unwrap_or_default()
+}
+
+/// A member's loop: poll, commit each record before the next, until `stop`; returns the
+/// (partition, offset) of every record it was given.
+fn run_member(c: BaseConsumer, stop: Arc<AtomicBool>) -> Vec<(i32, i64)> {
+    let mut seen = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(50)) {
+            seen.push((m.partition(), m.offset()));
+            // A commit can be refused while the partition is being revoked; the record is
+            // then read again by its next owner, which the test would count.
+            let _ = c.commit_message(&m, CommitMode::Sync);
+        }
+    }
+    drop(c);
+    seen
+}
+
+fn spawn_member(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+) -> (Arc<AtomicBool>, std::thread::JoinHandle<Vec<(i32, i64)>>) {
+    let c = member(bootstrap, group);
+    c.subscribe(&[topic]).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    (stop, std::thread::spawn(move || run_member(c, s)))
+}
+
+async fn produce(bootstrap: &str, topic: &str, n: usize, pace: Duration) -> BTreeMap<i32, i64> {
+    let p = common::producer(bootstrap, &[]);
+    let mut ends: BTreeMap<i32, i64> = BTreeMap::new();
+    for i in 0..n {
+        let v = format!("{i}");
+        let d = p
+            .send(
+                FutureRecord::to(topic).key(&v).payload(&v),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+        let end = ends.entry(d.partition).or_default();
+        *end = (*end).max(d.offset + 1);
+        tokio::time::sleep(pace).await;
+    }
+    ends
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn members_join_and_leave_during_a_steady_produce_and_every_record_is_consumed_once() {
+    let b = common::BrokerProcess::start(FAST);
+    common::create_topic(&b.bootstrap, "steady", 6, &[]).await;
+    let producer = {
+        let bootstrap = b.bootstrap.clone();
+        tokio::spawn(
+            async move { produce(&bootstrap, "steady", 1500, Duration::from_millis(6)).await },
+        )
+    };
+    let (stop_a, a) = spawn_member(&b.bootstrap, "kip848", "steady");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (stop_b, bm) = spawn_member(&b.bootstrap, "kip848", "steady");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (stop_c, c) = spawn_member(&b.bootstrap, "kip848", "steady");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // b leaves while records still flow; a and c take its partitions over.
+    stop_b.store(true, Ordering::Relaxed);
+    let seen_b = tokio::task::spawn_blocking(move || bm.join().unwrap())
+        .await
+        .unwrap();
+    let ends = producer.await.unwrap();
+    let total: i64 = ends.values().sum();
+    // Wait until a and c have drained the topic between them.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let done = committed_total(&b.bootstrap, "kip848", &ends).await;
+        if done == total || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop_a.store(true, Ordering::Relaxed);
+    stop_c.store(true, Ordering::Relaxed);
+    let seen_a = tokio::task::spawn_blocking(move || a.join().unwrap())
+        .await
+        .unwrap();
+    let seen_c = tokio::task::spawn_blocking(move || c.join().unwrap())
+        .await
+        .unwrap();
+    let mut count: BTreeMap<(i32, i64), usize> = BTreeMap::new();
+    for r in seen_a.iter().chain(&seen_b).chain(&seen_c) {
+        *count.entry(*r).or_default() += 1;
+    }
+    let missing: Vec<(i32, i64)> = ends
+        .iter()
+        .flat_map(|(p, end)| (0..*end).map(move |o| (*p, o)))
+        .filter(|r| !count.contains_key(r))
+        .collect();
+    let twice: Vec<_> = count.iter().filter(|(_, n)| **n > 1).collect();
+    eprintln!(
+        "records {total}: a {}, b {}, c {}; missing {}, read twice {}",
+        seen_a.len(),
+        seen_b.len(),
+        seen_c.len(),
+        missing.len(),
+        twice.len()
+    );
+    assert!(missing.is_empty(), "records never consumed: {missing:?}");
+    assert!(twice.is_empty(), "records consumed twice: {twice:?}");
+    for (name, seen) in [("a", &seen_a), ("b", &seen_b), ("c", &seen_c)] {
+        assert!(!seen.is_empty(), "member {name} consumed nothing");
+    }
+}
+
+/// The group's committed offsets summed over the partitions of `ends`.
+async fn committed_total(bootstrap: &str, group: &str, ends: &BTreeMap<i32, i64>) -> i64 {
+    let mut s = common::raw::connect(bootstrap);
+    let req = OffsetFetchRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.into())))
+        .with_topics(Some(vec![
+            offset_fetch_request::OffsetFetchRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("steady")))
+                .with_partition_indexes(ends.keys().copied().collect()),
+        ]));
+    let r: OffsetFetchResponse = common::raw::call(&mut s, ApiKey::OffsetFetch, 7, &req);
+    r.topics
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .map(|p| p.committed_offset.max(0))
+        .sum()
+}
+
+#[tokio::test]
+async fn a_classic_group_switched_to_the_consumer_protocol_keeps_its_offsets() {
+    let b = common::BrokerProcess::start(FAST);
+    common::create_topic(&b.bootstrap, "switch", 1, &[]).await;
+    produce(&b.bootstrap, "switch", 10, Duration::ZERO).await;
+    let classic: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &b.bootstrap)
+        .set("group.id", "switching")
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    classic.subscribe(&["switch"]).unwrap();
+    let mut read = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while read < 4 && Instant::now() < deadline {
+        if let Some(Ok(m)) = classic.poll(Duration::from_millis(100)) {
+            read += 1;
+            classic.commit_message(&m, CommitMode::Sync).unwrap();
+        }
+    }
+    assert_eq!(read, 4);
+    drop(classic);
+    let c = member(&b.bootstrap, "switching");
+    c.subscribe(&["switch"]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+            break m.offset();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no record for the consumer-protocol member"
+        );
+    };
+    assert_eq!(
+        first, 4,
+        "the consumer protocol member starts at the classic commit"
+    );
+    assert_eq!(assigned(&c), BTreeSet::from([0]));
+    let mut s = common::raw::connect(&b.bootstrap);
+    let req = ConsumerGroupDescribeRequest::default()
+        .with_group_ids(vec![GroupId(StrBytes::from_static_str("switching"))]);
+    let d: ConsumerGroupDescribeResponse =
+        common::raw::call(&mut s, ApiKey::ConsumerGroupDescribe, 1, &req);
+    let g = &d.groups[0];
+    assert_eq!(g.error_code, 0);
+    assert_eq!(g.group_state.as_str(), "Stable");
+    assert_eq!(g.members.len(), 1);
+    assert_eq!(g.members[0].member_type, 1);
+    let parts = &g.members[0].assignment.topic_partitions;
+    assert_eq!(parts[0].topic_name.0.as_str(), "switch");
+    assert_eq!(parts[0].partitions, vec![0]);
+}
+
+fn join(member: &str, epoch: i32) -> ConsumerGroupHeartbeatRequest {
+    ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("wire")))
+        .with_member_id(StrBytes::from_string(member.into()))
+        .with_member_epoch(epoch)
+        .with_rebalance_timeout_ms(30_000)
+        .with_subscribed_topic_names(Some(vec![TopicName(StrBytes::from_static_str("w"))]))
+        .with_topic_partitions(Some(Vec::<TopicPartitions>::new()))
+}
+
+#[tokio::test]
+async fn heartbeats_are_refused_with_kafkas_errors() {
+    let b = common::BrokerProcess::start(FAST);
+    common::create_topic(&b.bootstrap, "w", 2, &[]).await;
+    let mut s = common::raw::connect(&b.bootstrap);
+    let mut call =
+        |req: &ConsumerGroupHeartbeatRequest, v: i16| -> ConsumerGroupHeartbeatResponse {
+            common::raw::call(&mut s, ApiKey::ConsumerGroupHeartbeat, v, req)
+        };
+    let joined = call(&join("m1", 0), 1);
+    assert_eq!(joined.error_code, 0, "{:?}", joined.error_message);
+    assert_eq!(joined.member_epoch, 1);
+    assert_eq!(joined.heartbeat_interval_ms, 300);
+    let parts: Vec<i32> = joined.assignment.unwrap().topic_partitions[0]
+        .partitions
+        .clone();
+    assert_eq!(parts, vec![0, 1]);
+
+    let ahead = call(
+        &join("m1", 0)
+            .with_member_epoch(7)
+            .with_topic_partitions(None),
+        1,
+    );
+    assert_eq!(ahead.error_code, 110, "FENCED_MEMBER_EPOCH");
+    assert!(ahead
+        .error_message
+        .unwrap()
+        .contains("greater member epoch (7)"));
+    let stranger = call(
+        &join("nobody", 0)
+            .with_member_epoch(3)
+            .with_topic_partitions(None),
+        1,
+    );
+    assert_eq!(stranger.error_code, 25, "UNKNOWN_MEMBER_ID");
+    let no_id = call(&join("", 0), 1);
+    assert_eq!(no_id.error_code, 42, "INVALID_REQUEST");
+    assert_eq!(
+        no_id.error_message.unwrap().as_str(),
+        "MemberId can't be empty."
+    );
+    // v0: the coordinator names a joining member.
+    let named = call(&join("", 0), 0);
+    assert_eq!(named.error_code, 0);
+    assert!(!named.member_id.unwrap().is_empty());
+    let assignor = call(
+        &join("m2", 0).with_server_assignor(Some(StrBytes::from_static_str("sticky"))),
+        1,
+    );
+    assert_eq!(assignor.error_code, 112, "UNSUPPORTED_ASSIGNOR");
+    assert_eq!(
+        assignor.error_message.unwrap().as_str(),
+        "ServerAssignor sticky is not supported. Supported assignors: uniform, range."
+    );
+    let regex = join("m3", 0)
+        .with_subscribed_topic_names(None)
+        .with_subscribed_topic_regex(Some(StrBytes::from_static_str("w(")));
+    let bad = call(&regex, 1);
+    assert_eq!(bad.error_code, 128, "INVALID_REGULAR_EXPRESSION");
+    assert!(bad
+        .error_message
+        .unwrap()
+        .starts_with("SubscribedTopicRegex `w(` is not a valid"));
+    let first = call(&join("m4", 0).with_rebalance_timeout_ms(-1), 1);
+    assert_eq!(first.error_code, 42);
+    assert_eq!(
+        first.error_message.unwrap().as_str(),
+        "RebalanceTimeoutMs must be provided in first request."
+    );
+    let left = call(
+        &join("m1", 0)
+            .with_member_epoch(-1)
+            .with_topic_partitions(None),
+        1,
+    );
+    assert_eq!((left.error_code, left.member_epoch), (0, -1));
+}
