@@ -112,15 +112,7 @@ async fn members_join_and_leave_during_a_steady_produce_and_every_record_is_cons
         .unwrap();
     let ends = producer.await.unwrap();
     let total: i64 = ends.values().sum();
-    // Wait until a and c have drained the topic between them.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let done = committed_total(&b.bootstrap, "kip848", &ends).await;
-        if done == total || Instant::now() > deadline {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    until_all_committed(&b.bootstrap, "kip848", "steady", &ends).await;
     stop_a.store(true, Ordering::Relaxed);
     stop_c.store(true, Ordering::Relaxed);
     let seen_a = tokio::task::spawn_blocking(move || a.join().unwrap())
@@ -129,16 +121,7 @@ async fn members_join_and_leave_during_a_steady_produce_and_every_record_is_cons
     let seen_c = tokio::task::spawn_blocking(move || c.join().unwrap())
         .await
         .unwrap();
-    let mut count: BTreeMap<(i32, i64), usize> = BTreeMap::new();
-    for r in seen_a.iter().chain(&seen_b).chain(&seen_c) {
-        *count.entry(*r).or_default() += 1;
-    }
-    let missing: Vec<(i32, i64)> = ends
-        .iter()
-        .flat_map(|(p, end)| (0..*end).map(move |o| (*p, o)))
-        .filter(|r| !count.contains_key(r))
-        .collect();
-    let twice: Vec<_> = count.iter().filter(|(_, n)| **n > 1).collect();
+    let (missing, twice) = missing_and_twice(&ends, &[&seen_a, &seen_b, &seen_c]);
     eprintln!(
         "records {total}: a {}, b {}, c {}; missing {}, read twice {}",
         seen_a.len(),
@@ -154,22 +137,128 @@ async fn members_join_and_leave_during_a_steady_produce_and_every_record_is_cons
     }
 }
 
-/// The group's committed offsets summed over the partitions of `ends`.
-async fn committed_total(bootstrap: &str, group: &str, ends: &BTreeMap<i32, i64>) -> i64 {
-    let mut s = common::raw::connect(bootstrap);
-    let req = OffsetFetchRequest::default()
-        .with_group_id(GroupId(StrBytes::from_string(group.into())))
-        .with_topics(Some(vec![
-            offset_fetch_request::OffsetFetchRequestTopic::default()
-                .with_name(TopicName(StrBytes::from_static_str("steady")))
-                .with_partition_indexes(ends.keys().copied().collect()),
-        ]));
-    let r: OffsetFetchResponse = common::raw::call(&mut s, ApiKey::OffsetFetch, 7, &req);
-    r.topics
+/// The group's committed offsets of `topic` summed over the partitions of `ends` (asked by
+/// a client that does not join the group).
+fn committed_total(bootstrap: &str, group: &str, topic: &str, ends: &BTreeMap<i32, i64>) -> i64 {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in ends.keys() {
+        tpl.add_partition(topic, *p);
+    }
+    let Ok(committed) = c.committed_offsets(tpl, Duration::from_secs(10)) else {
+        return 0;
+    };
+    committed
+        .elements()
         .iter()
-        .flat_map(|t| &t.partitions)
-        .map(|p| p.committed_offset.max(0))
+        .map(|e| match e.offset() {
+            rdkafka::Offset::Offset(o) => o,
+            _ => 0,
+        })
         .sum()
+}
+
+/// Waits (up to a minute) until the group has committed every record of `ends`.
+async fn until_all_committed(bootstrap: &str, group: &str, topic: &str, ends: &BTreeMap<i32, i64>) {
+    let total: i64 = ends.values().sum();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let (b, g, t, e) = (
+            bootstrap.to_string(),
+            group.to_string(),
+            topic.to_string(),
+            ends.clone(),
+        );
+        let done = tokio::task::spawn_blocking(move || committed_total(&b, &g, &t, &e))
+            .await
+            .unwrap();
+        if done == total {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// The records of `ends` no member was given, and those given more than once.
+fn missing_and_twice(
+    ends: &BTreeMap<i32, i64>,
+    seen: &[&Vec<(i32, i64)>],
+) -> (Vec<(i32, i64)>, Vec<(i32, i64)>) {
+    let mut count: BTreeMap<(i32, i64), usize> = BTreeMap::new();
+    for r in seen.iter().flat_map(|s| s.iter()) {
+        *count.entry(*r).or_default() += 1;
+    }
+    let missing = ends
+        .iter()
+        .flat_map(|(p, end)| (0..*end).map(move |o| (*p, o)))
+        .filter(|r| !count.contains_key(r))
+        .collect();
+    let twice = count
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(r, _)| r)
+        .collect();
+    (missing, twice)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_group_goes_on_when_its_coordinator_is_killed_mid_rebalance() {
+    use common::cluster::{create_assigned, partition, until, Cluster};
+    let mut c = Cluster::start(3, FAST);
+    let replicas = vec![vec![1, 2, 3], vec![2, 3, 1], vec![3, 1, 2], vec![1, 2, 3]];
+    create_assigned(&c, "moving", replicas, &[("min.insync.replicas", "2")]).await;
+    let bootstrap = c.bootstrap();
+    let producer = {
+        let b = bootstrap.clone();
+        tokio::spawn(async move { produce(&b, "moving", 1200, Duration::from_millis(8)).await })
+    };
+    let (stop_a, a) = spawn_member(&bootstrap, "failover", "moving");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // b joins: a is asked to give partitions up, and the coordinator dies meanwhile.
+    let (stop_b, bm) = spawn_member(&bootstrap, "failover", "moving");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let offsets_partition =
+        evenkeel::broker::group::metadata_manager::partition_for_group("failover", 50);
+    let coordinator = partition(&c.addr(1), "__consumer_offsets", offsets_partition)
+        .await
+        .unwrap();
+    c.kill(coordinator.leader as usize);
+    let alive = if coordinator.leader == 1 { 2 } else { 1 };
+    until("a new coordinator", Duration::from_secs(30), || async {
+        let p = partition(&c.addr(alive), "__consumer_offsets", offsets_partition).await?;
+        (p.leader >= 0 && p.leader != coordinator.leader).then_some(())
+    })
+    .await;
+    let ends = producer.await.unwrap();
+    let live = c.live_bootstrap();
+    until_all_committed(&live, "failover", "moving", &ends).await;
+    stop_a.store(true, Ordering::Relaxed);
+    stop_b.store(true, Ordering::Relaxed);
+    let seen_a = tokio::task::spawn_blocking(move || a.join().unwrap())
+        .await
+        .unwrap();
+    let seen_b = tokio::task::spawn_blocking(move || bm.join().unwrap())
+        .await
+        .unwrap();
+    let (missing, twice) = missing_and_twice(&ends, &[&seen_a, &seen_b]);
+    eprintln!(
+        "records {}: a {}, b {}; missing {}, read twice {} (members rejoin a new coordinator \
+         and resume at their last commit)",
+        ends.values().sum::<i64>(),
+        seen_a.len(),
+        seen_b.len(),
+        missing.len(),
+        twice.len()
+    );
+    assert!(missing.is_empty(), "records never consumed: {missing:?}");
+    assert!(
+        !seen_a.is_empty() && !seen_b.is_empty(),
+        "both members consumed"
+    );
 }
 
 #[tokio::test]
