@@ -404,3 +404,48 @@ async fn heartbeats_are_refused_with_kafkas_errors() {
     );
     assert_eq!((left.error_code, left.member_epoch), (0, -1));
 }
+
+#[tokio::test]
+async fn a_regex_subscription_follows_the_topics_it_matches() {
+    let b = common::BrokerProcess::start(FAST);
+    common::create_topic(&b.bootstrap, "metrics-a", 2, &[]).await;
+    common::create_topic(&b.bootstrap, "logs", 1, &[]).await;
+    let mut s = common::raw::connect(&b.bootstrap);
+    let mut call = |req: &ConsumerGroupHeartbeatRequest| -> ConsumerGroupHeartbeatResponse {
+        common::raw::call(&mut s, ApiKey::ConsumerGroupHeartbeat, 1, req)
+    };
+    let regex = join("r1", 0)
+        .with_group_id(GroupId(StrBytes::from_static_str("by-regex")))
+        .with_subscribed_topic_names(None)
+        .with_subscribed_topic_regex(Some(StrBytes::from_static_str("metrics-.*")));
+    let joined = call(&regex);
+    assert_eq!(joined.error_code, 0, "{:?}", joined.error_message);
+    let count = |r: &ConsumerGroupHeartbeatResponse| -> usize {
+        let a = r.assignment.as_ref().expect("an assignment");
+        a.topic_partitions.iter().map(|t| t.partitions.len()).sum()
+    };
+    assert_eq!(count(&joined), 2, "metrics-a's two partitions, not logs");
+    // A topic created later that the regex matches joins the subscription on a heartbeat
+    // that does not repeat the regex.
+    common::create_topic(&b.bootstrap, "metrics-b", 3, &[]).await;
+    let owned: Vec<TopicPartitions> = joined
+        .assignment
+        .unwrap()
+        .topic_partitions
+        .into_iter()
+        .map(|t| {
+            TopicPartitions::default()
+                .with_topic_id(t.topic_id)
+                .with_partitions(t.partitions)
+        })
+        .collect();
+    let beat = join("r1", joined.member_epoch)
+        .with_group_id(GroupId(StrBytes::from_static_str("by-regex")))
+        .with_subscribed_topic_names(None)
+        .with_rebalance_timeout_ms(-1)
+        .with_topic_partitions(Some(owned));
+    let grown = call(&beat);
+    assert_eq!(grown.error_code, 0, "{:?}", grown.error_message);
+    assert!(grown.member_epoch > joined.member_epoch);
+    assert_eq!(count(&grown), 5, "metrics-a and metrics-b");
+}
