@@ -684,6 +684,11 @@ pub fn delete_groups(
         .map(|gid| {
             let group = gid.0.to_string();
             let may = broker.authorize(session, Action::group(AclOperation::Delete, &group));
+            // A consumer group's own records go with it.
+            let consumer_keys = broker
+                .groups
+                .with_group(&group, |g| g.persisted_consumer_keys())
+                .unwrap_or_default();
             let code = match may
                 .then_some(())
                 .ok_or(errors::GROUP_AUTHORIZATION_FAILED)
@@ -709,6 +714,7 @@ pub fn delete_groups(
                         .encode(),
                         None,
                     ));
+                    tombstones.extend(consumer_keys.into_iter().map(|k| (k, None)));
                     append_records(broker, &group, &tombstones)
                         .err()
                         .unwrap_or(codes::NONE)

@@ -11,7 +11,9 @@ use kafka_protocol::messages::*;
 
 use super::assignor::Assignment;
 use super::consumer_group::{ConsumerGroup, Heartbeat, Refused, TopicsView, STATIC_LEAVE_EPOCH};
-use super::metadata_manager::{coordinator_partition, create_offsets_topic};
+use super::metadata_manager::{
+    coordinator_partition, create_offsets_topic, write_replicated, RecordKv,
+};
 use crate::broker::auth::{Action, Session};
 use crate::broker::{Broker, Outcome};
 use crate::metadata::image::MetadataImage;
@@ -19,6 +21,9 @@ use crate::metadata::OFFSETS_TOPIC;
 use crate::protocol::errors;
 use crate::protocol::str_bytes as s;
 use crate::security::acl::AclOperation;
+
+/// A write of group records, answered once replicated.
+type Written = Outcome<Result<(), i16>>;
 
 /// Internal topics a regex never matches.
 const INTERNAL_TOPICS: &[&str] = &[OFFSETS_TOPIC, "__transaction_state"];
@@ -35,8 +40,11 @@ fn refusal(code: i16, message: Option<String>) -> ConsumerGroupHeartbeatResponse
         .with_error_message(message.map(s))
 }
 
-fn refused(r: Refused) -> ConsumerGroupHeartbeatResponse {
-    refusal(r.code, Some(r.message))
+/// A refused heartbeat: Kafka's code, and its message where Kafka gives one.
+type Failed = (i16, Option<String>);
+
+fn as_failed(r: Refused) -> Failed {
+    (r.code, Some(r.message))
 }
 
 /// ConsumerGroupHeartbeat: judged as Kafka's KafkaApis and group coordinator judge it, then
@@ -62,60 +70,67 @@ pub fn heartbeat(
             }
         }));
     }
-    Outcome::Now(heartbeat_now(broker, session, version, client_id, req))
+    match heartbeat_now(broker, session, version, client_id, req) {
+        Ok((answer, written)) => written.map(move |written| match written {
+            Ok(()) => answer,
+            Err(code) => refusal(code, None),
+        }),
+        Err((code, message)) => Outcome::Now(refusal(code, message)),
+    }
 }
 
+/// The heartbeat judged and applied: its answer, given once the group's changed records
+/// are replicated (as Kafka answers once its records are committed).
 fn heartbeat_now(
-    broker: &Broker,
+    broker: &Arc<Broker>,
     session: &Session,
     version: i16,
     client_id: &str,
     req: ConsumerGroupHeartbeatRequest,
-) -> ConsumerGroupHeartbeatResponse {
+) -> Result<(ConsumerGroupHeartbeatResponse, Written), Failed> {
     let img = broker.image();
     if !enabled(broker, &img) {
-        return refusal(errors::UNSUPPORTED_VERSION, None);
+        return Err((errors::UNSUPPORTED_VERSION, None));
     }
     let group = req.group_id.0.to_string();
     if !broker.authorize(session, Action::group(AclOperation::Read, &group)) {
-        return refusal(errors::GROUP_AUTHORIZATION_FAILED, None);
+        return Err((errors::GROUP_AUTHORIZATION_FAILED, None));
     }
     let names = req.subscribed_topic_names.iter().flatten();
     let denied = names
         .map(|t| t.0.as_str())
         .any(|t| !broker.authorize(session, Action::topic(AclOperation::Describe, t)));
     if denied {
-        return refusal(errors::TOPIC_AUTHORIZATION_FAILED, None);
+        return Err((errors::TOPIC_AUTHORIZATION_FAILED, None));
     }
     if let Err(message) = validate(&req, version) {
-        return refusal(errors::INVALID_REQUEST, Some(message));
+        return Err((errors::INVALID_REQUEST, Some(message)));
     }
     if let Err(r) = check_assignor(broker, req.server_assignor.as_deref()) {
-        return refused(r);
+        return Err(as_failed(r));
     }
     if let Err(code) = coordinator_partition(broker, &group) {
-        return refusal(code, None);
+        return Err((code, None));
     }
     let hb = match heartbeat_of(broker, session, &img, &group, client_id, req) {
         Ok(hb) => hb,
-        Err(r) => return refused(r),
+        Err(r) => return Err(as_failed(r)),
     };
     let topics = topics_view(&img);
-    match broker
+    let write = |records: &[RecordKv]| write_replicated(broker, &group, records);
+    let (a, written) = broker
         .groups
-        .consumer_heartbeat(&group, &hb, &topics, Instant::now())
-    {
-        Ok(a) => {
-            ConsumerGroupHeartbeatResponse::default()
-                .with_member_id(Some(s(a.member_id)))
-                .with_member_epoch(a.member_epoch)
-                .with_heartbeat_interval_ms(a.heartbeat_interval_ms)
-                .with_assignment(a.assignment.map(|a| {
-                    beat::Assignment::default().with_topic_partitions(wire_assignment(&a))
-                }))
-        }
-        Err(r) => refused(r),
-    }
+        .consumer_heartbeat(&group, &hb, &topics, Instant::now(), write)
+        .map_err(as_failed)?;
+    let answer = ConsumerGroupHeartbeatResponse::default()
+        .with_member_id(Some(s(a.member_id)))
+        .with_member_epoch(a.member_epoch)
+        .with_heartbeat_interval_ms(a.heartbeat_interval_ms)
+        .with_assignment(
+            a.assignment
+                .map(|a| beat::Assignment::default().with_topic_partitions(wire_assignment(&a))),
+        );
+    Ok((answer, written))
 }
 
 /// Kafka's checks of the request itself (`throwIfConsumerGroupHeartbeatRequestIsInvalid`),

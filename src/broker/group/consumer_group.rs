@@ -201,6 +201,9 @@ pub struct ConsumerGroup {
     pub target: BTreeMap<String, Assignment>,
     /// The subscribed topics' ids and sizes when the target was last computed.
     subscribed: TopicsView,
+    /// Read back from `__consumer_offsets`: the next refresh takes the topics as they are
+    /// without moving the epoch (the log does not say what they were).
+    loaded: bool,
     /// The assignor of the last target.
     pub assignor: Option<String>,
 }
@@ -445,7 +448,9 @@ impl ConsumerGroup {
             .flat_map(|m| m.subscribed())
             .filter_map(|t| topics.get(t).map(|v| (t.to_string(), *v)))
             .collect();
-        if changed || subscribed != self.subscribed {
+        if std::mem::take(&mut self.loaded) && !changed {
+            self.subscribed = subscribed;
+        } else if changed || subscribed != self.subscribed {
             self.subscribed = subscribed;
             self.group_epoch += 1;
         }
@@ -631,6 +636,8 @@ fn same(a: &Assignment, b: &Assignment) -> bool {
     };
     strip(a) == strip(b)
 }
+
+mod persist;
 
 #[cfg(test)]
 mod tests;

@@ -217,6 +217,11 @@ pub struct Group {
     pub state_changed_ms: i64,
     /// The group's consumer-protocol (KIP-848) state; `None` for a classic group.
     pub consumer: Option<ConsumerGroup>,
+    /// The consumer group records as last written (or read back): key bytes → value bytes.
+    persisted: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// The consumer group changed outside a heartbeat (expiry, conversion): its records are
+    /// written by the coordinator's clock.
+    consumer_dirty: bool,
 }
 
 impl Group {
@@ -236,6 +241,8 @@ impl Group {
             offsets: BTreeMap::new(),
             state_changed_ms: now_ms(),
             consumer: None,
+            persisted: BTreeMap::new(),
+            consumer_dirty: false,
         }
     }
 
@@ -743,6 +750,7 @@ impl Coordinator {
             }
             // An empty consumer group becomes a classic one again; its offsets stay.
             g.consumer = None;
+            g.consumer_dirty = true;
             g.protocol_type = None;
         }
         if !g.supports(&req.protocol_type, &req.protocols) {

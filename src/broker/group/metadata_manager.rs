@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::consumer_records::{ConsumerRecordKey, ConsumerRecordValue};
 use super::coordinator::{codes, CommittedOffset, Group};
 use super::records::{GroupMetadataValue, GroupRecordKey, MemberMetadata, OffsetCommitValue};
 use crate::broker::replica_manager::{PendingAppend, ReplicaChanges};
@@ -270,8 +271,29 @@ fn apply_record(broker: &Broker, key: &[u8], value: Option<&[u8]>) {
                 None => c.forget_group(&group),
             }
         }
-        Err(e) => tracing::warn!(error = %e, "skipping an unknown {OFFSETS_TOPIC} record"),
+        Err(_) => apply_consumer_record(broker, key, value),
     }
+}
+
+/// A consumer group record (KIP-848) read back; other record types (share and streams
+/// groups) are skipped.
+fn apply_consumer_record(broker: &Broker, key: &[u8], value: Option<&[u8]>) {
+    let k = match ConsumerRecordKey::decode(key) {
+        Ok(k) => k,
+        Err(e) => {
+            tracing::warn!(error = %e, "skipping an unknown {OFFSETS_TOPIC} record");
+            return;
+        }
+    };
+    let v = match value.map(|v| ConsumerRecordValue::decode(&k, v)) {
+        Some(Ok(v)) => Some(v),
+        None => None,
+        Some(Err(e)) => {
+            tracing::warn!(group = k.group(), error = %e, "skipping a bad consumer group record");
+            return;
+        }
+    };
+    broker.groups.replay_consumer_record(&k, v, (key, value));
 }
 
 /// Writes the group's metadata record of `generation` with the assignment its leader gave
@@ -338,11 +360,24 @@ pub async fn run_clock(broker: Arc<Broker>) {
     loop {
         interval.tick().await;
         broker.groups.tick(std::time::Instant::now());
+        write_consumer_changes(&broker);
         if last_expiry.elapsed() >= std::time::Duration::from_secs(60) {
             last_expiry = std::time::Instant::now();
             expire_offsets(&broker);
         }
     }
+}
+
+/// Writes the records of consumer groups that changed on the clock (expired members,
+/// conversions), acks=1 as the other housekeeping writes.
+fn write_consumer_changes(broker: &Broker) {
+    broker
+        .groups
+        .write_dirty_consumer_records(|group, records| {
+            if let Err(code) = append_records(broker, group, records) {
+                tracing::warn!(group, code, "consumer group records not written");
+            }
+        });
 }
 
 /// Expires offsets of empty groups past `offsets.retention.minutes` and writes tombstones.

@@ -6,6 +6,7 @@ pub mod api;
 pub mod assignor;
 pub mod consumer_api;
 pub mod consumer_group;
+pub mod consumer_records;
 pub mod coordinator;
 pub mod metadata_manager;
 pub mod records;

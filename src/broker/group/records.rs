@@ -53,7 +53,7 @@ pub enum GroupRecordError {
     },
 }
 
-type Result<T> = std::result::Result<T, GroupRecordError>;
+pub(super) type Result<T> = std::result::Result<T, GroupRecordError>;
 
 /// The key of a `__consumer_offsets` record this module owns.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -375,32 +375,32 @@ impl GroupMetadataValue {
 
 /// Kafka's message writer: big-endian integers; int16-length strings, int32-length bytes and
 /// arrays, or (flexible) unsigned-varint length + 1 and a tagged-field section per struct.
-struct Writer {
-    buf: Vec<u8>,
+pub(super) struct Writer {
+    pub(super) buf: Vec<u8>,
     flexible: bool,
 }
 
 impl Writer {
-    fn new(flexible: bool) -> Self {
+    pub(super) fn new(flexible: bool) -> Self {
         Writer {
             buf: Vec::new(),
             flexible,
         }
     }
 
-    fn i16(&mut self, v: i16) {
+    pub(super) fn i16(&mut self, v: i16) {
         self.buf.extend_from_slice(&v.to_be_bytes());
     }
 
-    fn i32(&mut self, v: i32) {
+    pub(super) fn i32(&mut self, v: i32) {
         self.buf.extend_from_slice(&v.to_be_bytes());
     }
 
-    fn i64(&mut self, v: i64) {
+    pub(super) fn i64(&mut self, v: i64) {
         self.buf.extend_from_slice(&v.to_be_bytes());
     }
 
-    fn uvarint(&mut self, mut v: u32) {
+    pub(super) fn uvarint(&mut self, mut v: u32) {
         while v >= 0x80 {
             self.buf.push((v as u8 & 0x7f) | 0x80);
             v >>= 7;
@@ -409,7 +409,7 @@ impl Writer {
     }
 
     /// A length prefix: int16 (strings) or int32, or compact (length + 1) when flexible.
-    fn len_prefix(&mut self, len: usize, int16: bool) {
+    pub(super) fn len_prefix(&mut self, len: usize, int16: bool) {
         if self.flexible {
             // Callers keep `len` within i32::MAX, so `len + 1` fits a u32.
             self.uvarint(len as u32 + 1);
@@ -420,7 +420,7 @@ impl Writer {
         }
     }
 
-    fn string(&mut self, field: &'static str, s: &str) -> Result<()> {
+    pub(super) fn string(&mut self, field: &'static str, s: &str) -> Result<()> {
         if s.len() > MAX_STRING_LEN {
             return Err(GroupRecordError::TooLong {
                 field,
@@ -433,7 +433,7 @@ impl Writer {
         Ok(())
     }
 
-    fn nullable_string(&mut self, field: &'static str, s: Option<&str>) -> Result<()> {
+    pub(super) fn nullable_string(&mut self, field: &'static str, s: Option<&str>) -> Result<()> {
         match s {
             Some(s) => self.string(field, s),
             None => {
@@ -447,7 +447,7 @@ impl Writer {
         }
     }
 
-    fn check_i32_len(field: &'static str, len: usize) -> Result<()> {
+    pub(super) fn check_i32_len(field: &'static str, len: usize) -> Result<()> {
         if len > i32::MAX as usize - 1 {
             return Err(GroupRecordError::TooLong {
                 field,
@@ -458,21 +458,21 @@ impl Writer {
         Ok(())
     }
 
-    fn bytes(&mut self, field: &'static str, b: &[u8]) -> Result<()> {
+    pub(super) fn bytes(&mut self, field: &'static str, b: &[u8]) -> Result<()> {
         Self::check_i32_len(field, b.len())?;
         self.len_prefix(b.len(), false);
         self.buf.extend_from_slice(b);
         Ok(())
     }
 
-    fn array_len(&mut self, field: &'static str, len: usize) -> Result<()> {
+    pub(super) fn array_len(&mut self, field: &'static str, len: usize) -> Result<()> {
         Self::check_i32_len(field, len)?;
         self.len_prefix(len, false);
         Ok(())
     }
 
     /// An empty tagged-field section, in flexible versions only.
-    fn tagged_fields(&mut self) {
+    pub(super) fn tagged_fields(&mut self) {
         if self.flexible {
             self.uvarint(0);
         }
@@ -480,7 +480,7 @@ impl Writer {
 }
 
 /// The reader matching [`Writer`], checking every length against what is left.
-struct Reader<'a> {
+pub(super) struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
     what: &'static str,
@@ -488,7 +488,7 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8], what: &'static str, flexible: bool) -> Self {
+    pub(super) fn new(buf: &'a [u8], what: &'static str, flexible: bool) -> Self {
         Reader {
             buf,
             pos: 0,
@@ -497,11 +497,11 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn remaining(&self) -> usize {
+    pub(super) fn remaining(&self) -> usize {
         self.buf.len().saturating_sub(self.pos)
     }
 
-    fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8]> {
+    pub(super) fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8]> {
         let truncated = GroupRecordError::Truncated {
             what: self.what,
             field,
@@ -512,26 +512,26 @@ impl<'a> Reader<'a> {
         Ok(s)
     }
 
-    fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N]> {
+    pub(super) fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N]> {
         let mut a = [0u8; N];
         a.copy_from_slice(self.take(N, field)?);
         Ok(a)
     }
 
-    fn i16(&mut self, field: &'static str) -> Result<i16> {
+    pub(super) fn i16(&mut self, field: &'static str) -> Result<i16> {
         Ok(i16::from_be_bytes(self.array(field)?))
     }
 
-    fn i32(&mut self, field: &'static str) -> Result<i32> {
+    pub(super) fn i32(&mut self, field: &'static str) -> Result<i32> {
         Ok(i32::from_be_bytes(self.array(field)?))
     }
 
-    fn i64(&mut self, field: &'static str) -> Result<i64> {
+    pub(super) fn i64(&mut self, field: &'static str) -> Result<i64> {
         Ok(i64::from_be_bytes(self.array(field)?))
     }
 
     /// Kafka's unsigned varint: at most 5 bytes; bits past 32 are dropped, as in Java.
-    fn uvarint(&mut self, field: &'static str) -> Result<u32> {
+    pub(super) fn uvarint(&mut self, field: &'static str) -> Result<u32> {
         let mut value: u32 = 0;
         for i in 0..5 {
             let [b] = self.array::<1>(field)?;
@@ -545,7 +545,7 @@ impl<'a> Reader<'a> {
 
     /// A length prefix as `Some(len)`, or `None` for null; int16 for strings, else int32, or
     /// compact (length + 1) when flexible.
-    fn len_prefix(&mut self, field: &'static str, int16: bool) -> Result<Option<usize>> {
+    pub(super) fn len_prefix(&mut self, field: &'static str, int16: bool) -> Result<Option<usize>> {
         let len: i64 = if self.flexible {
             i64::from(self.uvarint(field)?) - 1
         } else if int16 {
@@ -569,7 +569,7 @@ impl<'a> Reader<'a> {
         Ok(Some(len as usize))
     }
 
-    fn nullable_string(&mut self, field: &'static str) -> Result<Option<String>> {
+    pub(super) fn nullable_string(&mut self, field: &'static str) -> Result<Option<String>> {
         let Some(len) = self.len_prefix(field, true)? else {
             return Ok(None);
         };
@@ -579,12 +579,12 @@ impl<'a> Reader<'a> {
             .map_err(|_| GroupRecordError::InvalidUtf8 { field })
     }
 
-    fn string(&mut self, field: &'static str) -> Result<String> {
+    pub(super) fn string(&mut self, field: &'static str) -> Result<String> {
         self.nullable_string(field)?
             .ok_or(GroupRecordError::UnexpectedNull { field })
     }
 
-    fn bytes(&mut self, field: &'static str) -> Result<Vec<u8>> {
+    pub(super) fn bytes(&mut self, field: &'static str) -> Result<Vec<u8>> {
         let len = self
             .len_prefix(field, false)?
             .ok_or(GroupRecordError::UnexpectedNull { field })?;
@@ -593,13 +593,13 @@ impl<'a> Reader<'a> {
 
     /// An array's element count; like Kafka, more elements than bytes left is an error, which
     /// also bounds the caller's allocation.
-    fn array_len(&mut self, field: &'static str) -> Result<usize> {
+    pub(super) fn array_len(&mut self, field: &'static str) -> Result<usize> {
         self.len_prefix(field, false)?
             .ok_or(GroupRecordError::UnexpectedNull { field })
     }
 
     /// Skips a tagged-field section (flexible versions only); no tags are known here.
-    fn tagged_fields(&mut self, field: &'static str) -> Result<()> {
+    pub(super) fn tagged_fields(&mut self, field: &'static str) -> Result<()> {
         if !self.flexible {
             return Ok(());
         }

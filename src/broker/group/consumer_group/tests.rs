@@ -292,3 +292,55 @@ fn commits_need_the_members_current_epoch() {
         Err(codes::UNKNOWN_MEMBER_ID)
     );
 }
+
+#[test]
+fn a_group_read_back_from_its_records_goes_on_where_it_was() {
+    let (mut g, t, s, now) = (
+        ConsumerGroup::default(),
+        topics(),
+        settings(),
+        Instant::now(),
+    );
+    let a = g.heartbeat("g", &join("a", "orders"), &t, &s, now).unwrap();
+    let mut b = join("b", "orders");
+    b.instance_id = Some("i-b".into());
+    g.heartbeat("g", &b, &t, &s, now).unwrap();
+    // a is mid-revocation when the coordinator moves.
+    g.heartbeat("g", &beat("a", 1, &a.assignment.unwrap()), &t, &s, now)
+        .unwrap();
+    assert_eq!(g.members["a"].state, MemberState::UnrevokedPartitions);
+    let mut copy = ConsumerGroup::default();
+    for (k, v) in g.records("g") {
+        let bytes = v.try_encode().unwrap();
+        let read = super::super::consumer_records::ConsumerRecordValue::decode(&k, &bytes);
+        copy.replay(&k, Some(read.unwrap()), now);
+    }
+    assert_eq!((copy.group_epoch, copy.assignment_epoch), (2, 2));
+    assert_eq!(copy.target, g.target);
+    for id in ["a", "b"] {
+        let (was, is) = (&g.members[id], &copy.members[id]);
+        assert_eq!(
+            (was.member_epoch, was.state),
+            (is.member_epoch, is.state),
+            "{id}"
+        );
+        assert_eq!(was.assigned, is.assigned, "{id}");
+        assert_eq!(was.pending_revocation, is.pending_revocation, "{id}");
+        assert_eq!(was.instance_id, is.instance_id, "{id}");
+        assert_eq!(was.topic_names, is.topic_names, "{id}");
+    }
+    // The first heartbeat on the new coordinator moves nothing; a's revocation completes.
+    let kept = copy.members["a"].assigned.clone();
+    let a = copy
+        .heartbeat("g", &beat("a", 1, &kept), &t, &s, now)
+        .unwrap();
+    assert_eq!(a.member_epoch, 2);
+    assert_eq!(copy.group_epoch, 2, "reading the group back moves no epoch");
+    // A member's tombstone removes it.
+    let gone = super::super::consumer_records::ConsumerRecordKey::MemberMetadata {
+        group: "g".into(),
+        member: "b".into(),
+    };
+    copy.replay(&gone, None, now);
+    assert!(!copy.members.contains_key("b"));
+}

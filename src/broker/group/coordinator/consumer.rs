@@ -2,11 +2,14 @@
 //! reaches (a new one, an empty classic group converted, or a refusal), their expiry, and
 //! the member checks of offset commits and fetches.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use super::super::consumer_group::{
     ConsumerGroup, ConsumerSettings, Heartbeat, HeartbeatAnswer, Refused, TopicsView,
 };
+use super::super::consumer_records::{ConsumerRecordKey, ConsumerRecordValue};
+use super::super::metadata_manager::RecordKv;
 use super::{codes, CommitCheck, Coordinator, Group, GroupState};
 
 impl Group {
@@ -40,6 +43,42 @@ impl Group {
         }
     }
 
+    /// The records that bring `__consumer_offsets` to the group's consumer state: changed
+    /// records, and tombstones for those that are gone (all of them once the group is no
+    /// longer a consumer group). The caller writes them.
+    pub fn consumer_records(&mut self) -> Vec<RecordKv> {
+        self.consumer_dirty = false;
+        let mut now: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        for (k, v) in self.consumer.iter().flat_map(|c| c.records(&self.id)) {
+            match (k.try_encode(), v.try_encode()) {
+                (Ok(k), Ok(v)) => {
+                    now.insert(k, v);
+                }
+                (Err(e), _) | (_, Err(e)) => {
+                    tracing::warn!(group = %self.id, error = %e, "a consumer group record cannot be written")
+                }
+            }
+        }
+        let mut out: Vec<RecordKv> = now
+            .iter()
+            .filter(|(k, v)| self.persisted.get(*k) != Some(*v))
+            .map(|(k, v)| (k.clone(), Some(v.clone())))
+            .collect();
+        out.extend(
+            self.persisted
+                .keys()
+                .filter(|k| !now.contains_key(*k))
+                .map(|k| (k.clone(), None)),
+        );
+        self.persisted = now;
+        out
+    }
+
+    /// The keys of the consumer group records last written, for a deletion's tombstones.
+    pub fn persisted_consumer_keys(&self) -> Vec<Vec<u8>> {
+        self.persisted.keys().cloned().collect()
+    }
+
     /// Whether a consumer-protocol member subscribes to `topic`.
     pub(super) fn consumer_subscribes_to(&self, topic: &str) -> bool {
         self.consumer
@@ -68,8 +107,8 @@ impl Group {
                 });
             }
             if epoch != 0 {
-                // Membership lives in the coordinator's memory: after a move, members are
-                // told to rejoin.
+                // No record of the group reached this coordinator (a classic group, or
+                // offsets only): the member is told to rejoin.
                 return Err(Refused {
                     code: codes::UNKNOWN_MEMBER_ID,
                     message: format!("Consumer group {} not found.", self.id),
@@ -88,14 +127,17 @@ impl Group {
 }
 
 impl Coordinator {
-    /// A ConsumerGroupHeartbeat of group `group_id`, over the cluster's `topics`.
-    pub fn consumer_heartbeat(
+    /// A ConsumerGroupHeartbeat of group `group_id`, over the cluster's `topics`: the answer,
+    /// and what `write` made of the group's changed records. `write` runs under the group's
+    /// lock, so the records of one group reach the log in the order they were made.
+    pub fn consumer_heartbeat<W>(
         &self,
         group_id: &str,
         hb: &Heartbeat,
         topics: &TopicsView,
         now: Instant,
-    ) -> Result<HeartbeatAnswer, Refused> {
+        write: impl FnOnce(&[RecordKv]) -> W,
+    ) -> Result<(HeartbeatAnswer, W), Refused> {
         let g = if hb.member_epoch == 0 {
             self.group_or_new(group_id)
         } else {
@@ -116,7 +158,50 @@ impl Coordinator {
         if before != g.is_empty() {
             g.state_changed_ms = crate::storage::log::now_ms();
         }
-        answer
+        let records = g.consumer_records();
+        let written = write(&records);
+        answer.map(|a| (a, written))
+    }
+
+    /// Hands `write` the records of each consumer group that changed outside a heartbeat,
+    /// under the group's lock (so they reach the log in order).
+    pub fn write_dirty_consumer_records(&self, write: impl Fn(&str, &[RecordKv])) {
+        for g in self.all_groups() {
+            let mut g = g.lock().unwrap_or_else(|p| p.into_inner());
+            if g.consumer_dirty {
+                let records = g.consumer_records();
+                if !records.is_empty() {
+                    write(&g.id, &records);
+                }
+            }
+        }
+    }
+
+    /// Replays a consumer group record read from `__consumer_offsets` (`None`: a tombstone);
+    /// the group's epoch record makes it a consumer group, its tombstone a classic one again.
+    pub fn replay_consumer_record(
+        &self,
+        key: &ConsumerRecordKey,
+        value: Option<ConsumerRecordValue>,
+        raw: (&[u8], Option<&[u8]>),
+    ) {
+        let g = self.group_or_new(key.group());
+        let mut g = g.lock().unwrap_or_else(|p| p.into_inner());
+        match raw.1 {
+            Some(v) => g.persisted.insert(raw.0.to_vec(), v.to_vec()),
+            None => g.persisted.remove(raw.0),
+        };
+        if matches!(key, ConsumerRecordKey::Metadata { .. }) && value.is_none() {
+            g.consumer = None;
+            return;
+        }
+        if value.is_some() && g.consumer.is_none() {
+            g.protocol_type = Some("consumer".to_string());
+            g.consumer = Some(ConsumerGroup::default());
+        }
+        if let Some(c) = g.consumer.as_mut() {
+            c.replay(key, value, Instant::now());
+        }
     }
 
     /// Consumer-protocol members whose session or revocation time ran out leave their groups.
@@ -126,6 +211,7 @@ impl Coordinator {
         };
         for id in c.expire(&self.config.consumer, now) {
             tracing::info!(group = %g.id, member = %id, "consumer group member expired");
+            g.consumer_dirty = true;
         }
         if c.members.is_empty() && g.state_changed_ms < crate::storage::log::now_ms() {
             g.state_changed_ms = crate::storage::log::now_ms();
