@@ -1,9 +1,12 @@
 """The consumer group protocol (KIP-848) with Kafka's own Java consumer and tools: two
-kafka-console-consumer members with group.protocol=consumer share a topic's partitions, and
-kafka-consumer-groups describes the group, its state and its members."""
+kafka-console-consumer members with group.protocol=consumer share a topic's partitions,
+kafka-consumer-groups describes the group, its state and its members, and kafka-dump-log reads
+the group's records in __consumer_offsets with Kafka's own decoder."""
+import os
 import re
 import subprocess
-import time
+
+import pytest
 
 import kclient
 from common import TOOL, REPO_ROOT, eventually, ok, run_tool
@@ -103,3 +106,52 @@ def test_the_group_lists_as_a_consumer_group(bootstrap, topic_name, group_name, 
     classic = ok(run_tool("kafka-consumer-groups", "--bootstrap-server", bootstrap,
                           "--list", "--type", "classic"), "list --type classic")
     assert group_name not in classic.split(), classic
+
+
+def java_hash(s):
+    """Java's String.hashCode, as Kafka picks a group's __consumer_offsets partition."""
+    h = 0
+    for c in s.encode("utf-16-be").decode("utf-16-be"):
+        h = (31 * h + ord(c)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def test_the_groups_records_decode_with_kafkas_offsets_decoder(bootstrap, data_dir, topic_name,
+                                                                group_name, make_topic):
+    if not data_dir:
+        pytest.skip("kafka-dump-log needs the broker's log directory: pass --data-dir DIR")
+    make_topic(topic_name, 1)
+    produce_one_partition(bootstrap, topic_name, 3)
+    rc, out, err = run_tool("kafka-console-consumer", "--bootstrap-server", bootstrap,
+                            "--topic", topic_name, "--group", group_name, "--from-beginning",
+                            "--max-messages", "3", "--timeout-ms", "30000",
+                            "--consumer-property", "group.protocol=consumer", timeout=120)
+    assert rc == 0, "console consumer failed (rc=%s): %s %s" % (rc, out, err)
+    partition = abs(java_hash(group_name)) % 50
+    paths = [os.path.join(d, "__consumer_offsets-%d" % partition, "00000000000000000000.log")
+             for d in data_dir.split(os.pathsep) if d]
+    found = [p for p in paths if os.path.exists(p)]
+    assert len(found) == 1, "the group's partition: found %s among %s" % (found, paths)
+
+    def decoded():
+        out = ok(run_tool("kafka-dump-log", "--files", found[0], "--offsets-decoder"),
+                 "kafka-dump-log --offsets-decoder")
+        mine = [l for l in out.splitlines() if group_name in l]
+        text = "\n".join(mine)
+        # The group's epoch, a member's subscription, target and current assignment, and
+        # its offset commit, each decoded by Kafka's own serde.
+        for field in ("memberEpoch", "subscribedTopicNames", "assignmentEpoch", "offset"):
+            assert field in text, "%s not in:\n%s" % (field, text)
+        assert "Unknown" not in text and "Error" not in text, text
+        return text
+    eventually(decoded, timeout=20, interval=1.0)
+
+
+def produce_one_partition(bootstrap, topic, n):
+    p = kclient.producer(bootstrap)
+    try:
+        for i in range(n):
+            p.send(topic, value=b"d-%d" % i, partition=0)
+        p.flush(timeout=30)
+    finally:
+        p.close(timeout=10)
