@@ -177,12 +177,16 @@ mod tests {
         assert_eq!(c, ConsumerGroupConfig::default());
     }
 
+    /// Why `pairs` are refused.
+    fn refusal(pairs: &[(&str, &str)]) -> String {
+        ConsumerGroupConfig::from_props(&props(pairs))
+            .unwrap_err()
+            .to_string()
+    }
+
     #[test]
     fn values_are_checked_as_kafka_checks_them() {
-        let low = props(&[("group.consumer.heartbeat.interval.ms", "500")]);
-        let e = ConsumerGroupConfig::from_props(&low)
-            .unwrap_err()
-            .to_string();
+        let e = refusal(&[("group.consumer.heartbeat.interval.ms", "500")]);
         assert!(
             e.contains("group.consumer.min.heartbeat.interval.ms (5000)"),
             "{e}"
@@ -200,20 +204,15 @@ mod tests {
         let c = ConsumerGroupConfig::from_props(&ok).unwrap();
         assert_eq!((c.heartbeat_interval_ms, c.session_timeout_ms), (500, 6000));
         assert_eq!(c.assignors, vec!["range", "uniform"]);
-        let slow = props(&[
+        let e = refusal(&[
             ("group.consumer.min.session.timeout.ms", "1000"),
             ("group.consumer.session.timeout.ms", "5000"),
         ]);
-        let e = ConsumerGroupConfig::from_props(&slow)
-            .unwrap_err()
-            .to_string();
         assert!(
             e.contains("must be less than group.consumer.session.timeout.ms"),
             "{e}"
         );
-        let e = ConsumerGroupConfig::from_props(&props(&[("group.consumer.assignors", "sticky")]))
-            .unwrap_err()
-            .to_string();
+        let e = refusal(&[("group.consumer.assignors", "sticky")]);
         assert!(e.contains("Unknown assignor sticky"), "{e}");
         let off = props(&[("group.coordinator.rebalance.protocols", "classic")]);
         assert!(!ConsumerGroupConfig::from_props(&off).unwrap().enabled);

@@ -143,15 +143,15 @@ impl ConsumerMember {
             .collect()
     }
 
+    /// What moves the group epoch when it changes: the topics and the assignor asked for.
+    fn subscription(&self) -> (Vec<String>, Option<String>) {
+        let topics = self.subscribed().into_iter().map(String::from).collect();
+        (topics, self.server_assignor.clone())
+    }
+
     /// Takes what the heartbeat changed; whether the subscription (or assignor) changed.
     fn update(&mut self, hb: &Heartbeat) -> bool {
-        let before = (
-            self.subscribed()
-                .into_iter()
-                .map(String::from)
-                .collect::<Vec<_>>(),
-            self.server_assignor.clone(),
-        );
+        let before = self.subscription();
         if hb.instance_id.is_some() {
             self.instance_id = hb.instance_id.clone();
         }
@@ -178,14 +178,7 @@ impl ConsumerMember {
         }
         self.client_id = hb.client_id.clone();
         self.client_host = hb.client_host.clone();
-        let after = (
-            self.subscribed()
-                .into_iter()
-                .map(String::from)
-                .collect::<Vec<_>>(),
-            self.server_assignor.clone(),
-        );
-        before != after
+        before != self.subscription()
     }
 }
 

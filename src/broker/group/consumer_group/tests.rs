@@ -18,6 +18,16 @@ fn settings() -> ConsumerSettings {
     }
 }
 
+/// An empty group, the cluster's topics, the settings and the time.
+fn fresh() -> (ConsumerGroup, TopicsView, ConsumerSettings, Instant) {
+    (
+        ConsumerGroup::default(),
+        topics(),
+        settings(),
+        Instant::now(),
+    )
+}
+
 fn join(id: &str, topic: &str) -> Heartbeat {
     Heartbeat {
         member_id: id.to_string(),
@@ -46,12 +56,7 @@ fn count(a: &Assignment) -> usize {
 
 #[test]
 fn a_second_member_gets_partitions_only_after_the_first_revokes_them() {
-    let (mut g, t, s, now) = (
-        ConsumerGroup::default(),
-        topics(),
-        settings(),
-        Instant::now(),
-    );
+    let (mut g, t, s, now) = fresh();
     let a1 = g.heartbeat("g", &join("a", "orders"), &t, &s, now).unwrap();
     assert_eq!((a1.member_epoch, g.state_name()), (1, "Stable"));
     let a_owned = a1.assignment.unwrap();
@@ -96,12 +101,7 @@ fn a_second_member_gets_partitions_only_after_the_first_revokes_them() {
 
 #[test]
 fn epochs_ahead_or_behind_are_fenced_except_a_lost_answer() {
-    let (mut g, mut t, s, now) = (
-        ConsumerGroup::default(),
-        topics(),
-        settings(),
-        Instant::now(),
-    );
+    let (mut g, mut t, s, now) = fresh();
     let a = g.heartbeat("g", &join("a", "orders"), &t, &s, now).unwrap();
     // A wider subscription moves a to epoch 2 with more partitions (nothing to revoke).
     let mut wider = beat("a", 1, &a.assignment.unwrap());
@@ -151,12 +151,7 @@ fn epochs_ahead_or_behind_are_fenced_except_a_lost_answer() {
 
 #[test]
 fn a_leaving_member_frees_its_partitions_at_once() {
-    let (mut g, t, s, now) = (
-        ConsumerGroup::default(),
-        topics(),
-        settings(),
-        Instant::now(),
-    );
+    let (mut g, t, s, now) = fresh();
     g.heartbeat("g", &join("a", "orders"), &t, &s, now).unwrap();
     g.heartbeat("g", &join("b", "orders"), &t, &s, now).unwrap();
     let epoch = g.group_epoch;
@@ -179,12 +174,7 @@ fn a_leaving_member_frees_its_partitions_at_once() {
 
 #[test]
 fn silent_members_and_members_that_do_not_revoke_are_removed() {
-    let (mut g, t, s, now) = (
-        ConsumerGroup::default(),
-        topics(),
-        settings(),
-        Instant::now(),
-    );
+    let (mut g, t, s, now) = fresh();
     let a = g.heartbeat("g", &join("a", "orders"), &t, &s, now).unwrap();
     let owned = a.assignment.unwrap();
     g.heartbeat("g", &join("b", "orders"), &t, &s, now).unwrap();
@@ -212,12 +202,7 @@ fn silent_members_and_members_that_do_not_revoke_are_removed() {
 
 #[test]
 fn a_static_member_takes_its_place_back_after_a_temporary_leave() {
-    let (mut g, t, s, now) = (
-        ConsumerGroup::default(),
-        topics(),
-        settings(),
-        Instant::now(),
-    );
+    let (mut g, t, s, now) = fresh();
     let mut hb = join("a", "orders");
     hb.instance_id = Some("i1".into());
     let a = g.heartbeat("g", &hb, &t, &s, now).unwrap();
@@ -245,12 +230,7 @@ fn a_static_member_takes_its_place_back_after_a_temporary_leave() {
 
 #[test]
 fn the_group_refuses_members_past_its_size_and_follows_topic_changes() {
-    let (mut g, mut t, s, now) = (
-        ConsumerGroup::default(),
-        topics(),
-        settings(),
-        Instant::now(),
-    );
+    let (mut g, mut t, s, now) = fresh();
     for id in ["a", "b", "c"] {
         g.heartbeat("g", &join(id, "audit"), &t, &s, now).unwrap();
     }
@@ -275,12 +255,7 @@ fn the_group_refuses_members_past_its_size_and_follows_topic_changes() {
 
 #[test]
 fn commits_need_the_members_current_epoch() {
-    let (mut g, t, s, now) = (
-        ConsumerGroup::default(),
-        topics(),
-        settings(),
-        Instant::now(),
-    );
+    let (mut g, t, s, now) = fresh();
     g.heartbeat("g", &join("a", "orders"), &t, &s, now).unwrap();
     assert_eq!(g.check_member_epoch("g", "a", 1), Ok(()));
     assert_eq!(
@@ -295,12 +270,7 @@ fn commits_need_the_members_current_epoch() {
 
 #[test]
 fn a_group_read_back_from_its_records_goes_on_where_it_was() {
-    let (mut g, t, s, now) = (
-        ConsumerGroup::default(),
-        topics(),
-        settings(),
-        Instant::now(),
-    );
+    let (mut g, t, s, now) = fresh();
     let a = g.heartbeat("g", &join("a", "orders"), &t, &s, now).unwrap();
     let mut b = join("b", "orders");
     b.instance_id = Some("i-b".into());
