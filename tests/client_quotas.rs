@@ -416,3 +416,47 @@ fn topic_mutations_over_the_quota_are_refused_on_strict_versions_and_throttled_o
     names.sort();
     assert_eq!(names, ["mutated-1", "mutated-3"]);
 }
+
+/// Opens a connection and asks ApiVersions; whether it was answered (a throttled connection
+/// is closed unanswered).
+fn answered(bootstrap: &str) -> bool {
+    let mut c = common::raw::connect(bootstrap);
+    common::raw::send(
+        &mut c,
+        ApiKey::ApiVersions,
+        3,
+        1,
+        &ApiVersionsRequest::default(),
+    );
+    common::raw::read_frame(&mut c).is_some()
+}
+
+#[test]
+fn an_address_over_its_connection_creation_rate_is_held_then_closed() {
+    let b = common::BrokerProcess::start(&[]);
+    let entry = EntryData::default()
+        .with_entity(vec![EntityData::default()
+            .with_entity_type(s("ip"))
+            .with_entity_name(Some(s("127.0.0.1")))])
+        .with_ops(vec![OpData::default()
+            .with_key(s("connection_creation_rate"))
+            .with_value(2.0)]);
+    let resp = alter(&b.bootstrap, vec![entry]);
+    assert_eq!(
+        resp.entries[0].error_code, 0,
+        "{:?}",
+        resp.entries[0].error_message
+    );
+    // A burst of 8: the bucket holds two connections' worth, the rest are closed unanswered.
+    let served = (0..8).filter(|_| answered(&b.bootstrap)).count();
+    assert!(
+        (2..=4).contains(&served),
+        "{served} of 8 connections served"
+    );
+    // Below the rate, the address is served again.
+    let again = (0..10).any(|_| {
+        std::thread::sleep(Duration::from_millis(700));
+        answered(&b.bootstrap)
+    });
+    assert!(again, "no connection served after the burst");
+}

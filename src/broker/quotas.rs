@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use prometheus::GaugeVec;
 
-use crate::metadata::quota_image::{QuotaImage, CLIENT_ID, USER};
+use crate::metadata::quota_image::{QuotaImage, CLIENT_ID, IP, USER};
 
 /// The quotas measured per request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,6 +190,33 @@ fn millis(ms: f64) -> Duration {
         return Duration::ZERO;
     }
     Duration::from_millis(ms.round().min(i32::MAX as f64) as u64)
+}
+
+/// The `connection_creation_rate` quota of address `ip` (KIP-612): the address's own (its
+/// entity name read as an address, so `::1` and `0:0:0:0:0:0:0:1` are one), else the default
+/// address's.
+pub fn ip_connection_rate(img: &QuotaImage, ip: std::net::IpAddr) -> Option<f64> {
+    const KEY: &str = "connection_creation_rate";
+    let mut default = None;
+    for (entity, values) in img.entities() {
+        let Some(name) = entity.get(IP).filter(|_| entity.len() == 1) else {
+            continue;
+        };
+        let Some(rate) = values.get(KEY) else {
+            continue;
+        };
+        match name {
+            None => default = Some(*rate),
+            Some(n)
+                if n.parse::<std::net::IpAddr>()
+                    .is_ok_and(|a| a.to_canonical() == ip) =>
+            {
+                return Some(*rate)
+            }
+            Some(_) => {}
+        }
+    }
+    default
 }
 
 /// A throttle as the wire's `throttle_time_ms`.
@@ -436,6 +463,27 @@ mod tests {
             rate: GaugeVec::new(opts("rate"), &["user", "client_id"]).unwrap(),
             throttle_time: GaugeVec::new(opts("throttle"), &["user", "client_id"]).unwrap(),
         }
+    }
+
+    #[test]
+    fn an_address_has_its_own_connection_rate_else_the_default_addresses() {
+        let mut img = QuotaImage::default();
+        for (name, key, value) in [
+            (None, "connection_creation_rate", 5.0),
+            (Some("0:0:0:0:0:0:0:1"), "connection_creation_rate", 2.0),
+            (Some("10.0.0.9"), "other_key", 7.0),
+        ] {
+            img.apply(&MetadataRecord::ClientQuota(ClientQuotaRecord {
+                entity: vec![(IP.to_string(), name.map(str::to_string))],
+                key: key.into(),
+                value,
+                remove: false,
+            }));
+        }
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        assert_eq!(ip_connection_rate(&img, ip("::1")), Some(2.0));
+        assert_eq!(ip_connection_rate(&img, ip("10.0.0.9")), Some(5.0));
+        assert_eq!(ip_connection_rate(&QuotaImage::default(), ip("::1")), None);
     }
 
     #[test]

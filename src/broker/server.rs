@@ -113,6 +113,11 @@ impl BoundServer {
     /// Starts the request handlers, the accept loops and the metrics endpoint for `broker`.
     pub async fn serve(self, broker: Arc<Broker>) -> Result<Server, super::BrokerError> {
         let (shutdown, stop) = watch::channel(false);
+        let weak = Arc::downgrade(&broker);
+        self.quotas.set_ip_rates(Arc::new(move |ip| {
+            let broker = weak.upgrade()?;
+            super::quotas::ip_connection_rate(broker.image().quotas(), ip)
+        }));
         let (tx, rx) = async_channel::bounded::<Job>(broker.config.queued_max_requests);
         let mut tasks = Vec::new();
         for i in 0..broker.config.num_io_threads {

@@ -1,6 +1,7 @@
 //! Kafka's `max.connection.creation.rate` (KIP-612): at most so many new connections a second,
 //! broker-wide or on one listener. Over the rate the listener waits before it accepts the next
 //! connection (Kafka's acceptor throttles, it does not refuse); a second's worth may come at once.
+//! The token bucket is shared with the per-address `connection_creation_rate` quota.
 
 use std::time::{Duration, Instant};
 
@@ -24,15 +25,7 @@ impl CreationRate {
 
     /// Takes a token now, or says how long until one is there (taking it then).
     fn take(&self, now: Instant) -> Duration {
-        let mut b = self.bucket.lock();
-        let refill = now.saturating_duration_since(b.1).as_secs_f64() * self.rate;
-        b.0 = (b.0 + refill).min(self.rate);
-        b.1 = now;
-        b.0 -= 1.0;
-        if b.0 >= 0.0 {
-            return Duration::ZERO;
-        }
-        Duration::from_secs_f64(-b.0 / self.rate)
+        take_token(&mut self.bucket.lock(), self.rate, now)
     }
 
     /// Waits until one more connection may be created.
@@ -42,6 +35,19 @@ impl CreationRate {
             tokio::time::sleep(wait).await;
         }
     }
+}
+
+/// One token from a bucket of `(tokens, last refill)` that gains `rate` tokens a second and
+/// holds at most `rate`: zero when one was there, else how long until it is (taken then).
+pub fn take_token(bucket: &mut (f64, Instant), rate: f64, now: Instant) -> Duration {
+    let refill = now.saturating_duration_since(bucket.1).as_secs_f64() * rate;
+    bucket.0 = (bucket.0 + refill).min(rate);
+    bucket.1 = now;
+    bucket.0 -= 1.0;
+    if bucket.0 >= 0.0 {
+        return Duration::ZERO;
+    }
+    Duration::from_secs_f64((-bucket.0 / rate).min(3600.0))
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-use super::creation_rate::CreationRate;
+use super::creation_rate::{take_token, CreationRate};
 use super::wire::{read_request, RequestReadError};
 use crate::security::ssl_principal::ANONYMOUS;
 use crate::security::tls::TlsServer;
@@ -86,7 +86,17 @@ pub struct ConnectionQuotas {
     /// `max.connection.creation.rate`: new connections a second on every listener but the
     /// protected (inter-broker) one.
     creation_rate: Option<CreationRate>,
+    /// The `connection_creation_rate` client quota of an address (KIP-612), once the broker
+    /// can read its quotas; each address's bucket of new connections.
+    ip_rates: std::sync::OnceLock<IpRateLookup>,
+    ip_buckets: Mutex<HashMap<IpAddr, (f64, std::time::Instant)>>,
 }
+
+/// The `connection_creation_rate` quota that applies to an address, if any.
+pub type IpRateLookup = Arc<dyn Fn(IpAddr) -> Option<f64> + Send + Sync>;
+
+/// Address buckets kept before idle ones are dropped.
+const IP_BUCKETS_KEPT: usize = 1024;
 
 /// One connection's place in its address's count, given back when dropped.
 struct IpSlot {
@@ -131,7 +141,34 @@ impl ConnectionQuotas {
                 .collect(),
             counts: Arc::default(),
             creation_rate,
+            ip_rates: std::sync::OnceLock::new(),
+            ip_buckets: Mutex::default(),
         })
+    }
+
+    /// Where the per-address `connection_creation_rate` quotas come from (set once, when the
+    /// broker that holds them starts serving).
+    pub fn set_ip_rates(&self, lookup: IpRateLookup) {
+        let _ = self.ip_rates.set(lookup);
+    }
+
+    /// How long a new connection from `ip` is held before it is closed unserved, when the
+    /// address is over its `connection_creation_rate` quota (Kafka throttles it the same way);
+    /// zero when it is within it or has none.
+    fn ip_throttle(&self, ip: IpAddr) -> Duration {
+        let ip = canonical(ip);
+        let Some(rate) = self.ip_rates.get().and_then(|f| f(ip)) else {
+            return Duration::ZERO;
+        };
+        let now = std::time::Instant::now();
+        let mut buckets = self.ip_buckets.lock();
+        if buckets.len() > IP_BUCKETS_KEPT {
+            // A bucket untouched for a minute is full again: forgetting it changes nothing.
+            buckets.retain(|_, b| now.duration_since(b.1) < Duration::from_secs(60));
+        }
+        let rate = rate.max(f64::MIN_POSITIVE);
+        let bucket = buckets.entry(ip).or_insert((rate, now));
+        take_token(bucket, rate, now)
     }
 
     /// No limit at all.
@@ -460,6 +497,19 @@ fn admit(
             return;
         }
     };
+    let throttle = match settings.protected {
+        true => Duration::ZERO,
+        false => quotas.ip_throttle(conn.peer.ip()),
+    };
+    if !throttle.is_zero() {
+        let peer = conn.peer;
+        tracing::debug!(%listener, %peer, ?throttle, "over its connection_creation_rate: held, then closed");
+        open.spawn(async move {
+            let _held = (permit, slot, conn);
+            tokio::time::sleep(throttle).await;
+        });
+        return;
+    }
     if let Stream::Plain(tcp) = &conn.stream {
         let _ = tcp.set_nodelay(true);
     }
