@@ -423,10 +423,6 @@ pub fn offset_fetch(
     // TOPIC_AUTHORIZATION_FAILED, below).
     let may_describe =
         |t: &str| broker.authorize(session, Action::topic(AclOperation::Describe, t));
-    let denied_group = |g: &str| {
-        (!broker.authorize(session, Action::group(AclOperation::Describe, g)))
-            .then_some(errors::GROUP_AUTHORIZATION_FAILED)
-    };
     let topic_code = |t: &str| match may_describe(t) {
         true => errors::NONE,
         false => errors::TOPIC_AUTHORIZATION_FAILED,
@@ -464,18 +460,8 @@ pub fn offset_fetch(
             .groups
             .into_iter()
             .map(|g| {
-                let refused = denied_group(&g.group_id.0)
-                    .map_or_else(
-                        || coordinator_partition(broker, &g.group_id.0).map(|_| ()),
-                        Err,
-                    )
-                    .and_then(|()| {
-                        // v9: a consumer group's member reads at its member epoch.
-                        let member = g.member_id.as_ref().map(|m| m.as_str());
-                        broker
-                            .groups
-                            .check_offset_fetch(&g.group_id.0, member, g.member_epoch)
-                    });
+                let member = g.member_id.as_ref().map(|m| m.as_str());
+                let refused = fetch_refusal(broker, session, &g.group_id.0, member, g.member_epoch);
                 if let Err(code) = refused {
                     return OffsetFetchResponseGroup::default()
                         .with_group_id(g.group_id)
@@ -515,11 +501,7 @@ pub fn offset_fetch(
             .collect();
         return OffsetFetchResponse::default().with_groups(groups);
     }
-    let refused = denied_group(&req.group_id.0).map_or_else(
-        || coordinator_partition(broker, &req.group_id.0).map(|_| ()),
-        Err,
-    );
-    if let Err(code) = refused {
+    if let Err(code) = fetch_refusal(broker, session, &req.group_id.0, None, -1) {
         return OffsetFetchResponse::default().with_error_code(code);
     }
     let wanted = req.topics.map(|ts| {
@@ -553,6 +535,22 @@ pub fn offset_fetch(
         })
         .collect();
     OffsetFetchResponse::default().with_topics(topics)
+}
+
+/// Why an OffsetFetch of `group` is refused, if it is: GROUP_AUTHORIZATION_FAILED without
+/// DESCRIBE on it, a coordinator error, or (v9) a consumer group member not at its epoch.
+fn fetch_refusal(
+    broker: &Broker,
+    session: &Session,
+    group: &str,
+    member: Option<&str>,
+    epoch: i32,
+) -> Result<(), i16> {
+    if !broker.authorize(session, Action::group(AclOperation::Describe, group)) {
+        return Err(errors::GROUP_AUTHORIZATION_FAILED);
+    }
+    coordinator_partition(broker, group)?;
+    broker.groups.check_offset_fetch(group, member, epoch)
 }
 
 pub fn list_groups(

@@ -10,23 +10,22 @@ use kafka_protocol::messages::consumer_group_heartbeat_response as beat;
 use kafka_protocol::messages::*;
 
 use super::assignor::Assignment;
-use super::consumer_group::{ConsumerGroup, Heartbeat, Refused, TopicsView, STATIC_LEAVE_EPOCH};
+use super::consumer_group::{
+    Cluster, ConsumerGroup, Heartbeat, Refused, TopicsView, STATIC_LEAVE_EPOCH,
+};
 use super::metadata_manager::{
     coordinator_partition, create_offsets_topic, write_replicated, RecordKv,
 };
 use crate::broker::auth::{Action, Session};
 use crate::broker::{Broker, Outcome};
 use crate::metadata::image::MetadataImage;
-use crate::metadata::OFFSETS_TOPIC;
+use crate::metadata::{is_internal_topic, OFFSETS_TOPIC};
 use crate::protocol::errors;
 use crate::protocol::str_bytes as s;
 use crate::security::acl::AclOperation;
 
 /// A write of group records, answered once replicated.
 type Written = Outcome<Result<(), i16>>;
-
-/// Internal topics a regex never matches.
-const INTERNAL_TOPICS: &[&str] = &[OFFSETS_TOPIC, "__transaction_state"];
 
 /// Whether this broker serves the consumer protocol: `group.coordinator.rebalance.protocols`
 /// names it and the cluster finalized `group.version` 1 or more.
@@ -112,15 +111,24 @@ fn heartbeat_now(
     if let Err(code) = coordinator_partition(broker, &group) {
         return Err((code, None));
     }
-    let hb = match heartbeat_of(broker, session, &img, &group, client_id, req) {
-        Ok(hb) => hb,
-        Err(r) => return Err(as_failed(r)),
-    };
+    if let Some(regex) = req.subscribed_topic_regex.as_deref() {
+        compile(regex).map_err(as_failed)?;
+    }
+    let hb = heartbeat_of(session, client_id, req);
     let topics = topics_view(&img);
-    let write = |records: &[RecordKv]| write_replicated(broker, &group, records);
+    let matching = |regex: &str| matching(broker, session, &img, regex);
+    let cluster = Cluster {
+        topics: &topics,
+        matching: &matching,
+    };
+    let write = |records: &[RecordKv]| match write_replicated(broker, &group, records) {
+        // Nothing reached the log: the coordinator writes these records again.
+        Outcome::Now(Err(code)) => Err(Outcome::Now(Err(code))),
+        written => Ok(written),
+    };
     let (a, written) = broker
         .groups
-        .consumer_heartbeat(&group, &hb, &topics, Instant::now(), write)
+        .consumer_heartbeat(&group, &hb, &cluster, Instant::now(), write)
         .map_err(as_failed)?;
     let answer = ConsumerGroupHeartbeatResponse::default()
         .with_member_id(Some(s(a.member_id)))
@@ -187,28 +195,16 @@ fn check_assignor(broker: &Broker, name: Option<&str>) -> Result<(), Refused> {
     }
 }
 
-/// The request as the group reads it; a regex (new, or the one the member has) resolved to
-/// the topics it fully matches that the session may DESCRIBE.
+/// The request as the group reads it.
 fn heartbeat_of(
-    broker: &Broker,
     session: &Session,
-    img: &MetadataImage,
-    group: &str,
     client_id: &str,
     req: ConsumerGroupHeartbeatRequest,
-) -> Result<Heartbeat, Refused> {
+) -> Heartbeat {
     let member_id = match req.member_id.as_str() {
         // v0 lets the coordinator name a joining member.
         "" => uuid::Uuid::new_v4().to_string(),
         id => id.to_string(),
-    };
-    let regex = match req.subscribed_topic_regex.as_deref() {
-        Some(r) => Some(r.to_string()),
-        None => broker.groups.member_regex(group, &member_id),
-    };
-    let regex_topics = match regex.as_deref().filter(|r| !r.is_empty()) {
-        Some(r) => Some(resolve_regex(broker, session, img, r)?),
-        None => None,
     };
     let owned = req.topic_partitions.map(|tps| {
         let mut a = Assignment::new();
@@ -218,7 +214,7 @@ fn heartbeat_of(
         }
         a
     });
-    Ok(Heartbeat {
+    Heartbeat {
         member_id,
         member_epoch: req.member_epoch,
         instance_id: req.instance_id.map(|i| i.to_string()),
@@ -228,7 +224,6 @@ fn heartbeat_of(
             .subscribed_topic_names
             .map(|ns| ns.into_iter().map(|n| n.0.to_string()).collect()),
         topic_regex: req.subscribed_topic_regex.map(|r| r.to_string()),
-        regex_topics,
         server_assignor: req.server_assignor.map(|a| a.to_string()),
         owned,
         client_id: client_id.to_string(),
@@ -236,34 +231,42 @@ fn heartbeat_of(
             .peer
             .map(|p| format!("/{}", p.ip()))
             .unwrap_or_default(),
+    }
+}
+
+/// A subscription regex (RE2 syntax, as Kafka's RE2J) matching whole topic names, or
+/// INVALID_REGULAR_EXPRESSION with Kafka's message.
+fn compile(regex: &str) -> Result<regex::Regex, Refused> {
+    regex::Regex::new(&format!("^(?:{regex})$")).map_err(|e| Refused {
+        code: errors::INVALID_REGULAR_EXPRESSION,
+        message: format!(
+            "SubscribedTopicRegex `{regex}` is not a valid regular expression: {}.",
+            last_line(&e.to_string())
+        ),
     })
 }
 
-/// The topics `regex` (RE2 syntax, as Kafka's RE2J) matches whole, internal topics and those
-/// the session may not DESCRIBE left out; INVALID_REGULAR_EXPRESSION if it does not compile.
-fn resolve_regex(
+/// The topics `regex` matches, internal topics and those the session may not DESCRIBE left
+/// out (nothing for a regex that does not compile).
+fn matching(
     broker: &Broker,
     session: &Session,
     img: &MetadataImage,
     regex: &str,
-) -> Result<BTreeSet<String>, Refused> {
-    let re = regex::Regex::new(&format!("^(?:{regex})$")).map_err(|e| Refused {
-        code: errors::INVALID_REGULAR_EXPRESSION,
-        message: format!(
-            "SubscribedTopicRegex `{regex}` is not a valid regular expression: {}.",
-            first_line(&e.to_string())
-        ),
-    })?;
-    Ok(img
-        .topics()
+) -> BTreeSet<String> {
+    let Ok(re) = compile(regex) else {
+        return BTreeSet::new();
+    };
+    img.topics()
         .map(|t| t.name.as_str())
-        .filter(|t| !INTERNAL_TOPICS.contains(t) && re.is_match(t))
+        .filter(|t| !is_internal_topic(t) && re.is_match(t))
         .filter(|t| broker.authorize(session, Action::topic(AclOperation::Describe, t)))
         .map(String::from)
-        .collect())
+        .collect()
 }
 
-fn first_line(s: &str) -> &str {
+/// The regex crate's message ends with the line that says what is wrong.
+fn last_line(s: &str) -> &str {
     s.lines().last().unwrap_or(s).trim_start_matches("error: ")
 }
 
@@ -333,8 +336,10 @@ fn describe_one(
     if let Err(code) = coordinator_partition(broker, &id) {
         return failed(gid, code, None);
     }
+    let settings = broker.groups.consumer_settings();
+    let default = settings.assignors.first().map_or("uniform", |a| a.as_str());
     let described = broker.groups.with_group(&id, |g| match &g.consumer {
-        Some(c) => Ok(described(c, img, version, gid.clone())),
+        Some(c) => Ok(described(c, img, version, gid.clone(), default)),
         None => Err(format!("Group {id} is not a consumer group.")),
     });
     let group = match described {
@@ -368,12 +373,14 @@ fn describe_one(
     group
 }
 
-/// The group as ConsumerGroupDescribe shows it.
+/// The group as ConsumerGroupDescribe shows it; `default` names the assignor before the
+/// first target is computed.
 fn described(
     c: &ConsumerGroup,
     img: &MetadataImage,
     version: i16,
     gid: GroupId,
+    default: &str,
 ) -> describe::DescribedGroup {
     let empty = Assignment::new();
     let members = c
@@ -394,7 +401,7 @@ fn described(
                         .map(|t| TopicName(s(t.clone())))
                         .collect(),
                 )
-                .with_subscribed_topic_regex(m.topic_regex.clone().map(s))
+                .with_subscribed_topic_regex(Some(s(m.topic_regex.clone().unwrap_or_default())))
                 .with_assignment(described_assignment(&m.assigned, img))
                 .with_target_assignment(described_assignment(target, img));
             if version >= 1 {
@@ -408,7 +415,7 @@ fn described(
         .with_group_state(s(c.state_name()))
         .with_group_epoch(c.group_epoch)
         .with_assignment_epoch(c.assignment_epoch)
-        .with_assignor_name(s(c.assignor.clone().unwrap_or_else(|| "uniform".into())))
+        .with_assignor_name(s(c.assignor.clone().unwrap_or_else(|| default.to_string())))
         .with_members(members)
         .with_authorized_operations(i32::MIN)
 }

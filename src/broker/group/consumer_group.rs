@@ -37,6 +37,13 @@ impl Default for ConsumerSettings {
 /// The topics of the cluster a subscription can name: name → (id, partition count).
 pub type TopicsView = BTreeMap<String, (KafkaUuid, i32)>;
 
+/// What a heartbeat sees of the cluster: its topics, and the topics a regex subscription
+/// matches that the caller may see.
+pub struct Cluster<'a> {
+    pub topics: &'a TopicsView,
+    pub matching: &'a dyn Fn(&str) -> BTreeSet<String>,
+}
+
 /// What a ConsumerGroupHeartbeat says; `None` fields did not change since the last one.
 #[derive(Debug, Clone, Default)]
 pub struct Heartbeat {
@@ -47,8 +54,6 @@ pub struct Heartbeat {
     pub rebalance_timeout_ms: i32,
     pub topic_names: Option<Vec<String>>,
     pub topic_regex: Option<String>,
-    /// The topics the regex matches that the member may see, resolved by the caller.
-    pub regex_topics: Option<BTreeSet<String>>,
     pub server_assignor: Option<String>,
     pub owned: Option<Assignment>,
     pub client_id: String,
@@ -103,7 +108,8 @@ pub struct ConsumerMember {
     pub rebalance_timeout_ms: i32,
     pub topic_names: Vec<String>,
     pub topic_regex: Option<String>,
-    regex_topics: BTreeSet<String>,
+    /// The topics the regex matched when last resolved; `None` until it is (after a load).
+    regex_topics: Option<BTreeSet<String>>,
     pub server_assignor: Option<String>,
     pub assigned: Assignment,
     pub pending_revocation: Assignment,
@@ -125,7 +131,7 @@ impl ConsumerMember {
             rebalance_timeout_ms: 0,
             topic_names: Vec::new(),
             topic_regex: None,
-            regex_topics: BTreeSet::new(),
+            regex_topics: None,
             server_assignor: None,
             assigned: Assignment::new(),
             pending_revocation: Assignment::new(),
@@ -138,19 +144,24 @@ impl ConsumerMember {
     pub fn subscribed(&self) -> BTreeSet<&str> {
         self.topic_names
             .iter()
-            .chain(&self.regex_topics)
+            .chain(self.regex_topics.iter().flatten())
             .map(|t| t.as_str())
             .collect()
     }
 
-    /// What moves the group epoch when it changes: the topics and the assignor asked for.
-    fn subscription(&self) -> (Vec<String>, Option<String>) {
-        let topics = self.subscribed().into_iter().map(String::from).collect();
-        (topics, self.server_assignor.clone())
+    /// What moves the group epoch when it changes: the topics subscribed to (a change of
+    /// assignor does not, as in Kafka 4.1).
+    fn subscription(&self) -> Vec<String> {
+        self.subscribed().into_iter().map(String::from).collect()
     }
 
-    /// Takes what the heartbeat changed; whether the subscription (or assignor) changed.
-    fn update(&mut self, hb: &Heartbeat) -> bool {
+    /// Resolves the member's regex against the cluster now.
+    fn resolve_regex(&mut self, cluster: &Cluster<'_>) {
+        self.regex_topics = self.topic_regex.as_deref().map(cluster.matching);
+    }
+
+    /// Takes what the heartbeat changed; whether the subscription changed.
+    fn update(&mut self, hb: &Heartbeat, cluster: &Cluster<'_>) -> bool {
         let before = self.subscription();
         if hb.instance_id.is_some() {
             self.instance_id = hb.instance_id.clone();
@@ -167,12 +178,8 @@ impl ConsumerMember {
         if let Some(regex) = &hb.topic_regex {
             self.topic_regex = (!regex.is_empty()).then(|| regex.clone());
         }
-        if let Some(topics) = &hb.regex_topics {
-            self.regex_topics = topics.clone();
-        }
-        if self.topic_regex.is_none() {
-            self.regex_topics.clear();
-        }
+        // A regex is resolved on each of the member's heartbeats: new topics join.
+        self.resolve_regex(cluster);
         if hb.server_assignor.is_some() {
             self.server_assignor = hb.server_assignor.clone();
         }
@@ -197,6 +204,8 @@ pub struct ConsumerGroup {
     /// Read back from `__consumer_offsets`: the next refresh takes the topics as they are
     /// without moving the epoch (the log does not say what they were).
     loaded: bool,
+    /// Members expired since the last refresh (which moved the epoch already).
+    expired: bool,
     /// The assignor of the last target.
     pub assignor: Option<String>,
 }
@@ -224,12 +233,12 @@ impl ConsumerGroup {
         &mut self,
         group_id: &str,
         hb: &Heartbeat,
-        topics: &TopicsView,
+        cluster: &Cluster<'_>,
         settings: &ConsumerSettings,
         now: Instant,
     ) -> Result<HeartbeatAnswer, Refused> {
         if hb.member_epoch == LEAVE_EPOCH || hb.member_epoch == STATIC_LEAVE_EPOCH {
-            return self.leave(group_id, hb, topics, settings);
+            return self.leave(group_id, hb, cluster, settings);
         }
         let before = self.members.get(&hb.member_id).map(|m| m.assigned.clone());
         let mut changed = false;
@@ -242,12 +251,13 @@ impl ConsumerGroup {
             return Err(unknown_member(group_id, &hb.member_id));
         };
         member.last_heartbeat = now;
-        changed |= member.update(hb);
-        self.refresh(changed, topics, settings);
+        changed |= member.update(hb, cluster);
+        self.refresh(changed, cluster, settings);
         self.reconcile(&hb.member_id, hb.owned.as_ref(), now);
         let member = &self.members[&hb.member_id];
+        let subscribes = hb.topic_names.is_some() || hb.topic_regex.is_some();
         let full = hb.member_epoch == 0
-            || (hb.rebalance_timeout_ms != -1 && hb.topic_names.is_some() && hb.owned.is_some());
+            || (hb.rebalance_timeout_ms != -1 && subscribes && hb.owned.is_some());
         let changed = before.as_ref() != Some(&member.assigned);
         Ok(HeartbeatAnswer {
             member_id: member.member_id.clone(),
@@ -341,6 +351,7 @@ impl ConsumerGroup {
     /// Kafka's member epoch rules: a known member at its epoch, or at its previous epoch while
     /// it owns exactly what it was given (it lost the answer that moved it on).
     fn check_epoch(&self, group_id: &str, hb: &Heartbeat) -> Result<(), Refused> {
+        self.check_instance(group_id, hb)?;
         let Some(m) = self.members.get(&hb.member_id) else {
             return Err(unknown_member(group_id, &hb.member_id));
         };
@@ -358,7 +369,7 @@ impl ConsumerGroup {
         }
         if received < m.member_epoch {
             let lost_answer = received == m.previous_member_epoch
-                && hb.owned.as_ref().is_some_and(|o| same(o, &m.assigned));
+                && hb.owned.as_ref().is_some_and(|o| within(o, &m.assigned));
             if !lost_answer {
                 return Err(refused(
                     codes::FENCED_MEMBER_EPOCH,
@@ -374,25 +385,55 @@ impl ConsumerGroup {
         Ok(())
     }
 
+    /// Kafka's static member checks of a heartbeat that names an instance id: the instance id
+    /// must be known, and held by this member id (a replaced member is fenced).
+    fn check_instance(&self, group_id: &str, hb: &Heartbeat) -> Result<(), Refused> {
+        let Some(instance) = &hb.instance_id else {
+            return Ok(());
+        };
+        match self.static_member(instance) {
+            None => Err(refused(
+                codes::UNKNOWN_MEMBER_ID,
+                format!("Instance id {instance} is unknown."),
+            )),
+            Some(holder) if holder != hb.member_id => Err(refused(
+                codes::FENCED_INSTANCE_ID,
+                format!(
+                    "Static member {} with instance id {instance} was fenced by member {holder}.",
+                    hb.member_id
+                ),
+            )),
+            Some(_) => {
+                tracing::trace!(group = group_id, instance, "static member");
+                Ok(())
+            }
+        }
+    }
+
     /// A member leaves (-1), or a static member leaves for now (-2) keeping its place until
     /// its session times out.
     fn leave(
         &mut self,
         group_id: &str,
         hb: &Heartbeat,
-        topics: &TopicsView,
+        cluster: &Cluster<'_>,
         settings: &ConsumerSettings,
     ) -> Result<HeartbeatAnswer, Refused> {
         let temporary = hb.member_epoch == STATIC_LEAVE_EPOCH;
+        self.check_instance(group_id, hb)?;
         let Some(m) = self.members.get_mut(&hb.member_id) else {
             return Err(unknown_member(group_id, &hb.member_id));
         };
         if temporary && m.instance_id.is_some() {
+            // It keeps what it holds until it is back or its session ends; what it was
+            // giving up is free now.
             m.previous_member_epoch = m.member_epoch;
             m.member_epoch = STATIC_LEAVE_EPOCH;
+            m.pending_revocation.clear();
+            m.revocation_deadline = None;
         } else {
             self.remove_member(&hb.member_id);
-            self.refresh(true, topics, settings);
+            self.refresh(true, cluster, settings);
         }
         Ok(HeartbeatAnswer {
             member_id: hb.member_id.clone(),
@@ -426,7 +467,15 @@ impl ConsumerGroup {
             self.remove_member(id);
         }
         if !gone.is_empty() {
-            self.group_epoch += 1;
+            self.group_epoch = self.group_epoch.saturating_add(1);
+            self.expired = true;
+        }
+        // A member read back mid-revocation gets its rebalance timeout from now.
+        for m in self.members.values_mut() {
+            if m.state == MemberState::UnrevokedPartitions && m.revocation_deadline.is_none() {
+                let timeout = Duration::from_millis(m.rebalance_timeout_ms.max(0) as u64);
+                m.revocation_deadline = Some(now + timeout);
+            }
         }
         gone
     }
@@ -434,18 +483,29 @@ impl ConsumerGroup {
     /// Moves the group epoch (once) when the membership or a subscription `changed` or the
     /// subscribed topics did (created, deleted, grown), and computes a new target when the
     /// group epoch is ahead of it.
-    fn refresh(&mut self, changed: bool, topics: &TopicsView, settings: &ConsumerSettings) {
+    fn refresh(&mut self, changed: bool, cluster: &Cluster<'_>, settings: &ConsumerSettings) {
+        for m in self.members.values_mut() {
+            if m.topic_regex.is_some() && m.regex_topics.is_none() {
+                m.resolve_regex(cluster);
+            }
+        }
         let subscribed: TopicsView = self
             .members
             .values()
             .flat_map(|m| m.subscribed())
-            .filter_map(|t| topics.get(t).map(|v| (t.to_string(), *v)))
+            .filter_map(|t| cluster.topics.get(t).map(|v| (t.to_string(), *v)))
             .collect();
+        // Members that expired moved the epoch already; the topics they took along do not
+        // move it again.
+        let expired = std::mem::take(&mut self.expired);
         if std::mem::take(&mut self.loaded) && !changed {
             self.subscribed = subscribed;
         } else if changed || subscribed != self.subscribed {
+            let again = changed || !expired;
             self.subscribed = subscribed;
-            self.group_epoch += 1;
+            if again {
+                self.group_epoch = self.group_epoch.saturating_add(1);
+            }
         }
         if self.group_epoch > self.assignment_epoch {
             self.compute_target(settings);
@@ -557,10 +617,13 @@ impl ConsumerGroup {
         };
         if !revoke.is_empty() && owns_any(owned, &revoke) {
             m.assigned = kept;
+            if m.state != MemberState::UnrevokedPartitions || m.pending_revocation != revoke {
+                // A new revocation: the member has its whole rebalance timeout for it.
+                let timeout = Duration::from_millis(m.rebalance_timeout_ms.max(0) as u64);
+                m.revocation_deadline = Some(now + timeout);
+            }
             m.state = MemberState::UnrevokedPartitions;
             m.pending_revocation = revoke;
-            let timeout = Duration::from_millis(m.rebalance_timeout_ms.max(0) as u64);
-            m.revocation_deadline.get_or_insert(now + timeout);
             return;
         }
         for (topic, ps) in added {
@@ -599,7 +662,7 @@ impl ConsumerGroup {
     }
 }
 
-fn unknown_member(group_id: &str, member_id: &str) -> Refused {
+pub(super) fn unknown_member(group_id: &str, member_id: &str) -> Refused {
     refused(
         codes::UNKNOWN_MEMBER_ID,
         format!("Member {member_id} is not a member of group {group_id}."),
@@ -619,15 +682,11 @@ fn owns_any(owned: Option<&Assignment>, revoke: &Assignment) -> bool {
     })
 }
 
-/// The same partitions, empty topics aside.
-fn same(a: &Assignment, b: &Assignment) -> bool {
-    let strip = |x: &Assignment| -> Assignment {
-        x.iter()
-            .filter(|(_, s)| !s.is_empty())
-            .map(|(t, s)| (*t, s.clone()))
-            .collect()
-    };
-    strip(a) == strip(b)
+/// Whether every partition of `owned` is in `assigned`.
+fn within(owned: &Assignment, assigned: &Assignment) -> bool {
+    owned
+        .iter()
+        .all(|(t, ps)| ps.is_empty() || assigned.get(t).is_some_and(|a| ps.is_subset(a)))
 }
 
 mod persist;

@@ -192,6 +192,10 @@ pub fn on_partition_changes(broker: &Broker, changes: &ReplicaChanges) {
         .iter()
         .filter(|tp| tp.topic == OFFSETS_TOPIC)
     {
+        if broker.coordinated_partitions().contains(&tp.partition) {
+            // Still the leader (a new leader epoch): the groups in memory are current.
+            continue;
+        }
         records += load_partition(broker, tp.partition);
         loaded.push(tp.partition);
     }
@@ -216,19 +220,24 @@ pub fn on_partition_changes(broker: &Broker, changes: &ReplicaChanges) {
 /// Replays one `__consumer_offsets` partition into the coordinator: this broker now leads it.
 /// Returns the records replayed.
 fn load_partition(broker: &Broker, p: i32) -> usize {
-    let mut loaded = 0usize;
     let tp = TopicPartition::new(OFFSETS_TOPIC, p);
+    // Read under the log's lock, replayed after it: replaying locks groups, and a group's
+    // lock is held while its records are appended.
+    let mut records: Vec<RecordKv> = Vec::new();
     let hosted = broker.replicas.for_each_batch(&tp, |b| {
         for r in batch::uncompressed_records(b) {
             if let Some(k) = r.key {
-                apply_record(broker, k, r.value);
-                loaded += 1;
+                records.push((k.to_vec(), r.value.map(<[u8]>::to_vec)));
             }
         }
     });
     if !hosted {
         return 0;
     }
+    for (k, v) in &records {
+        apply_record(broker, k, v.as_deref());
+    }
+    let loaded = records.len();
     broker.set_coordinated(p, true);
     loaded
 }
@@ -374,8 +383,16 @@ fn write_consumer_changes(broker: &Broker) {
     broker
         .groups
         .write_dirty_consumer_records(|group, records| {
-            if let Err(code) = append_records(broker, group, records) {
-                tracing::warn!(group, code, "consumer group records not written");
+            match append_records(broker, group, records) {
+                Ok(()) => true,
+                Err(code) => {
+                    tracing::warn!(
+                        group,
+                        code,
+                        "consumer group records not written; trying again"
+                    );
+                    false
+                }
             }
         });
 }

@@ -18,6 +18,22 @@ fn settings() -> ConsumerSettings {
     }
 }
 
+/// One heartbeat of group "g" over topics `t` (no regex matches anything).
+fn send(
+    g: &mut ConsumerGroup,
+    hb: &Heartbeat,
+    t: &TopicsView,
+    s: &ConsumerSettings,
+    now: Instant,
+) -> Result<HeartbeatAnswer, Refused> {
+    let none = |_: &str| BTreeSet::new();
+    let cluster = Cluster {
+        topics: t,
+        matching: &none,
+    };
+    g.heartbeat("g", hb, &cluster, s, now)
+}
+
 /// An empty group, the cluster's topics, the settings and the time.
 fn fresh() -> (ConsumerGroup, TopicsView, ConsumerSettings, Instant) {
     (
@@ -57,21 +73,19 @@ fn count(a: &Assignment) -> usize {
 #[test]
 fn a_second_member_gets_partitions_only_after_the_first_revokes_them() {
     let (mut g, t, s, now) = fresh();
-    let a1 = g.heartbeat("g", &join("a", "orders"), &t, &s, now).unwrap();
+    let a1 = send(&mut g, &join("a", "orders"), &t, &s, now).unwrap();
     assert_eq!((a1.member_epoch, g.state_name()), (1, "Stable"));
     let a_owned = a1.assignment.unwrap();
     assert_eq!(count(&a_owned), 4);
 
-    let b1 = g.heartbeat("g", &join("b", "orders"), &t, &s, now).unwrap();
+    let b1 = send(&mut g, &join("b", "orders"), &t, &s, now).unwrap();
     // b is at the new epoch but everything of its target is still a's.
     assert_eq!(b1.member_epoch, 2);
     assert_eq!(b1.assignment, Some(Assignment::new()));
     assert_eq!(g.members["b"].state, MemberState::UnreleasedPartitions);
 
     // a is asked to revoke half: its epoch stays until it has.
-    let a2 = g
-        .heartbeat("g", &beat("a", 1, &a_owned), &t, &s, now)
-        .unwrap();
+    let a2 = send(&mut g, &beat("a", 1, &a_owned), &t, &s, now).unwrap();
     assert_eq!(a2.member_epoch, 1);
     let a_kept = a2.assignment.unwrap();
     assert_eq!(count(&a_kept), 2);
@@ -79,20 +93,14 @@ fn a_second_member_gets_partitions_only_after_the_first_revokes_them() {
     assert_eq!(g.state_name(), "Reconciling");
 
     // b still gets nothing while a owns them.
-    let b2 = g
-        .heartbeat("g", &beat("b", 2, &Assignment::new()), &t, &s, now)
-        .unwrap();
+    let b2 = send(&mut g, &beat("b", 2, &Assignment::new()), &t, &s, now).unwrap();
     assert_eq!(b2.assignment, None, "nothing changed, nothing sent");
     assert_eq!(g.members["b"].assigned, Assignment::new());
 
     // a says it revoked: it moves to epoch 2; then b gets the two partitions.
-    let a3 = g
-        .heartbeat("g", &beat("a", 1, &a_kept), &t, &s, now)
-        .unwrap();
+    let a3 = send(&mut g, &beat("a", 1, &a_kept), &t, &s, now).unwrap();
     assert_eq!(a3.member_epoch, 2);
-    let b3 = g
-        .heartbeat("g", &beat("b", 2, &Assignment::new()), &t, &s, now)
-        .unwrap();
+    let b3 = send(&mut g, &beat("b", 2, &Assignment::new()), &t, &s, now).unwrap();
     let b_owned = b3.assignment.unwrap();
     assert_eq!(count(&b_owned), 2);
     assert!(b_owned[&topic_id(1)].is_disjoint(&a_kept[&topic_id(1)]));
@@ -102,49 +110,44 @@ fn a_second_member_gets_partitions_only_after_the_first_revokes_them() {
 #[test]
 fn epochs_ahead_or_behind_are_fenced_except_a_lost_answer() {
     let (mut g, mut t, s, now) = fresh();
-    let a = g.heartbeat("g", &join("a", "orders"), &t, &s, now).unwrap();
+    let a = send(&mut g, &join("a", "orders"), &t, &s, now).unwrap();
     // A wider subscription moves a to epoch 2 with more partitions (nothing to revoke).
     let mut wider = beat("a", 1, &a.assignment.unwrap());
     wider.topic_names = Some(vec!["orders".into(), "audit".into()]);
-    let a = g.heartbeat("g", &wider, &t, &s, now).unwrap();
+    let a = send(&mut g, &wider, &t, &s, now).unwrap();
     assert_eq!(a.member_epoch, 2);
     // audit grows: a moves to epoch 3.
     t.insert("audit".into(), (topic_id(2), 3));
-    let a = g
-        .heartbeat("g", &beat("a", 2, &a.assignment.unwrap()), &t, &s, now)
-        .unwrap();
+    let a = send(&mut g, &beat("a", 2, &a.assignment.unwrap()), &t, &s, now).unwrap();
     assert_eq!(a.member_epoch, 3);
     let owned = a.assignment.unwrap();
     assert_eq!(count(&owned), 7);
-    let ahead = g
-        .heartbeat("g", &beat("a", 9, &owned), &t, &s, now)
-        .unwrap_err();
+    let ahead = send(&mut g, &beat("a", 9, &owned), &t, &s, now).unwrap_err();
     assert_eq!(ahead.code, codes::FENCED_MEMBER_EPOCH);
     assert!(
         ahead.message.contains("greater member epoch (9)"),
         "{}",
         ahead.message
     );
-    let behind = g
-        .heartbeat("g", &beat("a", 1, &owned), &t, &s, now)
-        .unwrap_err();
+    let behind = send(&mut g, &beat("a", 1, &owned), &t, &s, now).unwrap_err();
     assert_eq!(behind.code, codes::FENCED_MEMBER_EPOCH);
-    // The previous epoch with less than it was given is fenced too.
-    let partial = BTreeMap::from([(topic_id(1), BTreeSet::from([0]))]);
-    let stale = g
-        .heartbeat("g", &beat("a", 2, &partial), &t, &s, now)
-        .unwrap_err();
+    // The previous epoch with a partition it was not given is fenced too.
+    let partial = BTreeMap::from([(topic_id(9), BTreeSet::from([0]))]);
+    let stale = send(&mut g, &beat("a", 2, &partial), &t, &s, now).unwrap_err();
     assert_eq!(stale.code, codes::FENCED_MEMBER_EPOCH);
+    // The previous epoch (2) owning part of what it was given (what it held before the
+    // answer that grew it got lost): let through, as Kafka does.
+    let before_growth = BTreeMap::from([(topic_id(1), BTreeSet::from([0, 1, 2, 3]))]);
+    let lost = send(&mut g, &beat("a", 2, &before_growth), &t, &s, now).unwrap();
+    assert_eq!(lost.member_epoch, 3);
     // The previous epoch (2) with what it was given: the member missed the answer.
     assert_eq!(
-        g.heartbeat("g", &beat("a", 2, &owned), &t, &s, now)
+        send(&mut g, &beat("a", 2, &owned), &t, &s, now)
             .unwrap()
             .member_epoch,
         3
     );
-    let stranger = g
-        .heartbeat("g", &beat("x", 3, &owned), &t, &s, now)
-        .unwrap_err();
+    let stranger = send(&mut g, &beat("x", 3, &owned), &t, &s, now).unwrap_err();
     assert_eq!(stranger.code, codes::UNKNOWN_MEMBER_ID);
     assert_eq!(stranger.message, "Member x is not a member of group g.");
 }
@@ -152,39 +155,35 @@ fn epochs_ahead_or_behind_are_fenced_except_a_lost_answer() {
 #[test]
 fn a_leaving_member_frees_its_partitions_at_once() {
     let (mut g, t, s, now) = fresh();
-    g.heartbeat("g", &join("a", "orders"), &t, &s, now).unwrap();
-    g.heartbeat("g", &join("b", "orders"), &t, &s, now).unwrap();
+    send(&mut g, &join("a", "orders"), &t, &s, now).unwrap();
+    send(&mut g, &join("b", "orders"), &t, &s, now).unwrap();
     let epoch = g.group_epoch;
-    let left = g
-        .heartbeat(
-            "g",
-            &beat("a", LEAVE_EPOCH, &Assignment::new()),
-            &t,
-            &s,
-            now,
-        )
-        .unwrap();
+    let left = send(
+        &mut g,
+        &beat("a", LEAVE_EPOCH, &Assignment::new()),
+        &t,
+        &s,
+        now,
+    )
+    .unwrap();
     assert_eq!(left.member_epoch, LEAVE_EPOCH);
     assert!(g.group_epoch > epoch);
-    let b = g
-        .heartbeat("g", &beat("b", 2, &Assignment::new()), &t, &s, now)
-        .unwrap();
+    let b = send(&mut g, &beat("b", 2, &Assignment::new()), &t, &s, now).unwrap();
     assert_eq!(count(&b.assignment.unwrap()), 4);
 }
 
 #[test]
 fn silent_members_and_members_that_do_not_revoke_are_removed() {
     let (mut g, t, s, now) = fresh();
-    let a = g.heartbeat("g", &join("a", "orders"), &t, &s, now).unwrap();
+    let a = send(&mut g, &join("a", "orders"), &t, &s, now).unwrap();
     let owned = a.assignment.unwrap();
-    g.heartbeat("g", &join("b", "orders"), &t, &s, now).unwrap();
-    g.heartbeat("g", &beat("a", 1, &owned), &t, &s, now)
-        .unwrap();
+    send(&mut g, &join("b", "orders"), &t, &s, now).unwrap();
+    send(&mut g, &beat("a", 1, &owned), &t, &s, now).unwrap();
     assert_eq!(g.members["a"].state, MemberState::UnrevokedPartitions);
     // a keeps heartbeating but never revokes: its rebalance timeout (30 s) removes it.
     let later = now + Duration::from_secs(31);
-    g.heartbeat(
-        "g",
+    send(
+        &mut g,
         &beat("a", 1, &owned),
         &t,
         &s,
@@ -205,13 +204,13 @@ fn a_static_member_takes_its_place_back_after_a_temporary_leave() {
     let (mut g, t, s, now) = fresh();
     let mut hb = join("a", "orders");
     hb.instance_id = Some("i1".into());
-    let a = g.heartbeat("g", &hb, &t, &s, now).unwrap();
+    let a = send(&mut g, &hb, &t, &s, now).unwrap();
     let mut other = join("z", "orders");
     other.instance_id = Some("i1".into());
-    let taken = g.heartbeat("g", &other, &t, &s, now).unwrap_err();
+    let taken = send(&mut g, &other, &t, &s, now).unwrap_err();
     assert_eq!(taken.code, codes::UNRELEASED_INSTANCE_ID);
-    g.heartbeat(
-        "g",
+    send(
+        &mut g,
         &beat("a", STATIC_LEAVE_EPOCH, &Assignment::new()),
         &t,
         &s,
@@ -219,32 +218,61 @@ fn a_static_member_takes_its_place_back_after_a_temporary_leave() {
     )
     .unwrap();
     let epoch = g.group_epoch;
-    let back = g.heartbeat("g", &other, &t, &s, now).unwrap();
+    let back = send(&mut g, &other, &t, &s, now).unwrap();
     assert_eq!(back.assignment, a.assignment);
     assert_eq!(back.member_epoch, a.member_epoch);
     assert_eq!(
         g.group_epoch, epoch,
         "no rebalance for a returning static member"
     );
+    // The member id it replaced is fenced; an instance id nobody holds is unknown.
+    let mut zombie = beat("a", back.member_epoch, &Assignment::new());
+    zombie.instance_id = Some("i1".into());
+    let fenced = send(&mut g, &zombie, &t, &s, now).unwrap_err();
+    assert_eq!(fenced.code, codes::FENCED_INSTANCE_ID);
+    assert_eq!(
+        fenced.message,
+        "Static member a with instance id i1 was fenced by member z."
+    );
+    zombie.instance_id = Some("i9".into());
+    let unknown = send(&mut g, &zombie, &t, &s, now).unwrap_err();
+    assert_eq!(unknown.code, codes::UNKNOWN_MEMBER_ID);
+    assert_eq!(unknown.message, "Instance id i9 is unknown.");
+}
+
+#[test]
+fn a_static_member_leaving_for_now_frees_what_it_was_giving_up() {
+    let (mut g, t, s, now) = fresh();
+    let mut a = join("a", "orders");
+    a.instance_id = Some("ia".into());
+    let first = send(&mut g, &a, &t, &s, now).unwrap();
+    send(&mut g, &join("b", "orders"), &t, &s, now).unwrap();
+    let mut asked = beat("a", 1, &first.assignment.unwrap());
+    asked.instance_id = Some("ia".into());
+    send(&mut g, &asked, &t, &s, now).unwrap();
+    assert_eq!(g.members["a"].state, MemberState::UnrevokedPartitions);
+    asked.member_epoch = STATIC_LEAVE_EPOCH;
+    send(&mut g, &asked, &t, &s, now).unwrap();
+    // b gets the two partitions a was giving up at once, not after a's session.
+    let b = send(&mut g, &beat("b", 2, &Assignment::new()), &t, &s, now).unwrap();
+    assert_eq!(count(&b.assignment.unwrap()), 2);
 }
 
 #[test]
 fn the_group_refuses_members_past_its_size_and_follows_topic_changes() {
     let (mut g, mut t, s, now) = fresh();
     for id in ["a", "b", "c"] {
-        g.heartbeat("g", &join(id, "audit"), &t, &s, now).unwrap();
+        send(&mut g, &join(id, "audit"), &t, &s, now).unwrap();
     }
-    let full = g
-        .heartbeat("g", &join("d", "audit"), &t, &s, now)
-        .unwrap_err();
+    let full = send(&mut g, &join("d", "audit"), &t, &s, now).unwrap_err();
     assert_eq!(full.code, codes::GROUP_MAX_SIZE_REACHED);
     // A member subscribed to a topic that does not exist yet gets it once it is created.
     let mut g = ConsumerGroup::default();
-    let a = g.heartbeat("g", &join("a", "later"), &t, &s, now).unwrap();
+    let a = send(&mut g, &join("a", "later"), &t, &s, now).unwrap();
     assert_eq!(a.assignment, Some(Assignment::new()));
     t.insert("later".into(), (topic_id(3), 3));
-    let a = g.heartbeat(
-        "g",
+    let a = send(
+        &mut g,
         &beat("a", a.member_epoch, &Assignment::new()),
         &t,
         &s,
@@ -256,7 +284,7 @@ fn the_group_refuses_members_past_its_size_and_follows_topic_changes() {
 #[test]
 fn commits_need_the_members_current_epoch() {
     let (mut g, t, s, now) = fresh();
-    g.heartbeat("g", &join("a", "orders"), &t, &s, now).unwrap();
+    send(&mut g, &join("a", "orders"), &t, &s, now).unwrap();
     assert_eq!(g.check_member_epoch("g", "a", 1), Ok(()));
     assert_eq!(
         g.check_member_epoch("g", "a", 0),
@@ -271,13 +299,12 @@ fn commits_need_the_members_current_epoch() {
 #[test]
 fn a_group_read_back_from_its_records_goes_on_where_it_was() {
     let (mut g, t, s, now) = fresh();
-    let a = g.heartbeat("g", &join("a", "orders"), &t, &s, now).unwrap();
+    let a = send(&mut g, &join("a", "orders"), &t, &s, now).unwrap();
     let mut b = join("b", "orders");
     b.instance_id = Some("i-b".into());
-    g.heartbeat("g", &b, &t, &s, now).unwrap();
+    send(&mut g, &b, &t, &s, now).unwrap();
     // a is mid-revocation when the coordinator moves.
-    g.heartbeat("g", &beat("a", 1, &a.assignment.unwrap()), &t, &s, now)
-        .unwrap();
+    send(&mut g, &beat("a", 1, &a.assignment.unwrap()), &t, &s, now).unwrap();
     assert_eq!(g.members["a"].state, MemberState::UnrevokedPartitions);
     let mut copy = ConsumerGroup::default();
     for (k, v) in g.records("g") {
@@ -301,9 +328,7 @@ fn a_group_read_back_from_its_records_goes_on_where_it_was() {
     }
     // The first heartbeat on the new coordinator moves nothing; a's revocation completes.
     let kept = copy.members["a"].assigned.clone();
-    let a = copy
-        .heartbeat("g", &beat("a", 1, &kept), &t, &s, now)
-        .unwrap();
+    let a = send(&mut copy, &beat("a", 1, &kept), &t, &s, now).unwrap();
     assert_eq!(a.member_epoch, 2);
     assert_eq!(copy.group_epoch, 2, "reading the group back moves no epoch");
     // A member's tombstone removes it.

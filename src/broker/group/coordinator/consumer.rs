@@ -6,11 +6,14 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use super::super::consumer_group::{
-    ConsumerGroup, ConsumerSettings, Heartbeat, HeartbeatAnswer, Refused, TopicsView,
+    unknown_member, Cluster, ConsumerGroup, ConsumerSettings, Heartbeat, HeartbeatAnswer, Refused,
 };
 use super::super::consumer_records::{ConsumerRecordKey, ConsumerRecordValue};
 use super::super::metadata_manager::RecordKv;
 use super::{codes, CommitCheck, Coordinator, Group, GroupState};
+
+/// The consumer group records as last written: key bytes → value bytes.
+type Persisted = BTreeMap<Vec<u8>, Vec<u8>>;
 
 impl Group {
     /// Whether the group speaks the consumer protocol (KIP-848) rather than the classic one.
@@ -45,10 +48,9 @@ impl Group {
 
     /// The records that bring `__consumer_offsets` to the group's consumer state: changed
     /// records, and tombstones for those that are gone (all of them once the group is no
-    /// longer a consumer group). The caller writes them.
-    pub fn consumer_records(&mut self) -> Vec<RecordKv> {
-        self.consumer_dirty = false;
-        let mut now: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    /// longer a consumer group); with the state they make, for `written` once they are.
+    fn consumer_records(&self) -> (Vec<RecordKv>, Persisted) {
+        let mut now: Persisted = BTreeMap::new();
         for (k, v) in self.consumer.iter().flat_map(|c| c.records(&self.id)) {
             match (k.try_encode(), v.try_encode()) {
                 (Ok(k), Ok(v)) => {
@@ -70,8 +72,13 @@ impl Group {
                 .filter(|k| !now.contains_key(*k))
                 .map(|k| (k.clone(), None)),
         );
-        self.persisted = now;
-        out
+        (out, now)
+    }
+
+    /// The records of `consumer_records` reached the log.
+    fn written(&mut self, state: Persisted) {
+        self.persisted = state;
+        self.consumer_dirty = false;
     }
 
     /// The keys of the consumer group records last written, for a deletion's tombstones.
@@ -127,52 +134,57 @@ impl Group {
 }
 
 impl Coordinator {
-    /// A ConsumerGroupHeartbeat of group `group_id`, over the cluster's `topics`: the answer,
-    /// and what `write` made of the group's changed records. `write` runs under the group's
-    /// lock, so the records of one group reach the log in the order they were made.
+    /// A ConsumerGroupHeartbeat of group `group_id`, over the `cluster`: the answer, and what
+    /// `write` made of the group's changed records (`Err`: nothing reached the log, they are
+    /// written again with the next change). `write` runs under the group's lock, so the
+    /// records of one group reach the log in the order they were made.
     pub fn consumer_heartbeat<W>(
         &self,
         group_id: &str,
         hb: &Heartbeat,
-        topics: &TopicsView,
+        cluster: &Cluster<'_>,
         now: Instant,
-        write: impl FnOnce(&[RecordKv]) -> W,
+        write: impl FnOnce(&[RecordKv]) -> Result<W, W>,
     ) -> Result<(HeartbeatAnswer, W), Refused> {
         let g = if hb.member_epoch == 0 {
             self.group_or_new(group_id)
         } else {
-            self.group(group_id).ok_or_else(|| Refused {
-                code: codes::UNKNOWN_MEMBER_ID,
-                message: format!(
-                    "Member {} is not a member of group {group_id}.",
-                    hb.member_id
-                ),
-            })?
+            // Kafka says GROUP_ID_NOT_FOUND; a member told it is unknown rejoins instead.
+            self.group(group_id)
+                .ok_or_else(|| unknown_member(group_id, &hb.member_id))?
         };
         let mut g = g.lock().unwrap_or_else(|p| p.into_inner());
         let settings = self.config.consumer.clone();
         let before = g.is_empty();
         let answer = g
             .consumer_group_for(hb.member_epoch)?
-            .heartbeat(group_id, hb, topics, &settings, now);
+            .heartbeat(group_id, hb, cluster, &settings, now);
         if before != g.is_empty() {
             g.state_changed_ms = crate::storage::log::now_ms();
         }
-        let records = g.consumer_records();
-        let written = write(&records);
+        let (records, state) = g.consumer_records();
+        let written = match write(&records) {
+            Ok(w) => {
+                g.written(state);
+                w
+            }
+            Err(w) => w,
+        };
         answer.map(|a| (a, written))
     }
 
     /// Hands `write` the records of each consumer group that changed outside a heartbeat,
-    /// under the group's lock (so they reach the log in order).
-    pub fn write_dirty_consumer_records(&self, write: impl Fn(&str, &[RecordKv])) {
+    /// under the group's lock (so they reach the log in order); a group whose write fails
+    /// (`false`) is tried again on the next call.
+    pub fn write_dirty_consumer_records(&self, write: impl Fn(&str, &[RecordKv]) -> bool) {
         for g in self.all_groups() {
             let mut g = g.lock().unwrap_or_else(|p| p.into_inner());
-            if g.consumer_dirty {
-                let records = g.consumer_records();
-                if !records.is_empty() {
-                    write(&g.id, &records);
-                }
+            if !g.consumer_dirty || g.state == GroupState::Dead {
+                continue;
+            }
+            let (records, state) = g.consumer_records();
+            if records.is_empty() || write(&g.id, &records) {
+                g.written(state);
             }
         }
     }
@@ -185,7 +197,14 @@ impl Coordinator {
         value: Option<ConsumerRecordValue>,
         raw: (&[u8], Option<&[u8]>),
     ) {
-        let g = self.group_or_new(key.group());
+        // A tombstone of a group that is gone (deleted) brings nothing back.
+        let g = match value {
+            Some(_) => self.group_or_new(key.group()),
+            None => match self.group(key.group()) {
+                Some(g) => g,
+                None => return,
+            },
+        };
         let mut g = g.lock().unwrap_or_else(|p| p.into_inner());
         match raw.1 {
             Some(v) => g.persisted.insert(raw.0.to_vec(), v.to_vec()),
@@ -209,11 +228,14 @@ impl Coordinator {
         let Some(c) = g.consumer.as_mut() else {
             return;
         };
-        for id in c.expire(&self.config.consumer, now) {
+        let gone = c.expire(&self.config.consumer, now);
+        let emptied = !gone.is_empty() && c.members.is_empty();
+        for id in gone {
             tracing::info!(group = %g.id, member = %id, "consumer group member expired");
             g.consumer_dirty = true;
         }
-        if c.members.is_empty() && g.state_changed_ms < crate::storage::log::now_ms() {
+        if emptied {
+            // Offset retention counts from here.
             g.state_changed_ms = crate::storage::log::now_ms();
         }
     }
@@ -261,19 +283,6 @@ impl Coordinator {
             Some(c) => c.check_member_epoch(group_id, member_id.unwrap_or_default(), epoch),
             None => Ok(()),
         }
-    }
-
-    /// The regex a consumer-protocol member subscribed with, if any (a heartbeat that does
-    /// not repeat it is resolved against it).
-    pub fn member_regex(&self, group_id: &str, member_id: &str) -> Option<String> {
-        let g = self.group(group_id)?;
-        let g = g.lock().unwrap_or_else(|p| p.into_inner());
-        g.consumer
-            .as_ref()?
-            .members
-            .get(member_id)?
-            .topic_regex
-            .clone()
     }
 
     /// The consumer group's settings (`group.consumer.*`).
