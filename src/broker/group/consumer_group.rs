@@ -549,15 +549,22 @@ impl ConsumerGroup {
         self.assignment_epoch = self.group_epoch;
     }
 
-    /// Whether a partition is held (assigned or pending revocation) by a member other than `me`.
-    fn held_by_other(&self, me: &str, topic: &KafkaUuid, p: i32) -> bool {
-        self.members.values().any(|m| {
-            m.member_id != me
-                && (m.assigned.get(topic).is_some_and(|s| s.contains(&p))
-                    || m.pending_revocation
-                        .get(topic)
-                        .is_some_and(|s| s.contains(&p)))
-        })
+    /// The partitions of `topics` held (assigned or pending revocation) by members other than
+    /// `me`: one pass over the members, not one per partition.
+    fn held_by_others(
+        &self,
+        me: &str,
+        topics: &BTreeSet<&KafkaUuid>,
+    ) -> BTreeSet<(KafkaUuid, i32)> {
+        let mut held = BTreeSet::new();
+        for m in self.members.values().filter(|m| m.member_id != me) {
+            for (t, ps) in m.assigned.iter().chain(&m.pending_revocation) {
+                if topics.contains(t) {
+                    held.extend(ps.iter().map(|p| (*t, *p)));
+                }
+            }
+        }
+        held
     }
 
     /// One step of Kafka's CurrentAssignmentBuilder for member `id`, given the partitions it
@@ -591,6 +598,7 @@ impl ConsumerGroup {
         let mut revoke = Assignment::new();
         let mut unreleased = false;
         let topics: BTreeSet<&KafkaUuid> = target.keys().chain(m.assigned.keys()).collect();
+        let held = self.held_by_others(id, &topics);
         for topic in topics {
             let none = BTreeSet::new();
             let current = m.assigned.get(topic).unwrap_or(&none);
@@ -599,7 +607,7 @@ impl ConsumerGroup {
             let gone: BTreeSet<i32> = current.difference(wanted).copied().collect();
             let mut free = BTreeSet::new();
             for p in wanted.difference(current) {
-                if self.held_by_other(id, topic, *p) {
+                if held.contains(&(*topic, *p)) {
                     unreleased = true;
                 } else {
                     free.insert(*p);
