@@ -44,7 +44,7 @@ fn assigned(c: &BaseConsumer) -> BTreeSet<i32> {
 
 /// A member's loop: poll, commit each record before the next, until `stop`; returns the
 /// (partition, offset) of every record it was given.
-fn run_member(c: BaseConsumer, stop: Arc<AtomicBool>) -> Vec<(i32, i64)> {
+fn run_member(c: BaseConsumer, stop: Arc<AtomicBool>) -> Vec<Record> {
     let mut seen = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         if let Some(Ok(m)) = c.poll(Duration::from_millis(50)) {
@@ -58,16 +58,23 @@ fn run_member(c: BaseConsumer, stop: Arc<AtomicBool>) -> Vec<(i32, i64)> {
     seen
 }
 
-fn spawn_member(
-    bootstrap: &str,
-    group: &str,
-    topic: &str,
-) -> (Arc<AtomicBool>, std::thread::JoinHandle<Vec<(i32, i64)>>) {
+/// A member's loop running on its own thread, and its stop switch.
+type Member = (Arc<AtomicBool>, std::thread::JoinHandle<Vec<Record>>);
+
+fn spawn_member(bootstrap: &str, group: &str, topic: &str) -> Member {
     let c = member(bootstrap, group);
     c.subscribe(&[topic]).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
     (stop, std::thread::spawn(move || run_member(c, s)))
+}
+
+/// Stops a member; what it was given.
+async fn stop_member((stop, handle): Member) -> Vec<Record> {
+    stop.store(true, Ordering::Relaxed);
+    tokio::task::spawn_blocking(move || handle.join().unwrap())
+        .await
+        .unwrap()
 }
 
 async fn produce(bootstrap: &str, topic: &str, n: usize, pace: Duration) -> BTreeMap<i32, i64> {
@@ -99,28 +106,19 @@ async fn members_join_and_leave_during_a_steady_produce_and_every_record_is_cons
             async move { produce(&bootstrap, "steady", 1500, Duration::from_millis(6)).await },
         )
     };
-    let (stop_a, a) = spawn_member(&b.bootstrap, "kip848", "steady");
+    let a = spawn_member(&b.bootstrap, "kip848", "steady");
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (stop_b, bm) = spawn_member(&b.bootstrap, "kip848", "steady");
+    let bm = spawn_member(&b.bootstrap, "kip848", "steady");
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (stop_c, c) = spawn_member(&b.bootstrap, "kip848", "steady");
+    let c = spawn_member(&b.bootstrap, "kip848", "steady");
     tokio::time::sleep(Duration::from_secs(2)).await;
     // b leaves while records still flow; a and c take its partitions over.
-    stop_b.store(true, Ordering::Relaxed);
-    let seen_b = tokio::task::spawn_blocking(move || bm.join().unwrap())
-        .await
-        .unwrap();
+    let seen_b = stop_member(bm).await;
     let ends = producer.await.unwrap();
     let total: i64 = ends.values().sum();
     until_all_committed(&b.bootstrap, "kip848", "steady", &ends).await;
-    stop_a.store(true, Ordering::Relaxed);
-    stop_c.store(true, Ordering::Relaxed);
-    let seen_a = tokio::task::spawn_blocking(move || a.join().unwrap())
-        .await
-        .unwrap();
-    let seen_c = tokio::task::spawn_blocking(move || c.join().unwrap())
-        .await
-        .unwrap();
+    let seen_a = stop_member(a).await;
+    let seen_c = stop_member(c).await;
     let (missing, twice) = missing_and_twice(&ends, &[&seen_a, &seen_b, &seen_c]);
     eprintln!(
         "records {total}: a {}, b {}, c {}; missing {}, read twice {}",
@@ -223,7 +221,7 @@ async fn a_group_goes_on_when_its_coordinator_is_killed_mid_rebalance() {
         let b = bootstrap.clone();
         tokio::spawn(async move { produce(&b, "moving", 1200, Duration::from_millis(8)).await })
     };
-    let (stop_a, a) = spawn_member(&bootstrap, "failover", "moving");
+    let a = spawn_member(&bootstrap, "failover", "moving");
     tokio::time::sleep(Duration::from_secs(3)).await;
     let offsets_partition =
         evenkeel::broker::group::metadata_manager::partition_for_group("failover", 50);
@@ -245,7 +243,7 @@ async fn a_group_goes_on_when_its_coordinator_is_killed_mid_rebalance() {
     );
     assert_eq!(left.error_code, 0);
     // b joins: a is asked to give partitions up, and the coordinator dies meanwhile.
-    let (stop_b, bm) = spawn_member(&bootstrap, "failover", "moving");
+    let bm = spawn_member(&bootstrap, "failover", "moving");
     let at = c.addr(coordinator.leader as usize);
     let before = until("the group reconciling", Duration::from_secs(10), || async {
         let d = describe_group(&at, "failover");
@@ -279,14 +277,8 @@ async fn a_group_goes_on_when_its_coordinator_is_killed_mid_rebalance() {
     let ends = producer.await.unwrap();
     let live = c.live_bootstrap();
     until_all_committed(&live, "failover", "moving", &ends).await;
-    stop_a.store(true, Ordering::Relaxed);
-    stop_b.store(true, Ordering::Relaxed);
-    let seen_a = tokio::task::spawn_blocking(move || a.join().unwrap())
-        .await
-        .unwrap();
-    let seen_b = tokio::task::spawn_blocking(move || bm.join().unwrap())
-        .await
-        .unwrap();
+    let seen_a = stop_member(a).await;
+    let seen_b = stop_member(bm).await;
     let (missing, twice) = missing_and_twice(&ends, &[&seen_a, &seen_b]);
     eprintln!(
         "records {}: a {}, b {}; missing {}, read twice {}",
