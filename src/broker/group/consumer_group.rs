@@ -162,6 +162,10 @@ impl ConsumerMember {
 
     /// Takes what the heartbeat changed; whether the subscription changed.
     fn update(&mut self, hb: &Heartbeat, cluster: &Cluster<'_>) -> bool {
+        if self.topic_regex.is_some() && self.regex_topics.is_none() {
+            // Read back from the log: what the regex matches now is not a change.
+            self.resolve_regex(cluster);
+        }
         let before = self.subscription();
         if hb.instance_id.is_some() {
             self.instance_id = hb.instance_id.clone();
@@ -252,6 +256,7 @@ impl ConsumerGroup {
         };
         member.last_heartbeat = now;
         changed |= member.update(hb, cluster);
+        self.share_regex(&hb.member_id);
         self.refresh(changed, cluster, settings);
         self.reconcile(&hb.member_id, hb.owned.as_ref(), now);
         let member = &self.members[&hb.member_id];
@@ -385,6 +390,22 @@ impl ConsumerGroup {
         Ok(())
     }
 
+    /// Gives every member subscribed with the same regex as `id` what it just resolved to, so
+    /// a new matching topic moves the group once, not once per member.
+    fn share_regex(&mut self, id: &str) {
+        let Some(m) = self.members.get(id) else {
+            return;
+        };
+        let (Some(regex), Some(topics)) = (m.topic_regex.clone(), m.regex_topics.clone()) else {
+            return;
+        };
+        for other in self.members.values_mut() {
+            if other.topic_regex.as_ref() == Some(&regex) {
+                other.regex_topics = Some(topics.clone());
+            }
+        }
+    }
+
     /// Kafka's static member checks of a heartbeat that names an instance id: the instance id
     /// must be known, and held by this member id (a replaced member is fenced).
     fn check_instance(&self, group_id: &str, hb: &Heartbeat) -> Result<(), Refused> {
@@ -470,14 +491,18 @@ impl ConsumerGroup {
             self.group_epoch = self.group_epoch.saturating_add(1);
             self.expired = true;
         }
-        // A member read back mid-revocation gets its rebalance timeout from now.
-        for m in self.members.values_mut() {
-            if m.state == MemberState::UnrevokedPartitions && m.revocation_deadline.is_none() {
-                let timeout = Duration::from_millis(m.rebalance_timeout_ms.max(0) as u64);
-                m.revocation_deadline = Some(now + timeout);
-            }
-        }
         gone
+    }
+
+    /// Once the whole group is read back: a member that was revoking gets its rebalance
+    /// timeout from now (a static member away with -2 waits for its session instead).
+    pub fn after_load(&mut self, now: Instant) {
+        for m in self.members.values_mut() {
+            let revoking =
+                m.state == MemberState::UnrevokedPartitions && m.member_epoch != STATIC_LEAVE_EPOCH;
+            m.revocation_deadline =
+                revoking.then(|| now + Duration::from_millis(m.rebalance_timeout_ms.max(0) as u64));
+        }
     }
 
     /// Moves the group epoch (once) when the membership or a subscription `changed` or the
@@ -499,6 +524,10 @@ impl ConsumerGroup {
         // move it again.
         let expired = std::mem::take(&mut self.expired);
         if std::mem::take(&mut self.loaded) && !changed {
+            // The log does not say what the topics were: the target says what it covers.
+            if !self.target_covers(&subscribed) {
+                self.group_epoch = self.group_epoch.saturating_add(1);
+            }
             self.subscribed = subscribed;
         } else if changed || subscribed != self.subscribed {
             let again = changed || !expired;
@@ -510,6 +539,25 @@ impl ConsumerGroup {
         if self.group_epoch > self.assignment_epoch {
             self.compute_target(settings);
         }
+    }
+
+    /// Whether the target assigns exactly the partitions of `topics` (both assignors give out
+    /// every partition of a topic someone subscribes to): false once a topic grew, appeared
+    /// or went while nobody watched.
+    fn target_covers(&self, topics: &TopicsView) -> bool {
+        let wanted: BTreeSet<(KafkaUuid, i32)> = topics
+            .values()
+            .flat_map(|(id, n)| (0..*n).map(move |p| (*id, p)))
+            .collect();
+        let given: BTreeSet<(KafkaUuid, i32)> = self
+            .target
+            .values()
+            .flat_map(|a| {
+                a.iter()
+                    .flat_map(|(t, ps)| ps.iter().map(move |p| (*t, *p)))
+            })
+            .collect();
+        wanted == given
     }
 
     /// The assignor most members ask for (the configured default when none asks), run over

@@ -237,6 +237,8 @@ fn load_partition(broker: &Broker, p: i32) -> usize {
     for (k, v) in &records {
         apply_record(broker, k, v.as_deref());
     }
+    let n = broker.config.offsets_topic_num_partitions;
+    broker.groups.after_load(|g| partition_for_group(g, n) == p);
     let loaded = records.len();
     broker.set_coordinated(p, true);
     loaded

@@ -1,7 +1,7 @@
 //! A consumer group as records of `__consumer_offsets` (what a new coordinator reads back),
 //! and the group rebuilt from them.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::super::consumer_records::{
     ConsumerRecordKey as Key, ConsumerRecordValue as Value, CurrentAssignmentValue,
@@ -91,7 +91,7 @@ impl ConsumerGroup {
     }
 
     /// Applies one record read back from the log (`None`: a tombstone). Members start a new
-    /// session; one that was revoking gets its rebalance timeout anew.
+    /// session; `after_load` gives one that was revoking its rebalance timeout anew.
     pub fn replay(&mut self, key: &Key, value: Option<Value>, now: Instant) {
         self.loaded = true;
         match (key, value) {
@@ -132,8 +132,8 @@ impl ConsumerGroup {
                 m.state = MemberState::from_value(c.state);
                 m.assigned = c.assigned;
                 m.pending_revocation = c.pending_revocation;
-                m.revocation_deadline = (m.state == MemberState::UnrevokedPartitions)
-                    .then(|| now + Duration::from_millis(m.rebalance_timeout_ms.max(0) as u64));
+                // Armed by `after_load`, once the member's timeout is read too.
+                m.revocation_deadline = None;
             }
             _ => {}
         }

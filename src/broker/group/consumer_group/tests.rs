@@ -339,3 +339,78 @@ fn a_group_read_back_from_its_records_goes_on_where_it_was() {
     copy.replay(&gone, None, now);
     assert!(!copy.members.contains_key("b"));
 }
+
+/// `g`'s records replayed into a new group in `order` of record types, then loaded.
+fn read_back(g: &ConsumerGroup, types_first: &[&str], now: Instant) -> ConsumerGroup {
+    use super::super::consumer_records::ConsumerRecordValue as V;
+    let mut records = g.records("g");
+    let rank = |v: &V| {
+        let name = format!("{v:?}");
+        types_first
+            .iter()
+            .position(|t| name.starts_with(t))
+            .unwrap_or(types_first.len())
+    };
+    records.sort_by_key(|(_, v)| rank(v));
+    let mut copy = ConsumerGroup::default();
+    for (k, v) in records {
+        copy.replay(&k, Some(v), now);
+    }
+    copy.after_load(now);
+    copy
+}
+
+#[test]
+fn a_revoking_member_read_back_in_any_order_keeps_its_whole_timeout() {
+    let (mut g, t, s, now) = fresh();
+    let a = send(&mut g, &join("a", "orders"), &t, &s, now).unwrap();
+    send(&mut g, &join("b", "orders"), &t, &s, now).unwrap();
+    send(&mut g, &beat("a", 1, &a.assignment.unwrap()), &t, &s, now).unwrap();
+    // Compaction can leave a member's assignment (8) before its subscription (5).
+    let mut copy = read_back(&g, &["CurrentMemberAssignment"], now);
+    assert_eq!(copy.members["a"].state, MemberState::UnrevokedPartitions);
+    assert!(copy.expire(&s, now + Duration::from_secs(1)).is_empty());
+    assert_eq!(
+        copy.expire(&s, now + Duration::from_secs(31)),
+        vec!["a".to_string()],
+        "the 30 s rebalance timeout runs from the load"
+    );
+}
+
+#[test]
+fn a_group_read_back_moves_its_epoch_only_for_what_changed_meanwhile() {
+    let (mut g, mut t, s, now) = fresh();
+    let mut by_regex = join("r", "orders");
+    by_regex.topic_names = None;
+    by_regex.topic_regex = Some("ord.*".into());
+    let matching = |re: &str| -> BTreeSet<String> {
+        t.keys()
+            .filter(|n| n.starts_with(&re[..3]))
+            .cloned()
+            .collect()
+    };
+    let cluster = Cluster {
+        topics: &t,
+        matching: &matching,
+    };
+    let r = g.heartbeat("g", &by_regex, &cluster, &s, now).unwrap();
+    assert_eq!(count(r.assignment.as_ref().unwrap()), 4);
+    // The regex member's first heartbeat after a load moves nothing.
+    let mut copy = read_back(&g, &[], now);
+    let epoch = copy.group_epoch;
+    let again = beat("r", r.member_epoch, &r.assignment.clone().unwrap());
+    let r2 = copy.heartbeat("g", &again, &cluster, &s, now).unwrap();
+    assert_eq!((copy.group_epoch, r2.member_epoch), (epoch, r.member_epoch));
+    // A topic that grew while the group was being moved is assigned after the load.
+    t.insert("orders".into(), (topic_id(1), 6));
+    let grown_cluster = Cluster {
+        topics: &t,
+        matching: &|_: &str| BTreeSet::from(["orders".to_string()]),
+    };
+    let mut moved = read_back(&g, &[], now);
+    let grown = moved
+        .heartbeat("g", &again, &grown_cluster, &s, now)
+        .unwrap();
+    assert_eq!(moved.group_epoch, epoch + 1);
+    assert_eq!(count(&grown.assignment.unwrap()), 6);
+}

@@ -154,6 +154,13 @@ impl Coordinator {
                 .ok_or_else(|| unknown_member(group_id, &hb.member_id))?
         };
         let mut g = g.lock().unwrap_or_else(|p| p.into_inner());
+        if g.state == GroupState::Dead {
+            // Deleted while this heartbeat waited for it: the member asks again.
+            return Err(Refused {
+                code: codes::COORDINATOR_NOT_AVAILABLE,
+                message: format!("Group {group_id} was just deleted."),
+            });
+        }
         let settings = self.config.consumer.clone();
         let before = g.is_empty();
         let answer = g
@@ -168,7 +175,11 @@ impl Coordinator {
                 g.written(state);
                 w
             }
-            Err(w) => w,
+            Err(w) => {
+                // Nothing reached the log: the clock writes the records again.
+                g.consumer_dirty = true;
+                w
+            }
         };
         answer.map(|a| (a, written))
     }
@@ -220,6 +231,20 @@ impl Coordinator {
         }
         if let Some(c) = g.consumer.as_mut() {
             c.replay(key, value, Instant::now());
+        }
+    }
+
+    /// The groups `loaded` names were read back whole: their revoking members' timeouts start.
+    pub fn after_load(&self, loaded: impl Fn(&str) -> bool) {
+        let now = Instant::now();
+        for g in self.all_groups() {
+            let mut g = g.lock().unwrap_or_else(|p| p.into_inner());
+            if !loaded(&g.id) {
+                continue;
+            }
+            if let Some(c) = g.consumer.as_mut() {
+                c.after_load(now);
+            }
         }
     }
 
