@@ -417,18 +417,15 @@ fn topic_mutations_over_the_quota_are_refused_on_strict_versions_and_throttled_o
     assert_eq!(names, ["mutated-1", "mutated-3"]);
 }
 
-/// Opens a connection and asks ApiVersions; whether it was answered (a throttled connection
-/// is closed unanswered).
-fn answered(bootstrap: &str) -> bool {
+/// Opens a connection and asks ApiVersions: whether it was answered (a throttled connection
+/// is closed unanswered), and how long the broker kept it until then.
+fn ask(bootstrap: &str) -> (bool, Duration) {
     let mut c = common::raw::connect(bootstrap);
-    common::raw::send(
-        &mut c,
-        ApiKey::ApiVersions,
-        3,
-        1,
-        &ApiVersionsRequest::default(),
-    );
-    common::raw::read_frame(&mut c).is_some()
+    let start = std::time::Instant::now();
+    let req = ApiVersionsRequest::default();
+    common::raw::send(&mut c, ApiKey::ApiVersions, 3, 1, &req);
+    let answered = common::raw::read_frame(&mut c).is_some();
+    (answered, start.elapsed())
 }
 
 #[test]
@@ -447,16 +444,23 @@ fn an_address_over_its_connection_creation_rate_is_held_then_closed() {
         "{:?}",
         resp.entries[0].error_message
     );
-    // A burst of 8: the bucket holds two connections' worth, the rest are closed unanswered.
-    let served = (0..8).filter(|_| answered(&b.bootstrap)).count();
+    // A burst of 8: the bucket holds two connections' worth, the rest are closed unanswered,
+    // each held until the address would have had room (half a second at 2 a second).
+    let burst: Vec<(bool, Duration)> = (0..8).map(|_| ask(&b.bootstrap)).collect();
+    let served = burst.iter().filter(|(ok, _)| *ok).count();
     assert!(
         (2..=4).contains(&served),
         "{served} of 8 connections served"
     );
+    let held = burst.iter().filter(|(ok, _)| !*ok).map(|(_, d)| *d).min();
+    assert!(
+        held.is_some_and(|d| d >= Duration::from_millis(300)),
+        "a refused connection was closed after {held:?}, not held"
+    );
     // Below the rate, the address is served again.
     let again = (0..10).any(|_| {
         std::thread::sleep(Duration::from_millis(700));
-        answered(&b.bootstrap)
+        ask(&b.bootstrap).0
     });
     assert!(again, "no connection served after the burst");
 }

@@ -355,6 +355,7 @@ impl Request {
             Refusal::Join(r) => self.now(&r),
             Refusal::Sync(r) => self.now(&r),
             Refusal::Heartbeat(r) => self.now(&r),
+            Refusal::ConsumerHeartbeat(r) => self.now(&r),
             Refusal::Leave(r) => self.now(&r),
             Refusal::Commit(r) => self.now(&r),
             Refusal::Elect(r) => self.now(&r),

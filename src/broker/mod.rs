@@ -550,7 +550,6 @@ fn registration(
 
 /// The classic group coordinator's settings (`group.*`, `offsets.*`).
 fn group_config(config: &BrokerConfig) -> group::coordinator::GroupConfig {
-    let c = &config.consumer_groups;
     group::coordinator::GroupConfig {
         initial_rebalance_delay: Duration::from_millis(config.group_initial_rebalance_delay_ms),
         min_session_timeout_ms: config.group_min_session_timeout_ms,
@@ -558,12 +557,7 @@ fn group_config(config: &BrokerConfig) -> group::coordinator::GroupConfig {
         max_size: config.group_max_size,
         offset_metadata_max_bytes: config.offset_metadata_max_bytes,
         offsets_retention: Duration::from_secs(config.offsets_retention_minutes.saturating_mul(60)),
-        consumer: group::consumer_group::ConsumerSettings {
-            session_timeout: Duration::from_millis(c.session_timeout_ms.max(1) as u64),
-            heartbeat_interval_ms: c.heartbeat_interval_ms,
-            max_size: c.max_size,
-            assignors: c.assignors.clone(),
-        },
+        consumer: config.consumer_groups.clone(),
     }
 }
 

@@ -9,12 +9,14 @@ use crate::protocol::{errors, DecodedRequest};
 use crate::security::acl::AclOperation;
 
 /// A request refused whole before its handler runs: GROUP_AUTHORIZATION_FAILED for a group the
-/// session may not READ (join, sync, heartbeat, leave, commit), CLUSTER_AUTHORIZATION_FAILED for
+/// session may not READ (join, sync, heartbeat, leave, commit, and the consumer protocol's
+/// heartbeat), CLUSTER_AUTHORIZATION_FAILED for
 /// a cluster operation it may not do.
 pub enum Refusal {
     Join(JoinGroupResponse),
     Sync(SyncGroupResponse),
     Heartbeat(HeartbeatResponse),
+    ConsumerHeartbeat(ConsumerGroupHeartbeatResponse),
     Leave(LeaveGroupResponse),
     Commit(OffsetCommitResponse),
     Elect(ElectLeadersResponse),
@@ -77,6 +79,7 @@ pub fn refuse_group_request(
         DecodedRequest::Heartbeat(r) => &r.group_id,
         DecodedRequest::LeaveGroup(r) => &r.group_id,
         DecodedRequest::OffsetCommit(r) => &r.group_id,
+        DecodedRequest::ConsumerGroupHeartbeat(r) => &r.group_id,
         _ => return None,
     };
     if broker.authorize(session, Action::group(AclOperation::Read, group.as_str())) {
@@ -99,6 +102,9 @@ pub fn refuse_group_request(
             Refusal::Leave(LeaveGroupResponse::default().with_error_code(code))
         }
         DecodedRequest::OffsetCommit(r) => Refusal::Commit(commit_refused(r, code)),
+        DecodedRequest::ConsumerGroupHeartbeat(_) => Refusal::ConsumerHeartbeat(
+            ConsumerGroupHeartbeatResponse::default().with_error_code(code),
+        ),
         _ => return None,
     })
 }

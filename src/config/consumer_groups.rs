@@ -5,6 +5,10 @@ use std::collections::BTreeMap;
 
 use super::{invalid as bad, prop, ConfigError};
 
+/// The server-side assignors evenkeel offers (`group.consumer.assignors`), Kafka's default
+/// first.
+pub const ASSIGNORS: &[&str] = &["uniform", "range"];
+
 /// The keys this module reads.
 pub const KEYS: &[&str] = &[
     "group.coordinator.rebalance.protocols",
@@ -52,7 +56,7 @@ impl Default for ConsumerGroupConfig {
             session_timeout_ms: 45_000,
             heartbeat_interval_ms: 5000,
             max_size: i32::MAX as usize,
-            assignors: vec!["uniform".into(), "range".into()],
+            assignors: ASSIGNORS.iter().map(|a| a.to_string()).collect(),
         }
     }
 }
@@ -146,7 +150,7 @@ fn assignors(props: &BTreeMap<String, String>) -> Result<Vec<String>, ConfigErro
             .iter()
             .find(|(class, _)| *class == a)
             .map_or(a, |(_, n)| n);
-        if !["uniform", "range"].contains(&name) {
+        if !ASSIGNORS.contains(&name) {
             return Err(bad(
                 key,
                 v,
@@ -175,6 +179,14 @@ mod tests {
     fn defaults_are_kafkas() {
         let c = ConsumerGroupConfig::from_props(&props(&[])).unwrap();
         assert_eq!(c, ConsumerGroupConfig::default());
+        // Kafka's GroupCoordinatorConfig defaults, written out.
+        assert!(c.enabled);
+        assert_eq!(
+            (c.session_timeout_ms, c.heartbeat_interval_ms),
+            (45_000, 5000)
+        );
+        assert_eq!(c.max_size, i32::MAX as usize);
+        assert_eq!(c.assignors, ["uniform", "range"]);
     }
 
     /// Why `pairs` are refused.

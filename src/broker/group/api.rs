@@ -17,8 +17,8 @@ use crate::protocol::errors;
 use crate::security::acl::AclOperation;
 
 use super::metadata_manager::{
-    append_records, coordinator_partition, create_offsets_topic, partition_for_group, store_group,
-    write_replicated, RecordKv,
+    after_offsets_topic, append_records, coordinator_partition, create_offsets_topic,
+    partition_for_group, store_group, write_replicated, RecordKv,
 };
 use crate::metadata::OFFSETS_TOPIC;
 
@@ -137,22 +137,12 @@ pub fn join_group(
         return Outcome::Now(refuse(codes::INVALID_GROUP_ID));
     }
     if broker.image().topic(OFFSETS_TOPIC).is_none() {
-        // A first join before any FindCoordinator: create the topic, then join.
-        let (broker, client_id, client_host) = (
-            broker.clone(),
-            client_id.to_string(),
-            client_host.to_string(),
-        );
-        return Outcome::Later(Box::pin(async move {
-            create_offsets_topic(&broker).await;
-            if broker.image().topic(OFFSETS_TOPIC).is_none() {
-                return refuse(codes::COORDINATOR_NOT_AVAILABLE);
-            }
-            match join_group(&broker, version, &client_id, &client_host, req) {
-                Outcome::Now(r) => r,
-                Outcome::Later(f) => f.await,
-            }
-        }));
+        // A first join before any FindCoordinator.
+        let (client_id, client_host) = (client_id.to_string(), client_host.to_string());
+        let unavailable = move || refuse(codes::COORDINATOR_NOT_AVAILABLE);
+        return after_offsets_topic(broker, unavailable, move |broker| {
+            join_group(broker, version, &client_id, &client_host, req)
+        });
     }
     if let Err(code) = coordinator_partition(broker, &req.group_id.0) {
         return Outcome::Now(refuse(code));

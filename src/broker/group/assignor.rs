@@ -9,9 +9,6 @@ use crate::storage::checkpoint::KafkaUuid;
 /// Partitions by topic id.
 pub type Assignment = BTreeMap<KafkaUuid, BTreeSet<i32>>;
 
-/// The assignors a group can ask for, the default first (`group.consumer.assignors`).
-pub const ASSIGNORS: &[&str] = &["uniform", "range"];
-
 /// What an assignor sees of one member.
 pub struct MemberSpec<'a> {
     /// The topics the member subscribes to (names and regex resolved).
@@ -21,7 +18,7 @@ pub struct MemberSpec<'a> {
 }
 
 /// The target assignment of every member of `members` over topics of `partitions` partitions
-/// each, by the assignor `name` (one of `ASSIGNORS`).
+/// each, by the assignor `name` (one of `config::consumer_groups::ASSIGNORS`).
 pub fn assign(
     name: &str,
     members: &BTreeMap<String, MemberSpec<'_>>,
@@ -283,7 +280,7 @@ mod tests {
         let none: BTreeMap<String, MemberSpec> = BTreeMap::new();
         assert!(assign("uniform", &none, &partitions).is_empty());
         let members = BTreeMap::from([("a".to_string(), spec(&[2], None))]);
-        for name in ASSIGNORS {
+        for name in crate::config::consumer_groups::ASSIGNORS {
             assert_eq!(assign(name, &members, &partitions)["a"], Assignment::new());
         }
     }

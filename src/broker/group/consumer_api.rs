@@ -10,16 +10,14 @@ use kafka_protocol::messages::consumer_group_heartbeat_response as beat;
 use kafka_protocol::messages::*;
 
 use super::assignor::Assignment;
-use super::consumer_group::{
-    Cluster, ConsumerGroup, Heartbeat, Refused, TopicsView, STATIC_LEAVE_EPOCH,
-};
+use super::consumer_group::{Cluster, ConsumerGroup, Heartbeat, Refused, STATIC_LEAVE_EPOCH};
 use super::metadata_manager::{
-    coordinator_partition, create_offsets_topic, write_replicated, RecordKv,
+    after_offsets_topic, coordinator_partition, write_replicated, RecordKv,
 };
 use crate::broker::auth::{Action, Session};
 use crate::broker::{Broker, Outcome};
 use crate::metadata::image::MetadataImage;
-use crate::metadata::{is_internal_topic, OFFSETS_TOPIC};
+use crate::metadata::is_internal_topic;
 use crate::protocol::errors;
 use crate::protocol::str_bytes as s;
 use crate::security::acl::AclOperation;
@@ -33,17 +31,10 @@ pub fn enabled(broker: &Broker, img: &MetadataImage) -> bool {
     broker.config.consumer_groups.enabled && img.feature("group.version").unwrap_or(0) >= 1
 }
 
-fn refusal(code: i16, message: Option<String>) -> ConsumerGroupHeartbeatResponse {
+fn refusal(r: Refused) -> ConsumerGroupHeartbeatResponse {
     ConsumerGroupHeartbeatResponse::default()
-        .with_error_code(code)
-        .with_error_message(message.map(s))
-}
-
-/// A refused heartbeat: Kafka's code, and its message where Kafka gives one.
-type Failed = (i16, Option<String>);
-
-fn as_failed(r: Refused) -> Failed {
-    (r.code, Some(r.message))
+        .with_error_code(r.code)
+        .with_error_message(r.message.map(s))
 }
 
 /// ConsumerGroupHeartbeat: judged as Kafka's KafkaApis and group coordinator judge it, then
@@ -55,27 +46,17 @@ pub fn heartbeat(
     client_id: &str,
     req: ConsumerGroupHeartbeatRequest,
 ) -> Outcome<ConsumerGroupHeartbeatResponse> {
-    if broker.image().topic(OFFSETS_TOPIC).is_none() {
-        // A first heartbeat before any FindCoordinator: create the topic, then answer.
-        let (broker, session, client_id) = (broker.clone(), session.clone(), client_id.to_string());
-        return Outcome::Later(Box::pin(async move {
-            create_offsets_topic(&broker).await;
-            if broker.image().topic(OFFSETS_TOPIC).is_none() {
-                return refusal(errors::COORDINATOR_NOT_AVAILABLE, None);
-            }
-            match heartbeat(&broker, &session, version, &client_id, req) {
-                Outcome::Now(r) => r,
-                Outcome::Later(f) => f.await,
-            }
-        }));
-    }
-    match heartbeat_now(broker, session, version, client_id, req) {
-        Ok((answer, written)) => written.map(move |written| match written {
-            Ok(()) => answer,
-            Err(code) => refusal(code, None),
-        }),
-        Err((code, message)) => Outcome::Now(refusal(code, message)),
-    }
+    let (session, client_id) = (session.clone(), client_id.to_string());
+    let unavailable = || refusal(Refused::bare(errors::COORDINATOR_NOT_AVAILABLE));
+    after_offsets_topic(broker, unavailable, move |broker| {
+        match heartbeat_now(broker, &session, version, &client_id, req) {
+            Ok((answer, written)) => written.map(move |written| match written {
+                Ok(()) => answer,
+                Err(code) => refusal(Refused::bare(code)),
+            }),
+            Err(refused) => Outcome::Now(refusal(refused)),
+        }
+    })
 }
 
 /// The heartbeat judged and applied: its answer, given once the group's changed records
@@ -86,39 +67,32 @@ fn heartbeat_now(
     version: i16,
     client_id: &str,
     req: ConsumerGroupHeartbeatRequest,
-) -> Result<(ConsumerGroupHeartbeatResponse, Written), Failed> {
+) -> Result<(ConsumerGroupHeartbeatResponse, Written), Refused> {
     let img = broker.image();
     if !enabled(broker, &img) {
-        return Err((errors::UNSUPPORTED_VERSION, None));
+        return Err(Refused::bare(errors::UNSUPPORTED_VERSION));
     }
+    // READ on the group was checked with the other group requests (`refusals`).
     let group = req.group_id.0.to_string();
-    if !broker.authorize(session, Action::group(AclOperation::Read, &group)) {
-        return Err((errors::GROUP_AUTHORIZATION_FAILED, None));
-    }
     let names = req.subscribed_topic_names.iter().flatten();
     let denied = names
         .map(|t| t.0.as_str())
         .any(|t| !broker.authorize(session, Action::topic(AclOperation::Describe, t)));
     if denied {
-        return Err((errors::TOPIC_AUTHORIZATION_FAILED, None));
+        return Err(Refused::bare(errors::TOPIC_AUTHORIZATION_FAILED));
     }
-    if let Err(message) = validate(&req, version) {
-        return Err((errors::INVALID_REQUEST, Some(message)));
-    }
-    if let Err(r) = check_assignor(broker, req.server_assignor.as_deref()) {
-        return Err(as_failed(r));
-    }
-    if let Err(code) = coordinator_partition(broker, &group) {
-        return Err((code, None));
-    }
+    validate(&req, version).map_err(|m| Refused::new(errors::INVALID_REQUEST, m))?;
+    check_assignor(broker, req.server_assignor.as_deref())?;
+    coordinator_partition(broker, &group).map_err(Refused::bare)?;
     if let Some(regex) = req.subscribed_topic_regex.as_deref() {
-        compile(regex).map_err(as_failed)?;
+        compile(regex)?;
     }
     let hb = heartbeat_of(session, client_id, req);
-    let topics = topics_view(&img);
+    // Only the subscribed topics are looked up: a heartbeat copies nothing of the image.
+    let topic = |name: &str| img.topic(name).map(|t| (t.id, t.partitions.len() as i32));
     let matching = |regex: &str| matching(broker, session, &img, regex);
     let cluster = Cluster {
-        topics: &topics,
+        topic: &topic,
         matching: &matching,
     };
     let write = |records: &[RecordKv]| match write_replicated(broker, &group, records) {
@@ -126,10 +100,10 @@ fn heartbeat_now(
         Outcome::Now(Err(code)) => Err(Outcome::Now(Err(code))),
         written => Ok(written),
     };
-    let (a, written) = broker
-        .groups
-        .consumer_heartbeat(&group, &hb, &cluster, Instant::now(), write)
-        .map_err(as_failed)?;
+    let (a, written) =
+        broker
+            .groups
+            .consumer_heartbeat(&group, &hb, &cluster, Instant::now(), write)?;
     let answer = ConsumerGroupHeartbeatResponse::default()
         .with_member_id(Some(s(a.member_id)))
         .with_member_epoch(a.member_epoch)
@@ -184,13 +158,13 @@ fn validate(req: &ConsumerGroupHeartbeatRequest, version: i16) -> Result<(), Str
 fn check_assignor(broker: &Broker, name: Option<&str>) -> Result<(), Refused> {
     let offered = &broker.groups.consumer_settings().assignors;
     match name {
-        Some(a) if !offered.iter().any(|o| o == a) => Err(Refused {
-            code: errors::UNSUPPORTED_ASSIGNOR,
-            message: format!(
+        Some(a) if !offered.iter().any(|o| o == a) => Err(Refused::new(
+            errors::UNSUPPORTED_ASSIGNOR,
+            format!(
                 "ServerAssignor {a} is not supported. Supported assignors: {}.",
                 offered.join(", ")
             ),
-        }),
+        )),
         _ => Ok(()),
     }
 }
@@ -237,12 +211,14 @@ fn heartbeat_of(
 /// A subscription regex (RE2 syntax, as Kafka's RE2J) matching whole topic names, or
 /// INVALID_REGULAR_EXPRESSION with Kafka's message.
 fn compile(regex: &str) -> Result<regex::Regex, Refused> {
-    regex::Regex::new(&format!("^(?:{regex})$")).map_err(|e| Refused {
-        code: errors::INVALID_REGULAR_EXPRESSION,
-        message: format!(
-            "SubscribedTopicRegex `{regex}` is not a valid regular expression: {}.",
-            last_line(&e.to_string())
-        ),
+    regex::Regex::new(&format!("^(?:{regex})$")).map_err(|e| {
+        Refused::new(
+            errors::INVALID_REGULAR_EXPRESSION,
+            format!(
+                "SubscribedTopicRegex `{regex}` is not a valid regular expression: {}.",
+                last_line(&e.to_string())
+            ),
+        )
     })
 }
 
@@ -268,13 +244,6 @@ fn matching(
 /// The regex crate's message ends with the line that says what is wrong.
 fn last_line(s: &str) -> &str {
     s.lines().last().unwrap_or(s).trim_start_matches("error: ")
-}
-
-/// Every topic of the image by name: its id and partition count.
-fn topics_view(img: &MetadataImage) -> TopicsView {
-    img.topics()
-        .map(|t| (t.name.clone(), (t.id, t.partitions.len() as i32)))
-        .collect()
 }
 
 fn wire_assignment(a: &Assignment) -> Vec<beat::TopicPartitions> {

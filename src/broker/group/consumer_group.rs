@@ -13,34 +13,15 @@ use crate::storage::checkpoint::KafkaUuid;
 pub const LEAVE_EPOCH: i32 = -1;
 pub const STATIC_LEAVE_EPOCH: i32 = -2;
 
-/// The coordinator's `group.consumer.*` settings.
-#[derive(Debug, Clone)]
-pub struct ConsumerSettings {
-    pub session_timeout: Duration,
-    pub heartbeat_interval_ms: i32,
-    pub max_size: usize,
-    /// The assignors members may name, the default first.
-    pub assignors: Vec<String>,
-}
-
-impl Default for ConsumerSettings {
-    fn default() -> Self {
-        ConsumerSettings {
-            session_timeout: Duration::from_millis(45_000),
-            heartbeat_interval_ms: 5000,
-            max_size: i32::MAX as usize,
-            assignors: assignor::ASSIGNORS.iter().map(|a| a.to_string()).collect(),
-        }
-    }
-}
+use crate::config::consumer_groups::ConsumerGroupConfig;
 
 /// The topics of the cluster a subscription can name: name → (id, partition count).
 pub type TopicsView = BTreeMap<String, (KafkaUuid, i32)>;
 
-/// What a heartbeat sees of the cluster: its topics, and the topics a regex subscription
-/// matches that the caller may see.
+/// What a heartbeat sees of the cluster: a topic's id and partition count by name, and the
+/// topics a regex subscription matches that the caller may see.
 pub struct Cluster<'a> {
-    pub topics: &'a TopicsView,
+    pub topic: &'a dyn Fn(&str) -> Option<(KafkaUuid, i32)>,
     pub matching: &'a dyn Fn(&str) -> BTreeSet<String>,
 }
 
@@ -70,18 +51,33 @@ pub struct HeartbeatAnswer {
     pub assignment: Option<Assignment>,
 }
 
-/// A refused heartbeat: Kafka's error code and message.
+/// A refused heartbeat: Kafka's error code, and its message where Kafka gives one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refused {
     pub code: i16,
-    pub message: String,
+    pub message: Option<String>,
+}
+
+impl Refused {
+    /// A refusal with Kafka's message.
+    pub fn new(code: i16, message: impl Into<String>) -> Refused {
+        Refused {
+            code,
+            message: Some(message.into()),
+        }
+    }
+
+    /// A refusal Kafka gives without a message (authorization, coordinator errors).
+    pub fn bare(code: i16) -> Refused {
+        Refused {
+            code,
+            message: None,
+        }
+    }
 }
 
 fn refused(code: i16, message: impl Into<String>) -> Refused {
-    Refused {
-        code,
-        message: message.into(),
-    }
+    Refused::new(code, message)
 }
 
 /// Where a member stands against the target assignment (Kafka's MemberState).
@@ -238,7 +234,7 @@ impl ConsumerGroup {
         group_id: &str,
         hb: &Heartbeat,
         cluster: &Cluster<'_>,
-        settings: &ConsumerSettings,
+        settings: &ConsumerGroupConfig,
         now: Instant,
     ) -> Result<HeartbeatAnswer, Refused> {
         if hb.member_epoch == LEAVE_EPOCH || hb.member_epoch == STATIC_LEAVE_EPOCH {
@@ -279,7 +275,7 @@ impl ConsumerGroup {
         &mut self,
         group_id: &str,
         hb: &Heartbeat,
-        settings: &ConsumerSettings,
+        settings: &ConsumerGroupConfig,
         now: Instant,
     ) -> Result<bool, Refused> {
         if let Some(m) = self.members.get_mut(&hb.member_id) {
@@ -356,7 +352,7 @@ impl ConsumerGroup {
     /// Kafka's member epoch rules: a known member at its epoch, or at its previous epoch while
     /// it owns exactly what it was given (it lost the answer that moved it on).
     fn check_epoch(&self, group_id: &str, hb: &Heartbeat) -> Result<(), Refused> {
-        self.check_instance(group_id, hb)?;
+        self.check_instance(hb)?;
         let Some(m) = self.members.get(&hb.member_id) else {
             return Err(unknown_member(group_id, &hb.member_id));
         };
@@ -408,7 +404,7 @@ impl ConsumerGroup {
 
     /// Kafka's static member checks of a heartbeat that names an instance id: the instance id
     /// must be known, and held by this member id (a replaced member is fenced).
-    fn check_instance(&self, group_id: &str, hb: &Heartbeat) -> Result<(), Refused> {
+    fn check_instance(&self, hb: &Heartbeat) -> Result<(), Refused> {
         let Some(instance) = &hb.instance_id else {
             return Ok(());
         };
@@ -424,10 +420,7 @@ impl ConsumerGroup {
                     hb.member_id
                 ),
             )),
-            Some(_) => {
-                tracing::trace!(group = group_id, instance, "static member");
-                Ok(())
-            }
+            Some(_) => Ok(()),
         }
     }
 
@@ -438,10 +431,10 @@ impl ConsumerGroup {
         group_id: &str,
         hb: &Heartbeat,
         cluster: &Cluster<'_>,
-        settings: &ConsumerSettings,
+        settings: &ConsumerGroupConfig,
     ) -> Result<HeartbeatAnswer, Refused> {
         let temporary = hb.member_epoch == STATIC_LEAVE_EPOCH;
-        self.check_instance(group_id, hb)?;
+        self.check_instance(hb)?;
         let Some(m) = self.members.get_mut(&hb.member_id) else {
             return Err(unknown_member(group_id, &hb.member_id));
         };
@@ -474,12 +467,13 @@ impl ConsumerGroup {
     /// Members whose session ran out, or that did not revoke within their rebalance timeout,
     /// are removed; the group moves to a new epoch, whose target the next heartbeat computes.
     /// Returns who was removed.
-    pub fn expire(&mut self, settings: &ConsumerSettings, now: Instant) -> Vec<String> {
+    pub fn expire(&mut self, settings: &ConsumerGroupConfig, now: Instant) -> Vec<String> {
         let gone: Vec<String> = self
             .members
             .values()
             .filter(|m| {
-                now.duration_since(m.last_heartbeat) > settings.session_timeout
+                now.duration_since(m.last_heartbeat)
+                    > Duration::from_millis(settings.session_timeout_ms.max(1) as u64)
                     || m.revocation_deadline.is_some_and(|d| now >= d)
             })
             .map(|m| m.member_id.clone())
@@ -508,7 +502,7 @@ impl ConsumerGroup {
     /// Moves the group epoch (once) when the membership or a subscription `changed` or the
     /// subscribed topics did (created, deleted, grown), and computes a new target when the
     /// group epoch is ahead of it.
-    fn refresh(&mut self, changed: bool, cluster: &Cluster<'_>, settings: &ConsumerSettings) {
+    fn refresh(&mut self, changed: bool, cluster: &Cluster<'_>, settings: &ConsumerGroupConfig) {
         for m in self.members.values_mut() {
             if m.topic_regex.is_some() && m.regex_topics.is_none() {
                 m.resolve_regex(cluster);
@@ -518,7 +512,7 @@ impl ConsumerGroup {
             .members
             .values()
             .flat_map(|m| m.subscribed())
-            .filter_map(|t| cluster.topics.get(t).map(|v| (t.to_string(), *v)))
+            .filter_map(|t| (cluster.topic)(t).map(|v| (t.to_string(), v)))
             .collect();
         // Members that expired moved the epoch already; the topics they took along do not
         // move it again.
@@ -562,7 +556,7 @@ impl ConsumerGroup {
 
     /// The assignor most members ask for (the configured default when none asks), run over
     /// the members' subscriptions with the current target for stickiness.
-    fn compute_target(&mut self, settings: &ConsumerSettings) {
+    fn compute_target(&mut self, settings: &ConsumerGroupConfig) {
         let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
         for m in self.members.values() {
             if let Some(a) = &m.server_assignor {
@@ -701,14 +695,8 @@ impl ConsumerGroup {
 
     /// Kafka's check of an OffsetCommit (v9+) or OffsetFetch by a member: it is a member, at
     /// its current epoch.
-    pub fn check_member_epoch(
-        &self,
-        group_id: &str,
-        member_id: &str,
-        epoch: i32,
-    ) -> Result<(), i16> {
+    pub fn check_member_epoch(&self, member_id: &str, epoch: i32) -> Result<(), i16> {
         let Some(m) = self.members.get(member_id) else {
-            tracing::debug!(group = group_id, member = member_id, "unknown member");
             return Err(codes::UNKNOWN_MEMBER_ID);
         };
         if epoch != m.member_epoch {

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use super::consumer_group::{ConsumerGroup, ConsumerSettings};
+use super::consumer_group::ConsumerGroup;
+use crate::config::consumer_groups::ConsumerGroupConfig;
 use crate::storage::log::now_ms;
 
 mod consumer;
@@ -26,7 +27,7 @@ pub struct GroupConfig {
     pub offset_metadata_max_bytes: usize,
     pub offsets_retention: Duration,
     /// The consumer protocol's `group.consumer.*` settings.
-    pub consumer: ConsumerSettings,
+    pub consumer: ConsumerGroupConfig,
 }
 
 impl Default for GroupConfig {
@@ -38,7 +39,7 @@ impl Default for GroupConfig {
             max_size: i32::MAX as usize,
             offset_metadata_max_bytes: 4096,
             offsets_retention: Duration::from_secs(7 * 24 * 3600),
-            consumer: ConsumerSettings::default(),
+            consumer: ConsumerGroupConfig::default(),
         }
     }
 }
@@ -1005,7 +1006,7 @@ impl Coordinator {
         let g = self.group_or_new(group_id);
         let g = g.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = &g.consumer {
-            return Self::check_consumer_commit(c, group_id, member_id, generation, version);
+            return Self::check_consumer_commit(c, member_id, generation, version);
         }
         if generation < 0 && member_id.is_empty() {
             // A commit from outside any generation (assign() consumers, admin tools).

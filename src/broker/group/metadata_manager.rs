@@ -42,6 +42,26 @@ pub(super) fn offsets_replication_factor(broker: &Broker) -> i16 {
     }
 }
 
+/// `serve`, once `__consumer_offsets` exists: a first group request before any
+/// FindCoordinator creates it (as Kafka does), and is answered `unavailable` when it cannot.
+pub(super) fn after_offsets_topic<R: Send + 'static>(
+    broker: &Arc<Broker>,
+    unavailable: impl FnOnce() -> R + Send + 'static,
+    serve: impl FnOnce(&Arc<Broker>) -> Outcome<R> + Send + 'static,
+) -> Outcome<R> {
+    if broker.image().topic(OFFSETS_TOPIC).is_some() {
+        return serve(broker);
+    }
+    let broker = broker.clone();
+    Outcome::Later(Box::pin(async move {
+        create_offsets_topic(&broker).await;
+        if broker.image().topic(OFFSETS_TOPIC).is_none() {
+            return unavailable();
+        }
+        serve(&broker).resolve().await
+    }))
+}
+
 /// Creates `__consumer_offsets` through the controller, as Kafka does on first use, and
 /// waits (bounded) until this broker sees it.
 pub(super) async fn create_offsets_topic(broker: &Broker) {
@@ -187,12 +207,13 @@ fn store_error(code: i16) -> i16 {
 /// Loads or unloads coordinators as this broker gains or loses `__consumer_offsets` leaders.
 pub fn on_partition_changes(broker: &Broker, changes: &ReplicaChanges) {
     let (mut loaded, mut records) = (Vec::new(), 0);
+    let coordinated = broker.coordinated_partitions();
     for tp in changes
         .became_leader
         .iter()
         .filter(|tp| tp.topic == OFFSETS_TOPIC)
     {
-        if broker.coordinated_partitions().contains(&tp.partition) {
+        if coordinated.contains(&tp.partition) {
             // Still the leader (a new leader epoch): the groups in memory are current.
             continue;
         }

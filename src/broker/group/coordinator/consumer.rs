@@ -6,11 +6,12 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use super::super::consumer_group::{
-    unknown_member, Cluster, ConsumerGroup, ConsumerSettings, Heartbeat, HeartbeatAnswer, Refused,
+    unknown_member, Cluster, ConsumerGroup, Heartbeat, HeartbeatAnswer, Refused,
 };
 use super::super::consumer_records::{ConsumerRecordKey, ConsumerRecordValue};
 use super::super::metadata_manager::RecordKv;
 use super::{codes, CommitCheck, Coordinator, Group, GroupState};
+use crate::config::consumer_groups::ConsumerGroupConfig;
 
 /// The consumer group records as last written: key bytes → value bytes.
 type Persisted = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -108,28 +109,19 @@ impl Group {
                 } else {
                     format!("Group {} is not a consumer group.", self.id)
                 };
-                return Err(Refused {
-                    code: codes::GROUP_ID_NOT_FOUND,
-                    message,
-                });
+                return Err(Refused::new(codes::GROUP_ID_NOT_FOUND, message));
             }
             if epoch != 0 {
                 // No record of the group reached this coordinator (a classic group, or
                 // offsets only): the member is told to rejoin.
-                return Err(Refused {
-                    code: codes::UNKNOWN_MEMBER_ID,
-                    message: format!("Consumer group {} not found.", self.id),
-                });
+                let message = format!("Consumer group {} not found.", self.id);
+                return Err(Refused::new(codes::UNKNOWN_MEMBER_ID, message));
             }
             self.protocol_type = Some("consumer".to_string());
             self.protocol_name = None;
             self.leader = None;
-            self.consumer = Some(ConsumerGroup::default());
         }
-        self.consumer.as_mut().ok_or_else(|| Refused {
-            code: codes::UNKNOWN_SERVER_ERROR,
-            message: "no consumer group".into(),
-        })
+        Ok(self.consumer.get_or_insert_with(ConsumerGroup::default))
     }
 }
 
@@ -156,10 +148,8 @@ impl Coordinator {
         let mut g = g.lock().unwrap_or_else(|p| p.into_inner());
         if g.state == GroupState::Dead {
             // Deleted while this heartbeat waited for it: the member asks again.
-            return Err(Refused {
-                code: codes::COORDINATOR_NOT_AVAILABLE,
-                message: format!("Group {group_id} was just deleted."),
-            });
+            let message = format!("Group {group_id} was just deleted.");
+            return Err(Refused::new(codes::COORDINATOR_NOT_AVAILABLE, message));
         }
         let settings = self.config.consumer.clone();
         let before = g.is_empty();
@@ -269,7 +259,6 @@ impl Coordinator {
     /// any member (admin tools, assign()), a member commits at its epoch with v9 or later.
     pub(super) fn check_consumer_commit(
         c: &ConsumerGroup,
-        group_id: &str,
         member_id: &str,
         epoch: i32,
         version: i16,
@@ -283,7 +272,7 @@ impl Coordinator {
         if version < 9 {
             return CommitCheck::Error(codes::UNSUPPORTED_VERSION);
         }
-        match c.check_member_epoch(group_id, member_id, epoch) {
+        match c.check_member_epoch(member_id, epoch) {
             Ok(()) => CommitCheck::Ok,
             Err(code) => CommitCheck::Error(code),
         }
@@ -305,13 +294,13 @@ impl Coordinator {
         };
         let g = g.lock().unwrap_or_else(|p| p.into_inner());
         match &g.consumer {
-            Some(c) => c.check_member_epoch(group_id, member_id.unwrap_or_default(), epoch),
+            Some(c) => c.check_member_epoch(member_id.unwrap_or_default(), epoch),
             None => Ok(()),
         }
     }
 
     /// The consumer group's settings (`group.consumer.*`).
-    pub fn consumer_settings(&self) -> &ConsumerSettings {
+    pub fn consumer_settings(&self) -> &ConsumerGroupConfig {
         &self.config.consumer
     }
 }
