@@ -44,6 +44,24 @@ impl Metadata {
             Metadata::Observer(o) => o.leader_changes(),
         }
     }
+    /// The voters' controller addresses as the metadata log names them.
+    fn voter_lookup(&self) -> crate::broker::controller_channel::VoterLookup {
+        match self {
+            Metadata::Voter(q) => {
+                let q = q.clone();
+                Arc::new(move || {
+                    q.voters()
+                        .into_iter()
+                        .map(|v| (v.id, v.node.addr))
+                        .collect()
+                })
+            }
+            Metadata::Observer(o) => {
+                let o = o.clone();
+                Arc::new(move || o.voters())
+            }
+        }
+    }
     fn fatal(&self) -> Option<String> {
         match self {
             Metadata::Voter(q) => q.fatal(),
@@ -180,7 +198,7 @@ impl Node {
         let mut node = Node {
             cluster_id: cluster_id.clone(),
             logs: logs.clone(),
-            metadata: Self::open_metadata(&config, &cluster_id, &logs, &security).await?,
+            metadata: Self::open_metadata(&config, &meta, &logs, &security).await?,
             controller_security: security,
             config,
             controller: None,
@@ -201,7 +219,7 @@ impl Node {
 
     async fn open_metadata(
         config: &BrokerConfig,
-        cluster_id: &str,
+        meta: &crate::storage::MetaProperties,
         logs: &LogManager,
         security: &ClientSecurity,
     ) -> Result<Metadata, BrokerError> {
@@ -211,13 +229,15 @@ impl Node {
                 logs,
                 QuorumConfig {
                     node_id: config.node_id,
-                    cluster_id: cluster_id.to_string(),
+                    cluster_id: meta.cluster_id.clone(),
                     voters: c.voters.clone(),
                     listener: controller_listener_name(config),
                     security: security.clone(),
                     election_timeout_ms: c.election_timeout_ms,
                     snapshot: snapshot_policy(config),
                     segment_bytes: c.metadata_segment_bytes,
+                    directory_id: meta.directory_id,
+                    dynamic: c.dynamic_quorum,
                 },
             )
             .await
@@ -229,7 +249,7 @@ impl Node {
             logs,
             ObserverConfig {
                 node_id: config.node_id,
-                cluster_id: cluster_id.to_string(),
+                cluster_id: meta.cluster_id.clone(),
                 controllers,
                 listener: controller_listener_name(config),
                 security: security.clone(),
@@ -310,6 +330,7 @@ impl Node {
         let security = self.controller_security.clone();
         let forwarding = Arc::new(ControllerChannel::new(
             addrs.clone(),
+            self.metadata.voter_lookup(),
             self.metadata.leader_changes(),
             timeout,
             security.clone(),
@@ -324,6 +345,7 @@ impl Node {
             controller: forwarding,
             heartbeats: Arc::new(ControllerChannel::new(
                 addrs,
+                self.metadata.voter_lookup(),
                 self.metadata.leader_changes(),
                 timeout,
                 security,

@@ -1,6 +1,6 @@
 //! Admin APIs. The ones that change metadata (CreateTopics, DeleteTopics, CreatePartitions,
 //! AlterConfigs, IncrementalAlterConfigs, ElectLeaders, partition reassignments, DescribeQuorum,
-//! UnregisterBroker) are forwarded to the active controller, as a KRaft broker does; DeleteRecords
+//! UnregisterBroker, AddRaftVoter, RemoveRaftVoter) are forwarded to the active controller, as a KRaft broker does; DeleteRecords
 //! and DescribeConfigs are answered here.
 
 use std::collections::BTreeMap;
@@ -610,6 +610,36 @@ pub fn describe_quorum(
             })
         },
         |code| DescribeQuorumResponse::default().with_error_code(code),
+        as_is,
+    )
+}
+
+pub fn add_raft_voter(
+    broker: &Arc<Broker>,
+    version: i16,
+    req: AddRaftVoterRequest,
+) -> Outcome<AddRaftVoterResponse> {
+    forward(
+        broker,
+        version,
+        req,
+        |r| r.error_code == errors::NOT_LEADER_OR_FOLLOWER,
+        |code| AddRaftVoterResponse::default().with_error_code(code),
+        as_is,
+    )
+}
+
+pub fn remove_raft_voter(
+    broker: &Arc<Broker>,
+    version: i16,
+    req: RemoveRaftVoterRequest,
+) -> Outcome<RemoveRaftVoterResponse> {
+    forward(
+        broker,
+        version,
+        req,
+        |r| r.error_code == errors::NOT_LEADER_OR_FOLLOWER,
+        |code| RemoveRaftVoterResponse::default().with_error_code(code),
         as_is,
     )
 }

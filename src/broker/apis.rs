@@ -206,6 +206,10 @@ impl Broker {
                 at.answer(admin::list_partition_reassignments(self, v, req))
             }
             DecodedRequest::DescribeQuorum(req) => at.answer(admin::describe_quorum(self, v, req)),
+            DecodedRequest::AddRaftVoter(req) => at.answer(admin::add_raft_voter(self, v, req)),
+            DecodedRequest::RemoveRaftVoter(req) => {
+                at.answer(admin::remove_raft_voter(self, v, req))
+            }
             DecodedRequest::UnregisterBroker(req) => {
                 at.answer(admin::unregister_broker(self, v, req))
             }
@@ -363,6 +367,8 @@ impl Request {
             Refusal::ListReassignments(r) => self.now(&r),
             Refusal::Quorum(r) => self.now(&r),
             Refusal::Unregister(r) => self.now(&r),
+            Refusal::AddVoter(r) => self.now(&r),
+            Refusal::RemoveVoter(r) => self.now(&r),
         }
     }
 
@@ -442,6 +448,10 @@ fn request_name(key: ApiKey) -> &'static str {
         ApiKey::DescribeUserScramCredentials => "DescribeUserScramCredentials",
         ApiKey::AlterUserScramCredentials => "AlterUserScramCredentials",
         ApiKey::AlterClientQuotas => "AlterClientQuotas",
+        ApiKey::ConsumerGroupHeartbeat => "ConsumerGroupHeartbeat",
+        ApiKey::ConsumerGroupDescribe => "ConsumerGroupDescribe",
+        ApiKey::AddRaftVoter => "AddRaftVoter",
+        ApiKey::RemoveRaftVoter => "RemoveRaftVoter",
         _ => "Other",
     }
 }

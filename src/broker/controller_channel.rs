@@ -15,9 +15,14 @@ use crate::protocol::errors;
 /// How long a forwarded request may keep looking for the controller.
 pub const DEFAULT_RETRY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The quorum's voters as this node's metadata log names them, `(id, address)`: a dynamic
+/// quorum's voters may be none of the configured controllers.
+pub type VoterLookup = Arc<dyn Fn() -> Vec<(i32, String)> + Send + Sync>;
+
 pub struct ControllerChannel {
     /// `(voter id, address)`; id -1 for bootstrap servers.
     controllers: Vec<(i32, String)>,
+    voters: VoterLookup,
     leader: watch::Receiver<Option<i32>>,
     request_timeout: Duration,
     /// How to connect to the controller listener (PLAINTEXT or TLS).
@@ -30,6 +35,7 @@ pub struct ControllerChannel {
 impl ControllerChannel {
     pub fn new(
         controllers: Vec<(i32, String)>,
+        voters: VoterLookup,
         leader: watch::Receiver<Option<i32>>,
         request_timeout: Duration,
         security: ClientSecurity,
@@ -37,6 +43,7 @@ impl ControllerChannel {
     ) -> ControllerChannel {
         ControllerChannel {
             controllers,
+            voters,
             leader,
             request_timeout,
             security,
@@ -49,19 +56,17 @@ impl ControllerChannel {
     /// The address to try: the known leader's, else the next one in turn.
     fn target(&self, avoid: Option<&str>) -> String {
         let leader = *self.leader.borrow();
+        let known = crate::controller::raft::voters::contacts(&self.controllers, &(self.voters)());
         if let Some(l) = leader {
-            if let Some((_, a)) = self.controllers.iter().find(|(id, _)| *id == l) {
+            if let Some((_, a)) = known.iter().find(|(id, _)| *id == l) {
                 if Some(a.as_str()) != avoid {
                     return a.clone();
                 }
             }
         }
-        let n = self.controllers.len().max(1);
+        let n = known.len().max(1);
         let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.controllers
-            .get(i % n)
-            .map(|(_, a)| a.clone())
-            .unwrap_or_default()
+        known.get(i % n).map(|(_, a)| a.clone()).unwrap_or_default()
     }
 
     async fn connection(&self, addr: &str) -> Result<Arc<Connection>, ClientError> {

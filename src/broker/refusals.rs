@@ -24,11 +24,13 @@ pub enum Refusal {
     ListReassignments(ListPartitionReassignmentsResponse),
     Quorum(DescribeQuorumResponse),
     Unregister(UnregisterBrokerResponse),
+    AddVoter(AddRaftVoterResponse),
+    RemoveVoter(RemoveRaftVoterResponse),
 }
 
 /// The cluster operations Kafka authorizes on the cluster resource: ALTER to elect leaders,
-/// reassign partitions or unregister a broker; DESCRIBE to list reassignments or describe the
-/// quorum.
+/// reassign partitions, unregister a broker or add or remove a voter; DESCRIBE to list
+/// reassignments or describe the quorum.
 pub fn refuse_cluster_request(
     broker: &Broker,
     session: &Session,
@@ -37,7 +39,9 @@ pub fn refuse_cluster_request(
     let op = match request {
         DecodedRequest::ElectLeaders(_)
         | DecodedRequest::AlterPartitionReassignments(_)
-        | DecodedRequest::UnregisterBroker(_) => AclOperation::Alter,
+        | DecodedRequest::UnregisterBroker(_)
+        | DecodedRequest::AddRaftVoter(_)
+        | DecodedRequest::RemoveRaftVoter(_) => AclOperation::Alter,
         DecodedRequest::ListPartitionReassignments(_) | DecodedRequest::DescribeQuorum(_) => {
             AclOperation::Describe
         }
@@ -63,6 +67,12 @@ pub fn refuse_cluster_request(
         ),
         DecodedRequest::DescribeQuorum(_) => {
             Refusal::Quorum(DescribeQuorumResponse::default().with_error_code(code))
+        }
+        DecodedRequest::AddRaftVoter(_) => {
+            Refusal::AddVoter(AddRaftVoterResponse::default().with_error_code(code))
+        }
+        DecodedRequest::RemoveRaftVoter(_) => {
+            Refusal::RemoveVoter(RemoveRaftVoterResponse::default().with_error_code(code))
         }
         _ => Refusal::Unregister(UnregisterBrokerResponse::default().with_error_code(code)),
     })

@@ -59,6 +59,11 @@ pub struct ClusterConfig {
     /// `controller.quorum.bootstrap.servers`: where a broker-only node may find the quorum when
     /// the voters are not listed.
     pub bootstrap_servers: Vec<String>,
+    /// A dynamic quorum (KIP-853, `kraft.version` 1): no `controller.quorum.voters`, the voters
+    /// found through the bootstrap servers and changed with AddRaftVoter/RemoveRaftVoter. A
+    /// controller of a dynamic quorum that is not the standalone first voter joins as a
+    /// non-voter and waits to be added.
+    pub dynamic_quorum: bool,
     /// The listeners named in `controller.listener.names` that this node binds (controllers),
     /// in that key's order: voters and brokers dial the first, every one is served (so the
     /// controller listener can be moved, as in Kafka, by listing a second one).
@@ -205,6 +210,7 @@ struct Quorum {
     roles: Roles,
     voters: Vec<Voter>,
     bootstrap_servers: Vec<String>,
+    dynamic: bool,
     controller_listeners: Vec<Listener>,
     controller_listener_names: Vec<String>,
 }
@@ -243,7 +249,9 @@ impl Quorum {
                 standalone_bootstrap_voter(node_id, &bootstrap_servers, &controller_listeners)?;
         }
         let standalone = voters.is_empty() && bootstrap_servers.is_empty();
-        check_membership(props, node_id, &roles, &voters, standalone)?;
+        let dynamic =
+            !props.contains_key("controller.quorum.voters") && !bootstrap_servers.is_empty();
+        check_membership(props, node_id, &roles, &voters, standalone, dynamic)?;
         if roles.controller && !standalone && controller_listeners.is_empty() {
             return Err(bad(
                 "controller.listener.names",
@@ -266,6 +274,7 @@ impl Quorum {
             roles,
             voters,
             bootstrap_servers,
+            dynamic,
             controller_listeners,
             controller_listener_names,
         })
@@ -305,6 +314,7 @@ fn check_membership(
     roles: &Roles,
     voters: &[Voter],
     standalone: bool,
+    dynamic: bool,
 ) -> Result<(), ConfigError> {
     if standalone && !roles.controller {
         return Err(bad(
@@ -313,7 +323,8 @@ fn check_membership(
             "a broker-only node needs controller.quorum.voters or controller.quorum.bootstrap.servers",
         ));
     }
-    if roles.controller && !standalone && !voters.iter().any(|v| v.id == node_id) {
+    // A controller of a dynamic quorum need not be a voter yet: it waits to be added.
+    if roles.controller && !standalone && !dynamic && !voters.iter().any(|v| v.id == node_id) {
         return Err(bad(
             "controller.quorum.voters",
             props
@@ -322,8 +333,8 @@ fn check_membership(
                 .unwrap_or(""),
             format!(
                 "node {node_id} has the controller role but is not one of the voters \
-                 (a dynamic quorum of several controllers is not supported; list every \
-                 controller in controller.quorum.voters)"
+                 (list it, or leave controller.quorum.voters out for a dynamic quorum: \
+                 controller.quorum.bootstrap.servers, then kafka-metadata-quorum add-controller)"
             ),
         ));
     }
@@ -365,6 +376,7 @@ impl ClusterConfig {
             roles,
             voters,
             bootstrap_servers,
+            dynamic,
             controller_listeners,
             controller_listener_names,
         } = Quorum::from_props(props, node_id, all_listeners)?;
@@ -385,6 +397,7 @@ impl ClusterConfig {
             roles,
             voters,
             bootstrap_servers,
+            dynamic_quorum: dynamic,
             controller_listeners,
             controller_listener_names,
             inter_broker_listener_name,

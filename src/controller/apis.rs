@@ -164,6 +164,8 @@ impl ControllerNode {
             }
             DecodedRequest::DescribeQuorum(_) => frame(v, cid, &self.describe_quorum(v)),
             DecodedRequest::DescribeCluster(r) => frame(v, cid, &self.describe_cluster(v, r)),
+            DecodedRequest::AddRaftVoter(r) => frame(v, cid, &self.add_raft_voter(r).await),
+            DecodedRequest::RemoveRaftVoter(r) => frame(v, cid, &self.remove_raft_voter(r).await),
             DecodedRequest::Fetch(r) => frame(v, cid, &self.fetch_metadata(r).await),
             DecodedRequest::FetchSnapshot(r) => frame(v, cid, &self.fetch_snapshot(r)),
             DecodedRequest::CreateAcls(r) => frame(v, cid, &self.create_acls(r).await),
@@ -737,61 +739,6 @@ impl ControllerNode {
 
     /// The quorum as the leader sees it, with what version `v` carries: the replicas' fetch
     /// times from v1, the voters' endpoints from v2.
-    fn describe_quorum(&self, v: i16) -> DescribeQuorumResponse {
-        use kafka_protocol::messages::describe_quorum_response::{
-            Listener, Node, PartitionData, ReplicaState, TopicData,
-        };
-        let topic = TopicName(s(METADATA_TOPIC));
-        let status = match self.controller.describe_quorum() {
-            Ok(st) => st,
-            Err(_) => {
-                let leader = self.quorum.leader().unwrap_or(-1);
-                return DescribeQuorumResponse::default().with_topics(vec![TopicData::default()
-                    .with_topic_name(topic)
-                    .with_partitions(vec![PartitionData::default()
-                        .with_error_code(errors::NOT_LEADER_OR_FOLLOWER)
-                        .with_leader_id(BrokerId(leader))
-                        .with_leader_epoch(self.quorum.epoch())
-                        .with_high_watermark(-1)])]);
-            }
-        };
-        let state = |r: &super::raft::ReplicaProgress| {
-            let state = ReplicaState::default()
-                .with_replica_id(BrokerId(r.id))
-                .with_log_end_offset(r.log_end_offset);
-            match v {
-                0 => state,
-                _ => state
-                    .with_last_fetch_timestamp(r.last_fetch_ms)
-                    .with_last_caught_up_timestamp(r.last_caught_up_ms),
-            }
-        };
-        let nodes = self
-            .voters
-            .iter()
-            .filter(|_| v >= 2)
-            .map(|v| {
-                let (host, port) = self.voter_address(v);
-                Node::default()
-                    .with_node_id(BrokerId(v.id))
-                    .with_listeners(vec![Listener::default()
-                        .with_name(s(self.listener.clone()))
-                        .with_host(s(host))
-                        .with_port(port)])
-            })
-            .collect();
-        DescribeQuorumResponse::default()
-            .with_topics(vec![TopicData::default()
-                .with_topic_name(topic)
-                .with_partitions(vec![PartitionData::default()
-                    .with_leader_id(BrokerId(status.leader_id))
-                    .with_leader_epoch(status.leader_epoch)
-                    .with_high_watermark(status.high_watermark)
-                    .with_current_voters(status.voters.iter().map(state).collect())
-                    .with_observers(status.observers.iter().map(state).collect())])])
-            .with_nodes(nodes)
-    }
-
     /// UpdateFeatures (forwarded by a broker, or from `kafka-features --bootstrap-controller`).
     async fn update_features(&self, v: i16, r: UpdateFeaturesRequest) -> UpdateFeaturesResponse {
         let outcome = match features::updates_of(&r, v) {
@@ -803,46 +750,6 @@ impl ControllerNode {
             Err(why) => Err((errors::INVALID_REQUEST, why)),
         };
         features::update_features_response(&r, v, outcome.err())
-    }
-
-    /// Where clients reach voter `v`'s controller listener: its configured address, or this
-    /// node's bound one when its entry has no port (a cluster of one on an ephemeral port).
-    fn voter_address(&self, v: &Voter) -> (String, u16) {
-        match self.bound.get() {
-            Some(addr) if v.id == self.quorum.node_id() && v.port == 0 => {
-                (addr.ip().to_string(), addr.port())
-            }
-            _ => (v.host.clone(), v.port),
-        }
-    }
-
-    fn describe_cluster(&self, v: i16, r: DescribeClusterRequest) -> DescribeClusterResponse {
-        use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
-        const CONTROLLER_ENDPOINTS: i8 = 2;
-        let base = DescribeClusterResponse::default()
-            .with_cluster_id(s(self.quorum.cluster_id()))
-            .with_endpoint_type(CONTROLLER_ENDPOINTS);
-        if v >= 1 && r.endpoint_type != CONTROLLER_ENDPOINTS {
-            return base
-                .with_error_code(errors::MISMATCHED_ENDPOINT_TYPE)
-                .with_error_message(msg(
-                    "The request was sent to an endpoint of type CONTROLLER, but we wanted an endpoint of type BROKER",
-                ))
-                .with_controller_id(BrokerId(-1));
-        }
-        let brokers = self
-            .voters
-            .iter()
-            .map(|v| {
-                let (host, port) = self.voter_address(v);
-                DescribeClusterBroker::default()
-                    .with_broker_id(BrokerId(v.id))
-                    .with_host(s(host))
-                    .with_port(port as i32)
-            })
-            .collect();
-        base.with_controller_id(BrokerId(self.quorum.leader().unwrap_or(-1)))
-            .with_brokers(brokers)
     }
 
     /// An observer's fetch of committed metadata (Kafka's raft Fetch on `__cluster_metadata`).

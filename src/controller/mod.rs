@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod listener;
 pub mod partition_change;
 pub mod placement;
+mod quorum_apis;
 pub mod quorum_controller;
 pub mod raft;
 pub mod refusals;

@@ -117,10 +117,11 @@ impl QuorumController {
         let _w = self.writes.lock().await;
         let img = self.quorum.image();
         self.sessions.lock().activate(&img, Instant::now());
+        let mut records = Vec::new();
         if img.feature("metadata.version").is_none() {
             // A new cluster runs the consumer group protocol, as Kafka 4's `format` sets
             // group.version 1.
-            let mut records = vec![
+            records = vec![
                 MetadataRecord::FeatureLevel {
                     name: "metadata.version".into(),
                     level: METADATA_VERSION_LEVEL,
@@ -131,6 +132,16 @@ impl QuorumController {
                 },
             ];
             records.extend(self.settings.bootstrap.iter().cloned());
+        }
+        // A dynamic quorum says so, as Kafka's format finalizes kraft.version 1 for one.
+        let kraft = self.quorum.kraft_version();
+        if kraft > 0 && img.feature(features::KRAFT_VERSION).is_none() {
+            records.push(MetadataRecord::FeatureLevel {
+                name: features::KRAFT_VERSION.into(),
+                level: kraft,
+            });
+        }
+        if !records.is_empty() {
             self.quorum.write(&records).await.map_err(write_error)?;
         }
         *self.active_term.lock() = Some(term);

@@ -249,6 +249,35 @@ fn item_refusal(
     topic_refusal(request, v, cid, code)
         .or_else(|| config_refusal(request, v, cid, code))
         .or_else(|| security_refusal(request, v, cid, code))
+        .or_else(|| voter_refusal(request, v, cid, code))
+}
+
+/// AddRaftVoter and RemoveRaftVoter refused.
+fn voter_refusal(
+    request: &DecodedRequest,
+    v: i16,
+    cid: i32,
+    code: i16,
+) -> Option<Result<Bytes, FrameError>> {
+    use DecodedRequest as D;
+    let r = match request {
+        D::AddRaftVoter(_) => frame(
+            v,
+            cid,
+            &AddRaftVoterResponse::default()
+                .with_error_code(code)
+                .with_error_message(message()),
+        ),
+        D::RemoveRaftVoter(_) => frame(
+            v,
+            cid,
+            &RemoveRaftVoterResponse::default()
+                .with_error_code(code)
+                .with_error_message(message()),
+        ),
+        _ => return None,
+    };
+    Some(r)
 }
 
 /// CreateTopics, DeleteTopics and CreatePartitions refused on every topic.
@@ -543,6 +572,11 @@ mod tests {
             (
                 ApiKey::AlterClientQuotas,
                 D::AlterClientQuotas(Default::default()),
+            ),
+            (ApiKey::AddRaftVoter, D::AddRaftVoter(Default::default())),
+            (
+                ApiKey::RemoveRaftVoter,
+                D::RemoveRaftVoter(Default::default()),
             ),
         ]
     }

@@ -17,6 +17,9 @@ pub const METADATA_VERSION: &str = "metadata.version";
 /// production level, `4.1-IV1`); the records it writes are those of this level only.
 pub const METADATA_VERSION_LEVEL: i16 = 27;
 
+/// The feature that says whether the quorum's voters can change (KIP-853).
+pub const KRAFT_VERSION: &str = "kraft.version";
+
 /// A feature a node supports: every level from `min` to `max` can be finalized.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Supported {
@@ -38,8 +41,9 @@ pub const METADATA_VERSION_RANGE: Supported = only(METADATA_VERSION, METADATA_VE
 
 /// Every feature the newest Kafka release's tools know, sorted, each with the levels evenkeel
 /// runs: `metadata.version` 27, `group.version` 0–1 (1: the consumer group protocol,
-/// KIP-848, which a new cluster starts with), and 0 for what it does not serve yet —
-/// `kraft.version` 1 (dynamic voters, KIP-853), `transaction.version` 1–2 (transactions), `eligible.leader.replicas.version` 1 (KIP-966),
+/// KIP-848, which a new cluster starts with), `kraft.version` 0–1 (1: a dynamic quorum, KIP-853,
+/// finalized by its first controller; 0: the voters of `controller.quorum.voters`), and 0 for
+/// what it does not serve yet — `transaction.version` 1–2 (transactions), `eligible.leader.replicas.version` 1 (KIP-966),
 /// `share.version` 1 (share groups, KIP-932), `streams.version` 1 (KIP-1071). A tool that asks
 /// for one of those levels is refused, as a Kafka controller refuses a level it cannot run.
 pub const SUPPORTED: &[Supported] = &[
@@ -49,7 +53,11 @@ pub const SUPPORTED: &[Supported] = &[
         min: 0,
         max: 1,
     },
-    only("kraft.version", 0),
+    Supported {
+        name: KRAFT_VERSION,
+        min: 0,
+        max: 1,
+    },
     METADATA_VERSION_RANGE,
     only("share.version", 0),
     only("streams.version", 0),
@@ -218,6 +226,13 @@ fn judge(u: &FeatureUpdate, current: i16, controller: i32) -> Result<(), String>
              type to either safe or unsafe downgrade."
         ));
     }
+    if u.name == KRAFT_VERSION && u.level != current {
+        return Err(format!(
+            "{invalid} The kraft.version of a quorum follows how it was formed: 0 for the voters \
+             of controller.quorum.voters, 1 for a dynamic quorum found through \
+             controller.quorum.bootstrap.servers; evenkeel does not convert one into the other."
+        ));
+    }
     if u.name == METADATA_VERSION && u.level < current {
         return Err(format!(
             "Unsupported metadata.version downgrade from {current} to {}.",
@@ -248,6 +263,29 @@ mod tests {
             level,
             upgrade_type,
         }
+    }
+
+    #[test]
+    fn kraft_version_follows_the_quorum_and_is_never_updated() {
+        let img = image(&[(METADATA_VERSION, METADATA_VERSION_LEVEL)]);
+        let e = plan(&[update(KRAFT_VERSION, 1, UpgradeType::Upgrade)], &img, 1).unwrap_err();
+        assert!(e.contains("kraft.version of a quorum follows"), "{e}");
+        let dynamic = image(&[(KRAFT_VERSION, 1)]);
+        let e = plan(
+            &[update(KRAFT_VERSION, 0, UpgradeType::UnsafeDowngrade)],
+            &dynamic,
+            1,
+        )
+        .unwrap_err();
+        assert!(e.contains("Invalid update version 0"), "{e}");
+        // Asking for the level in force changes nothing.
+        assert!(plan(
+            &[update(KRAFT_VERSION, 1, UpgradeType::Upgrade)],
+            &dynamic,
+            1
+        )
+        .unwrap()
+        .is_empty());
     }
 
     #[test]

@@ -208,6 +208,8 @@ decoded_requests! {
     AlterUserScramCredentials => AlterUserScramCredentialsRequest,
     ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest,
     ConsumerGroupDescribe => ConsumerGroupDescribeRequest,
+    AddRaftVoter => AddRaftVoterRequest,
+    RemoveRaftVoter => RemoveRaftVoterRequest,
 }
 
 /// Decodes a whole request frame (without its 4-byte size prefix) with the checks the broker

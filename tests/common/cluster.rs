@@ -89,7 +89,8 @@ impl Cluster {
         Self::start_with(n, overrides, |_, _| Vec::new())
     }
 
-    /// As `start`, with per-node overrides (e.g. `broker.rack`), given the node's ports.
+    /// As `start`, with per-node overrides (e.g. `broker.rack`), given the node's ports; an
+    /// empty value removes the key.
     pub fn start_with(
         n: usize,
         overrides: &[&str],
@@ -153,7 +154,10 @@ impl Cluster {
         for id in 1..=n {
             let mut props: BTreeMap<String, String> = node_properties(&opts, &ports, id);
             for (k, v) in per_node(id, &ports[id - 1]) {
-                props.insert(k, v);
+                match v.is_empty() {
+                    true => props.remove(&k),
+                    false => props.insert(k, v),
+                };
             }
             let dir = data.join(format!("broker-{id}"));
             evenkeel::broker::format_log_dir(&dir, &cluster_id, id as i32).unwrap();

@@ -5,12 +5,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use openraft::{BasicNode, CommittedLeaderId, EntryPayload, LogId, Membership};
+use openraft::{CommittedLeaderId, EntryPayload, LogId, Membership};
 
+use super::voters::VoterNode;
 use super::{Entry, MetadataBatch, NodeId, TypeConfig};
 use crate::metadata::records::{ControlRecord, VoterRecord, KRAFT_VOTERS};
 use crate::storage::batch::{self, BatchHeader, KeyValue};
-use crate::storage::KafkaUuid;
 
 /// The listener name written into voter records when none is configured.
 pub const DEFAULT_CONTROLLER_LISTENER: &str = "CONTROLLER";
@@ -37,19 +37,15 @@ pub fn record_count(payload: &EntryPayload<TypeConfig>) -> i64 {
 }
 
 /// The voters of a membership as Kafka's VotersRecord lists them.
-pub fn voter_records(m: &Membership<NodeId, BasicNode>, listener: &str) -> Vec<VoterRecord> {
+pub fn voter_records(m: &Membership<NodeId, VoterNode>, listener: &str) -> Vec<VoterRecord> {
     m.nodes()
         .filter(|(id, _)| m.voter_ids().any(|v| v == **id))
         .map(|(id, node)| {
-            let (host, port) = node.addr.rsplit_once(':').unwrap_or((&node.addr, "0"));
+            let (host, port) = node.host_port();
             VoterRecord {
                 voter_id: *id as i32,
-                directory_id: KafkaUuid([0; 16]),
-                endpoints: vec![(
-                    listener.to_string(),
-                    host.to_string(),
-                    port.parse().unwrap_or(0),
-                )],
+                directory_id: node.directory_id,
+                endpoints: vec![(listener.to_string(), host, port)],
                 kraft_version_min: 0,
                 kraft_version_max: 1,
             }
@@ -58,9 +54,9 @@ pub fn voter_records(m: &Membership<NodeId, BasicNode>, listener: &str) -> Vec<V
 }
 
 /// A membership of the voters in a VotersRecord.
-pub fn membership_of(voters: &[VoterRecord]) -> Membership<NodeId, BasicNode> {
+pub fn membership_of(voters: &[VoterRecord]) -> Membership<NodeId, VoterNode> {
     let ids: BTreeSet<NodeId> = voters.iter().map(|v| v.voter_id as NodeId).collect();
-    let nodes: BTreeMap<NodeId, BasicNode> = voters
+    let nodes: BTreeMap<NodeId, VoterNode> = voters
         .iter()
         .map(|v| {
             let addr = v
@@ -68,10 +64,42 @@ pub fn membership_of(voters: &[VoterRecord]) -> Membership<NodeId, BasicNode> {
                 .first()
                 .map(|(_, h, p)| format!("{h}:{p}"))
                 .unwrap_or_default();
-            (v.voter_id as NodeId, BasicNode::new(addr))
+            (v.voter_id as NodeId, VoterNode::new(addr, v.directory_id))
         })
         .collect();
     Membership::new(vec![ids], nodes)
+}
+
+/// The header of a Voters record that keeps what Kafka's record cannot say: a joint membership's
+/// voter sets and the learners being caught up (openraft's whole membership, as JSON). Written
+/// only for such a membership, so a settled one reads as Kafka writes it.
+pub const MEMBERSHIP_HEADER: &str = "evenkeel.raft.configs";
+
+/// The header value for `m`, when its Voters record alone would lose something of it.
+pub fn membership_header(m: &Membership<NodeId, VoterNode>) -> Option<Vec<u8>> {
+    let plain = m.get_joint_config().len() == 1 && m.learner_ids().next().is_none();
+    match plain {
+        true => None,
+        false => serde_json::to_vec(m).ok(),
+    }
+}
+
+/// The membership a Voters record stores, with its header when it has one.
+pub fn membership_from(
+    voters: &[VoterRecord],
+    header: Option<&[u8]>,
+) -> Membership<NodeId, VoterNode> {
+    header
+        .and_then(|h| serde_json::from_slice(h).ok())
+        .unwrap_or_else(|| membership_of(voters))
+}
+
+/// The value of `name` among a record's headers.
+pub fn header_value<'a>(headers: &[(&'a [u8], Option<&'a [u8]>)], name: &str) -> Option<&'a [u8]> {
+    headers
+        .iter()
+        .find(|(k, _)| *k == name.as_bytes())
+        .and_then(|(_, v)| *v)
 }
 
 /// What a LeaderChange or Voters record needs to say beyond the entry itself.
@@ -113,12 +141,18 @@ pub fn encode_entry(entry: &Entry, base_offset: i64, ctx: &EntryContext, now_ms:
             let voters = ControlRecord::Voters(voter_records(m, &ctx.listener));
             let (k1, v1) = (version.key(), version.value());
             let (k2, v2) = (voters.key(), voters.value());
-            batch::build_control_batch(
+            let header = membership_header(m);
+            let headers: Vec<batch::Header<'_>> = header
+                .iter()
+                .map(|h| (MEMBERSHIP_HEADER.as_bytes(), &h[..]))
+                .collect();
+            batch::build_batch_with(
                 &[
-                    (Some(&k1[..]), Some(&v1[..])),
-                    (Some(&k2[..]), Some(&v2[..])),
+                    ((Some(&k1[..]), Some(&v1[..])), &[]),
+                    ((Some(&k2[..]), Some(&v2[..])), &headers[..]),
                 ],
                 now_ms,
+                true,
             )
         }
     };
@@ -158,7 +192,8 @@ pub fn decode_entry(batch_bytes: &[u8], index: u64) -> Result<Entry, EntryError>
         if k.len() >= 4 && i16::from_be_bytes([k[2], k[3]]) == KRAFT_VOTERS {
             match ControlRecord::decode(k, v) {
                 Ok(Some(ControlRecord::Voters(voters))) => {
-                    payload = EntryPayload::Membership(membership_of(&voters))
+                    let header = header_value(&r.headers, MEMBERSHIP_HEADER);
+                    payload = EntryPayload::Membership(membership_from(&voters, header))
                 }
                 Ok(_) => {}
                 Err(e) => return Err(err(e.to_string())),
@@ -251,12 +286,22 @@ impl BatchIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::KafkaUuid;
 
-    fn nodes() -> Membership<NodeId, BasicNode> {
+    fn nodes() -> Membership<NodeId, VoterNode> {
         let mut m = BTreeMap::new();
-        m.insert(1, BasicNode::new("127.0.0.1:9093"));
-        m.insert(2, BasicNode::new("127.0.0.1:9095"));
+        m.insert(1, VoterNode::new("127.0.0.1:9093", KafkaUuid::ZERO));
+        m.insert(2, VoterNode::new("127.0.0.1:9095", KafkaUuid([7; 16])));
         Membership::from(m)
+    }
+
+    /// Mid-change: voters {1} and {1, 2} (joint), node 3 a learner catching up.
+    fn joint() -> Membership<NodeId, VoterNode> {
+        let mut m = BTreeMap::new();
+        m.insert(1, VoterNode::new("127.0.0.1:9093", KafkaUuid([1; 16])));
+        m.insert(2, VoterNode::new("127.0.0.1:9095", KafkaUuid([2; 16])));
+        m.insert(3, VoterNode::new("127.0.0.1:9097", KafkaUuid([3; 16])));
+        Membership::new(vec![[1].into(), [1, 2].into()], m)
     }
 
     #[test]
@@ -272,6 +317,10 @@ mod tests {
             },
             Entry {
                 log_id: log_id(3, 2),
+                payload: EntryPayload::Membership(joint()),
+            },
+            Entry {
+                log_id: log_id(3, 3),
                 payload: EntryPayload::Normal(MetadataBatch {
                     records: vec![vec![1, 20, 0, 0], vec![1, 20, 0, 0]],
                 }),

@@ -10,6 +10,7 @@ pub mod observer;
 pub mod quorum_state;
 pub mod snapshot;
 pub mod state_machine;
+pub mod voters;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Cursor;
@@ -17,19 +18,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::{BasicNode, ServerState};
+use openraft::ServerState;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::config::cluster::Voter;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::records::MetadataRecord;
-use crate::storage::{LogManager, StorageError};
+use crate::storage::{KafkaUuid, LogManager, StorageError};
 use election::ElectionTimer;
 use entries::EntryContext;
 use log_store::{LogStore, MetadataLog};
 use network::{ClusterMismatch, Network};
 use state_machine::{SnapshotPolicy, StateMachine};
+use voters::{voters_of, AddVoter, LeaderView, VoterChangeError, VoterInfo, VoterNode};
 
 pub type NodeId = u64;
 
@@ -39,7 +41,7 @@ openraft::declare_raft_types!(
         D = MetadataBatch,
         R = Applied,
         NodeId = NodeId,
-        Node = BasicNode,
+        Node = voters::VoterNode,
         Entry = openraft::Entry<TypeConfig>,
         SnapshotData = Cursor<Vec<u8>>,
         AsyncRuntime = openraft::TokioRuntime,
@@ -92,12 +94,20 @@ pub struct QuorumConfig {
     pub election_timeout_ms: u64,
     pub snapshot: SnapshotPolicy,
     pub segment_bytes: u64,
+    /// This node's metadata log directory id (`directory.id` of its `meta.properties`).
+    pub directory_id: KafkaUuid,
+    /// A dynamic quorum (`kraft.version` 1): its voters carry directory ids and change with
+    /// AddRaftVoter and RemoveRaftVoter; `voters` holds only the first voter of a new quorum,
+    /// or nobody on a controller that waits to be added.
+    pub dynamic: bool,
 }
 
 /// A voter's progress as the leader sees it (DescribeQuorum).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplicaProgress {
     pub id: i32,
+    /// Zero when unknown (a static quorum's voters, observers).
+    pub directory_id: KafkaUuid,
     /// -1 when unknown.
     pub log_end_offset: i64,
     pub last_fetch_ms: i64,
@@ -133,7 +143,15 @@ pub struct Quorum {
     contacts: Arc<parking_lot::Mutex<Contacts>>,
     election: ElectionTimer,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    dynamic: bool,
+    /// The first of `controller.listener.names`: the listener a new voter must name.
+    listener: String,
+    /// Held while a voter is added or removed: one change at a time.
+    changing: tokio::sync::Mutex<()>,
 }
+
+/// How long a voter change waits for the previous one to be applied before it is refused.
+const SETTLE_WAIT: Duration = Duration::from_secs(2);
 
 /// openraft's timers from Kafka's. A follower that stops hearing from the leader waits out the
 /// leader's lease (openraft takes `election_timeout_max`) and then a random election timeout
@@ -233,11 +251,13 @@ impl Quorum {
             .is_initialized()
             .await
             .map_err(|e| QuorumError::Raft(e.to_string()))?;
-        if !initialized {
-            let members: BTreeMap<NodeId, BasicNode> = cfg
+        // A controller of a dynamic quorum that is not its first voter starts empty and waits for
+        // the leader to add it.
+        if !initialized && !cfg.voters.is_empty() {
+            let members: BTreeMap<NodeId, VoterNode> = cfg
                 .voters
                 .iter()
-                .map(|v| (v.id as NodeId, BasicNode::new(v.address())))
+                .map(|v| (v.id as NodeId, initial_node(&cfg, v)))
                 .collect();
             match raft.initialize(members).await {
                 Ok(()) => {}
@@ -270,6 +290,9 @@ impl Quorum {
             contacts,
             election,
             tasks,
+            dynamic: cfg.dynamic,
+            listener: cfg.listener,
+            changing: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -402,8 +425,16 @@ impl Quorum {
         let own_end = self.log.log_end_offset();
         let hw = self.applied_end_offset();
         let c = self.contacts.lock();
+        let members = voters_of(m.membership_config.membership());
+        let dir_of = |id: i32| {
+            members
+                .iter()
+                .find(|v| v.id == id)
+                .map_or(KafkaUuid::ZERO, |v| v.node.directory_id)
+        };
         let mut voters = vec![ReplicaProgress {
             id: self.node_id,
+            directory_id: dir_of(self.node_id),
             log_end_offset: own_end,
             last_fetch_ms: now,
             last_caught_up_ms: now,
@@ -419,6 +450,7 @@ impl Quorum {
                 .and_then(|r| r.get(&(id as NodeId)).cloned().flatten());
             voters.push(ReplicaProgress {
                 id,
+                directory_id: dir_of(id),
                 log_end_offset: matched
                     .and_then(|l| self.log.end_offset_of(l.index))
                     .unwrap_or(-1),
@@ -432,6 +464,7 @@ impl Quorum {
             .filter(|(_, o)| now - o.1 < 300_000)
             .map(|(id, o)| ReplicaProgress {
                 id: *id,
+                directory_id: KafkaUuid::ZERO,
                 log_end_offset: o.0,
                 last_fetch_ms: o.1,
                 last_caught_up_ms: o.2,
@@ -446,6 +479,108 @@ impl Quorum {
         })
     }
 
+    /// The finalized `kraft.version`: 1 for a dynamic quorum, 0 for a static one.
+    pub fn kraft_version(&self) -> i16 {
+        i16::from(self.dynamic)
+    }
+
+    /// The voters of the membership this node knows (both sides while it is joint).
+    pub fn voters(&self) -> Vec<VoterInfo> {
+        voters_of(self.raft.metrics().borrow().membership_config.membership())
+    }
+
+    /// Whether the membership in force is committed, applied and not joint.
+    fn membership_settled(&self) -> bool {
+        let m = self.raft.metrics().borrow().clone();
+        let stored = &m.membership_config;
+        stored.log_id().as_ref() <= m.last_applied.as_ref()
+            && stored.membership().get_joint_config().len() == 1
+    }
+
+    /// Judges a voter change as Kafka's leader does, with the membership in force. A change
+    /// answered a moment ago may not be applied yet: that is waited for, up to the quorum's
+    /// request timeout (Kafka answers a change once it is committed, so a client's next change
+    /// finds it settled).
+    async fn with_leader_view<T>(
+        &self,
+        judge: impl FnOnce(&LeaderView<'_>) -> Result<T, VoterChangeError>,
+    ) -> Result<T, VoterChangeError> {
+        if !self.is_leader() {
+            return Err(VoterChangeError::new(
+                crate::protocol::errors::NOT_LEADER_OR_FOLLOWER,
+                "this controller is not the leader of the metadata quorum",
+            ));
+        }
+        let deadline = tokio::time::Instant::now() + SETTLE_WAIT;
+        while !self.membership_settled() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let settled = self.membership_settled();
+        let voters = self.voters();
+        judge(&LeaderView {
+            default_listener: &self.listener,
+            kraft_version: self.kraft_version(),
+            voters: &voters,
+            settled,
+        })
+    }
+
+    /// AddRaftVoter: the new voter catches up as a learner (within `timeout`), then a joint
+    /// membership makes it a voter. A learner that does not catch up in time is dropped again.
+    pub async fn add_voter(
+        &self,
+        req: AddVoter,
+        timeout: Duration,
+    ) -> Result<(), VoterChangeError> {
+        let _one = self
+            .changing
+            .try_lock()
+            .map_err(|_| previous_change_pending())?;
+        let node = self
+            .with_leader_view(|view| voters::check_add(&req, view))
+            .await?;
+        let id = req.id as NodeId;
+        let key = voters::replica_key(req.id, req.directory_id);
+        tracing::info!(voter = %key, addr = %node.addr, "adding a voter: catching it up as a learner");
+        match tokio::time::timeout(timeout, self.raft.add_learner(id, node, true)).await {
+            Ok(r) => r.map(|_| ()).map_err(change_error)?,
+            Err(_) => {
+                let drop_learner = openraft::ChangeMembers::RemoveNodes([id].into());
+                let _ = self.raft.change_membership(drop_learner, false).await;
+                return Err(VoterChangeError::timed_out(format!(
+                    "Request timed out waiting for the new voter {key} to catch up with the leader"
+                )));
+            }
+        }
+        self.raft
+            .change_membership(voters::promote(req.id), false)
+            .await
+            .map_err(change_error)?;
+        tracing::info!(voter = %key, "voter added");
+        Ok(())
+    }
+
+    /// RemoveRaftVoter: a joint membership without voter `id`. A leader that removed itself
+    /// steps down once the change is committed.
+    pub async fn remove_voter(
+        &self,
+        id: i32,
+        directory_id: KafkaUuid,
+    ) -> Result<(), VoterChangeError> {
+        let _one = self
+            .changing
+            .try_lock()
+            .map_err(|_| previous_change_pending())?;
+        self.with_leader_view(|view| voters::check_remove(id, directory_id, view))
+            .await?;
+        self.raft
+            .change_membership(voters::demote(id), false)
+            .await
+            .map_err(change_error)?;
+        tracing::info!(voter = %voters::replica_key(id, directory_id), "voter removed");
+        Ok(())
+    }
+
     /// Stops openraft; the log stays as it is.
     pub async fn shutdown(&self) {
         for t in &self.tasks {
@@ -455,12 +590,44 @@ impl Quorum {
     }
 }
 
+/// A first voter as the new log's membership names it: a dynamic quorum knows its directory.
+fn initial_node(cfg: &QuorumConfig, v: &Voter) -> VoterNode {
+    let dir = match cfg.dynamic && v.id == cfg.node_id {
+        true => cfg.directory_id,
+        false => KafkaUuid::ZERO,
+    };
+    VoterNode::new(v.address(), dir)
+}
+
 fn context(cfg: &QuorumConfig) -> EntryContext {
     EntryContext {
         leader: -1,
         leader_term: 0,
         voters: cfg.voters.iter().map(|v| v.id).collect(),
         listener: cfg.listener.clone(),
+    }
+}
+
+fn previous_change_pending() -> VoterChangeError {
+    VoterChangeError::timed_out(
+        "Request timed out waiting for leader to handle previous voter change request",
+    )
+}
+
+/// A membership change openraft refused or could not finish.
+fn change_error(e: RaftError<NodeId, ClientWriteError<NodeId, VoterNode>>) -> VoterChangeError {
+    use crate::protocol::errors;
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => VoterChangeError::new(
+            errors::NOT_LEADER_OR_FOLLOWER,
+            "this controller lost the leadership of the metadata quorum",
+        ),
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+            VoterChangeError::timed_out(format!(
+                "Request timed out waiting for voters to commit the latest voter change ({e})"
+            ))
+        }
+        RaftError::Fatal(e) => VoterChangeError::new(errors::UNKNOWN_SERVER_ERROR, e.to_string()),
     }
 }
 

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::voters::VoterNode;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
@@ -15,7 +16,6 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::BasicNode;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
@@ -140,7 +140,7 @@ pub struct Peer {
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Peer;
 
-    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Peer {
+    async fn new_client(&mut self, target: NodeId, node: &VoterNode) -> Peer {
         let configured = self.addresses.get(&target);
         Peer {
             target,
@@ -232,7 +232,7 @@ impl Peer {
         kind: i8,
         req: &Req,
         option: RPCOption,
-    ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+    ) -> Result<Resp, RPCError<NodeId, VoterNode, RaftError<NodeId, E>>>
     where
         Req: Serialize,
         Resp: DeserializeOwned,
@@ -288,7 +288,7 @@ impl RaftNetwork<TypeConfig> for Peer {
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, VoterNode, RaftError<NodeId>>> {
         let r = self.call(KIND_APPEND, &rpc, option).await;
         if r.is_ok() {
             self.net
@@ -305,7 +305,7 @@ impl RaftNetwork<TypeConfig> for Peer {
         option: RPCOption,
     ) -> Result<
         InstallSnapshotResponse<NodeId>,
-        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+        RPCError<NodeId, VoterNode, RaftError<NodeId, InstallSnapshotError>>,
     > {
         self.call(KIND_SNAPSHOT, &rpc, option).await
     }
@@ -314,7 +314,7 @@ impl RaftNetwork<TypeConfig> for Peer {
         &mut self,
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
-    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, VoterNode, RaftError<NodeId>>> {
         let r: Result<VoteResponse<NodeId>, _> = self.call(KIND_VOTE, &rpc, option).await;
         if let Ok(resp) = &r {
             if !resp.vote_granted && resp.last_log_id > rpc.last_log_id {

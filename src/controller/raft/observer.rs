@@ -12,7 +12,7 @@ use kafka_protocol::messages::fetch_snapshot_request::{
 };
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchSnapshotRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use openraft::{BasicNode, StoredMembership};
+use openraft::StoredMembership;
 use tokio::sync::watch;
 
 use super::entries::{decode_entry, EntryContext};
@@ -20,6 +20,7 @@ use super::log_store::{anchor_of, MetadataLog, METADATA_TOPIC, METADATA_TOPIC_ID
 use super::network::ClusterMismatch;
 use super::snapshot::{self, SnapshotFile};
 use super::state_machine::{apply_entry, SnapshotPolicy};
+use super::voters::VoterNode;
 use super::NodeId;
 use crate::client::{ClientSecurity, Connection};
 use crate::metadata::image::MetadataImage;
@@ -47,7 +48,7 @@ pub struct ObserverConfig {
 
 struct State {
     image: Arc<MetadataImage>,
-    membership: StoredMembership<NodeId, BasicNode>,
+    membership: StoredMembership<NodeId, VoterNode>,
     bytes_since_snapshot: u64,
 }
 
@@ -183,15 +184,26 @@ impl Observer {
         }
     }
 
+    /// The voters the metadata log names, with their controller addresses: a dynamic
+    /// quorum's voters may be none of the bootstrap servers.
+    pub fn voters(&self) -> Vec<(i32, String)> {
+        let st = self.state.lock();
+        super::voters::voters_of(st.membership.membership())
+            .into_iter()
+            .map(|v| (v.id, v.node.addr))
+            .collect()
+    }
+
     /// The controller to ask next: the known leader, else the next address in turn.
     fn pick(&self, next: &mut usize) -> (i32, String) {
+        let known = super::voters::contacts(&self.cfg.controllers, &self.voters());
         if let Some(l) = self.leader() {
-            if let Some((id, addr)) = self.cfg.controllers.iter().find(|(id, _)| *id == l) {
+            if let Some((id, addr)) = known.iter().find(|(id, _)| *id == l) {
                 return (*id, addr.clone());
             }
         }
-        let n = self.cfg.controllers.len().max(1);
-        let (id, addr) = self.cfg.controllers[*next % n].clone();
+        let n = known.len().max(1);
+        let (id, addr) = known[*next % n].clone();
         *next += 1;
         (id, addr)
     }
@@ -288,7 +300,7 @@ impl Observer {
     fn write_snapshot(
         &self,
         img: &MetadataImage,
-        membership: StoredMembership<NodeId, BasicNode>,
+        membership: StoredMembership<NodeId, VoterNode>,
     ) -> Result<(), StorageError> {
         let end = img.next_offset();
         let Some(last) = self.log.log_id_containing(end - 1) else {
@@ -371,7 +383,7 @@ fn apply_batches(
     log: &MetadataLog,
     data: &[u8],
     img: &mut MetadataImage,
-    membership: &mut StoredMembership<NodeId, BasicNode>,
+    membership: &mut StoredMembership<NodeId, VoterNode>,
 ) -> (i64, u64) {
     let mut pos = 0;
     let mut next = img.next_offset();

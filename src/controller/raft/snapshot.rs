@@ -5,9 +5,13 @@
 
 use std::path::{Path, PathBuf};
 
-use openraft::{BasicNode, LogId, StoredMembership};
+use openraft::{LogId, StoredMembership};
 
-use super::entries::{log_id, membership_of, voter_records};
+use super::entries::{
+    header_value, log_id, membership_from, membership_header, voter_records,
+    MEMBERSHIP_HEADER as CONFIGS_HEADER,
+};
+use super::voters::VoterNode;
 use super::NodeId;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::records::{ControlRecord, MetadataRecord};
@@ -29,7 +33,7 @@ pub struct SnapshotFile {
     /// Leader epoch (term) of that record.
     pub epoch: i32,
     pub last_log_id: LogId<NodeId>,
-    pub membership: StoredMembership<NodeId, BasicNode>,
+    pub membership: StoredMembership<NodeId, VoterNode>,
     pub last_timestamp: i64,
     pub records: Vec<MetadataRecord>,
 }
@@ -107,12 +111,20 @@ pub fn encode(s: &SnapshotFile, listener: &str) -> Vec<u8> {
         (LAST_HEADER.as_bytes(), last.as_bytes()),
         (MEMBERSHIP_HEADER.as_bytes(), member.as_bytes()),
     ];
+    let configs = membership_header(s.membership.membership());
+    let voter_headers: Vec<(&[u8], &[u8])> = configs
+        .iter()
+        .map(|c| (CONFIGS_HEADER.as_bytes(), &c[..]))
+        .collect();
     let keys = [header.key(), version.key(), voters.key()];
     let values = [header.value(), version.value(), voters.value()];
     let control: Vec<(KeyValue<'_>, &[batch::Header<'_>])> = vec![
         ((Some(&keys[0][..]), Some(&values[0][..])), &headers[..]),
         ((Some(&keys[1][..]), Some(&values[1][..])), &[]),
-        ((Some(&keys[2][..]), Some(&values[2][..])), &[]),
+        (
+            (Some(&keys[2][..]), Some(&values[2][..])),
+            &voter_headers[..],
+        ),
     ];
     push(
         batch::build_batch_with(&control, s.last_timestamp, true),
@@ -146,6 +158,7 @@ pub fn decode(bytes: &[u8]) -> Result<SnapshotFile, StorageError> {
     let mut membership_id = None;
     let mut timestamp = 0;
     let mut voters = None;
+    let mut configs: Option<Vec<u8>> = None;
     let mut records = Vec::new();
     let mut footer = false;
     for info in &infos {
@@ -167,7 +180,10 @@ pub fn decode(bytes: &[u8]) -> Result<SnapshotFile, StorageError> {
                     Some(ControlRecord::SnapshotHeader {
                         last_contained_log_timestamp,
                     }) => timestamp = last_contained_log_timestamp,
-                    Some(ControlRecord::Voters(v)) => voters = Some(v),
+                    Some(ControlRecord::Voters(v)) => {
+                        configs = header_value(&r.headers, CONFIGS_HEADER).map(<[u8]>::to_vec);
+                        voters = Some(v)
+                    }
                     Some(ControlRecord::SnapshotFooter) => footer = true,
                     _ => {}
                 }
@@ -193,7 +209,10 @@ pub fn decode(bytes: &[u8]) -> Result<SnapshotFile, StorageError> {
         end_offset,
         epoch,
         last_log_id,
-        membership: StoredMembership::new(membership_id, membership_of(&voters)),
+        membership: StoredMembership::new(
+            membership_id,
+            membership_from(&voters, configs.as_deref()),
+        ),
         last_timestamp: timestamp,
         records,
     })
@@ -279,8 +298,14 @@ mod tests {
     fn sample() -> SnapshotFile {
         let id = KafkaUuid::random();
         let mut nodes = BTreeMap::new();
-        nodes.insert(1, BasicNode::new("127.0.0.1:9093"));
-        nodes.insert(2, BasicNode::new("127.0.0.1:9095"));
+        nodes.insert(
+            1,
+            VoterNode::new("127.0.0.1:9093", crate::storage::KafkaUuid::ZERO),
+        );
+        nodes.insert(
+            2,
+            VoterNode::new("127.0.0.1:9095", crate::storage::KafkaUuid([3; 16])),
+        );
         SnapshotFile {
             end_offset: 89,
             epoch: 3,

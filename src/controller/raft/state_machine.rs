@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
-    BasicNode, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta,
+    EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta,
     StorageError as RaftStorageError, StorageIOError, StoredMembership,
 };
 use tokio::sync::{watch, Notify};
@@ -15,6 +15,7 @@ use tokio::sync::{watch, Notify};
 use super::entries::record_count;
 use super::log_store::{Anchor, MetadataLog};
 use super::snapshot::{self, SnapshotFile};
+use super::voters::VoterNode;
 use super::{Applied, Entry, NodeId, TypeConfig};
 use crate::metadata::image::MetadataImage;
 use crate::metadata::records::MetadataRecord;
@@ -31,7 +32,7 @@ pub struct SnapshotPolicy {
 struct SmState {
     image: Arc<MetadataImage>,
     last_applied: Option<LogId<NodeId>>,
-    membership: StoredMembership<NodeId, BasicNode>,
+    membership: StoredMembership<NodeId, VoterNode>,
     /// The Kafka offset the next entry starts at.
     next_offset: i64,
     bytes_since_snapshot: u64,
@@ -159,7 +160,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn applied_state(
         &mut self,
     ) -> Result<
-        (Option<LogId<NodeId>>, StoredMembership<NodeId, BasicNode>),
+        (Option<LogId<NodeId>>, StoredMembership<NodeId, VoterNode>),
         RaftStorageError<NodeId>,
     > {
         let st = self.shared.state.lock();
@@ -219,7 +220,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn install_snapshot(
         &mut self,
-        meta: &SnapshotMeta<NodeId, BasicNode>,
+        meta: &SnapshotMeta<NodeId, VoterNode>,
         data: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), RaftStorageError<NodeId>> {
         let bytes = data.into_inner();

@@ -1,0 +1,253 @@
+//! A dynamic metadata quorum (KIP-853) on real processes: a first controller formatted alone
+//! (`controller.quorum.bootstrap.servers` naming itself), two controllers that start as
+//! non-voters and are added with AddRaftVoter (one through a broker, which forwards it), the
+//! first voter then killed -9 and removed while the other two keep the quorum and a broker finds
+//! them through the voters the metadata log names; and Kafka's refusals on the way: a duplicate
+//! voter, an unknown voter, the last voter, a static quorum.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use common::cluster::{admin, until, Cluster};
+use evenkeel::client::{ClientSecurity, Connection};
+use evenkeel::protocol::errors;
+use evenkeel::storage::{KafkaUuid, MetaProperties};
+use kafka_protocol::messages::add_raft_voter_request::Listener;
+use kafka_protocol::messages::{
+    AddRaftVoterRequest, DescribeQuorumRequest, DescribeQuorumResponse, RemoveRaftVoterRequest,
+};
+use kafka_protocol::protocol::StrBytes;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// One request on a fresh connection to `addr`.
+async fn connect(addr: &str) -> Connection {
+    Connection::connect_with(addr, Duration::from_secs(20), &ClientSecurity::default())
+        .await
+        .unwrap_or_else(|e| panic!("cannot reach {addr}: {e}"))
+}
+
+fn add_voter(id: i32, dir: KafkaUuid, controller_port: u16) -> AddRaftVoterRequest {
+    AddRaftVoterRequest::default()
+        .with_cluster_id(None)
+        .with_timeout_ms(20_000)
+        .with_voter_id(id)
+        .with_voter_directory_id(dir.into())
+        .with_listeners(vec![Listener::default()
+            .with_name(StrBytes::from_static_str("CONTROLLER"))
+            .with_host(StrBytes::from_static_str("127.0.0.1"))
+            .with_port(controller_port)])
+}
+
+fn remove_voter(id: i32, dir: KafkaUuid) -> RemoveRaftVoterRequest {
+    RemoveRaftVoterRequest::default()
+        .with_cluster_id(None)
+        .with_voter_id(id)
+        .with_voter_directory_id(dir.into())
+}
+
+async fn add(addr: &str, req: &AddRaftVoterRequest) -> (i16, String) {
+    let r = connect(addr)
+        .await
+        .call_at(req, 0)
+        .await
+        .expect("an answer");
+    (
+        r.error_code,
+        r.error_message.map(|m| m.to_string()).unwrap_or_default(),
+    )
+}
+
+async fn remove(addr: &str, req: &RemoveRaftVoterRequest) -> (i16, String) {
+    let r = connect(addr)
+        .await
+        .call_at(req, 0)
+        .await
+        .expect("an answer");
+    (
+        r.error_code,
+        r.error_message.map(|m| m.to_string()).unwrap_or_default(),
+    )
+}
+
+async fn describe(addr: &str) -> Option<DescribeQuorumResponse> {
+    let c = Connection::connect_with(addr, Duration::from_secs(5), &ClientSecurity::default())
+        .await
+        .ok()?;
+    let r = c.call_at(&DescribeQuorumRequest::default(), 2).await.ok()?;
+    let p = r.topics.first()?.partitions.first()?;
+    (r.error_code == 0 && p.error_code == 0).then_some(r)
+}
+
+/// The voters the leader describes: `(id, directory id)`, and the endpoints of `Nodes`.
+fn voters(r: &DescribeQuorumResponse) -> (BTreeSet<(i32, KafkaUuid)>, BTreeMap<i32, u16>) {
+    let p = &r.topics[0].partitions[0];
+    let ids = p
+        .current_voters
+        .iter()
+        .map(|v| (v.replica_id.0, KafkaUuid::from(v.replica_directory_id)))
+        .collect();
+    let nodes = r
+        .nodes
+        .iter()
+        .map(|n| (n.node_id.0, n.listeners[0].port))
+        .collect();
+    (ids, nodes)
+}
+
+/// Waits until the leader (asked through `addr`) describes exactly `want` as its voters.
+async fn until_voters(addr: &str, want: &BTreeSet<(i32, KafkaUuid)>) -> DescribeQuorumResponse {
+    until(&format!("the voters {want:?}"), WAIT, || async {
+        describe(addr).await.filter(|r| voters(r).0 == *want)
+    })
+    .await
+}
+
+fn directory_id(c: &Cluster, id: usize) -> KafkaUuid {
+    let meta = MetaProperties::read(&c.data.join(format!("broker-{id}")))
+        .unwrap()
+        .expect("formatted");
+    meta.directory_id
+}
+
+/// Node 1: broker and the quorum's first voter; 2 and 3: controllers that wait to be added;
+/// 4: a broker that knows only node 1's controller.
+fn dynamic_cluster() -> Cluster {
+    // Nodes are configured in order: node 1's port is known by the time the others need it.
+    let first_controller = std::cell::Cell::new(0);
+    Cluster::start_with(4, &["offsets.topic.replication.factor=1"], |id, ports| {
+        if id == 1 {
+            first_controller.set(ports.controller);
+        }
+        let bootstrap = format!("127.0.0.1:{}", first_controller.get());
+        let mut props = vec![
+            ("controller.quorum.voters".to_string(), String::new()),
+            ("controller.quorum.bootstrap.servers".to_string(), bootstrap),
+        ];
+        match id {
+            1 => props.push(("process.roles".into(), "broker,controller".into())),
+            2 | 3 => props.extend([
+                ("process.roles".to_string(), "controller".to_string()),
+                (
+                    "listeners".to_string(),
+                    format!("CONTROLLER://127.0.0.1:{}", ports.controller),
+                ),
+                ("advertised.listeners".to_string(), String::new()),
+            ]),
+            _ => props.push(("process.roles".into(), "broker".into())),
+        }
+        props
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn controllers_are_added_and_removed_while_the_quorum_serves() {
+    let mut c = dynamic_cluster();
+    let (broker1, broker4) = (c.addr(1), c.addr(4));
+    let ctrl: Vec<u16> = c.nodes.iter().map(|n| n.ports.controller).collect();
+    let ctrl1 = format!("127.0.0.1:{}", ctrl[0]);
+    let dirs: Vec<KafkaUuid> = (1..=4).map(|id| directory_id(&c, id)).collect();
+    let key = |id: usize| (id as i32, dirs[id - 1]);
+
+    // The first voter alone, with its directory id.
+    let first = until_voters(&broker4, &[key(1)].into()).await;
+    assert_eq!(first.topics[0].partitions[0].leader_id.0, 1);
+
+    // Node 2 added through broker 4 (forwarded to the active controller), node 3 directly.
+    let (code, msg) = add(&broker4, &add_voter(2, dirs[1], ctrl[1])).await;
+    assert_eq!(code, errors::NONE, "adding node 2: {msg}");
+    let (code, msg) = add(&ctrl1, &add_voter(3, dirs[2], ctrl[2])).await;
+    assert_eq!(
+        code,
+        errors::NONE,
+        "adding node 3: {msg}\n{}",
+        c.log_tails(30)
+    );
+    let all: BTreeSet<_> = [key(1), key(2), key(3)].into();
+    let three = until_voters(&broker4, &all).await;
+    let (_, nodes) = voters(&three);
+    assert_eq!(
+        nodes.get(&2),
+        Some(&ctrl[1]),
+        "node 2's endpoint: {nodes:?}"
+    );
+    assert_eq!(
+        nodes.get(&3),
+        Some(&ctrl[2]),
+        "node 3's endpoint: {nodes:?}"
+    );
+
+    // Kafka's refusals: a voter already there, a voter that is not, a change that names no
+    // directory.
+    let (code, msg) = add(&ctrl1, &add_voter(2, dirs[1], ctrl[1])).await;
+    assert_eq!(code, errors::DUPLICATE_VOTER, "{msg}");
+    assert!(msg.contains("already part of the set of voters"), "{msg}");
+    let (code, msg) = remove(&ctrl1, &remove_voter(4, dirs[3])).await;
+    assert_eq!(code, errors::VOTER_NOT_FOUND, "{msg}");
+    let (code, _) = remove(&ctrl1, &remove_voter(2, KafkaUuid::ZERO)).await;
+    assert_eq!(code, errors::INVALID_REQUEST);
+
+    // The added voters follow the log: a topic made now is known to them once they lead.
+    let a = admin(&broker1).await;
+    a.create_topic("before", 1, 2, &BTreeMap::new())
+        .await
+        .expect("a topic on the three-voter quorum");
+
+    // The first voter dies; two of three keep the quorum, and broker 4, which was told only of
+    // node 1's controller, finds the new leader among the voters its metadata log names.
+    c.kill(1);
+    let after = until("a new leader among nodes 2 and 3", WAIT, || async {
+        describe(&broker4)
+            .await
+            .filter(|r| [2, 3].contains(&r.topics[0].partitions[0].leader_id.0))
+    })
+    .await;
+    assert_eq!(
+        voters(&after).0,
+        all,
+        "node 1 is still a voter until removed"
+    );
+    let a4 = admin(&broker4).await;
+    until(
+        "a topic created through broker 4 after node 1 died",
+        WAIT,
+        || async { a4.create_topic("after", 1, 1, &BTreeMap::new()).await.ok() },
+    )
+    .await;
+
+    // The dead voter removed through the broker, then node 3; the last voter stays.
+    let (code, msg) = remove(&broker4, &remove_voter(1, dirs[0])).await;
+    assert_eq!(code, errors::NONE, "removing node 1: {msg}");
+    until_voters(&broker4, &[key(2), key(3)].into()).await;
+    let leader = describe(&broker4).await.expect("a leader").topics[0].partitions[0]
+        .leader_id
+        .0;
+    let other = if leader == 2 { 3 } else { 2 };
+    let (code, msg) = remove(&broker4, &remove_voter(other, dirs[other as usize - 1])).await;
+    assert_eq!(code, errors::NONE, "removing node {other}: {msg}");
+    until_voters(&broker4, &[key(leader as usize)].into()).await;
+    let (code, msg) = remove(&broker4, &remove_voter(leader, dirs[leader as usize - 1])).await;
+    assert_eq!(code, errors::VOTER_NOT_FOUND, "{msg}");
+    assert!(msg.starts_with("Cannot remove voter"), "{msg}");
+
+    // The quorum of one still commits.
+    until("a topic created on the quorum of one", WAIT, || async {
+        a4.create_topic("last", 1, 1, &BTreeMap::new()).await.ok()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_quorum_refuses_voter_changes() {
+    let c = Cluster::start(1, &[]);
+    let broker = c.addr(1);
+    until("the quorum", WAIT, || describe(&broker)).await;
+    let (code, msg) = add(&broker, &add_voter(2, KafkaUuid::random(), 1)).await;
+    assert_eq!(code, errors::UNSUPPORTED_VERSION, "{msg}");
+    assert!(msg.contains("kraft.version feature is 0"), "{msg}");
+    let dir = directory_id(&c, 1);
+    let (code, msg) = remove(&broker, &remove_voter(1, dir)).await;
+    assert_eq!(code, errors::UNSUPPORTED_VERSION, "{msg}");
+}
