@@ -94,7 +94,8 @@ enum Command {
         max_users: usize,
     },
     /// Format a log directory for a broker (writes meta.properties), like kafka-storage format
-    /// (same flags: -c/--config, -t/--cluster-id, -g/--ignore-formatted, --standalone).
+    /// (same flags: -c/--config, -t/--cluster-id, -g/--ignore-formatted, -s/--standalone,
+    /// -I/--initial-controllers, -N/--no-initial-controllers, -S/--add-scram).
     Format {
         #[arg(short = 'c', long)]
         config: PathBuf,
@@ -107,8 +108,22 @@ enum Command {
         ignore_formatted: bool,
         /// The controller is the only voter of its quorum (Kafka's quickstart, with
         /// controller.quorum.bootstrap.servers naming this node's controller listener).
-        #[arg(short = 's', long)]
+        #[arg(short = 's', long, conflicts_with_all = ["initial_controllers", "no_initial_controllers"])]
         standalone: bool,
+        /// The voters a new dynamic quorum starts with: id@host:port:directory-id, comma-separated
+        /// (the directory ids as kafka-storage random-uuid prints them); this node's entry gives
+        /// its directory id.
+        #[arg(
+            short = 'I',
+            long,
+            value_name = "ID@HOST:PORT:DIRECTORY-ID,...",
+            conflicts_with = "no_initial_controllers"
+        )]
+        initial_controllers: Option<String>,
+        /// A controller of a dynamic quorum that starts as a non-voter and waits to be added
+        /// (kafka-metadata-quorum add-controller).
+        #[arg(short = 'N', long)]
+        no_initial_controllers: bool,
         /// A SCRAM credential the new cluster starts with (KIP-900), as kafka-storage takes it:
         /// 'SCRAM-SHA-512=[name=alice,password=alice-secret]'. Repeatable.
         #[arg(
@@ -582,8 +597,62 @@ fn dev_single(
 struct FormatOptions {
     cluster_id: Option<String>,
     ignore_formatted: bool,
-    standalone: bool,
+    quorum: InitialQuorum,
     add_scram: Vec<String>,
+}
+
+/// What `format` says of a dynamic quorum's first voters.
+enum InitialQuorum {
+    /// None of the flags: as the configuration says.
+    Unsaid,
+    /// `--standalone`: this controller alone.
+    Standalone,
+    /// `--initial-controllers`.
+    Controllers(String),
+    /// `--no-initial-controllers`: this controller waits to be added.
+    NoControllers,
+}
+
+/// The initial voters the flags give, checked against the configuration (read before anything
+/// is written); `None` when nothing is to be written.
+fn initial_voters(
+    quorum: &InitialQuorum,
+    props: &std::collections::BTreeMap<String, String>,
+    config: &evenkeel::config::broker::BrokerConfig,
+) -> anyhow::Result<Option<Vec<evenkeel::metadata::initial_voters::InitialVoter>>> {
+    use evenkeel::metadata::initial_voters::{self, InitialVoter};
+    let flag = match quorum {
+        InitialQuorum::Unsaid => return Ok(None),
+        InitialQuorum::Standalone => "--standalone",
+        InitialQuorum::Controllers(_) => "--initial-controllers",
+        InitialQuorum::NoControllers => "--no-initial-controllers",
+    };
+    if props.contains_key("controller.quorum.voters") {
+        anyhow::bail!("You cannot specify controller.quorum.voters and format the node with {flag}. If you want to use dynamic quorum, please remove controller.quorum.voters and specify controller.quorum.bootstrap.servers instead.");
+    }
+    if !config.cluster.roles.controller {
+        anyhow::bail!("{flag} is for a controller: process.roles has no controller");
+    }
+    Ok(Some(match quorum {
+        InitialQuorum::Controllers(list) => initial_voters::parse(list)
+            .map_err(|e| anyhow::anyhow!("--initial-controllers: {e}"))?,
+        InitialQuorum::NoControllers => Vec::new(),
+        _ => {
+            let l = config.cluster.controller_listeners.first().ok_or_else(|| {
+                anyhow::anyhow!("--standalone: controller.listener.names names no listener")
+            })?;
+            let host = match l.host.as_str() {
+                "" | "0.0.0.0" | "::" => "localhost".to_string(),
+                h => h.to_string(),
+            };
+            vec![InitialVoter {
+                id: config.node_id,
+                host,
+                port: l.port,
+                directory_id: evenkeel::storage::KafkaUuid::random(),
+            }]
+        }
+    }))
 }
 
 fn cmd_format(
@@ -594,16 +663,14 @@ fn cmd_format(
     let FormatOptions {
         cluster_id,
         ignore_formatted,
-        standalone,
+        quorum,
         add_scram,
     } = options;
     // Read before anything is written, so a bad argument leaves the directory untouched.
     let bootstrap = scram_bootstrap(&add_scram)?;
     let props = load_props(Some(&config), &overrides)?;
-    if standalone && props.contains_key("controller.quorum.voters") {
-        anyhow::bail!("You cannot specify controller.quorum.voters and format the node with --standalone. If you want to use dynamic quorum, please remove controller.quorum.voters and specify controller.quorum.bootstrap.servers instead.");
-    }
     let config = broker_config(&props)?;
+    let voters = initial_voters(&quorum, &props, &config)?;
     if let Some(existing) = evenkeel::storage::MetaProperties::read(&config.log_dir)? {
         let what = format!(
             "{} is already formatted (cluster {}, node {})",
@@ -631,7 +698,14 @@ fn cmd_format(
     // meta.properties is the mark of a formatted directory, so it must come last.
     std::fs::create_dir_all(&config.log_dir)?;
     evenkeel::metadata::bootstrap::write(&config.log_dir, &bootstrap)?;
-    evenkeel::broker::format_log_dir(&config.log_dir, &id, config.node_id)?;
+    let mut directory_id = evenkeel::storage::KafkaUuid::random();
+    if let Some(voters) = &voters {
+        if let Some(me) = voters.iter().find(|v| v.id == config.node_id) {
+            directory_id = me.directory_id;
+        }
+        evenkeel::metadata::initial_voters::write(&config.log_dir, voters)?;
+    }
+    evenkeel::broker::format_log_dir_as(&config.log_dir, &id, config.node_id, directory_id)?;
     println!(
         "Formatting {} with cluster.id {id} and node.id {}",
         config.log_dir.display(),
@@ -746,6 +820,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             cluster_id,
             ignore_formatted,
             standalone,
+            initial_controllers,
+            no_initial_controllers,
             add_scram,
             overrides,
         } => cmd_format(
@@ -753,7 +829,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             FormatOptions {
                 cluster_id,
                 ignore_formatted,
-                standalone,
+                quorum: match (standalone, initial_controllers, no_initial_controllers) {
+                    (true, _, _) => InitialQuorum::Standalone,
+                    (_, Some(list), _) => InitialQuorum::Controllers(list),
+                    (_, _, true) => InitialQuorum::NoControllers,
+                    _ => InitialQuorum::Unsaid,
+                },
                 add_scram,
             },
             overrides,

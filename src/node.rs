@@ -2,6 +2,7 @@
 //! with the active-controller logic and its listener) and the broker — started in order, and
 //! stopped in reverse with the broker's controlled shutdown first.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use crate::broker::server::Server;
 use crate::broker::{open_log_dir, Broker, BrokerError, BrokerParts};
 use crate::client::ClientSecurity;
 use crate::config::broker::BrokerConfig;
+use crate::config::cluster::Voter;
 use crate::controller::apis::ControllerNode;
 use crate::controller::listener::{ControllerListener, ControllerListenerSettings, ControllerSasl};
 use crate::controller::quorum_controller::{ControllerSettings, QuorumController};
@@ -23,7 +25,7 @@ use crate::controller::raft::{Quorum, QuorumConfig};
 use crate::controller::refusals::ListenerAuthorizer;
 use crate::controller::replication::TopicDefaults;
 use crate::metadata::image::MetadataImage;
-use crate::storage::LogManager;
+use crate::storage::{KafkaUuid, LogManager};
 
 /// Where this node's metadata comes from.
 enum Metadata {
@@ -185,6 +187,42 @@ fn controller_listener_settings(
         .collect()
 }
 
+/// The voters a new metadata log starts with, and their directory ids: a static quorum's from
+/// `controller.quorum.voters`; a dynamic one's as `evenkeel format` was told (`--standalone`,
+/// `--initial-controllers`, `--no-initial-controllers`: none, the node waits to be added), else
+/// this node alone when its one bootstrap server is its own controller listener.
+fn initial_quorum(
+    config: &BrokerConfig,
+    meta: &crate::storage::MetaProperties,
+) -> Result<(Vec<Voter>, BTreeMap<i32, KafkaUuid>), BrokerError> {
+    let c = &config.cluster;
+    if !c.dynamic_quorum {
+        return Ok((c.voters.clone(), BTreeMap::new()));
+    }
+    let formatted = crate::metadata::initial_voters::read(&config.log_dir)
+        .map_err(|e| BrokerError::Fatal(e.to_string()))?;
+    Ok(match formatted {
+        Some(list) => (
+            list.iter()
+                .map(|v| Voter {
+                    id: v.id,
+                    host: v.host.clone(),
+                    port: v.port,
+                })
+                .collect(),
+            list.iter().map(|v| (v.id, v.directory_id)).collect(),
+        ),
+        None => (
+            c.voters.clone(),
+            c.voters
+                .iter()
+                .filter(|v| v.id == config.node_id)
+                .map(|v| (v.id, meta.directory_id))
+                .collect(),
+        ),
+    })
+}
+
 impl Node {
     /// Opens the log directory and starts every role; for a broker, returns once the
     /// controller has unfenced it. A node that cannot join (another cluster, a refused
@@ -225,18 +263,19 @@ impl Node {
     ) -> Result<Metadata, BrokerError> {
         let c = &config.cluster;
         if c.roles.controller {
+            let (voters, directories) = initial_quorum(config, meta)?;
             let q = Quorum::start(
                 logs,
                 QuorumConfig {
                     node_id: config.node_id,
                     cluster_id: meta.cluster_id.clone(),
-                    voters: c.voters.clone(),
+                    voters,
                     listener: controller_listener_name(config),
                     security: security.clone(),
                     election_timeout_ms: c.election_timeout_ms,
                     snapshot: snapshot_policy(config),
                     segment_bytes: c.metadata_segment_bytes,
-                    directory_id: meta.directory_id,
+                    directories,
                     dynamic: c.dynamic_quorum,
                 },
             )
@@ -286,7 +325,11 @@ impl Node {
             quorum,
             controller,
             listener: controller_listener_name(cfg),
-            voters: cfg.cluster.voters.clone(),
+            // A dynamic quorum's voters are those of its membership.
+            voters: match cfg.cluster.dynamic_quorum {
+                true => Vec::new(),
+                false => cfg.cluster.voters.clone(),
+            },
             broker_props: cfg.raw.clone(),
             authorizer,
             bound: std::sync::OnceLock::new(),

@@ -113,11 +113,14 @@ fn directory_id(c: &Cluster, id: usize) -> KafkaUuid {
 }
 
 /// Node 1: broker and the quorum's first voter; 2 and 3: controllers that wait to be added;
-/// 4: a broker that knows only node 1's controller.
+/// 4: a broker that knows only node 1's controller. The controllers' log directories say so as
+/// `evenkeel format` writes them: node 1 with itself as the initial voter (`--standalone`), 2
+/// and 3 with none (`--no-initial-controllers`).
 fn dynamic_cluster() -> Cluster {
+    use evenkeel::metadata::initial_voters::{self, InitialVoter};
     // Nodes are configured in order: node 1's port is known by the time the others need it.
     let first_controller = std::cell::Cell::new(0);
-    Cluster::start_with(4, &["offsets.topic.replication.factor=1"], |id, ports| {
+    let per_node = |id: usize, ports: &evenkeel::dev::NodePorts| {
         if id == 1 {
             first_controller.set(ports.controller);
         }
@@ -139,7 +142,26 @@ fn dynamic_cluster() -> Cluster {
             _ => props.push(("process.roles".into(), "broker".into())),
         }
         props
-    })
+    };
+    let prepare = |dir: &std::path::Path| {
+        let voters = match dir.file_name().and_then(|n| n.to_str()) {
+            Some("broker-1") => vec![InitialVoter {
+                id: 1,
+                host: "127.0.0.1".into(),
+                port: first_controller.get(),
+                directory_id: MetaProperties::read(dir).unwrap().unwrap().directory_id,
+            }],
+            Some("broker-2" | "broker-3") => Vec::new(),
+            _ => return,
+        };
+        initial_voters::write(dir, &voters).unwrap();
+    };
+    Cluster::start_prepared(
+        4,
+        &["offsets.topic.replication.factor=1"],
+        per_node,
+        prepare,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -183,3 +183,115 @@ fn format_takes_a_cluster_id_that_starts_with_a_dash() {
         );
     }
 }
+
+/// `evenkeel format` with `kafka-storage format`'s dynamic-quorum flags: the initial voters are
+/// kept in the log directory and this node's entry gives its directory id; static voters and the
+/// flags together, a malformed voter, or two of the flags at once are refused with nothing
+/// written.
+#[test]
+fn format_keeps_a_dynamic_quorums_initial_voters() {
+    use evenkeel::metadata::initial_voters;
+    use evenkeel::storage::{KafkaUuid, MetaProperties};
+    let (d1, d2) = (KafkaUuid::random(), KafkaUuid::random());
+    let run = |quorum: &str, args: &[String]| {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("server.properties");
+        std::fs::write(
+            &config,
+            format!(
+                "process.roles=controller\nnode.id=2\n\
+                 listeners=CONTROLLER://127.0.0.1:19095\n\
+                 controller.listener.names=CONTROLLER\nlog.dirs={}\n{quorum}\n",
+                dir.path().join("data").display()
+            ),
+        )
+        .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_evenkeel"))
+            .arg("format")
+            .arg("--config")
+            .arg(&config)
+            .args(args)
+            .output()
+            .unwrap();
+        (dir, out)
+    };
+    let dynamic = "controller.quorum.bootstrap.servers=127.0.0.1:19093";
+    let list = format!("1@127.0.0.1:19093:{d1},2@127.0.0.1:19095:{d2}");
+    let (dir, out) = run(dynamic, &["-I".into(), list.clone()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let data = dir.path().join("data");
+    let voters = initial_voters::read(&data)
+        .unwrap()
+        .expect("the voters kept");
+    assert_eq!(voters, initial_voters::parse(&list).unwrap());
+    let meta = MetaProperties::read(&data).unwrap().unwrap();
+    assert_eq!(
+        meta.directory_id, d2,
+        "node 2's directory id is its entry's"
+    );
+
+    let (dir, out) = run(dynamic, &["--no-initial-controllers".into()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let data = dir.path().join("data");
+    assert_eq!(initial_voters::read(&data).unwrap(), Some(Vec::new()));
+
+    let (dir, out) = run(dynamic, &["--standalone".into()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let data = dir.path().join("data");
+    let alone = initial_voters::read(&data).unwrap().expect("one voter");
+    let meta = MetaProperties::read(&data).unwrap().unwrap();
+    assert_eq!(
+        (
+            alone.len(),
+            alone[0].id,
+            alone[0].port,
+            alone[0].directory_id
+        ),
+        (1, 2, 19095, meta.directory_id)
+    );
+
+    let refusals: [(&str, Vec<String>, &str); 4] = [
+        (
+            "controller.quorum.voters=2@127.0.0.1:19095",
+            vec!["-I".into(), list.clone()],
+            "You cannot specify controller.quorum.voters",
+        ),
+        (
+            dynamic,
+            vec!["-I".into(), "2@127.0.0.1:19095".into()],
+            "is not id@host:port:directory-id",
+        ),
+        (
+            dynamic,
+            vec!["-s".into(), "-N".into()],
+            "cannot be used with",
+        ),
+        (
+            "process.roles=broker\nlisteners=PLAINTEXT://127.0.0.1:19096",
+            vec!["-N".into()],
+            "is for a controller",
+        ),
+    ];
+    for (quorum, args, why) in refusals {
+        let (dir, out) = run(&format!("{dynamic}\n{quorum}"), &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(err.contains(why), "{args:?}: {err}");
+        assert!(
+            !dir.path().join("data/meta.properties").exists(),
+            "{args:?}"
+        );
+    }
+}

@@ -170,6 +170,21 @@ pub fn format_log_dir(
     cluster_id: &str,
     node_id: i32,
 ) -> Result<MetaProperties, BrokerError> {
+    format_log_dir_as(
+        dir,
+        cluster_id,
+        node_id,
+        crate::storage::KafkaUuid::random(),
+    )
+}
+
+/// As `format_log_dir`, with the directory id given (a voter named at format time).
+pub fn format_log_dir_as(
+    dir: &std::path::Path,
+    cluster_id: &str,
+    node_id: i32,
+    directory_id: crate::storage::KafkaUuid,
+) -> Result<MetaProperties, BrokerError> {
     std::fs::create_dir_all(dir).map_err(|e| StorageError::Io {
         path: dir.to_path_buf(),
         source: e,
@@ -180,7 +195,7 @@ pub fn format_log_dir(
     let meta = MetaProperties {
         cluster_id: cluster_id.to_string(),
         node_id,
-        directory_id: crate::storage::KafkaUuid::random(),
+        directory_id,
     };
     meta.write(dir)?;
     Ok(meta)

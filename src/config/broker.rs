@@ -622,6 +622,10 @@ mod tests {
         assert_eq!(c.cluster.voters.len(), 1);
         assert_eq!(c.cluster.voters[0].id, 1);
         assert_eq!(c.cluster.voters[0].address(), "localhost:9093");
+        assert!(
+            c.cluster.dynamic_quorum,
+            "kraft.version 1: its voters can change"
+        );
         assert_eq!(
             c.advertised_listeners.len(),
             1,
@@ -631,19 +635,25 @@ mod tests {
     }
 
     #[test]
-    fn a_controller_bootstrapping_from_another_controller_is_refused() {
+    fn a_controller_bootstrapping_from_another_controller_waits_to_be_added() {
         let text = KAFKA_QUICKSTART.replace(
             "controller.quorum.bootstrap.servers=localhost:9093",
             "controller.quorum.bootstrap.servers=other:9093",
         );
         let text = text.replace("CONTROLLER://:9093", "CONTROLLER://:9193");
+        let (c, _) = BrokerConfig::from_props(&parse_properties(&text)).unwrap();
+        assert!(c.cluster.roles.controller);
+        assert!(c.cluster.dynamic_quorum);
+        assert!(c.cluster.voters.is_empty(), "not a voter until added");
+        // A static quorum still names every controller.
+        let text = KAFKA_QUICKSTART.replace(
+            "controller.quorum.bootstrap.servers=localhost:9093",
+            "controller.quorum.voters=2@other:9093",
+        );
         let err = BrokerConfig::from_props(&parse_properties(&text))
             .unwrap_err()
             .to_string();
-        assert!(
-            err.contains("dynamic quorum of several controllers"),
-            "{err}"
-        );
+        assert!(err.contains("is not one of the voters"), "{err}");
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod authorizer;
 pub mod bootstrap;
 pub mod features;
 pub mod image;
+pub mod initial_voters;
 pub mod quota_image;
 pub mod records;
 pub mod security_image;

@@ -94,10 +94,10 @@ pub struct QuorumConfig {
     pub election_timeout_ms: u64,
     pub snapshot: SnapshotPolicy,
     pub segment_bytes: u64,
-    /// This node's metadata log directory id (`directory.id` of its `meta.properties`).
-    pub directory_id: KafkaUuid,
+    /// The directory ids of `voters` (a dynamic quorum's; a static quorum has none).
+    pub directories: BTreeMap<i32, KafkaUuid>,
     /// A dynamic quorum (`kraft.version` 1): its voters carry directory ids and change with
-    /// AddRaftVoter and RemoveRaftVoter; `voters` holds only the first voter of a new quorum,
+    /// AddRaftVoter and RemoveRaftVoter; `voters` holds only the first voters of a new quorum,
     /// or nobody on a controller that waits to be added.
     pub dynamic: bool,
 }
@@ -590,12 +590,9 @@ impl Quorum {
     }
 }
 
-/// A first voter as the new log's membership names it: a dynamic quorum knows its directory.
+/// A first voter as the new log's membership names it, with its directory id if known.
 fn initial_node(cfg: &QuorumConfig, v: &Voter) -> VoterNode {
-    let dir = match cfg.dynamic && v.id == cfg.node_id {
-        true => cfg.directory_id,
-        false => KafkaUuid::ZERO,
-    };
+    let dir = cfg.directories.get(&v.id).copied().unwrap_or_default();
     VoterNode::new(v.address(), dir)
 }
 
