@@ -473,10 +473,16 @@ impl Broker {
 
     /// Partitions, group coordinators and fetchers follow `image`.
     fn apply_roles(&self, image: &Arc<MetadataImage>) -> Result<(), StorageError> {
-        let changes = self
-            .replicas
-            .apply_image(image, &self.config.log)
-            .inspect_err(|_| self.metrics.metadata_apply_errors.inc())?;
+        let changes = match self.replicas.apply_image(image, &self.config.log) {
+            Ok(changes) => changes,
+            Err(e) => {
+                self.metrics.metadata_apply_errors.inc();
+                // The partitions applied before the error changed roles all the same: the
+                // coordinators follow them.
+                group::metadata_manager::on_partition_changes(self, &Default::default());
+                return Err(e);
+            }
+        };
         group::metadata_manager::on_partition_changes(self, &changes);
         let caught_up = self.lifecycle.is_caught_up();
         if caught_up

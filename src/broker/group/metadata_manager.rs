@@ -230,6 +230,27 @@ pub fn on_partition_changes(broker: &Broker, changes: &ReplicaChanges) {
         groups += unload_partition(broker, tp.partition);
         unloaded.push(tp.partition);
     }
+    // What the changes did not say, the partitions' roles do: an image applied only in part
+    // (a storage error) leaves some changes unreported, and a later image reports none for them.
+    let n = broker.config.offsets_topic_num_partitions;
+    let coordinated = broker.coordinated_partitions();
+    for p in 0..n {
+        let leads = broker
+            .replicas
+            .check_leader(&TopicPartition::new(OFFSETS_TOPIC, p), -1)
+            .is_ok();
+        match (leads, coordinated.contains(&p)) {
+            (true, false) => {
+                records += load_partition(broker, p);
+                loaded.push(p);
+            }
+            (false, true) => {
+                groups += unload_partition(broker, p);
+                unloaded.push(p);
+            }
+            _ => {}
+        }
+    }
     if !loaded.is_empty() {
         tracing::info!(partitions = ?loaded, records, "loaded group coordinators of {OFFSETS_TOPIC}");
     }
