@@ -641,9 +641,16 @@ fn initial_voters(
             let l = config.cluster.controller_listeners.first().ok_or_else(|| {
                 anyhow::anyhow!("--standalone: controller.listener.names names no listener")
             })?;
-            let host = match l.host.as_str() {
-                "" | "0.0.0.0" | "::" => "localhost".to_string(),
-                h => h.to_string(),
+            // Where others reach it: the bootstrap server on its port (its name as the
+            // cluster knows it), else the listener's host when it names one.
+            let named = config.cluster.bootstrap_servers.iter().find_map(|b| {
+                let (h, p) = b.rsplit_once(':')?;
+                (p.parse::<u16>().ok()? == l.port).then(|| h.trim_matches(['[', ']']).to_string())
+            });
+            let host = match (named, l.host.as_str()) {
+                (Some(h), _) => h,
+                (None, "" | "0.0.0.0" | "::") => "localhost".to_string(),
+                (None, h) => h.to_string(),
             };
             vec![InitialVoter {
                 id: config.node_id,

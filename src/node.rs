@@ -51,12 +51,7 @@ impl Metadata {
         match self {
             Metadata::Voter(q) => {
                 let q = q.clone();
-                Arc::new(move || {
-                    q.voters()
-                        .into_iter()
-                        .map(|v| (v.id, v.node.addr))
-                        .collect()
-                })
+                Arc::new(move || q.voter_addresses())
             }
             Metadata::Observer(o) => {
                 let o = o.clone();

@@ -73,10 +73,18 @@ async fn remove(addr: &str, req: &RemoveRaftVoterRequest) -> (i16, String) {
 }
 
 async fn describe(addr: &str) -> Option<DescribeQuorumResponse> {
+    describe_at(addr, 2).await
+}
+
+/// DescribeQuorum at `version`, answered by the leader.
+async fn describe_at(addr: &str, version: i16) -> Option<DescribeQuorumResponse> {
     let c = Connection::connect_with(addr, Duration::from_secs(5), &ClientSecurity::default())
         .await
         .ok()?;
-    let r = c.call_at(&DescribeQuorumRequest::default(), 2).await.ok()?;
+    let r = c
+        .call_at(&DescribeQuorumRequest::default(), version)
+        .await
+        .ok()?;
     let p = r.topics.first()?.partitions.first()?;
     (r.error_code == 0 && p.error_code == 0).then_some(r)
 }
@@ -190,6 +198,9 @@ async fn controllers_are_added_and_removed_while_the_quorum_serves() {
     let all: BTreeSet<_> = [key(1), key(2), key(3)].into();
     let three = until_voters(&broker4, &all).await;
     let (_, nodes) = voters(&three);
+    // Kafka 3.x's tools ask with v1, which has no directory ids.
+    let v1 = describe_at(&broker4, 1).await.expect("DescribeQuorum v1");
+    assert_eq!(v1.topics[0].partitions[0].current_voters.len(), 3);
     assert_eq!(
         nodes.get(&2),
         Some(&ctrl[1]),
@@ -262,6 +273,16 @@ async fn controllers_are_added_and_removed_while_the_quorum_serves() {
     );
     let alone = until_voters(&broker4, &[key(other as usize)].into()).await;
     assert_eq!(alone.topics[0].partitions[0].leader_id.0, other);
+    // The removed leader stays a learner, listed among the observers, and keeps the log.
+    until("the removed voter caught up as an observer", WAIT, || async {
+        describe(&broker4).await.filter(|r| {
+            let p = &r.topics[0].partitions[0];
+            p.observers
+                .iter()
+                .any(|o| o.replica_id.0 == leader && o.log_end_offset >= p.high_watermark)
+        })
+    })
+    .await;
     let (code, msg) = remove(&broker4, &remove_voter(other, dirs[other as usize - 1])).await;
     assert_eq!(code, errors::VOTER_NOT_FOUND, "{msg}");
     assert!(msg.starts_with("Cannot remove voter"), "{msg}");

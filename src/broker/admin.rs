@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
@@ -614,34 +615,49 @@ pub fn describe_quorum(
     )
 }
 
+/// How long a forwarded voter change may take on the controller: up to 30 s for the new voter
+/// to catch up, and the waits for the previous change and for this one to commit.
+const VOTER_CHANGE_WAIT: Duration = Duration::from_secs(65);
+
+/// AddRaftVoter, forwarded once: a voter change is not repeated after it was sent.
 pub fn add_raft_voter(
     broker: &Arc<Broker>,
     version: i16,
     req: AddRaftVoterRequest,
 ) -> Outcome<AddRaftVoterResponse> {
-    forward(
-        broker,
-        version,
-        req,
-        |r| r.error_code == errors::NOT_LEADER_OR_FOLLOWER,
-        |code| AddRaftVoterResponse::default().with_error_code(code),
-        as_is,
-    )
+    let broker = broker.clone();
+    Outcome::Later(Box::pin(async move {
+        let not_leader = |r: &AddRaftVoterResponse| r.error_code == errors::NOT_LEADER_OR_FOLLOWER;
+        let sent = broker
+            .controller
+            .call_slow(&req, version, VOTER_CHANGE_WAIT, not_leader);
+        sent.await.unwrap_or_else(|e| {
+            AddRaftVoterResponse::default()
+                .with_error_code(errors::REQUEST_TIMED_OUT)
+                .with_error_message(msg(format!("the active controller did not answer: {e}")))
+        })
+    }))
 }
 
+/// RemoveRaftVoter, forwarded once, as AddRaftVoter.
 pub fn remove_raft_voter(
     broker: &Arc<Broker>,
     version: i16,
     req: RemoveRaftVoterRequest,
 ) -> Outcome<RemoveRaftVoterResponse> {
-    forward(
-        broker,
-        version,
-        req,
-        |r| r.error_code == errors::NOT_LEADER_OR_FOLLOWER,
-        |code| RemoveRaftVoterResponse::default().with_error_code(code),
-        as_is,
-    )
+    let broker = broker.clone();
+    Outcome::Later(Box::pin(async move {
+        let not_leader =
+            |r: &RemoveRaftVoterResponse| r.error_code == errors::NOT_LEADER_OR_FOLLOWER;
+        let sent = broker
+            .controller
+            .call_slow(&req, version, VOTER_CHANGE_WAIT, not_leader);
+        sent.await.unwrap_or_else(|e| {
+            RemoveRaftVoterResponse::default()
+                .with_error_code(errors::REQUEST_TIMED_OUT)
+                .with_error_message(msg(format!("the active controller did not answer: {e}")))
+        })
+    }))
 }
 
 pub fn unregister_broker(

@@ -145,6 +145,38 @@ impl ControllerChannel {
     }
 }
 
+impl ControllerChannel {
+    /// As `call`, for a request the controller may take long to answer (a voter change waits
+    /// for the new voter to catch up): each try has `per_call` for its answer, on a connection
+    /// of its own, and a try that was sent but got no answer is not repeated, since the
+    /// controller may have acted on it. One the controller refused as not the leader is.
+    pub async fn call_slow<R: Request>(
+        &self,
+        req: &R,
+        version: i16,
+        per_call: Duration,
+        not_controller: impl Fn(&R::Response) -> bool,
+    ) -> Result<R::Response, ClientError> {
+        let deadline = Instant::now() + DEFAULT_RETRY_TIMEOUT;
+        let mut avoid: Option<String> = None;
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let addr = self.target(avoid.as_deref());
+            match Connection::connect_with(&addr, per_call, &self.security).await {
+                Ok(c) => match c.call_at(req, version).await {
+                    Ok(resp) if not_controller(&resp) && Instant::now() + backoff < deadline => {}
+                    answered => return answered,
+                },
+                Err(e) if Instant::now() + backoff > deadline => return Err(e),
+                Err(_) => {}
+            }
+            avoid = Some(addr);
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+    }
+}
+
 /// Whether an error code says the request reached a node that is not the active controller.
 pub fn is_not_controller(code: i16) -> bool {
     code == errors::NOT_CONTROLLER

@@ -737,8 +737,6 @@ impl ControllerNode {
         }
     }
 
-    /// The quorum as the leader sees it, with what version `v` carries: the replicas' fetch
-    /// times from v1, the voters' endpoints from v2.
     /// UpdateFeatures (forwarded by a broker, or from `kafka-features --bootstrap-controller`).
     async fn update_features(&self, v: i16, r: UpdateFeaturesRequest) -> UpdateFeaturesResponse {
         let outcome = match features::updates_of(&r, v) {

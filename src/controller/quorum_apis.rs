@@ -70,6 +70,8 @@ impl ControllerNode {
         }
     }
 
+    /// The quorum as the leader sees it, with what version `v` carries: the replicas' fetch
+    /// times from v1, their directory ids and the voters' endpoints from v2.
     pub(super) fn describe_quorum(&self, v: i16) -> DescribeQuorumResponse {
         use describe_quorum_response::{Listener, Node, PartitionData, ReplicaState, TopicData};
         let topic = TopicName(s(METADATA_TOPIC));
@@ -92,6 +94,9 @@ impl ControllerNode {
                 .with_log_end_offset(r.log_end_offset);
             match v {
                 0 => state,
+                1 => state
+                    .with_last_fetch_timestamp(r.last_fetch_ms)
+                    .with_last_caught_up_timestamp(r.last_caught_up_ms),
                 _ => state
                     .with_replica_directory_id(r.directory_id.into())
                     .with_last_fetch_timestamp(r.last_fetch_ms)

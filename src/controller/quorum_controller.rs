@@ -114,6 +114,8 @@ impl QuorumController {
             .ensure_leader()
             .await
             .map_err(|_| not_controller(self.quorum.leader()))?;
+        // A voter change the previous leader left half done is finished first.
+        self.quorum.finish_voter_change().await;
         let _w = self.writes.lock().await;
         let img = self.quorum.image();
         self.sessions.lock().activate(&img, Instant::now());

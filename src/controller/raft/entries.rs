@@ -84,14 +84,17 @@ pub fn membership_header(m: &Membership<NodeId, VoterNode>) -> Option<Vec<u8>> {
     }
 }
 
-/// The membership a Voters record stores, with its header when it has one.
+/// The membership a Voters record stores, with its header when it has one; an unreadable header
+/// is an error (the record's one voter set would be a weaker quorum than a joint one).
 pub fn membership_from(
     voters: &[VoterRecord],
     header: Option<&[u8]>,
-) -> Membership<NodeId, VoterNode> {
-    header
-        .and_then(|h| serde_json::from_slice(h).ok())
-        .unwrap_or_else(|| membership_of(voters))
+) -> Result<Membership<NodeId, VoterNode>, String> {
+    match header {
+        None => Ok(membership_of(voters)),
+        Some(h) => serde_json::from_slice(h)
+            .map_err(|e| format!("the {MEMBERSHIP_HEADER} header cannot be read: {e}")),
+    }
 }
 
 /// The value of `name` among a record's headers.
@@ -193,7 +196,8 @@ pub fn decode_entry(batch_bytes: &[u8], index: u64) -> Result<Entry, EntryError>
             match ControlRecord::decode(k, v) {
                 Ok(Some(ControlRecord::Voters(voters))) => {
                     let header = header_value(&r.headers, MEMBERSHIP_HEADER);
-                    payload = EntryPayload::Membership(membership_from(&voters, header))
+                    payload =
+                        EntryPayload::Membership(membership_from(&voters, header).map_err(err)?)
                 }
                 Ok(_) => {}
                 Err(e) => return Err(err(e.to_string())),
@@ -345,6 +349,28 @@ mod tests {
             assert_eq!(format!("{:?}", back.payload), format!("{:?}", e.payload));
             offset = h.next_offset();
         }
+    }
+
+    #[test]
+    fn an_unreadable_membership_header_is_an_error_not_one_voter_set() {
+        let e = Entry {
+            log_id: log_id(3, 2),
+            payload: EntryPayload::Membership(joint()),
+        };
+        let ctx = EntryContext {
+            leader: 1,
+            leader_term: 3,
+            voters: vec![1, 2],
+            listener: "CONTROLLER".into(),
+        };
+        let mut b = encode_entry(&e, 0, &ctx, 7);
+        let at = b
+            .windows(9)
+            .position(|w| w == b"\"configs\"")
+            .expect("the joint sets in the header");
+        b[at..at + 9].copy_from_slice(b"\"configz\"");
+        let err = decode_entry(&b, 2).unwrap_err().to_string();
+        assert!(err.contains("evenkeel.raft.configs"), "{err}");
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod observer;
 pub mod quorum_state;
 pub mod snapshot;
 pub mod state_machine;
+mod voter_change;
 pub mod voters;
 
 use std::collections::{BTreeMap, HashMap};
@@ -31,7 +32,7 @@ use entries::EntryContext;
 use log_store::{LogStore, MetadataLog};
 use network::{ClusterMismatch, Network};
 use state_machine::{SnapshotPolicy, StateMachine};
-use voters::{voters_of, AddVoter, LeaderView, VoterChangeError, VoterInfo, VoterNode};
+use voters::VoterNode;
 
 pub type NodeId = u64;
 
@@ -150,9 +151,6 @@ pub struct Quorum {
     changing: tokio::sync::Mutex<()>,
 }
 
-/// How long a voter change waits for the previous one to be applied before it is refused.
-const SETTLE_WAIT: Duration = Duration::from_secs(2);
-
 /// openraft's timers from Kafka's. A follower that stops hearing from the leader waits out the
 /// leader's lease (openraft takes `election_timeout_max`) and then a random election timeout
 /// (drawn afresh for every wait by `election`, which stands in for openraft's trigger), so
@@ -236,7 +234,11 @@ impl Quorum {
             mismatch.clone(),
             contacts.lock().last_ack.clone(),
             election.clone(),
-            configured_addresses(&cfg.voters),
+            // A dynamic quorum dials its voters where its membership says.
+            match cfg.dynamic {
+                true => HashMap::new(),
+                false => configured_addresses(&cfg.voters),
+            },
         );
         let raft = Raft::new(
             cfg.node_id as NodeId,
@@ -247,24 +249,7 @@ impl Quorum {
         )
         .await
         .map_err(|e| QuorumError::Raft(e.to_string()))?;
-        let initialized = raft
-            .is_initialized()
-            .await
-            .map_err(|e| QuorumError::Raft(e.to_string()))?;
-        // A controller of a dynamic quorum that is not its first voter starts empty and waits for
-        // the leader to add it.
-        if !initialized && !cfg.voters.is_empty() {
-            let members: BTreeMap<NodeId, VoterNode> = cfg
-                .voters
-                .iter()
-                .map(|v| (v.id as NodeId, initial_node(&cfg, v)))
-                .collect();
-            match raft.initialize(members).await {
-                Ok(()) => {}
-                Err(RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => {}
-                Err(e) => return Err(QuorumError::Raft(e.to_string())),
-            }
-        }
+        initialize_if_new(&raft, &cfg).await?;
         let mut tasks = vec![tokio::spawn(election::run(
             raft.clone(),
             cfg.node_id as NodeId,
@@ -422,43 +407,20 @@ impl Quorum {
         }
         let m = self.raft.metrics().borrow().clone();
         let now = crate::storage::log::now_ms();
-        let own_end = self.log.log_end_offset();
-        let hw = self.applied_end_offset();
         let c = self.contacts.lock();
-        let members = voters_of(m.membership_config.membership());
-        let dir_of = |id: i32| {
-            members
-                .iter()
-                .find(|v| v.id == id)
-                .map_or(KafkaUuid::ZERO, |v| v.node.directory_id)
-        };
+        let membership = m.membership_config.membership();
         let mut voters = vec![ReplicaProgress {
             id: self.node_id,
-            directory_id: dir_of(self.node_id),
-            log_end_offset: own_end,
+            directory_id: directory_of(membership, self.node_id as NodeId),
+            log_end_offset: self.log.log_end_offset(),
             last_fetch_ms: now,
             last_caught_up_ms: now,
         }];
-        for id in m.membership_config.membership().voter_ids() {
-            let id = id as i32;
-            if id == self.node_id {
-                continue;
-            }
-            let matched = m
-                .replication
-                .as_ref()
-                .and_then(|r| r.get(&(id as NodeId)).cloned().flatten());
-            voters.push(ReplicaProgress {
-                id,
-                directory_id: dir_of(id),
-                log_end_offset: matched
-                    .and_then(|l| self.log.end_offset_of(l.index))
-                    .unwrap_or(-1),
-                last_fetch_ms: c.last_ack.lock().get(&id).copied().unwrap_or(-1),
-                last_caught_up_ms: c.caught_up.get(&id).copied().unwrap_or(-1),
-            });
-        }
-        let observers = c
+        let others = membership
+            .voter_ids()
+            .filter(|id| *id != self.node_id as NodeId);
+        voters.extend(others.map(|id| self.replica_progress(&m, &c, id)));
+        let mut observers: Vec<ReplicaProgress> = c
             .observers
             .iter()
             .filter(|(_, o)| now - o.1 < 300_000)
@@ -470,115 +432,40 @@ impl Quorum {
                 last_caught_up_ms: o.2,
             })
             .collect();
+        // Learners (a controller being added, or a removed voter that stays) are observers to
+        // Kafka's tools.
+        let learners = membership.learner_ids();
+        observers.extend(learners.map(|id| self.replica_progress(&m, &c, id)));
         Some(QuorumStatus {
             leader_id: self.node_id,
             leader_epoch: m.current_term as i32,
-            high_watermark: hw,
+            high_watermark: self.applied_end_offset(),
             voters,
             observers,
         })
     }
 
-    /// The finalized `kraft.version`: 1 for a dynamic quorum, 0 for a static one.
-    pub fn kraft_version(&self) -> i16 {
-        i16::from(self.dynamic)
-    }
-
-    /// The voters of the membership this node knows (both sides while it is joint).
-    pub fn voters(&self) -> Vec<VoterInfo> {
-        voters_of(self.raft.metrics().borrow().membership_config.membership())
-    }
-
-    /// Whether the membership in force is committed, applied and not joint.
-    fn membership_settled(&self) -> bool {
-        let m = self.raft.metrics().borrow().clone();
-        let stored = &m.membership_config;
-        stored.log_id().as_ref() <= m.last_applied.as_ref()
-            && stored.membership().get_joint_config().len() == 1
-    }
-
-    /// Judges a voter change as Kafka's leader does, with the membership in force. A change
-    /// answered a moment ago may not be applied yet: that is waited for, up to the quorum's
-    /// request timeout (Kafka answers a change once it is committed, so a client's next change
-    /// finds it settled).
-    async fn with_leader_view<T>(
+    /// How far the leader has replicated to member `id` (a voter or a learner).
+    fn replica_progress(
         &self,
-        judge: impl FnOnce(&LeaderView<'_>) -> Result<T, VoterChangeError>,
-    ) -> Result<T, VoterChangeError> {
-        if !self.is_leader() {
-            return Err(VoterChangeError::new(
-                crate::protocol::errors::NOT_LEADER_OR_FOLLOWER,
-                "this controller is not the leader of the metadata quorum",
-            ));
+        m: &openraft::RaftMetrics<NodeId, VoterNode>,
+        c: &Contacts,
+        id: NodeId,
+    ) -> ReplicaProgress {
+        let matched = m
+            .replication
+            .as_ref()
+            .and_then(|r| r.get(&id).cloned().flatten());
+        let i = id as i32;
+        ReplicaProgress {
+            id: i,
+            directory_id: directory_of(m.membership_config.membership(), id),
+            log_end_offset: matched
+                .and_then(|l| self.log.end_offset_of(l.index))
+                .unwrap_or(-1),
+            last_fetch_ms: c.last_ack.lock().get(&i).copied().unwrap_or(-1),
+            last_caught_up_ms: c.caught_up.get(&i).copied().unwrap_or(-1),
         }
-        let deadline = tokio::time::Instant::now() + SETTLE_WAIT;
-        while !self.membership_settled() && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let settled = self.membership_settled();
-        let voters = self.voters();
-        judge(&LeaderView {
-            default_listener: &self.listener,
-            kraft_version: self.kraft_version(),
-            voters: &voters,
-            settled,
-        })
-    }
-
-    /// AddRaftVoter: the new voter catches up as a learner (within `timeout`), then a joint
-    /// membership makes it a voter. A learner that does not catch up in time is dropped again.
-    pub async fn add_voter(
-        &self,
-        req: AddVoter,
-        timeout: Duration,
-    ) -> Result<(), VoterChangeError> {
-        let _one = self
-            .changing
-            .try_lock()
-            .map_err(|_| previous_change_pending())?;
-        let node = self
-            .with_leader_view(|view| voters::check_add(&req, view))
-            .await?;
-        let id = req.id as NodeId;
-        let key = voters::replica_key(req.id, req.directory_id);
-        tracing::info!(voter = %key, addr = %node.addr, "adding a voter: catching it up as a learner");
-        match tokio::time::timeout(timeout, self.raft.add_learner(id, node, true)).await {
-            Ok(r) => r.map(|_| ()).map_err(change_error)?,
-            Err(_) => {
-                let drop_learner = openraft::ChangeMembers::RemoveNodes([id].into());
-                let _ = self.raft.change_membership(drop_learner, false).await;
-                return Err(VoterChangeError::timed_out(format!(
-                    "Request timed out waiting for the new voter {key} to catch up with the leader"
-                )));
-            }
-        }
-        self.raft
-            .change_membership(voters::promote(req.id), false)
-            .await
-            .map_err(change_error)?;
-        tracing::info!(voter = %key, "voter added");
-        Ok(())
-    }
-
-    /// RemoveRaftVoter: a joint membership without voter `id`. A leader that removed itself
-    /// steps down once the change is committed.
-    pub async fn remove_voter(
-        &self,
-        id: i32,
-        directory_id: KafkaUuid,
-    ) -> Result<(), VoterChangeError> {
-        let _one = self
-            .changing
-            .try_lock()
-            .map_err(|_| previous_change_pending())?;
-        self.with_leader_view(|view| voters::check_remove(id, directory_id, view))
-            .await?;
-        self.raft
-            .change_membership(voters::demote(id), false)
-            .await
-            .map_err(change_error)?;
-        tracing::info!(voter = %voters::replica_key(id, directory_id), "voter removed");
-        Ok(())
     }
 
     /// Stops openraft; the log stays as it is.
@@ -588,6 +475,35 @@ impl Quorum {
         }
         let _ = self.raft.shutdown().await;
     }
+}
+
+/// On a fresh log, writes the first voters. Every voter writes the same first entry, so the order
+/// of start-up is free; a controller of a dynamic quorum that is not one of its first voters
+/// starts empty and waits for the leader to add it.
+async fn initialize_if_new(raft: &Raft, cfg: &QuorumConfig) -> Result<(), QuorumError> {
+    let initialized = raft
+        .is_initialized()
+        .await
+        .map_err(|e| QuorumError::Raft(e.to_string()))?;
+    if initialized || cfg.voters.is_empty() {
+        return Ok(());
+    }
+    let members: BTreeMap<NodeId, VoterNode> = cfg
+        .voters
+        .iter()
+        .map(|v| (v.id as NodeId, initial_node(cfg, v)))
+        .collect();
+    match raft.initialize(members).await {
+        Ok(()) | Err(RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => {
+            Ok(())
+        }
+        Err(e) => Err(QuorumError::Raft(e.to_string())),
+    }
+}
+
+/// The directory id the membership records for `id` (zero when none).
+fn directory_of(m: &openraft::Membership<NodeId, VoterNode>, id: NodeId) -> KafkaUuid {
+    m.get_node(&id).map_or(KafkaUuid::ZERO, |n| n.directory_id)
 }
 
 /// A first voter as the new log's membership names it, with its directory id if known.
@@ -602,29 +518,6 @@ fn context(cfg: &QuorumConfig) -> EntryContext {
         leader_term: 0,
         voters: cfg.voters.iter().map(|v| v.id).collect(),
         listener: cfg.listener.clone(),
-    }
-}
-
-fn previous_change_pending() -> VoterChangeError {
-    VoterChangeError::timed_out(
-        "Request timed out waiting for leader to handle previous voter change request",
-    )
-}
-
-/// A membership change openraft refused or could not finish.
-fn change_error(e: RaftError<NodeId, ClientWriteError<NodeId, VoterNode>>) -> VoterChangeError {
-    use crate::protocol::errors;
-    match e {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => VoterChangeError::new(
-            errors::NOT_LEADER_OR_FOLLOWER,
-            "this controller lost the leadership of the metadata quorum",
-        ),
-        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
-            VoterChangeError::timed_out(format!(
-                "Request timed out waiting for voters to commit the latest voter change ({e})"
-            ))
-        }
-        RaftError::Fatal(e) => VoterChangeError::new(errors::UNKNOWN_SERVER_ERROR, e.to_string()),
     }
 }
 

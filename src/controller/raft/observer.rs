@@ -188,10 +188,7 @@ impl Observer {
     /// quorum's voters may be none of the bootstrap servers.
     pub fn voters(&self) -> Vec<(i32, String)> {
         let st = self.state.lock();
-        super::voters::voters_of(st.membership.membership())
-            .into_iter()
-            .map(|v| (v.id, v.node.addr))
-            .collect()
+        super::voters::addresses(&super::voters::voters_of(st.membership.membership()))
     }
 
     /// The controller to ask next: the known leader, else the next address in turn.

@@ -211,7 +211,7 @@ pub fn decode(bytes: &[u8]) -> Result<SnapshotFile, StorageError> {
         last_log_id,
         membership: StoredMembership::new(
             membership_id,
-            membership_from(&voters, configs.as_deref()),
+            membership_from(&voters, configs.as_deref()).map_err(malformed)?,
         ),
         last_timestamp: timestamp,
         records,

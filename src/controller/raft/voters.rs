@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use openraft::{ChangeMembers, Membership};
+use openraft::Membership;
 use serde::{Deserialize, Serialize};
 
 use super::NodeId;
@@ -35,7 +35,10 @@ impl VoterNode {
     /// `(host, port)` of the address; port 0 when it has none.
     pub fn host_port(&self) -> (String, u16) {
         match self.addr.rsplit_once(':') {
-            Some((h, p)) => (h.to_string(), p.parse().unwrap_or(0)),
+            Some((h, p)) => (
+                h.trim_matches(['[', ']']).to_string(),
+                p.parse().unwrap_or(0),
+            ),
             None => (self.addr.clone(), 0),
         }
     }
@@ -96,6 +99,11 @@ pub fn voters_of(m: &Membership<NodeId, VoterNode>) -> Vec<VoterInfo> {
             node: node.clone(),
         })
         .collect()
+}
+
+/// `(id, host:port)` of `voters`.
+pub fn addresses(voters: &[VoterInfo]) -> Vec<(i32, String)> {
+    voters.iter().map(|v| (v.id, v.node.addr.clone())).collect()
 }
 
 fn voter_set_text(voters: &[VoterInfo]) -> String {
@@ -211,6 +219,10 @@ pub fn check_add(req: &AddVoter, view: &LeaderView<'_>) -> Result<VoterNode, Vot
             ),
         ));
     }
+    let host = match host.contains(':') && !host.starts_with('[') {
+        true => format!("[{host}]"),
+        false => host.clone(),
+    };
     Ok(VoterNode::new(format!("{host}:{port}"), req.directory_id))
 }
 
@@ -263,16 +275,6 @@ fn check_settled(view: &LeaderView<'_>) -> Result<(), VoterChangeError> {
         ));
     }
     Ok(())
-}
-
-/// The membership change that adds voter `id`, already a learner.
-pub fn promote(id: i32) -> ChangeMembers<NodeId, VoterNode> {
-    ChangeMembers::AddVoterIds([id as NodeId].into())
-}
-
-/// The membership change that removes voter `id`.
-pub fn demote(id: i32) -> ChangeMembers<NodeId, VoterNode> {
-    ChangeMembers::RemoveVoters([id as NodeId].into())
 }
 
 #[cfg(test)]
