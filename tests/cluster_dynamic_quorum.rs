@@ -274,15 +274,29 @@ async fn controllers_are_added_and_removed_while_the_quorum_serves() {
     let alone = until_voters(&broker4, &[key(other as usize)].into()).await;
     assert_eq!(alone.topics[0].partitions[0].leader_id.0, other);
     // The removed leader stays a learner, listed among the observers, and keeps the log.
-    until("the removed voter caught up as an observer", WAIT, || async {
-        describe(&broker4).await.filter(|r| {
-            let p = &r.topics[0].partitions[0];
-            p.observers
-                .iter()
-                .any(|o| o.replica_id.0 == leader && o.log_end_offset >= p.high_watermark)
-        })
-    })
+    until(
+        "the removed voter caught up as an observer",
+        WAIT,
+        || async {
+            describe(&broker4).await.filter(|r| {
+                let p = &r.topics[0].partitions[0];
+                p.observers
+                    .iter()
+                    .any(|o| o.replica_id.0 == leader && o.log_end_offset >= p.high_watermark)
+            })
+        },
+    )
     .await;
+
+    // It can be added again (a learner already), and removed again.
+    let port = ctrl[leader as usize - 1];
+    let back = add_voter(leader, dirs[leader as usize - 1], port);
+    let (code, msg) = add(&broker4, &back).await;
+    assert_eq!(code, errors::NONE, "adding node {leader} back: {msg}");
+    until_voters(&broker4, &[key(2), key(3)].into()).await;
+    let (code, msg) = remove(&broker4, &remove_voter(leader, dirs[leader as usize - 1])).await;
+    assert_eq!(code, errors::NONE, "removing node {leader} again: {msg}");
+    until_voters(&broker4, &[key(other as usize)].into()).await;
     let (code, msg) = remove(&broker4, &remove_voter(other, dirs[other as usize - 1])).await;
     assert_eq!(code, errors::VOTER_NOT_FOUND, "{msg}");
     assert!(msg.starts_with("Cannot remove voter"), "{msg}");
