@@ -18,7 +18,7 @@ use kafka_protocol::messages::add_raft_voter_request::Listener;
 use kafka_protocol::messages::{
     AddRaftVoterRequest, DescribeQuorumRequest, DescribeQuorumResponse, RemoveRaftVoterRequest,
 };
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::protocol::{Request, StrBytes};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -48,28 +48,27 @@ fn remove_voter(id: i32, dir: KafkaUuid) -> RemoveRaftVoterRequest {
         .with_voter_directory_id(dir.into())
 }
 
-async fn add(addr: &str, req: &AddRaftVoterRequest) -> (i16, String) {
+/// A voter change sent to `addr`: its error code and message.
+async fn change<R: Request>(
+    addr: &str,
+    req: &R,
+    answer: fn(R::Response) -> (i16, Option<StrBytes>),
+) -> (i16, String) {
     let r = connect(addr)
         .await
         .call_at(req, 0)
         .await
         .expect("an answer");
-    (
-        r.error_code,
-        r.error_message.map(|m| m.to_string()).unwrap_or_default(),
-    )
+    let (code, message) = answer(r);
+    (code, message.map(|m| m.to_string()).unwrap_or_default())
+}
+
+async fn add(addr: &str, req: &AddRaftVoterRequest) -> (i16, String) {
+    change(addr, req, |r| (r.error_code, r.error_message)).await
 }
 
 async fn remove(addr: &str, req: &RemoveRaftVoterRequest) -> (i16, String) {
-    let r = connect(addr)
-        .await
-        .call_at(req, 0)
-        .await
-        .expect("an answer");
-    (
-        r.error_code,
-        r.error_message.map(|m| m.to_string()).unwrap_or_default(),
-    )
+    change(addr, req, |r| (r.error_code, r.error_message)).await
 }
 
 async fn describe(addr: &str) -> Option<DescribeQuorumResponse> {

@@ -619,43 +619,66 @@ pub fn describe_quorum(
 /// to catch up, and the waits for the previous change and for this one to commit.
 const VOTER_CHANGE_WAIT: Duration = Duration::from_secs(65);
 
-/// AddRaftVoter, forwarded once: a voter change is not repeated after it was sent.
+/// AddRaftVoter, forwarded once (see `forward_voter_change`).
 pub fn add_raft_voter(
     broker: &Arc<Broker>,
     version: i16,
     req: AddRaftVoterRequest,
 ) -> Outcome<AddRaftVoterResponse> {
-    let broker = broker.clone();
-    Outcome::Later(Box::pin(async move {
-        let not_leader = |r: &AddRaftVoterResponse| r.error_code == errors::NOT_LEADER_OR_FOLLOWER;
-        let sent = broker
-            .controller
-            .call_slow(&req, version, VOTER_CHANGE_WAIT, not_leader);
-        sent.await.unwrap_or_else(|e| {
+    forward_voter_change(
+        broker,
+        version,
+        req,
+        |r| r.error_code,
+        |code, why| {
             AddRaftVoterResponse::default()
-                .with_error_code(errors::REQUEST_TIMED_OUT)
-                .with_error_message(msg(format!("the active controller did not answer: {e}")))
-        })
-    }))
+                .with_error_code(code)
+                .with_error_message(msg(why))
+        },
+    )
 }
 
-/// RemoveRaftVoter, forwarded once, as AddRaftVoter.
+/// RemoveRaftVoter, forwarded once (see `forward_voter_change`).
 pub fn remove_raft_voter(
     broker: &Arc<Broker>,
     version: i16,
     req: RemoveRaftVoterRequest,
 ) -> Outcome<RemoveRaftVoterResponse> {
+    forward_voter_change(
+        broker,
+        version,
+        req,
+        |r| r.error_code,
+        |code, why| {
+            RemoveRaftVoterResponse::default()
+                .with_error_code(code)
+                .with_error_message(msg(why))
+        },
+    )
+}
+
+/// Sends a voter change to the active controller once: one that was sent and got no answer
+/// (the catch-up may take long) is not repeated, since the controller may have made it.
+fn forward_voter_change<R>(
+    broker: &Arc<Broker>,
+    version: i16,
+    req: R,
+    code_of: fn(&R::Response) -> i16,
+    failed: fn(i16, String) -> R::Response,
+) -> Outcome<R::Response>
+where
+    R: Request + Send + Sync + 'static,
+    R::Response: Send + 'static,
+{
     let broker = broker.clone();
     Outcome::Later(Box::pin(async move {
-        let not_leader =
-            |r: &RemoveRaftVoterResponse| r.error_code == errors::NOT_LEADER_OR_FOLLOWER;
+        let not_leader = |r: &R::Response| code_of(r) == errors::NOT_LEADER_OR_FOLLOWER;
         let sent = broker
             .controller
             .call_slow(&req, version, VOTER_CHANGE_WAIT, not_leader);
         sent.await.unwrap_or_else(|e| {
-            RemoveRaftVoterResponse::default()
-                .with_error_code(errors::REQUEST_TIMED_OUT)
-                .with_error_message(msg(format!("the active controller did not answer: {e}")))
+            let why = format!("the active controller did not answer: {e}");
+            failed(errors::REQUEST_TIMED_OUT, why)
         })
     }))
 }
