@@ -228,38 +228,41 @@ async fn controllers_are_added_and_removed_while_the_quorum_serves() {
         .expect("a topic on the three-voter quorum");
 
     // An added voter killed -9 comes back a voter: its log holds the membership that made it
-    // one. (The quorum then needs it: node 1 goes next.)
+    // one.
     c.kill(3);
     c.spawn(3);
     c.wait(3);
 
-    // The first voter dies; two of three keep the quorum, and broker 4, which was told only of
-    // node 1's controller, finds the new leader among the voters its metadata log names.
-    c.kill(1);
-    let after = until("a new leader among nodes 2 and 3", WAIT, || async {
-        describe(&broker4)
-            .await
-            .filter(|r| [2, 3].contains(&r.topics[0].partitions[0].leader_id.0))
-    })
-    .await;
+    // The leader, node 1, removes itself from three voters: it leaves the membership and steps
+    // down, and nodes 2 and 3 elect a leader of their own. Broker 4, told only of node 1's
+    // controller, finds it among the voters its metadata log names, also once node 1 is gone.
+    let (code, msg) = remove(&broker4, &remove_voter(1, dirs[0])).await;
     assert_eq!(
-        voters(&after).0,
-        all,
-        "node 1 is still a voter until removed"
+        code,
+        errors::NONE,
+        "the leader, node 1, removing itself: {msg}"
     );
+    let two: BTreeSet<_> = [key(2), key(3)].into();
+    until(
+        "nodes 2 and 3 voting, one of them leading",
+        WAIT,
+        || async {
+            describe(&broker4).await.filter(|r| {
+                voters(r).0 == two && [2, 3].contains(&r.topics[0].partitions[0].leader_id.0)
+            })
+        },
+    )
+    .await;
+    c.kill(1);
     let a4 = admin(&broker4).await;
     until(
-        "a topic created through broker 4 after node 1 died",
+        "a topic created through broker 4 after node 1 left and died",
         WAIT,
         || async { a4.create_topic("after", 1, 1, &BTreeMap::new()).await.ok() },
     )
     .await;
 
-    // The dead voter removed through the broker, then the leader itself, which steps down for
-    // the other; the last voter stays.
-    let (code, msg) = remove(&broker4, &remove_voter(1, dirs[0])).await;
-    assert_eq!(code, errors::NONE, "removing node 1: {msg}");
-    until_voters(&broker4, &[key(2), key(3)].into()).await;
+    // Now the leader of two removes itself; the other leads alone.
     let leader = describe(&broker4).await.expect("a leader").topics[0].partitions[0]
         .leader_id
         .0;
@@ -272,7 +275,20 @@ async fn controllers_are_added_and_removed_while_the_quorum_serves() {
     );
     let alone = until_voters(&broker4, &[key(other as usize)].into()).await;
     assert_eq!(alone.topics[0].partitions[0].leader_id.0, other);
-    // The removed leader stays a learner, listed among the observers, and keeps the log.
+
+    // It can be added again, catching up from where it left; removed again (not leading now),
+    // it stays a learner, listed among the observers, and keeps the log.
+    let port = ctrl[leader as usize - 1];
+    let back = add_voter(leader, dirs[leader as usize - 1], port);
+    let (code, msg) = add(&broker4, &back).await;
+    assert_eq!(code, errors::NONE, "adding node {leader} back: {msg}");
+    until_voters(&broker4, &two).await;
+    let (code, msg) = remove(&broker4, &remove_voter(leader, dirs[leader as usize - 1])).await;
+    assert_eq!(code, errors::NONE, "removing node {leader} again: {msg}");
+    until_voters(&broker4, &[key(other as usize)].into()).await;
+    a4.create_topic("later", 1, 1, &BTreeMap::new())
+        .await
+        .expect("a topic on the quorum of one");
     until(
         "the removed voter caught up as an observer",
         WAIT,
@@ -287,20 +303,10 @@ async fn controllers_are_added_and_removed_while_the_quorum_serves() {
     )
     .await;
 
-    // It can be added again (a learner already), and removed again.
-    let port = ctrl[leader as usize - 1];
-    let back = add_voter(leader, dirs[leader as usize - 1], port);
-    let (code, msg) = add(&broker4, &back).await;
-    assert_eq!(code, errors::NONE, "adding node {leader} back: {msg}");
-    until_voters(&broker4, &[key(2), key(3)].into()).await;
-    let (code, msg) = remove(&broker4, &remove_voter(leader, dirs[leader as usize - 1])).await;
-    assert_eq!(code, errors::NONE, "removing node {leader} again: {msg}");
-    until_voters(&broker4, &[key(other as usize)].into()).await;
+    // The last voter stays.
     let (code, msg) = remove(&broker4, &remove_voter(other, dirs[other as usize - 1])).await;
     assert_eq!(code, errors::VOTER_NOT_FOUND, "{msg}");
     assert!(msg.starts_with("Cannot remove voter"), "{msg}");
-
-    // The quorum of one still commits.
     until("a topic created on the quorum of one", WAIT, || async {
         a4.create_topic("last", 1, 1, &BTreeMap::new()).await.ok()
     })

@@ -409,13 +409,19 @@ impl Quorum {
         let now = crate::storage::log::now_ms();
         let c = self.contacts.lock();
         let membership = m.membership_config.membership();
-        let mut voters = vec![ReplicaProgress {
-            id: self.node_id,
-            directory_id: directory_of(membership, self.node_id as NodeId),
-            log_end_offset: self.log.log_end_offset(),
-            last_fetch_ms: now,
-            last_caught_up_ms: now,
-        }];
+        // A leader that removed itself is no voter while it steps down.
+        let mut voters: Vec<ReplicaProgress> = membership
+            .voter_ids()
+            .any(|id| id == self.node_id as NodeId)
+            .then(|| ReplicaProgress {
+                id: self.node_id,
+                directory_id: directory_of(membership, self.node_id as NodeId),
+                log_end_offset: self.log.log_end_offset(),
+                last_fetch_ms: now,
+                last_caught_up_ms: now,
+            })
+            .into_iter()
+            .collect();
         let others = membership
             .voter_ids()
             .filter(|id| *id != self.node_id as NodeId);

@@ -1,6 +1,7 @@
 //! How the leader changes a dynamic quorum's voters (KIP-853's AddRaftVoter and RemoveRaftVoter)
 //! with openraft: a new voter is caught up as a learner, then joins through a joint membership;
-//! a removed voter stays a learner (Kafka's goes on as an observer), so it keeps the log.
+//! a removed voter stays a learner (Kafka's goes on as an observer), so it keeps the log, except
+//! a leader removing itself, which leaves the membership so that it steps down.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -60,7 +61,7 @@ impl Quorum {
         }
         tracing::info!("finishing a voter change a previous leader left joint");
         if let Err(e) = self
-            .change(ChangeMembers::AddVoterIds(BTreeSet::new()))
+            .change(ChangeMembers::AddVoterIds(BTreeSet::new()), true)
             .await
         {
             tracing::warn!(error = %e, "cannot finish the voter change");
@@ -95,12 +96,14 @@ impl Quorum {
         })
     }
 
-    /// A membership change, bounded by `COMMIT_WAIT`; a voter it removes stays a learner.
+    /// A membership change, bounded by `COMMIT_WAIT`; with `retain`, a voter it removes stays a
+    /// learner.
     async fn change(
         &self,
         change: ChangeMembers<NodeId, VoterNode>,
+        retain: bool,
     ) -> Result<(), VoterChangeError> {
-        match tokio::time::timeout(COMMIT_WAIT, self.raft.change_membership(change, true)).await {
+        match tokio::time::timeout(COMMIT_WAIT, self.raft.change_membership(change, retain)).await {
             Ok(r) => r.map(|_| ()).map_err(change_error),
             Err(_) => Err(VoterChangeError::timed_out(
                 "Request timed out waiting for the voter change to commit",
@@ -126,26 +129,31 @@ impl Quorum {
         let key = voters::replica_key(req.id, req.directory_id);
         // A learner of that id left from before (removed, or an add that timed out) keeps its
         // old address and directory until it is replaced: openraft's add never overwrites.
-        let stale = self
+        let known = self
             .raft
             .metrics()
             .borrow()
             .membership_config
             .membership()
             .get_node(&id)
-            .is_some_and(|n| *n != node);
-        if stale {
-            self.change(ChangeMembers::SetNodes(BTreeMap::from([(
-                id,
-                node.clone(),
-            )])))
-            .await?;
+            .cloned();
+        if known.as_ref().is_some_and(|n| *n != node) {
+            let set = ChangeMembers::SetNodes(BTreeMap::from([(id, node.clone())]));
+            self.change(set, true).await?;
         }
         tracing::info!(voter = %key, addr = %node.addr, "adding a voter: catching it up as a learner");
         match tokio::time::timeout(timeout, self.raft.add_learner(id, node, true)).await {
             Ok(r) => r.map(|_| ()).map_err(change_error)?,
             Err(_) => {
-                if let Err(e) = self.change(ChangeMembers::RemoveNodes([id].into())).await {
+                // A removed voter that was a learner already stays one.
+                let dropped = match known {
+                    Some(_) => Ok(()),
+                    None => {
+                        self.change(ChangeMembers::RemoveNodes([id].into()), true)
+                            .await
+                    }
+                };
+                if let Err(e) = dropped {
                     tracing::warn!(voter = %key, error = %e, "cannot drop the learner that did not catch up");
                 }
                 return Err(VoterChangeError::timed_out(format!(
@@ -153,13 +161,16 @@ impl Quorum {
                 )));
             }
         }
-        self.change(ChangeMembers::AddVoterIds([id].into())).await?;
+        self.change(ChangeMembers::AddVoterIds([id].into()), true)
+            .await?;
         tracing::info!(voter = %key, "voter added");
         Ok(())
     }
 
     /// RemoveRaftVoter: a joint membership without voter `id`, which stays a learner and keeps
-    /// receiving the log. A leader that removed itself steps down once the change commits.
+    /// receiving the log. A leader removing itself leaves the membership altogether: openraft
+    /// keeps a leader that is still a learner leading (it counts any member), so only a leader
+    /// that is no member at all steps down once the change is committed.
     pub async fn remove_voter(
         &self,
         id: i32,
@@ -171,7 +182,8 @@ impl Quorum {
             .map_err(|_| previous_change_pending())?;
         self.with_leader_view(|view| voters::check_remove(id, directory_id, view))
             .await?;
-        self.change(ChangeMembers::RemoveVoters([id as NodeId].into()))
+        let itself = id == self.node_id;
+        self.change(ChangeMembers::RemoveVoters([id as NodeId].into()), !itself)
             .await?;
         tracing::info!(voter = %voters::replica_key(id, directory_id), "voter removed");
         Ok(())
@@ -184,12 +196,15 @@ fn previous_change_pending() -> VoterChangeError {
     )
 }
 
-/// A membership change openraft refused or could not finish.
+/// A membership change openraft refused or could not finish. A leadership lost on the way is
+/// REQUEST_TIMED_OUT, not NOT_LEADER_OR_FOLLOWER: the change may have been made (openraft's
+/// second step can find the leadership gone after the first committed), and a broker sends a
+/// change again only to a controller that refused it before proposing anything.
 fn change_error(e: RaftError<NodeId, ClientWriteError<NodeId, VoterNode>>) -> VoterChangeError {
     match e {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => VoterChangeError::new(
-            errors::NOT_LEADER_OR_FOLLOWER,
-            "this controller lost the leadership of the metadata quorum",
+        RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => VoterChangeError::timed_out(
+            "this controller lost the leadership of the metadata quorum during the change; \
+             it may have been made",
         ),
         RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
             VoterChangeError::timed_out(format!(
