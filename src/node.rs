@@ -55,7 +55,7 @@ impl Metadata {
             }
             Metadata::Observer(o) => {
                 let o = o.clone();
-                Arc::new(move || o.voters())
+                Arc::new(move || o.voter_addresses())
             }
         }
     }

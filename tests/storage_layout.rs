@@ -147,6 +147,27 @@ fn dump_log_of_a_missing_file_fails_with_one_line() {
 
 /// `evenkeel format` takes a cluster id that starts with '-' (one in 64 random ids, and the
 /// operator's ids from a KafkaCluster's uid) in either form, as a value and not a flag.
+/// `evenkeel format --config <file> args`, the file `properties` plus `log.dirs` in a new
+/// temporary directory (its `data`); the directory and the command's output.
+fn format_node(properties: &str, args: &[String]) -> (tempfile::TempDir, std::process::Output) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("server.properties");
+    let data = dir.path().join("data");
+    std::fs::write(
+        &config,
+        format!("log.dirs={}\n{properties}\n", data.display()),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_evenkeel"))
+        .arg("format")
+        .arg("--config")
+        .arg(&config)
+        .args(args)
+        .output()
+        .unwrap();
+    (dir, out)
+}
+
 #[test]
 fn format_takes_a_cluster_id_that_starts_with_a_dash() {
     let id = "-jsa4ssDSKSixsZ4B1D70w";
@@ -154,26 +175,13 @@ fn format_takes_a_cluster_id_that_starts_with_a_dash() {
         vec![format!("--cluster-id={id}")],
         vec!["-t".into(), id.into()],
     ] {
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("server.properties");
-        std::fs::write(
-            &config,
-            format!(
-                "process.roles=broker,controller\nnode.id=1\n\
-                 controller.quorum.voters=1@127.0.0.1:19093\n\
-                 listeners=PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093\n\
-                 controller.listener.names=CONTROLLER\nlog.dirs={}\n",
-                dir.path().join("data").display()
-            ),
-        )
-        .unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_evenkeel"))
-            .arg("format")
-            .arg("--config")
-            .arg(&config)
-            .args(&form)
-            .output()
-            .unwrap();
+        let (dir, out) = format_node(
+            "process.roles=broker,controller\nnode.id=1\n\
+             controller.quorum.voters=1@127.0.0.1:19093\n\
+             listeners=PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093\n\
+             controller.listener.names=CONTROLLER",
+            &form,
+        );
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{form:?}: {err}");
         let meta = std::fs::read_to_string(dir.path().join("data/meta.properties")).unwrap();
@@ -194,26 +202,14 @@ fn format_keeps_a_dynamic_quorums_initial_voters() {
     use evenkeel::storage::{KafkaUuid, MetaProperties};
     let (d1, d2) = (KafkaUuid::random(), KafkaUuid::random());
     let run = |quorum: &str, args: &[String]| {
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("server.properties");
-        std::fs::write(
-            &config,
-            format!(
+        format_node(
+            &format!(
                 "process.roles=controller\nnode.id=2\n\
                  listeners=CONTROLLER://127.0.0.1:19095\n\
-                 controller.listener.names=CONTROLLER\nlog.dirs={}\n{quorum}\n",
-                dir.path().join("data").display()
+                 controller.listener.names=CONTROLLER\n{quorum}"
             ),
+            args,
         )
-        .unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_evenkeel"))
-            .arg("format")
-            .arg("--config")
-            .arg(&config)
-            .args(args)
-            .output()
-            .unwrap();
-        (dir, out)
     };
     let dynamic = "controller.quorum.bootstrap.servers=127.0.0.1:19093";
     let list = format!("1@127.0.0.1:19093:{d1},2@127.0.0.1:19095:{d2}");

@@ -186,14 +186,14 @@ impl Observer {
 
     /// The voters the metadata log names, with their controller addresses: a dynamic
     /// quorum's voters may be none of the bootstrap servers.
-    pub fn voters(&self) -> Vec<(i32, String)> {
+    pub fn voter_addresses(&self) -> Vec<(i32, String)> {
         let st = self.state.lock();
         super::voters::addresses(&super::voters::voters_of(st.membership.membership()))
     }
 
     /// The controller to ask next: the known leader, else the next address in turn.
     fn pick(&self, next: &mut usize) -> (i32, String) {
-        let known = super::voters::contacts(&self.cfg.controllers, &self.voters());
+        let known = super::voters::contacts(&self.cfg.controllers, &self.voter_addresses());
         if let Some(l) = self.leader() {
             if let Some((id, addr)) = known.iter().find(|(id, _)| *id == l) {
                 return (*id, addr.clone());
